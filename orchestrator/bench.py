@@ -1,0 +1,176 @@
+"""The built-in benchmark client: drive load against a running server, return raw per-request records.
+
+It speaks SGLang's native streaming `/generate` (the same request `sglang.bench_serving --backend
+sglang` sends), keeps `concurrency` requests in flight, and records for every request the arrival
+time and token count of each streamed chunk plus the final `meta_info`. It computes nothing: turning
+records into numbers is metrics.py's job, so the raw data can be kept (bench.jsonl) and re-analysed.
+
+Token counts come from `meta_info.completion_tokens` deltas between chunks, not from counting text,
+so a speculative chunk carrying several tokens is counted right and no tokenizer is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Sequence
+
+import httpx
+
+from orchestrator.records import BenchRecord
+
+# A fixed word list gives prompts of a known length without a tokenizer or a dataset download.
+_WORDS = (
+    "the quick brown fox jumps over a lazy dog while engineers tune collective communication "
+    "for speculative decoding on eight accelerators connected by a slow bus"
+).split()
+
+
+def make_prompt(rng: random.Random, length: int) -> str:
+    """A prompt of `length` words (one word is about one token for the simulator's tokenizer)."""
+    return " ".join(rng.choice(_WORDS) for _ in range(length))
+
+
+async def _one_request(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    index: int,
+    prompt: str,
+    input_len: int,
+    output_len: int,
+    warmup: bool,
+) -> BenchRecord:
+    body = {
+        "text": prompt,
+        "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True},
+        "stream": True,
+    }
+    start_wall = time.time()
+    t0 = time.perf_counter()
+    chunk_times: list[float] = []
+    chunk_tokens: list[int] = []
+    meta: dict = {}
+    seen = 0
+    try:
+        async with client.stream("POST", url, json=body) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")[:500]
+                return BenchRecord(
+                    index=index, warmup=warmup, ok=False, start_s=start_wall,
+                    prompt_tokens=input_len, error=f"HTTP {resp.status_code}: {text}",
+                )
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                event = json.loads(data)
+                now = time.perf_counter() - t0
+                meta = event.get("meta_info") or meta
+                total = int(meta.get("completion_tokens", seen))
+                if total > seen:
+                    chunk_times.append(now)
+                    chunk_tokens.append(total - seen)
+                    seen = total
+        latency = time.perf_counter() - t0
+    except (httpx.HTTPError, json.JSONDecodeError, OSError) as exc:
+        return BenchRecord(
+            index=index, warmup=warmup, ok=False, start_s=start_wall, prompt_tokens=input_len,
+            completion_tokens=seen, error=f"{type(exc).__name__}: {exc}"[:500],
+            chunk_times_s=tuple(chunk_times), chunk_tokens=tuple(chunk_tokens), meta_info=meta,
+        )
+    ok = seen > 0 and meta.get("finish_reason") is not None
+    return BenchRecord(
+        index=index,
+        warmup=warmup,
+        ok=ok,
+        error=None if ok else f"stream ended after {seen} tokens without a finish_reason",
+        prompt_tokens=int(meta.get("prompt_tokens", input_len)),
+        completion_tokens=seen,
+        start_s=start_wall,
+        ttft_s=chunk_times[0] if chunk_times else None,
+        latency_s=latency,
+        chunk_times_s=tuple(chunk_times),
+        chunk_tokens=tuple(chunk_tokens),
+        meta_info=meta,
+    )
+
+
+async def run_async(
+    base_url: str,
+    *,
+    requests: int,
+    concurrency: int,
+    input_len: int,
+    output_len: int,
+    warmup_requests: int = 1,
+    seed: int = 0,
+    timeout_s: float = 600.0,
+    request_timeout_s: float | None = None,
+) -> list[BenchRecord]:
+    """Send `warmup_requests` then `requests` streaming requests, `concurrency` at a time.
+
+    `timeout_s` bounds the whole benchmark; a request that sends no byte for `request_timeout_s`
+    (default: the whole budget) fails with a timeout record instead of blocking the trial.
+    """
+    rng = random.Random(seed)
+    url = base_url.rstrip("/") + "/generate"
+    read_timeout = request_timeout_s or timeout_s
+    limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1)
+    timeout = httpx.Timeout(connect=10.0, read=read_timeout, write=10.0, pool=read_timeout)
+    records: list[BenchRecord] = []
+    async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
+        for i in range(warmup_requests):
+            records.append(await _one_request(
+                client, url, index=-(i + 1), prompt=make_prompt(rng, input_len),
+                input_len=input_len, output_len=output_len, warmup=True,
+            ))
+        prompts = [make_prompt(rng, input_len) for _ in range(requests)]
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for i in range(requests):
+            queue.put_nowait(i)
+
+        async def worker() -> None:
+            while True:
+                try:
+                    i = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                records.append(await _one_request(
+                    client, url, index=i, prompt=prompts[i], input_len=input_len,
+                    output_len=output_len, warmup=False,
+                ))
+
+        workers = [asyncio.create_task(worker()) for _ in range(max(1, concurrency))]
+        try:
+            await asyncio.wait_for(asyncio.gather(*workers), timeout=timeout_s)
+        except asyncio.TimeoutError:
+            for w in workers:
+                w.cancel()
+            done = {r.index for r in records}
+            records.extend(
+                BenchRecord(index=i, ok=False, error=f"benchmark deadline of {timeout_s:.0f}s passed")
+                for i in range(requests) if i not in done
+            )
+    return sorted(records, key=lambda r: r.index)
+
+
+def run(base_url: str, **kwargs) -> list[BenchRecord]:
+    """Synchronous wrapper of run_async (see there for the arguments)."""
+    return asyncio.run(run_async(base_url, **kwargs))
+
+
+def write_jsonl(records: Sequence[BenchRecord], path) -> None:
+    """One JSON object per request, the raw material every metric is computed from."""
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(r.model_dump_json() + "\n")
+
+
+def read_jsonl(path) -> list[BenchRecord]:
+    with open(path, encoding="utf-8") as f:
+        return [BenchRecord.model_validate_json(line) for line in f if line.strip()]

@@ -1,0 +1,153 @@
+"""The typed catalogue of every tunable: NCCL variables, SGLang environment variables, SGLang flags.
+
+One table, validated against once at the edge (spec.py), read by the planner (plan.py) and the
+space (space.py). A knob is either an environment variable (`target="env"`) or a SGLang server
+setting that becomes flags (`target="flag"`); which flag spelling depends on the SGLang version
+(`FLAG_NAMES`), because 0.5.20 renamed some (reference INTERFACE.md section 1.3).
+
+Values: None always means "not set" (the variable or flag is left out, the engine's default runs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Value = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    target: Literal["env", "flag"]
+    kind: Literal["enum", "int", "power_of_two", "bool"]
+    doc: str
+    choices: tuple[Value, ...] = ()
+    low: int | None = None
+    high: int | None = None
+
+    def check(self, value: Value) -> str | None:
+        """Why `value` is not allowed for this knob, or None when it is."""
+        if value is None:
+            return None
+        if self.kind == "enum":
+            # Environment values are strings in the end: NCCL_NTHREADS: 512 and "512" are one value.
+            if value not in self.choices and not (
+                self.target == "env" and str(value) in {str(c) for c in self.choices}
+            ):
+                allowed = ", ".join(str(c) for c in self.choices)
+                return f"must be one of {{{allowed}}}, but got {value!r}"
+            return None
+        if self.kind == "bool":
+            return None if isinstance(value, bool) else f"must be true or false, but got {value!r}"
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"must be an integer, but got {value!r}"
+        if self.kind == "power_of_two" and (value <= 0 or value & (value - 1)):
+            return f"must be a positive power of two, but got {value}"
+        if self.low is not None and value < self.low or self.high is not None and value > self.high:
+            return f"must be in [{self.low}, {self.high}], but got {value}"
+        return None
+
+
+def _env_enum(name: str, choices: tuple[str, ...], doc: str) -> Knob:
+    return Knob(name, "env", "enum", doc, choices=choices)
+
+
+def _env_int(name: str, low: int, high: int, doc: str) -> Knob:
+    return Knob(name, "env", "int", doc, low=low, high=high)
+
+
+_KNOBS: tuple[Knob, ...] = (
+    # NCCL: what the field report tuned, plus neighbours that matter for small all-reduces.
+    _env_enum("NCCL_PROTO", ("LL", "LL128", "Simple"), "NCCL protocol; LL wins for small messages"),
+    _env_enum("NCCL_ALGO", ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"),
+              "NCCL all-reduce algorithm"),
+    _env_int("NCCL_MAX_NCHANNELS", 1, 64, "upper bound on NCCL channels (SMs used by collectives)"),
+    _env_int("NCCL_MIN_NCHANNELS", 1, 64, "lower bound on NCCL channels"),
+    Knob("NCCL_BUFFSIZE", "env", "power_of_two", "NCCL per-channel buffer in bytes (default 4 MiB)",
+         low=1 << 12, high=1 << 30),
+    Knob("NCCL_NTHREADS", "env", "enum", "threads per NCCL block", choices=(64, 128, 256, 512)),
+    _env_enum("NCCL_P2P_LEVEL", ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS"),
+              "farthest topology distance at which NCCL uses peer-to-peer"),
+    _env_enum("NCCL_P2P_DISABLE", ("0", "1"), "1 disables peer-to-peer transport"),
+    _env_enum("NCCL_SHM_DISABLE", ("0", "1"), "1 disables shared-memory transport"),
+    _env_enum("NCCL_IB_DISABLE", ("0", "1"), "1 disables InfiniBand"),
+    _env_enum("NCCL_CUMEM_ENABLE", ("0", "1"), "cuMem allocations; SGLang may set it itself"),
+    _env_enum("NCCL_NVLS_ENABLE", ("0", "1"), "NVLink SHARP; SGLang's --enable-symm-mem forces 1"),
+    _env_enum("NCCL_GRAPH_REGISTER", ("0", "1"), "buffer registration in CUDA graphs; SGLang sets 0"),
+    _env_enum("NCCL_DEBUG", ("VERSION", "WARN", "INFO", "TRACE"), "NCCL logging; INFO proves what ran"),
+    Knob("NCCL_DEBUG_SUBSYS", "env", "enum", "NCCL log subsystems",
+         choices=("INIT", "ENV", "TUNING", "INIT,ENV", "INIT,ENV,TUNING", "ALL")),
+    # SGLang environment variables we know the meaning of.
+    _env_enum("SGLANG_ENABLE_METRICS_DEVICE_TIMER", ("0", "1"),
+              "feeds sglang:forward_execution_seconds_total, the direct verify-latency source"),
+    _env_enum("SGLANG_RECORD_STEP_TIME", ("0", "1"), "adds step_time_dict to /server_info"),
+    _env_enum("SGLANG_LOG_MS", ("0", "1"), "milliseconds in SGLang's log timestamps"),
+    _env_enum("SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2", ("0", "1"), "custom all-reduce v2 (default 1)"),
+    _env_int("SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB", 0, 1 << 20, "custom all-reduce workspace cap"),
+    _env_int("SGLANG_FORCE_CUSTOM_ALL_REDUCE_V2_PULL_SIZE_KB", 0, 1 << 20, "force the 1-shot pull threshold"),
+    _env_int("SGLANG_FORCE_CUSTOM_ALL_REDUCE_V2_PUSH_SIZE_KB", 0, 1 << 20, "force the 1-shot push threshold"),
+    _env_int("SGLANG_HEALTH_CHECK_TIMEOUT", 1, 3600, "seconds /health waits for a generation"),
+    # SGLang server settings (flags).
+    Knob("speculative_algorithm", "flag", "enum", "speculative decoding algorithm; None = no speculation",
+         choices=("EAGLE3", "EAGLE")),
+    Knob("speculative_num_steps", "flag", "int", "draft steps per cycle", low=1, high=16),
+    Knob("speculative_eagle_topk", "flag", "int", "branching factor of the draft tree", low=1, high=16),
+    Knob("speculative_num_draft_tokens", "flag", "int", "tokens verified per cycle", low=2, high=128),
+    Knob("speculative_attention_mode", "flag", "enum", "attention backend for verify/draft-extend",
+         choices=("prefill", "decode")),
+    Knob("all_reduce_path", "flag", "enum",
+         "custom: SGLang's custom all-reduce where available; nccl: --disable-custom-all-reduce",
+         choices=("custom", "nccl")),
+    Knob("cuda_graph", "flag", "bool", "false runs decode eagerly (no CUDA graph)"),
+    Knob("cuda_graph_max_bs", "flag", "int", "largest decode batch captured in a CUDA graph", low=1, high=1024),
+    Knob("max_running_requests", "flag", "int", "scheduler concurrency cap", low=1, high=4096),
+)
+
+KNOBS: Mapping[str, Knob] = {k.name: k for k in _KNOBS}
+
+# Environment variables an experiment may set that are not tunables but are harmless and useful.
+PASSTHROUGH_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "HF_HUB_OFFLINE",
+                             "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"})
+
+# Variables SGLang sets or overwrites itself (reference INTERFACE.md 1.2 and 2.1).
+SGLANG_OVERRIDES = {
+    "NCCL_CUMEM_ENABLE": "SGLang sets NCCL_CUMEM_ENABLE=1 itself with --enable-symm-mem or DeepEP v2",
+    "NCCL_NVLS_ENABLE": "SGLang forces NCCL_NVLS_ENABLE=1 with --enable-symm-mem",
+    "NCCL_GRAPH_REGISTER": "SGLang sets NCCL_GRAPH_REGISTER=0 (setdefault) whenever CUDA graphs capture collectives with TP>1",
+}
+
+# The SGLang versions whose flag spelling we know; 0.5.23's --help dump ships in orchestrator/reference.
+SGLANG_VERSIONS = ("0.5.9", "0.5.16", "0.5.23")
+DEFAULT_SGLANG_VERSION = "0.5.23"
+
+
+@dataclass(frozen=True)
+class FlagNames:
+    cuda_graph_max_bs: str
+    disable_cuda_graph: tuple[str, ...]
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+FLAG_NAMES: Mapping[str, FlagNames] = {
+    "0.5.9": FlagNames("--cuda-graph-max-bs", ("--disable-cuda-graph",)),
+    "0.5.16": FlagNames("--cuda-graph-max-bs-decode", ("--disable-cuda-graph",)),
+    "0.5.23": FlagNames("--cuda-graph-max-bs-decode", ("--cuda-graph-backend-decode", "disabled")),
+}
+
+_SECRETISH = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_KEY|PRIVATE_KEY", re.I)
+
+
+def env_rule(name: str) -> str | None:
+    """Why an experiment may not set environment variable `name`, or None when it may."""
+    if name in KNOBS and KNOBS[name].target == "env" or name in PASSTHROUGH_ENV:
+        return None
+    if _SECRETISH.search(name):
+        return "looks like a secret; secrets are never written into experiments, plans or MLflow"
+    if name.startswith("NCCL_"):
+        return "is not an NCCL variable this tool knows (add it to orchestrator/knobs.py to sweep it)"
+    if name.startswith("SGLANG_"):
+        return "is not an SGLang variable this tool knows (add it to orchestrator/knobs.py)"
+    return "is not on the allow-list (NCCL_*, SGLANG_* known to orchestrator/knobs.py, CUDA_VISIBLE_DEVICES)"

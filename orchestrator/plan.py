@@ -1,0 +1,185 @@
+"""Trial parameters + the experiment's server spec -> LaunchPlan: the exact argv list and environment.
+
+Both engines get the same SGLang argv (`engine: simulator` only swaps the module and appends the
+simulator's own --hardware-profile/--model-profile/--sim-* flags), so the simulator exercises the
+flags a GPU host would receive. Flag spellings follow the experiment's SGLang version.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import re
+import sys
+from collections.abc import Mapping
+from importlib import resources
+
+from orchestrator import knobs
+from orchestrator.records import LaunchPlan, ParamValue
+from orchestrator.spec import SweepSpec
+
+# Flags the sweep sets itself; an experiment may not fix them in server.flags.
+MANAGED_FLAGS = {
+    "--model-path": "server.model",
+    "--tp-size": "server.tp",
+    "--host": "server.host",
+    "--port": "server.port_range",
+    "--speculative-algorithm": "the speculative_algorithm knob",
+    "--speculative-draft-model-path": "server.draft_model",
+    "--speculative-num-steps": "the speculative_num_steps knob",
+    "--speculative-eagle-topk": "the speculative_eagle_topk knob",
+    "--speculative-num-draft-tokens": "the speculative_num_draft_tokens knob",
+}
+
+_HELP_FILES = {"0.5.23": "sglang_0_5_23/launch_server_help.txt"}
+
+
+@functools.cache
+def known_flags(version: str) -> frozenset[str] | None:
+    """Every option string of `sglang.launch_server --help` for `version`, or None if no dump ships."""
+    rel = _HELP_FILES.get(version)
+    if rel is None:
+        return None
+    text = resources.files("orchestrator.reference").joinpath(rel).read_text(encoding="utf-8")
+    return frozenset(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", text))
+
+
+def _flag_args(name: str, value: ParamValue | list) -> list[str]:
+    flag = "--" + name.lstrip("-")
+    if value is None or value is False:
+        return []
+    if value is True:
+        return [flag]
+    if isinstance(value, list):
+        return [flag, *map(str, value)]
+    return [flag, str(value)]
+
+
+def tuned_flags(spec: SweepSpec, params: Mapping[str, ParamValue]) -> list[str]:
+    """The SGLang flags that the trial's knobs turn into (what a deployment must pass too)."""
+    names = knobs.FLAG_NAMES[spec.sglang_version]
+    args: list[str] = []
+    algo = params.get("speculative_algorithm")
+    if algo is not None:
+        args += ["--speculative-algorithm", str(algo)]
+        if spec.server.draft_model:
+            args += ["--speculative-draft-model-path", spec.server.draft_model]
+        for knob in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+            if params.get(knob) is not None:
+                args += ["--" + knob.replace("_", "-"), str(params[knob])]
+        if params.get("speculative_attention_mode") is not None:
+            args += ["--speculative-attention-mode", str(params["speculative_attention_mode"])]
+    if params.get("all_reduce_path") == "nccl":
+        args.append("--disable-custom-all-reduce")
+    if params.get("cuda_graph") is False:
+        args += list(names.disable_cuda_graph)
+    if params.get("cuda_graph_max_bs") is not None:
+        args += [names.cuda_graph_max_bs, str(params["cuda_graph_max_bs"])]
+    if params.get("max_running_requests") is not None:
+        args += ["--max-running-requests", str(params["max_running_requests"])]
+    return args
+
+
+def fixed_flags(spec: SweepSpec) -> list[str]:
+    args: list[str] = []
+    for name, value in spec.server.flags.items():
+        args += _flag_args(name, value)
+    if "--enable-metrics" not in args:
+        args.append("--enable-metrics")  # /metrics is a measurement source
+    return args
+
+
+def tuned_env(spec: SweepSpec, params: Mapping[str, ParamValue]) -> dict[str, str]:
+    """The experiment's fixed environment plus the trial's environment knobs (None = not set)."""
+    env = dict(spec.server.env)
+    for name, value in params.items():
+        knob = knobs.KNOBS.get(name)
+        if knob is not None and knob.target == "env" and value is not None:
+            env[name] = str(value)
+    return env
+
+
+def make(
+    spec: SweepSpec,
+    params: Mapping[str, ParamValue],
+    *,
+    port: int,
+    seed: int = 0,
+    drift_epoch: float | None = None,
+) -> LaunchPlan:
+    """The launch plan for one trial. Pure: starts nothing, reads no environment."""
+    python = spec.server.python or sys.executable
+    module = "sglang.launch_server" if spec.engine == "sglang" else "orchestrator.simulator"
+    argv = [python, "-m", module,
+            "--model-path", spec.server.model,
+            "--tp-size", str(spec.server.tp),
+            "--host", spec.server.host,
+            "--port", str(port)]
+    argv += fixed_flags(spec)
+    argv += tuned_flags(spec, params)
+    if spec.engine == "simulator":
+        sim = spec.simulator
+        argv += ["--hardware-profile", sim.hardware_profile, "--model-profile", sim.model_profile,
+                 "--sim-seed", str(seed), "--sim-noise", str(sim.noise)]
+        if sim.drift_per_hour:
+            argv += ["--sim-drift", str(sim.drift_per_hour), "--sim-drift-epoch", f"{drift_epoch or 0:.3f}"]
+        for fault in sim.faults:
+            argv += ["--sim-fault", fault]
+    return LaunchPlan(
+        argv=tuple(argv),
+        env=tuned_env(spec, params),
+        host=spec.server.host,
+        port=port,
+        engine=spec.engine,
+        warnings=tuple(warnings(spec, params)),
+    )
+
+
+def warnings(spec: SweepSpec, params: Mapping[str, ParamValue]) -> list[str]:
+    """What would make this plan measure something other than what it says."""
+    out: list[str] = []
+    env = tuned_env(spec, params)
+    for name in env:
+        if name in knobs.SGLANG_OVERRIDES:
+            out.append(f"{name} is set, but {knobs.SGLANG_OVERRIDES[name]}")
+    flags = spec.server.flags
+    if flags.get("enable-deterministic-inference") and spec.server.tp > 1:
+        hit = [n for n in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if n in env]
+        if hit:
+            out.append(f"--enable-deterministic-inference overwrites {', '.join(hit)} "
+                       f"(NCCL_ALGO=allreduce:tree, 8 channels) and disables custom all-reduce")
+    return out
+
+
+def launch_command(plan: LaunchPlan) -> str:
+    """A human-readable rendering (for `sweep plan` output only; never executed through a shell)."""
+    import shlex
+
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items()))
+    return (env + " " if env else "") + shlex.join(plan.argv)
+
+
+def serving_config(
+    spec: SweepSpec,
+    params: Mapping[str, ParamValue],
+    *,
+    trial_number: int,
+    run_id: str,
+    metrics: Mapping[str, float],
+    fingerprint_hash: str,
+) -> dict:
+    """What a deployment needs to reproduce a trial: its environment and the SGLang flags it tuned."""
+    return {
+        "experiment": spec.name,
+        "trial_number": trial_number,
+        "run_id": run_id,
+        "model_version": None,
+        "engine": spec.engine,
+        "sglang_version": spec.sglang_version,
+        "params": dict(params),
+        "env": tuned_env(spec, params),
+        "sglang_args": ["--tp-size", str(spec.server.tp), *fixed_flags(spec), *tuned_flags(spec, params)],
+        "metrics": {k: float(v) for k, v in metrics.items()},
+        "fingerprint_hash": fingerprint_hash,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }

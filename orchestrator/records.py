@@ -1,0 +1,155 @@
+"""Values that cross process boundaries: what a trial is asked to do and what comes back.
+
+Everything here is a frozen pydantic model so it pickles through Ray, dumps to JSON for the trial
+folder, and cannot be mutated by whoever receives it.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ParamValue = str | int | float | bool | None
+"""A knob's value in a trial. None means "not set": the variable or flag is left out."""
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TrialStatus(str, enum.Enum):
+    COMPLETE = "COMPLETE"
+    FAILED = "FAILED"
+    INFEASIBLE = "INFEASIBLE"
+
+
+class FailureKind(str, enum.Enum):
+    startup_timeout = "startup_timeout"
+    server_crash = "server_crash"
+    oom = "oom"
+    nccl_hang = "nccl_hang"
+    bench_error = "bench_error"
+    env_not_applied = "env_not_applied"
+    metric_missing = "metric_missing"
+    port_in_use = "port_in_use"
+    interrupted = "interrupted"
+    infeasible = "infeasible"
+    trial_timeout = "trial_timeout"
+    worker_lost = "worker_lost"
+
+
+class TrialRole(str, enum.Enum):
+    search = "search"        # proposed by the sampler
+    baseline = "baseline"    # no speculation, no NCCL variables
+    confirm = "confirm"      # promotion gate re-measure
+
+
+class LaunchPlan(Frozen):
+    """Exactly what is started: argv list and the environment additions, nothing implicit."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables this plan sets on top of the inherited environment (NCCL_*, SGLANG_*, ...)."""
+    host: str = "127.0.0.1"
+    port: int
+    engine: str
+    warnings: tuple[str, ...] = ()
+
+
+class BenchRecord(Frozen):
+    """One request as the benchmark client saw it (one line of bench.jsonl)."""
+
+    index: int
+    warmup: bool = False
+    ok: bool
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    start_s: float = 0.0
+    """Wall time (time.time()) the request was sent."""
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    chunk_times_s: tuple[float, ...] = ()
+    """Arrival of each streamed chunk, seconds after the request was sent."""
+    chunk_tokens: tuple[int, ...] = ()
+    """Tokens carried by each chunk (a speculative chunk carries several)."""
+    meta_info: dict[str, Any] = Field(default_factory=dict)
+    """The final meta_info of /generate (spec_accept_length, spec_verify_ct, ...)."""
+
+
+class Metrics(Frozen):
+    """What one measurement of one configuration gave. Fields a source did not provide are None."""
+
+    decode_tok_s: float
+    """Median over requests of one stream's decode rate: (completion_tokens - 1) / (latency - ttft)."""
+    output_tok_s: float
+    """All output tokens / wall time of the measured requests (aggregate throughput)."""
+    ttft_ms_p50: float | None = None
+    ttft_ms_p99: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p99: float | None = None
+    tpot_ms_p50: float | None = None
+    accept_length: float | None = None
+    accept_rate: float | None = None
+    verify_ms: float | None = None
+    cycle_ms: float | None = None
+    requests_ok: int = 0
+    requests_failed: int = 0
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Where each derived number came from, e.g. {"verify_ms": "device_timer"}."""
+
+
+class MeasurementSummary(Frozen):
+    """r repeated measurements of one configuration reduced to medians and bootstrap intervals."""
+
+    repeats: int
+    median: dict[str, float]
+    ci95_low: dict[str, float] = Field(default_factory=dict)
+    ci95_high: dict[str, float] = Field(default_factory=dict)
+
+
+class TrialSpec(Frozen):
+    """What the driver sends to a worker: which parameters, where to write, which role."""
+
+    number: int
+    """Optuna trial number (unique per study)."""
+    params: dict[str, ParamValue]
+    role: TrialRole = TrialRole.search
+    repeats: int = 1
+    trial_dir: str
+    seed: int = 0
+    sweep_started_at: float = 0.0
+    """Shared epoch of the sweep (the simulator's host drift is a function of time since it)."""
+    experiment: dict[str, Any]
+    """The validated experiment (SweepSpec.model_dump(mode="json")), so a worker needs no files."""
+
+
+class TrialOutcome(Frozen):
+    """What comes back from one trial. Expected failures are values here, never exceptions."""
+
+    number: int
+    params: dict[str, ParamValue]
+    role: TrialRole = TrialRole.search
+    status: TrialStatus
+    failure_kind: FailureKind | None = None
+    reason: str = ""
+    log_tail: str = ""
+    metrics: Metrics | None = None
+    """The median measurement (objective source) when status is COMPLETE."""
+    repeats: tuple[Metrics, ...] = ()
+    summary: MeasurementSummary | None = None
+    fingerprint: dict[str, Any] = Field(default_factory=dict)
+    fingerprint_hash: str = ""
+    effective_env: dict[str, Any] = Field(default_factory=dict)
+    """Per-rank observation of what reached the workers, see observe.py."""
+    allreduce_path: str = ""
+    launch: LaunchPlan | None = None
+    trial_dir: str = ""
+    node: str = ""
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    timings: dict[str, float] = Field(default_factory=dict)
+    """Seconds spent per phase: server_start, bench, shutdown, observe."""
+    warnings: tuple[str, ...] = ()

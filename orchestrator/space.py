@@ -1,0 +1,151 @@
+"""The search space as Optuna distributions, plus the feasibility rules checked before any launch.
+
+SGLang's EAGLE rules (reference INTERFACE.md 1.2), enforced here so an infeasible point costs no
+server start:
+  1. all three of steps, top-k and draft tokens are given, or none (SGLang asserts);
+  2. top-k 1 forces draft tokens = steps + 1 (SGLang silently overrides any other value, so a
+     sweep that varied draft tokens at top-k 1 would measure the same server under two names);
+  3. draft tokens - 1 <= top-k + (steps - 1) * top-k^2 (torch.topk over the candidate tree
+     fails at CUDA-graph capture otherwise).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Iterator, Mapping
+
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+
+from orchestrator.records import ParamValue
+from orchestrator.spec import ParamSpec, SearchSpace
+
+EAGLE_KNOBS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+
+
+def distribution(param: ParamSpec) -> BaseDistribution:
+    if param.choices is not None:
+        return CategoricalDistribution(param.choices)
+    assert param.low is not None and param.high is not None
+    return IntDistribution(param.low, param.high, step=param.step, log=param.log)
+
+
+def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
+    return {name: distribution(p) for name, p in space.params.items()}
+
+
+def is_active(param: ParamSpec, chosen: Mapping[str, ParamValue]) -> bool:
+    """A conditional parameter exists only when every `when` knob has one of the given values."""
+    for knob, wanted in param.when.items():
+        options = wanted if isinstance(wanted, list) else [wanted]
+        if chosen.get(knob) not in options:
+            return False
+    return True
+
+
+def ordered(space: SearchSpace) -> list[str]:
+    """Parameter names with every `when` dependency before its dependents (stable otherwise)."""
+    names = list(space.params)
+    done: list[str] = []
+    while names:
+        progressed = False
+        for n in list(names):
+            if all(d in done for d in space.params[n].when):
+                done.append(n)
+                names.remove(n)
+                progressed = True
+        if not progressed:
+            raise ValueError(f"`when` conditions form a cycle among {names}")
+    return done
+
+
+def complete(space: SearchSpace, chosen: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
+    """Every knob of the space, inactive ones as None (not set), in space order."""
+    return {name: chosen.get(name) for name in space.params}
+
+
+def baseline_params(space: SearchSpace) -> dict[str, ParamValue]:
+    """No speculation, no NCCL variables, engine defaults everywhere: every knob None."""
+    return {name: None for name in space.params}
+
+
+def infeasible_reason(params: Mapping[str, ParamValue]) -> str | None:
+    """The rule a point breaks, in words, or None when SGLang would run it as asked."""
+    algo = params.get("speculative_algorithm")
+    eagle = {k: params.get(k) for k in EAGLE_KNOBS}
+    given = [k for k, v in eagle.items() if v is not None]
+    if algo is None:
+        if given:
+            return f"{', '.join(given)} set without speculative_algorithm"
+        return None
+    if len(given) != 3:
+        missing = [k for k in EAGLE_KNOBS if eagle[k] is None]
+        return f"EAGLE needs steps, top-k and draft tokens together (SGLang asserts); missing {', '.join(missing)}"
+    steps, topk, ndt = (int(eagle[k]) for k in EAGLE_KNOBS)  # type: ignore[arg-type]
+    if topk == 1 and ndt != steps + 1:
+        return (f"top-k 1 forces draft tokens = steps + 1 = {steps + 1}, but got {ndt} "
+                f"(SGLang would silently run {steps + 1})")
+    capacity = topk + (steps - 1) * topk * topk
+    if ndt - 1 > capacity:
+        return (f"draft tokens - 1 <= topk + (steps - 1) * topk^2 must hold, but got "
+                f"{ndt} - 1 > {topk} + {steps - 1}*{topk}^2 = {capacity}")
+    return None
+
+
+def points(space: SearchSpace) -> Iterator[dict[str, ParamValue]]:
+    """Every distinct point of the space (inactive knobs None), feasible or not."""
+    names = ordered(space)
+    seen: set[tuple] = set()
+
+    def expand(i: int, chosen: dict[str, ParamValue]) -> Iterator[dict[str, ParamValue]]:
+        if i == len(names):
+            key = tuple(sorted((k, repr(v)) for k, v in chosen.items()))
+            if key not in seen:
+                seen.add(key)
+                yield complete(space, chosen)
+            return
+        name = names[i]
+        param = space.params[name]
+        if not is_active(param, chosen):
+            yield from expand(i + 1, {**chosen, name: None})
+            return
+        for v in param.values():
+            yield from expand(i + 1, {**chosen, name: v})
+
+    yield from expand(0, {})
+
+
+def size(space: SearchSpace) -> int:
+    """Upper bound of distinct points (product of dimension sizes), without enumerating."""
+    return math.prod(len(p.values()) for p in space.params.values())
+
+
+def census(space: SearchSpace, limit: int = 2_000_000) -> tuple[int, int, Counter]:
+    """(distinct points, feasible points, infeasible count per rule) by enumeration."""
+    total = feasible = 0
+    reasons: Counter = Counter()
+    for p in itertools.islice(points(space), limit):
+        total += 1
+        why = infeasible_reason(p)
+        if why is None:
+            feasible += 1
+        else:
+            reasons[_rule_of(why)] += 1
+    return total, feasible, reasons
+
+
+def _rule_of(reason: str) -> str:
+    """Group reasons by the rule they break (drop the numbers) for a summary."""
+    if reason.startswith("top-k 1"):
+        return "top-k 1 forces draft tokens = steps + 1"
+    if reason.startswith("draft tokens - 1"):
+        return "draft tokens - 1 <= topk + (steps - 1) * topk^2"
+    if reason.startswith("EAGLE needs"):
+        return "EAGLE needs steps, top-k and draft tokens together"
+    return reason
+
+
+def key(params: Mapping[str, ParamValue]) -> str:
+    """A stable identity for a point, to find repeats of failed or measured configurations."""
+    return ";".join(f"{k}={params[k]!r}" for k in sorted(params))
