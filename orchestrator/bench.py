@@ -28,6 +28,12 @@ _WORDS = (
 ).split()
 
 
+_TRANSPORT_ERRORS = {cls.__name__ for cls in (
+    httpx.TimeoutException, httpx.ReadTimeout, httpx.ConnectTimeout, httpx.PoolTimeout,
+    httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError,
+)}
+
+
 def make_prompt(rng: random.Random, length: int) -> str:
     """A prompt of `length` words (one word is about one token for the simulator's tokenizer)."""
     return " ".join(rng.choice(_WORDS) for _ in range(length))
@@ -129,21 +135,30 @@ async def run_async(
                 client, url, index=-(i + 1), prompt=make_prompt(rng, input_len),
                 input_len=input_len, output_len=output_len, warmup=True,
             ))
+            if not records[-1].ok:
+                return records  # a server that fails warmup would fail (or hang) every request
         prompts = [make_prompt(rng, input_len) for _ in range(requests)]
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(requests):
             queue.put_nowait(i)
 
+        aborted = False
+
         async def worker() -> None:
-            while True:
+            nonlocal aborted
+            while not aborted:
                 try:
                     i = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                records.append(await _one_request(
+                record = await _one_request(
                     client, url, index=i, prompt=prompts[i], input_len=input_len,
                     output_len=output_len, warmup=False,
-                ))
+                )
+                records.append(record)
+                # A stalled or unreachable server stalls every later request too: stop sending.
+                if record.error and record.error.split(":")[0] in _TRANSPORT_ERRORS:
+                    aborted = True
 
         workers = [asyncio.create_task(worker()) for _ in range(max(1, concurrency))]
         try:

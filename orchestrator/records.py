@@ -62,6 +62,8 @@ class BenchRecord(Frozen):
     """One request as the benchmark client saw it (one line of bench.jsonl)."""
 
     index: int
+    repeat: int = 0
+    """Which of the trial's repeated measurements this request belongs to."""
     warmup: bool = False
     ok: bool
     error: str | None = None

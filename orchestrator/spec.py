@@ -351,6 +351,10 @@ def _check_space_knobs(space: SearchSpace, where: str) -> None:
         for value in param.values():
             if problem := knob.check(value):
                 raise SpecError(f"{where}: params.{name}: {problem}; allowed: {knob.doc}")
+        if not param.when and (param.choices is None or None not in param.choices):
+            raise SpecError(f"{where}: params.{name}: the baseline (engine defaults, nothing set) must be a point "
+                            f"of the space: use `choices:` and include null (null = not set), "
+                            f"e.g. choices: [null, {', '.join(map(str, param.values()[:3]))}]")
         for dep, wanted in param.when.items():
             if dep not in knobs.KNOBS:
                 raise SpecError(f"{where}: params.{name}.when: unknown knob {dep!r}; {_did_you_mean(dep, list(knobs.KNOBS))}")

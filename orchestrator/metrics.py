@@ -1,0 +1,487 @@
+"""Raw benchmark records and the server's own signals -> Metrics, with the source of every number.
+
+Pure functions only: text and records in, values out. The formats are SGLang 0.5.23's
+(reference/sglang-0.5.23/INTERFACE.md sections 3-6).
+
+Which number comes from where:
+
+- decode_tok_s, output_tok_s, TTFT, ITL, TPOT: the client's own timings (BenchRecord), warmup excluded.
+- accept_length, accept_rate: the per-request `meta_info` of /generate, summed over requests before
+  dividing (a long request counts for more verify passes than a short one). Never the /server_info
+  lifetime average, which includes warmup and earlier runs.
+- verify_ms: only from the device timer (`sglang:forward_execution_seconds_total{category="target_verify"}`,
+  fed when the server runs with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1), as GPU seconds per decode pass.
+  Without it verify_ms stays None: nothing the client sees separates verify from draft time, and a
+  fixed share (the field report's 94-95%) would be an assumption dressed up as a measurement.
+- cycle_ms: the wall time of one speculative cycle (draft + verify + draft-extend) as a request saw it.
+  For each speculative request (latency - ttft) / spec_verify_ct, i.e. its accept length over its
+  decode rate, then the median over requests. Without speculation, 1000 / decode_tok_s.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from orchestrator.records import BenchRecord, MeasurementSummary, Metrics
+from orchestrator.select import bootstrap_ci
+
+
+class MetricMissing(ValueError):
+    """A measurement could not produce a number the sweep needs (the trial fails with metric_missing)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Prometheus /metrics
+
+VERIFY_SECONDS = "sglang:forward_execution_seconds_total"
+DECODE_PASSES = "sglang:cuda_graph_passes_total"
+DECODE_PASS_MODES = ("decode_cuda_graph", "decode_none")
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """All samples of a Prometheus text exposition (e.g. SGLang's GET /metrics)."""
+    try:
+        return [s for family in text_string_to_metric_families(text) for s in family.samples]
+    except ValueError as exc:
+        raise ValueError(f"/metrics text is not Prometheus exposition format: {exc}") from exc
+
+
+def pick_samples(samples: Sequence[Sample], name: str, labels: Mapping[str, str] | None = None) -> list[Sample]:
+    """Samples with this exact name whose labels include every given label=value."""
+    want = dict(labels or {})
+    return [s for s in samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in want.items())]
+
+
+def sample_value(samples: Sequence[Sample], name: str, labels: Mapping[str, str] | None = None) -> float | None:
+    """Sum of the matching samples' values (one series normally), or None when none matches."""
+    found = pick_samples(samples, name, labels)
+    return float(sum(s.value for s in found)) if found else None
+
+
+def _rank0(samples: Sequence[Sample], name: str, labels: Mapping[str, str]) -> float | None:
+    # Scheduler series carry tp_rank; with --enable-metrics-for-all-schedulers every rank exports
+    # its own, and only rank 0's describe one pass of the model.
+    found = pick_samples(samples, name, labels)
+    if any("tp_rank" in s.labels for s in found):
+        found = [s for s in found if s.labels.get("tp_rank") == "0"]
+    return float(sum(s.value for s in found)) if found else None
+
+
+def verify_ms_from_metrics(before: str, after: str) -> float | None:
+    """Mean GPU time of one target-verify pass in ms between two /metrics scrapes, or None when the
+    server did not run with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 or no decode pass happened."""
+    b, a = parse_prometheus(before), parse_prometheus(after)
+    v0 = _rank0(b, VERIFY_SECONDS, {"category": "target_verify"})
+    v1 = _rank0(a, VERIFY_SECONDS, {"category": "target_verify"})
+    if v0 is None or v1 is None:
+        return None
+    passes = []
+    for snapshot in (b, a):
+        per_mode = [_rank0(snapshot, DECODE_PASSES, {"mode": m}) for m in DECODE_PASS_MODES]
+        passes.append(sum(p for p in per_mode if p is not None) if any(p is not None for p in per_mode) else None)
+    if passes[0] is None or passes[1] is None:
+        return None
+    d_passes = passes[1] - passes[0]
+    d_seconds = v1 - v0
+    if d_passes <= 0 or d_seconds < 0:
+        return None
+    return d_seconds / d_passes * 1000.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduler log lines
+
+_DECODE_RE = re.compile(
+    r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d{1,6})?)"
+    r"(?P<prefix>(?: [A-Z]+-?\d+)*)\] "
+    r"Decode batch(?: \[(?P<iter>\d+)\])?, (?P<fields>.*)$"
+)
+_PREFIX_RE = re.compile(r"([A-Z]+)-?(\d+)")
+
+
+@dataclass(frozen=True)
+class DecodeLogLine:
+    """One `Decode batch, ...` line of the SGLang scheduler log."""
+
+    timestamp: _dt.datetime
+    """Server local time, as logged (seconds, or milliseconds with SGLANG_LOG_MS=1)."""
+    ranks: dict[str, int]
+    """Logger prefix, e.g. {"TP": 0} or {"DP": 1, "TP": 0}; empty for TP=1."""
+    running_req: int
+    gen_throughput: float
+    """token/s over the last decode_log_interval iterations."""
+    queue_req: int | None = None
+    num_tokens: int | None = None
+    token_usage: float | None = None
+    accept_len: float | None = None
+    accept_rate: float | None = None
+    cuda_graph: bool | None = None
+    iteration: int | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+    """Fields this parser does not interpret (DSpark cap len, MFU, occupancy...)."""
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _parse_timestamp(ts: str) -> _dt.datetime:
+    ts = ts.replace(",", ".")
+    fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in ts else "%Y-%m-%d %H:%M:%S"
+    return _dt.datetime.strptime(ts, fmt)
+
+
+def parse_decode_log(text: str) -> list[DecodeLogLine]:
+    """Every `Decode batch` line in a server log, in order. Other lines are ignored."""
+    lines = []
+    for raw in text.splitlines():
+        m = _DECODE_RE.search(raw)
+        if not m:
+            continue
+        values: dict[str, str] = {}
+        for part in m.group("fields").split(", "):
+            key, sep, value = part.partition(": ")
+            if sep:
+                values[key.strip()] = value.strip()
+        if "#running-req" not in values or "gen throughput (token/s)" not in values:
+            continue
+        running = _num(values.pop("#running-req"))
+        tps = _num(values.pop("gen throughput (token/s)"))
+        if running is None or tps is None:
+            continue
+        graph_key = next((k for k in values if k.endswith("graph")), None)
+        graph = values.pop(graph_key) if graph_key else None
+        queue = values.pop("#queue-req", None)
+        tokens = values.pop("#token", None)
+        usage = values.pop("token usage", None)
+        al = values.pop("accept len", None)
+        ar = values.pop("accept rate", None)
+        lines.append(DecodeLogLine(
+            timestamp=_parse_timestamp(m.group("ts")),
+            ranks={k: int(v) for k, v in _PREFIX_RE.findall(m.group("prefix") or "")},
+            running_req=int(running),
+            gen_throughput=tps,
+            queue_req=int(queue) if queue is not None and queue.isdigit() else None,
+            num_tokens=int(tokens) if tokens is not None and tokens.isdigit() else None,
+            token_usage=_num(usage) if usage is not None else None,
+            accept_len=_num(al) if al is not None else None,
+            accept_rate=_num(ar) if ar is not None else None,
+            cuda_graph={"True": True, "False": False}.get(graph) if graph is not None else None,
+            iteration=int(m.group("iter")) if m.group("iter") else None,
+            extra=values,
+        ))
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# sglang.bench_serving JSONL
+
+def read_bench_serving_jsonl(text: str) -> list[dict[str, Any]]:
+    """The runs in a bench_serving --output-file (one JSON object per line; the file appends, and
+    values such as `"request_rate": Infinity` are allowed)."""
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)  # Python's json accepts Infinity/NaN, as bench_serving writes them.
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"bench_serving output line {number} is not JSON ({exc.msg}): {line[:80]!r}") from exc
+        if not isinstance(row, dict):
+            raise ValueError(f"bench_serving output line {number} is not a JSON object: {line[:80]!r}")
+        rows.append(row)
+    return rows
+
+
+def _finite(row: Mapping[str, Any], key: str) -> float | None:
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def metrics_from_bench_serving(row: Mapping[str, Any]) -> Metrics:
+    """Metrics from one bench_serving result row.
+
+    decode_tok_s is 1000 / median_tpot_ms (TPOT is (latency - ttft) / (output_len - 1) per request,
+    so this is the median per-request decode rate). accept_length there is the server-lifetime
+    average, warmup and earlier runs included, and is labelled so.
+    """
+    completed = int(row.get("completed") or 0)
+    output_tok_s = _finite(row, "output_throughput")
+    tpot = _finite(row, "median_tpot_ms")
+    if completed <= 0:
+        raise MetricMissing("bench_serving completed no request (completed=0)")
+    if output_tok_s is None or output_tok_s <= 0:
+        raise MetricMissing(f"bench_serving row has no positive output_throughput: {row.get('output_throughput')!r}")
+    if tpot is None or tpot <= 0:
+        raise MetricMissing(
+            f"bench_serving row has no positive median_tpot_ms ({row.get('median_tpot_ms')!r}): "
+            "decode rate needs requests with at least 2 output tokens")
+    decode = 1000.0 / tpot
+    accept = _finite(row, "accept_length")
+    errors = row.get("errors")
+    failed = sum(1 for e in errors if e) if isinstance(errors, list) else 0
+    sources = {
+        "decode_tok_s": "bench_serving:1000/median_tpot_ms",
+        "output_tok_s": "bench_serving:output_throughput",
+        "ttft_ms": "bench_serving",
+        "itl_ms": "bench_serving:per_token",
+        "tpot_ms": "bench_serving",
+    }
+    if accept is not None:
+        sources["accept_length"] = "bench_serving:server_lifetime"
+        sources["cycle_ms"] = "derived:server_lifetime_accept_length/decode_tok_s"
+        cycle = accept / decode * 1000.0
+    else:
+        sources["cycle_ms"] = "derived:1000/decode_tok_s"
+        cycle = 1000.0 / decode
+    sources["verify_ms"] = "unavailable:bench_serving_has_no_verify_timer"
+    return Metrics(
+        decode_tok_s=decode,
+        output_tok_s=output_tok_s,
+        ttft_ms_p50=_finite(row, "median_ttft_ms"),
+        ttft_ms_p99=_finite(row, "p99_ttft_ms"),
+        itl_ms_p50=_finite(row, "median_itl_ms"),
+        itl_ms_p99=_finite(row, "p99_itl_ms"),
+        tpot_ms_p50=tpot,
+        accept_length=accept,
+        cycle_ms=cycle,
+        requests_ok=completed,
+        requests_failed=failed,
+        sources=sources,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Records -> Metrics
+
+def _itl_values(record: BenchRecord) -> list[float]:
+    """Per-token inter-token latencies of one streamed request, like bench_serving: a chunk that
+    carries k tokens after a gap g gives k values g/k; the first token-carrying chunk is the TTFT,
+    and chunks without tokens do not reset the clock."""
+    times = record.chunk_times_s
+    tokens = record.chunk_tokens if record.chunk_tokens else (1,) * len(times)
+    if len(tokens) != len(times):
+        raise MetricMissing(
+            f"request {record.index}: {len(times)} chunk times but {len(tokens)} chunk token counts")
+    values: list[float] = []
+    previous: float | None = None
+    for t, k in zip(times, tokens):
+        if k <= 0:
+            continue
+        if previous is not None:
+            values.extend([(t - previous) / k] * k)
+        previous = t
+    return values
+
+
+def _spec(record: BenchRecord) -> tuple[int, int] | None:
+    """(completion tokens, verify passes) when the request went through speculative decoding."""
+    vct = record.meta_info.get("spec_verify_ct")
+    if not isinstance(vct, (int, float)) or vct <= 0:
+        return None
+    ct = record.meta_info.get("completion_tokens", record.completion_tokens)
+    return int(ct), int(vct)
+
+
+def _accept_rate(spec_records: Sequence[BenchRecord], num_draft_tokens: int | None) -> tuple[float | None, str]:
+    metas = [r.meta_info for r in spec_records]
+    vct = [float(m["spec_verify_ct"]) for m in metas]
+    correct = [m.get("spec_num_correct_drafts") for m in metas]
+    proposed = [m.get("spec_num_proposed_drafts") for m in metas]
+    if all(isinstance(c, (int, float)) for c in correct):
+        if all(isinstance(p, (int, float)) for p in proposed) and sum(proposed) > 0:
+            return sum(correct) / sum(proposed), "meta_info:sum_correct/sum_proposed"
+        if num_draft_tokens is not None and num_draft_tokens > 1:
+            return (sum(correct) / (sum(vct) * (num_draft_tokens - 1)),
+                    "meta_info:sum_correct/(sum_verify_ct*(num_draft_tokens-1))")
+    rates = [m.get("spec_accept_rate") for m in metas]
+    if all(isinstance(r, (int, float)) for r in rates):
+        # SGLang's per-request rate is correct / (verify_ct * (ndt - 1)); with one ndt per server,
+        # weighting by verify_ct gives exactly sum(correct) / sum(verify_ct * (ndt - 1)).
+        return (sum(r * v for r, v in zip(rates, vct)) / sum(vct),
+                "meta_info:verify_ct_weighted_spec_accept_rate")
+    return None, "unavailable:meta_info_lacks_spec_num_correct_drafts"
+
+
+def _log_accept_length(log_text: str, start: float, end: float) -> float | None:
+    """Mean `accept len` of the Decode batch lines logged while the measured requests ran, weighted by
+    #running-req (each line covers the same number of iterations; the count is per request)."""
+    lines = [ln for ln in parse_decode_log(log_text) if ln.accept_len is not None]
+    # Log timestamps are local wall time with 1 s resolution: allow 1 s on either side.
+    window = [ln for ln in lines if start - 1.0 <= ln.timestamp.timestamp() <= end + 1.0]
+    weights = [max(ln.running_req, 1) for ln in window]
+    if not window:
+        return None
+    return sum(ln.accept_len * w for ln, w in zip(window, weights)) / sum(weights)
+
+
+def _pctl(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def compute(
+    records: Sequence[BenchRecord],
+    *,
+    num_draft_tokens: int | None = None,
+    metrics_before: str | None = None,
+    metrics_after: str | None = None,
+    log_text: str | None = None,
+) -> Metrics:
+    """Metrics of one measurement from its per-request records (warmup excluded).
+
+    `num_draft_tokens` lets the accept rate be computed when meta_info lacks proposed-draft counts;
+    `metrics_before`/`metrics_after` (GET /metrics just before and after the measured requests)
+    give verify_ms from SGLang's device timer; `log_text` (the server log) is a fallback source of
+    accept_length when the requests carried no meta_info. Raises MetricMissing when no measured
+    request succeeded or the decode rate cannot be computed.
+    """
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    failed = len(measured) - len(ok)
+    if not ok:
+        first_error = next((r.error for r in measured if r.error), None)
+        raise MetricMissing(
+            f"no successful measured request: {len(records)} records, "
+            f"{len(records) - len(measured)} warmup, {failed} failed"
+            + (f" (first error: {first_error})" if first_error else ""))
+
+    timed = [r for r in ok if r.latency_s is not None and r.ttft_s is not None]
+    decode_rates, tpots = [], []
+    for r in timed:
+        decode_s = r.latency_s - r.ttft_s
+        if r.completion_tokens >= 2 and decode_s > 0:
+            decode_rates.append((r.completion_tokens - 1) / decode_s)
+            tpots.append(decode_s / (r.completion_tokens - 1) * 1000.0)
+    if not decode_rates:
+        raise MetricMissing(
+            f"decode rate needs an ok request with >= 2 completion tokens and latency > ttft; "
+            f"none of the {len(ok)} ok requests qualifies")
+    decode_tok_s = float(np.median(decode_rates))
+
+    ended = [r for r in ok if r.latency_s is not None]
+    span = (max(r.start_s + r.latency_s for r in ended) - min(r.start_s for r in ended)) if ended else 0.0
+    if span <= 0:
+        raise MetricMissing("output throughput needs request start and end times; the measured span is 0")
+    output_tok_s = sum(r.completion_tokens for r in ok) / span
+
+    ttfts = [r.ttft_s * 1000.0 for r in ok if r.ttft_s is not None]
+    itls = [v * 1000.0 for r in ok for v in _itl_values(r)]
+
+    sources = {
+        "decode_tok_s": "client:median_per_request_(completion_tokens-1)/(latency-ttft)",
+        "output_tok_s": "client:sum_completion_tokens/(last_end-first_start)",
+        "ttft_ms": "client",
+        "itl_ms": "client:per_token_chunk_gap/k",
+        "tpot_ms": "client",
+    }
+
+    spec_records = [r for r in ok if _spec(r) is not None]
+    accept_length = accept_rate = cycle_ms = verify_ms = None
+    if spec_records:
+        pairs = [_spec(r) for r in spec_records]
+        accept_length = sum(ct for ct, _ in pairs) / sum(v for _, v in pairs)
+        sources["accept_length"] = "meta_info:sum_completion_tokens/sum_spec_verify_ct"
+        accept_rate, sources["accept_rate"] = _accept_rate(spec_records, num_draft_tokens)
+        cycles = [(r.latency_s - r.ttft_s) / _spec(r)[1] * 1000.0
+                  for r in spec_records
+                  if r.latency_s is not None and r.ttft_s is not None and r.latency_s > r.ttft_s]
+        if cycles:
+            cycle_ms = float(np.median(cycles))
+            sources["cycle_ms"] = "derived:median_per_request_(latency-ttft)/spec_verify_ct"
+    elif log_text:
+        start = min(r.start_s for r in ok)
+        end = max(r.start_s + (r.latency_s or 0.0) for r in ok)
+        accept_length = _log_accept_length(log_text, start, end)
+        if accept_length is not None:
+            sources["accept_length"] = "decode_log:running_req_weighted_mean_in_window"
+            cycle_ms = accept_length / decode_tok_s * 1000.0
+            sources["cycle_ms"] = "derived:accept_length/decode_tok_s"
+    if accept_length is None:
+        cycle_ms = 1000.0 / decode_tok_s
+        sources["cycle_ms"] = "derived:1000/decode_tok_s"
+
+    if metrics_before is not None and metrics_after is not None:
+        verify_ms = verify_ms_from_metrics(metrics_before, metrics_after)
+    if verify_ms is not None:
+        sources["verify_ms"] = "device_timer"
+    elif accept_length is not None:
+        sources["verify_ms"] = (
+            "unavailable:needs_SGLANG_ENABLE_METRICS_DEVICE_TIMER=1_and_/metrics_before_and_after")
+
+    return Metrics(
+        decode_tok_s=decode_tok_s,
+        output_tok_s=output_tok_s,
+        ttft_ms_p50=_pctl(ttfts, 50),
+        ttft_ms_p99=_pctl(ttfts, 99),
+        itl_ms_p50=_pctl(itls, 50),
+        itl_ms_p99=_pctl(itls, 99),
+        tpot_ms_p50=_pctl(tpots, 50),
+        accept_length=accept_length,
+        accept_rate=accept_rate,
+        verify_ms=verify_ms,
+        cycle_ms=cycle_ms,
+        requests_ok=len(ok),
+        requests_failed=failed,
+        sources=sources,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Repeats -> median + interval
+
+SUMMARY_FIELDS: tuple[str, ...] = tuple(
+    name for name, f in Metrics.model_fields.items()
+    if f.annotation is float or float in typing.get_args(f.annotation)
+)
+"""The Metrics fields that get a median and a bootstrap interval."""
+
+
+def summarize(repeats: Sequence[Metrics], *, seed: int = 0, n_boot: int = 2000) -> tuple[Metrics, MeasurementSummary]:
+    """The field-wise median of r repeated measurements, and their medians with bootstrap 95%
+    intervals. A field missing (None) in some repeats is summarised over the others. Request
+    counts add up over repeats, so a failure in one repeat is not hidden by the median."""
+    if not repeats:
+        raise MetricMissing("summarize needs at least one measurement, but got none")
+    medians: dict[str, float] = {}
+    lows: dict[str, float] = {}
+    highs: dict[str, float] = {}
+    for name in SUMMARY_FIELDS:
+        values = [getattr(m, name) for m in repeats if getattr(m, name) is not None]
+        values = [float(v) for v in values if math.isfinite(v)]
+        if not values:
+            continue
+        medians[name] = float(np.median(values))
+        lows[name], highs[name] = bootstrap_ci(values, n_boot=n_boot, seed=seed)
+
+    sources: dict[str, str] = {}
+    for key in sorted({k for m in repeats for k in m.sources}):
+        distinct = sorted({m.sources[k] for m in repeats if k in m.sources})
+        sources[key] = " | ".join(distinct)
+    if len(repeats) > 1:
+        sources["summary"] = f"median_of_{len(repeats)}_repeats"
+
+    median_metrics = Metrics(
+        **{name: medians.get(name) for name in SUMMARY_FIELDS},
+        requests_ok=sum(m.requests_ok for m in repeats),
+        requests_failed=sum(m.requests_failed for m in repeats),
+        sources=sources,
+    )
+    summary = MeasurementSummary(repeats=len(repeats), median=medians, ci95_low=lows, ci95_high=highs)
+    return median_metrics, summary

@@ -1,0 +1,311 @@
+"""Choose and confirm the champion: feasibility, speed-up against the baseline, and the statistics
+that decide whether a gain is real.
+
+Everything here is pure: numbers and outcomes in, a decision (with its reason in words) out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.records import Metrics, TrialOutcome, TrialRole, TrialStatus
+
+Direction = Literal["maximize", "minimize"]
+
+METRIC_NAMES: tuple[str, ...] = tuple(
+    name for name, field in Metrics.model_fields.items() if name != "sources"
+)
+"""Fields of Metrics that an objective or a constraint may name."""
+
+
+def _check_direction(direction: str) -> None:
+    if direction not in ("maximize", "minimize"):
+        raise ValueError(f"direction must be 'maximize' or 'minimize', but got {direction!r}")
+
+
+def _as_array(samples: Sequence[float], what: str) -> np.ndarray:
+    values = np.asarray(list(samples), dtype=float)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f"{what} needs at least one sample, but got {len(values)}")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{what} must be finite numbers, but got {list(samples)!r}")
+    return values
+
+
+def _apply_rows(stat: Callable[..., float], boot: np.ndarray) -> np.ndarray:
+    try:
+        out = np.asarray(stat(boot, axis=1), dtype=float)
+        if out.shape == (boot.shape[0],):
+            return out
+    except TypeError:
+        pass
+    return np.asarray([stat(row) for row in boot], dtype=float)
+
+
+def bootstrap_ci(
+    samples: Sequence[float],
+    *,
+    stat: Callable[..., float] = np.median,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of `stat` over `samples` (same seed -> same interval).
+
+    With a single sample the interval collapses to that sample.
+    """
+    values = _as_array(samples, "bootstrap_ci")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), but got {level}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, but got {n_boot}")
+    if values.size == 1:
+        v = float(stat(values))
+        return v, v
+    rng = np.random.default_rng(seed)
+    boot = values[rng.integers(0, values.size, size=(n_boot, values.size))]
+    stats = _apply_rows(stat, boot)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(stats, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def speedup(value: float, baseline: float, *, direction: Direction = "maximize") -> float:
+    """How many times better than the baseline: value/baseline for throughput, baseline/value for latency."""
+    _check_direction(direction)
+    if not (math.isfinite(baseline) and baseline > 0):
+        raise ValueError(f"baseline must be a positive number, but got {baseline!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"value must be a positive number, but got {value!r}")
+    return value / baseline if direction == "maximize" else baseline / value
+
+
+def nearest_baseline(t: float, baselines: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The (time, value) baseline measured closest in time to `t`; on a tie, the earlier one."""
+    if not baselines:
+        raise ValueError("nearest_baseline needs at least one (time, value) baseline, but got none")
+    return min(baselines, key=lambda tv: (abs(tv[0] - t), tv[0]))
+
+
+def drift(
+    baselines: Sequence[tuple[float, float]], *, threshold: float = 0.05
+) -> tuple[float, bool]:
+    """Largest relative change of any baseline against the first one measured, and whether it
+    exceeds `threshold` (0.05 = 5%). Fewer than two baselines cannot drift: (0.0, False)."""
+    if threshold < 0:
+        raise ValueError(f"threshold must be >= 0, but got {threshold}")
+    if len(baselines) < 2:
+        return 0.0, False
+    ordered = sorted(baselines, key=lambda tv: tv[0])
+    first = ordered[0][1]
+    if not first > 0:
+        raise ValueError(f"the first baseline must be positive, but got {first!r}")
+    change = max(abs(v - first) / first for _, v in ordered)
+    return float(change), bool(change > threshold)
+
+
+def env_applied(outcome: TrialOutcome) -> bool:
+    """Whether the trial proves its environment reached the workers.
+
+    Only an observation that says ok counts (observe.EnvObservation dumped into effective_env);
+    a trial without an observation proves nothing and is not eligible.
+    """
+    return bool(outcome.effective_env.get("ok") is True) and (
+        outcome.failure_kind is None or outcome.failure_kind.value != "env_not_applied"
+    )
+
+
+def _metric(outcome: TrialOutcome, name: str) -> float | None:
+    if outcome.metrics is None:
+        return None
+    value = getattr(outcome.metrics, name)
+    if value is None or not math.isfinite(float(value)):
+        return None
+    return float(value)
+
+
+def _check_metric_name(name: str, what: str) -> None:
+    if name not in METRIC_NAMES:
+        raise ValueError(
+            f"{what} {name!r} is not a measured metric; choose one of: {', '.join(METRIC_NAMES)}"
+        )
+
+
+def feasible(
+    outcome: TrialOutcome, constraints: Mapping[str, tuple[float | None, float | None]]
+) -> bool:
+    """Whether every constrained metric is present and within its [low, high] bounds (None = open)."""
+    for name, (low, high) in constraints.items():
+        value = _metric(outcome, name)
+        if value is None:
+            return False
+        if low is not None and value < low:
+            return False
+        if high is not None and value > high:
+            return False
+    return True
+
+
+def pick_champion(
+    outcomes: Sequence[TrialOutcome],
+    *,
+    metric: str,
+    direction: Direction,
+    constraints: Mapping[str, tuple[float | None, float | None]] | None = None,
+) -> TrialOutcome | None:
+    """The best eligible trial by `metric`, or None when no trial is eligible.
+
+    Eligible: status COMPLETE, not a baseline, environment proven applied (env_applied), the metric
+    present, and every constraint satisfied. Ties go to the lower trial number.
+    """
+    _check_direction(direction)
+    _check_metric_name(metric, "objective metric")
+    constraints = dict(constraints or {})
+    for name, bounds in constraints.items():
+        _check_metric_name(name, "constraint")
+        if len(bounds) != 2:
+            raise ValueError(f"constraint {name!r} must be (low, high), but got {bounds!r}")
+        low, high = bounds
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"constraint {name!r}: low <= high must hold, but got ({low}, {high})")
+
+    best: TrialOutcome | None = None
+    best_key: tuple[float, int] | None = None
+    sign = -1.0 if direction == "maximize" else 1.0
+    for outcome in outcomes:
+        if outcome.status is not TrialStatus.COMPLETE or outcome.role is TrialRole.baseline:
+            continue
+        if not env_applied(outcome) or not feasible(outcome, constraints):
+            continue
+        value = _metric(outcome, metric)
+        if value is None:
+            continue
+        key = (sign * value, outcome.number)
+        if best_key is None or key < best_key:
+            best, best_key = outcome, key
+    return best
+
+
+class GateResult(BaseModel):
+    """The promotion gate's decision, with the numbers behind it and the reason in words."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    passed: bool
+    gain: float
+    """Relative improvement of the champion's median over the baseline's (0.041 = +4.1%)."""
+    ci_low: float
+    ci_high: float
+    min_gain: float
+    direction: Direction
+    paired: bool
+    n_champion: int
+    n_baseline: int
+    reason: str
+
+
+def _relative_gain(champion: np.ndarray, baseline: np.ndarray, direction: str, axis=None):
+    c = np.median(champion, axis=axis)
+    b = np.median(baseline, axis=axis)
+    return (c - b) / b if direction == "maximize" else (b - c) / b
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def promotion_gate(
+    champion: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    min_gain: float,
+    seed: int = 0,
+    direction: Direction = "maximize",
+    n_boot: int = 2000,
+    level: float = 0.95,
+) -> GateResult:
+    """Decide whether the champion really beats the baseline.
+
+    `champion` and `baseline` are re-measurements taken interleaved (A B A B ...). The gain is the
+    relative difference of the medians (positive = better, whatever the direction). Its interval is
+    a percentile bootstrap: paired (the same indices resampled in both series) when the series have
+    equal length, since neighbours in time share the host's drift; unpaired otherwise. The gate
+    passes only if the gain is at least `min_gain` and the whole interval lies above zero.
+    """
+    _check_direction(direction)
+    c = _as_array(champion, "promotion_gate champion")
+    b = _as_array(baseline, "promotion_gate baseline")
+    if not np.all(b > 0) or not np.all(c > 0):
+        raise ValueError("promotion_gate needs positive measurements (tok/s or ms)")
+    paired = c.size == b.size
+    gain = float(_relative_gain(c, b, direction))
+    rule = f"required >= {_pct(min_gain)} and interval above 0"
+
+    if c.size < 2 or b.size < 2:
+        return GateResult(
+            passed=False, gain=gain, ci_low=gain, ci_high=gain, min_gain=min_gain,
+            direction=direction, paired=paired, n_champion=int(c.size), n_baseline=int(b.size),
+            reason=(f"champion {_pct(gain)} over baseline from {c.size} vs {b.size} measurements; "
+                    f"{rule}: at least 2 measurements of each are needed for an interval"),
+        )
+
+    rng = np.random.default_rng(seed)
+    if paired:
+        idx = rng.integers(0, c.size, size=(n_boot, c.size))
+        cb, bb = c[idx], b[idx]
+    else:
+        cb = c[rng.integers(0, c.size, size=(n_boot, c.size))]
+        bb = b[rng.integers(0, b.size, size=(n_boot, b.size))]
+    gains = _relative_gain(cb, bb, direction, axis=1)
+    alpha = (1.0 - level) / 2.0
+    low, high = (float(x) for x in np.quantile(gains, [alpha, 1.0 - alpha]))
+
+    failures = []
+    if gain < min_gain:
+        failures.append("gain below the minimum")
+    if low <= 0:
+        failures.append("interval includes 0" if high >= 0 else "interval below 0")
+    passed = not failures
+    summary = f"champion {_pct(gain)} [{_pct(low)}, {_pct(high)}] over baseline; {rule}"
+    reason = summary if passed else f"{summary}: {' and '.join(failures)}"
+    return GateResult(
+        passed=passed, gain=gain, ci_low=low, ci_high=high, min_gain=min_gain,
+        direction=direction, paired=paired, n_champion=int(c.size), n_baseline=int(b.size),
+        reason=reason,
+    )
+
+
+def pareto_front(
+    points: Sequence[Mapping[str, float | None]], objectives: Sequence[tuple[str, Direction]]
+) -> list[int]:
+    """Indices (ascending) of the points no other point dominates on `objectives`.
+
+    A point missing any objective (absent or None) is not on the front. Equal points do not
+    dominate each other, so duplicates are all kept.
+    """
+    if not objectives:
+        raise ValueError("pareto_front needs at least one (name, direction) objective")
+    for _, direction in objectives:
+        _check_direction(direction)
+    rows: list[tuple[int, tuple[float, ...]]] = []
+    for i, point in enumerate(points):
+        values = [point.get(name) for name, _ in objectives]
+        if any(v is None or not math.isfinite(float(v)) for v in values):
+            continue
+        # Orient every objective so that larger is better.
+        rows.append((i, tuple(float(v) if d == "maximize" else -float(v)
+                              for v, (_, d) in zip(values, objectives))))
+    front = []
+    for i, vi in rows:
+        dominated = any(
+            all(a >= b for a, b in zip(vj, vi)) and any(a > b for a, b in zip(vj, vi))
+            for j, vj in rows if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return front

@@ -1,0 +1,195 @@
+"""The only module that touches Optuna objects: the study in RDB storage, ask and tell.
+
+Optuna's storage is the source of truth for resume. Each trial carries user attributes (role,
+failure kind, reason, MLflow run id) so another process (`sweep status`) can read progress from the
+storage alone. Trials created by ask() record no heartbeat (Optuna 5), so resume finds trials a
+killed driver left RUNNING itself and closes them.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from orchestrator import space as sp
+from orchestrator.records import ParamValue
+from orchestrator.spec import SamplerSpec, SearchSpace
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass(frozen=True)
+class TrialView:
+    """A read-only view of one Optuna trial in our terms."""
+
+    number: int
+    state: str
+    params: dict[str, ParamValue]
+    values: tuple[float, ...] | None
+    attrs: dict[str, Any]
+    start: float | None
+    end: float | None
+
+    @property
+    def role(self) -> str:
+        return self.attrs.get("role", "search")
+
+
+def _sampler(cfg: SamplerSpec, multi: bool) -> optuna.samplers.BaseSampler:
+    if cfg.kind == "random" or cfg.kind == "grid":
+        # grid: the points are enqueued one by one (see Study.ask); random covers nothing else.
+        return optuna.samplers.RandomSampler(seed=cfg.seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # multivariate+group model the interactions between knobs and handle conditional ones;
+        # constant_liar keeps concurrent trials from being proposed the same point.
+        return optuna.samplers.TPESampler(
+            seed=cfg.seed, n_startup_trials=cfg.startup_trials, multivariate=True, group=True,
+            constant_liar=True,
+        )
+
+
+class Study:
+    """An Optuna study in RDB storage driven by ask/tell."""
+
+    def __init__(self, storage_url: str, name: str, space: SearchSpace, sampler: SamplerSpec,
+                 directions: Sequence[str]):
+        self.storage_url = storage_url
+        self.name = name
+        self.space = space
+        self.sampler_cfg = sampler
+        self.directions = list(directions)
+        self._study: optuna.Study | None = None
+        self._asked: dict[int, optuna.Trial] = {}
+        self._grid: Iterator[dict[str, ParamValue]] | None = None
+
+    # -- lifecycle
+
+    def exists(self) -> bool:
+        try:
+            names = optuna.study.get_all_study_names(storage=self.storage_url)
+        except Exception:  # a fresh sqlite file has no schema yet
+            return False
+        return self.name in names
+
+    def open(self) -> None:
+        storage = optuna.storages.RDBStorage(self.storage_url, engine_kwargs=_engine_kwargs(self.storage_url))
+        self._study = optuna.create_study(
+            study_name=self.name, storage=storage, directions=self.directions,
+            sampler=_sampler(self.sampler_cfg, len(self.directions) > 1), load_if_exists=True,
+        )
+        if self.sampler_cfg.kind == "grid":
+            order = [p for p in sp.points(self.space) if sp.infeasible_reason(p) is None]
+            random.Random(self.sampler_cfg.seed).shuffle(order)
+            self._grid = iter(order)
+
+    @property
+    def study(self) -> optuna.Study:
+        if self._study is None:
+            raise RuntimeError("Study.open() must be called first")
+        return self._study
+
+    # -- attributes of the whole sweep
+
+    def get_attr(self, key: str, default: Any = None) -> Any:
+        return self.study.user_attrs.get(key, default)
+
+    def set_attr(self, key: str, value: Any) -> None:
+        self.study.set_user_attr(key, value)
+
+    # -- ask / tell
+
+    def enqueue(self, params: Mapping[str, ParamValue], attrs: Mapping[str, Any]) -> None:
+        """Queue exact parameters (baseline, re-measure); the next ask() returns them first."""
+        fixed = {k: v for k, v in params.items() if v is not None or _none_allowed(self.space, k)}
+        self.study.enqueue_trial(fixed, user_attrs=dict(attrs), skip_if_exists=False)
+
+    def ask(self) -> tuple[int, dict[str, ParamValue], dict[str, Any]]:
+        """A new trial: (number, every knob of the space, user attrs it was enqueued with)."""
+        if self._grid is not None and not self._waiting():
+            tried = {sp.key(t.params) for t in self.trials()}
+            for point in self._grid:
+                if sp.key(point) not in tried:
+                    self.enqueue(point, {"role": "search"})
+                    break
+        trial = self.study.ask()
+        chosen: dict[str, ParamValue] = {}
+        for name in sp.ordered(self.space):
+            param = self.space.params[name]
+            if not sp.is_active(param, chosen):
+                chosen[name] = None
+                continue
+            dist = sp.distribution(param)
+            if isinstance(dist, optuna.distributions.CategoricalDistribution):
+                chosen[name] = trial.suggest_categorical(name, list(dist.choices))
+            else:
+                chosen[name] = trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+        self._asked[trial.number] = trial
+        return trial.number, sp.complete(self.space, chosen), dict(trial.user_attrs)
+
+    def _waiting(self) -> bool:
+        return any(t.state == TrialState.WAITING for t in self.study.get_trials(deepcopy=False))
+
+    def set_trial_attrs(self, number: int, attrs: Mapping[str, Any]) -> None:
+        trial = self._asked.get(number)
+        if trial is not None:
+            for k, v in attrs.items():
+                trial.set_user_attr(k, v)
+            return
+        frozen = self.study.get_trials(deepcopy=False)[number]
+        for k, v in attrs.items():
+            self.study._storage.set_trial_user_attr(frozen._trial_id, k, v)  # no public API for old trials
+
+    def tell_complete(self, number: int, values: Sequence[float], attrs: Mapping[str, Any]) -> None:
+        self.set_trial_attrs(number, attrs)
+        self.study.tell(number, list(values) if len(values) > 1 else values[0])
+        self._asked.pop(number, None)
+
+    def tell_failed(self, number: int, attrs: Mapping[str, Any]) -> None:
+        self.set_trial_attrs(number, attrs)
+        self.study.tell(number, state=TrialState.FAIL)
+        self._asked.pop(number, None)
+
+    # -- reading
+
+    def trials(self) -> list[TrialView]:
+        return [_view(t) for t in self.study.get_trials(deepcopy=False)]
+
+    def running(self) -> list[TrialView]:
+        return [t for t in self.trials() if t.state == "RUNNING"]
+
+
+def _none_allowed(space: SearchSpace, name: str) -> bool:
+    param = space.params.get(name)
+    return param is not None and param.choices is not None and None in param.choices
+
+
+def _view(t: optuna.trial.FrozenTrial) -> TrialView:
+    return TrialView(
+        number=t.number, state=t.state.name, params=dict(t.params),
+        values=tuple(t.values) if t.values is not None else None, attrs=dict(t.user_attrs),
+        start=t.datetime_start.timestamp() if t.datetime_start else None,
+        end=t.datetime_complete.timestamp() if t.datetime_complete else None,
+    )
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    # sqlite: wait for the lock instead of failing when `sweep status` reads while the driver writes.
+    return {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+
+
+def read_only(storage_url: str, name: str) -> tuple[list[TrialView], dict[str, Any]] | None:
+    """Trials of study `name` for `sweep status`, or None when there is no such study."""
+    try:
+        storage = optuna.storages.RDBStorage(storage_url, engine_kwargs=_engine_kwargs(storage_url),
+                                             skip_compatibility_check=True)
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+    return [_view(t) for t in study.get_trials(deepcopy=False)], dict(study.user_attrs)
