@@ -1,0 +1,726 @@
+"""What really ran: the environment each rank worker got, NCCL's own account of its settings, which
+all-reduce carried the decode/verify messages, and the host's fingerprint.
+
+Thin shells read /proc and run nvidia-smi; everything they read goes through pure functions
+(evaluate_env, parse_nccl_log, check_env_applied, allreduce_path, plan_warnings, fingerprint_hash)
+that the tests drive with text in the real formats.
+
+/proc/<pid>/environ shows the environment a process was exec'ed with. SGLang starts its scheduler
+processes with multiprocessing's spawn method (a fresh exec that inherits the launcher's
+environment, including the NCCL_* variables SGLang sets itself before spawning), so it shows what
+NCCL in each rank reads. A process that forks without exec and then changes its environment is
+not seen correctly; NCCL's `... set by environment to ...` lines (NCCL_DEBUG=INFO) are the
+independent cross-check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.redact import redact_env, redact_text
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------------
+# /proc
+
+def _proc_stat_ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: ppid follows the last ')'.
+    rest = stat[stat.rfind(")") + 2:].split()
+    try:
+        return int(rest[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def descendants(pid: int) -> list[int]:
+    """All live descendants of `pid` (children, grandchildren, ...), sorted, from /proc/*/stat."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        ppid = _proc_stat_ppid(int(entry))
+        if ppid is not None:
+            children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    stack = list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        if child in found or child == pid:
+            continue
+        found.append(child)
+        stack.extend(children.get(child, []))
+    return sorted(found)
+
+
+def _split_nul(data: bytes) -> list[str]:
+    return [part.decode("utf-8", "surrogateescape") for part in data.split(b"\0") if part]
+
+
+def read_environ(pid: int) -> dict[str, str] | None:
+    """The environment `pid` was started with, or None if it cannot be read (gone, not ours)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    env: dict[str, str] = {}
+    for item in _split_nul(data):
+        key, sep, value = item.partition("=")
+        if sep:
+            env[key] = value
+    return env
+
+
+def read_cmdline(pid: int) -> tuple[str, ...] | None:
+    """The argv of `pid` (or its process title when it set one), or None if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    parts = _split_nul(data)
+    # setproctitle leaves the title padded with spaces in argv[0].
+    return tuple(p.strip() for p in parts if p.strip())
+
+
+def _read_exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class ProcessSnapshot:
+    """One process as /proc showed it at one moment."""
+
+    pid: int
+    ppid: int | None
+    cmdline: tuple[str, ...]
+    exe: str | None
+    environ: dict[str, str] | None
+    """None when /proc/<pid>/environ could not be read."""
+
+
+def snapshot_tree(server_pid: int) -> list[ProcessSnapshot]:
+    """The server process and all its descendants, read from /proc now."""
+    snaps = []
+    for pid in [server_pid, *descendants(server_pid)]:
+        cmdline = read_cmdline(pid)
+        if cmdline is None and not os.path.exists(f"/proc/{pid}"):
+            continue  # exited between listing and reading
+        snaps.append(ProcessSnapshot(pid=pid, ppid=_proc_stat_ppid(pid), cmdline=cmdline or (),
+                                     exe=_read_exe(pid), environ=read_environ(pid)))
+    return snaps
+
+
+# ---------------------------------------------------------------------------------------------
+# Which processes are rank workers, and what they got
+
+RANK_WORKER_RULE = (
+    "rank workers are the server's descendants whose command line names a tensor-parallel rank: "
+    "SGLang's process title 'sglang::scheduler_TP<r>' (also with DP/PP/EP parts), or an argument "
+    "'--tp-rank <r>' / '--rank <r>' / 'tp_rank=<r>'. When no descendant names a rank, every Python "
+    "descendant except multiprocessing's helpers (resource_tracker, forkserver) counts, numbered "
+    "0, 1, ... in pid order."
+)
+
+_TITLE_RANK = re.compile(r"scheduler(?:_[A-Z]+\d+)*_TP(\d+)")
+_ARG_RANK = re.compile(r"^(?:--tp-rank|--tp_rank|--rank)(?:=(\d+))?$")
+_KV_RANK = re.compile(r"\btp_rank=(\d+)\b")
+_MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver",
+               "multiprocessing.semaphore_tracker")
+
+
+def rank_from_cmdline(cmdline: Sequence[str]) -> int | None:
+    """The tensor-parallel rank a command line names, or None."""
+    for i, arg in enumerate(cmdline):
+        m = _TITLE_RANK.search(arg) or _KV_RANK.search(arg)
+        if m:
+            return int(m.group(1))
+        m = _ARG_RANK.match(arg)
+        if m:
+            if m.group(1) is not None:
+                return int(m.group(1))
+            if i + 1 < len(cmdline) and cmdline[i + 1].isdigit():
+                return int(cmdline[i + 1])
+    return None
+
+
+def _is_python(snap: ProcessSnapshot) -> bool:
+    names = [os.path.basename(snap.exe or ""), os.path.basename(snap.cmdline[0]) if snap.cmdline else ""]
+    return any(re.match(r"python\d*(\.\d+)?$", n) for n in names)
+
+
+def rank_workers(server_pid: int, snapshots: Sequence[ProcessSnapshot]) -> dict[int, ProcessSnapshot]:
+    """rank -> process, by RANK_WORKER_RULE."""
+    children = [s for s in snapshots if s.pid != server_pid]
+    named = {}
+    for snap in sorted(children, key=lambda s: s.pid):
+        rank = rank_from_cmdline(snap.cmdline)
+        if rank is not None and rank not in named:
+            named[rank] = snap
+    if named:
+        return dict(sorted(named.items()))
+    fallback = [s for s in sorted(children, key=lambda s: s.pid)
+                if _is_python(s) and not any(h in " ".join(s.cmdline) for h in _MP_HELPERS)]
+    return dict(enumerate(fallback))
+
+
+class ProcessEnv(_Frozen):
+    """What one process got of the requested environment."""
+
+    pid: int
+    ppid: int | None = None
+    cmdline: str = ""
+    """Redacted and cut to 300 characters."""
+    rank: int | None = None
+    """Tensor-parallel rank when the process is a rank worker."""
+    readable: bool = True
+    present: tuple[str, ...] = ()
+    """Requested variables present with the requested value."""
+    missing: tuple[str, ...] = ()
+    mismatched: dict[str, str] = Field(default_factory=dict)
+    """Requested variables present with another value: name -> the value found (redacted)."""
+    nccl_env: dict[str, str] = Field(default_factory=dict)
+    """Every NCCL_* variable the process has, requested or not (SGLang sets some itself)."""
+
+
+class EnvObservation(_Frozen):
+    """Proof (or not) that the requested environment reached every rank worker."""
+
+    server_pid: int
+    requested: dict[str, str]
+    expected_ranks: int
+    rule: str = RANK_WORKER_RULE
+    processes: tuple[ProcessEnv, ...] = ()
+    rank_pids: dict[int, int] = Field(default_factory=dict)
+    """rank -> pid of the rank workers found."""
+    ok: bool
+    problems: tuple[str, ...] = ()
+
+
+def _fmt_ranks(items: Sequence[ProcessEnv]) -> str:
+    label = "rank" if len(items) == 1 else "ranks"
+    return f"{label} " + ", ".join(f"{p.rank} (pid {p.pid})" for p in items)
+
+
+def evaluate_env(
+    server_pid: int,
+    snapshots: Sequence[ProcessSnapshot],
+    requested: Mapping[str, str],
+    expected_ranks: int,
+) -> EnvObservation:
+    """Compare the requested variables against what each process got (pure; see observe_env)."""
+    requested = {k: str(v) for k, v in requested.items()}
+    ranks = rank_workers(server_pid, snapshots)
+    rank_by_pid = {snap.pid: rank for rank, snap in ranks.items()}
+    processes = []
+    for snap in sorted(snapshots, key=lambda s: s.pid):
+        env = snap.environ
+        present, missing, mismatched = [], [], {}
+        if env is not None:
+            for name, want in requested.items():
+                if name not in env:
+                    missing.append(name)
+                elif env[name] != want:
+                    mismatched[name] = env[name]
+                else:
+                    present.append(name)
+        nccl = {k: v for k, v in (env or {}).items() if k.startswith("NCCL_")}
+        processes.append(ProcessEnv(
+            pid=snap.pid, ppid=snap.ppid, cmdline=redact_text(" ".join(snap.cmdline))[:300],
+            rank=rank_by_pid.get(snap.pid), readable=env is not None,
+            present=tuple(present), missing=tuple(missing),
+            mismatched=redact_env(mismatched), nccl_env=redact_env(nccl),
+        ))
+
+    workers = [p for p in processes if p.rank is not None]
+    workers.sort(key=lambda p: p.rank)
+    problems = []
+    if len(workers) < expected_ranks:
+        problems.append(f"found {len(workers)} rank worker(s) under pid {server_pid}, "
+                        f"expected {expected_ranks}")
+    unreadable = [p for p in workers if not p.readable]
+    if unreadable:
+        problems.append(f"could not read the environment of {_fmt_ranks(unreadable)}")
+    shown = redact_env(requested)
+    for name in requested:
+        lacking = [p for p in workers if name in p.missing]
+        if lacking:
+            problems.append(f"{name} did not reach {_fmt_ranks(lacking)}")
+        for p in workers:
+            if name in p.mismatched:
+                problems.append(f"{name} reached rank {p.rank} (pid {p.pid}) as "
+                                f"{p.mismatched[name]!r}, requested {shown[name]!r}")
+    return EnvObservation(
+        server_pid=server_pid, requested=shown, expected_ranks=expected_ranks,
+        processes=tuple(processes), rank_pids={p.rank: p.pid for p in workers},
+        ok=not problems, problems=tuple(problems),
+    )
+
+
+def observe_env(server_pid: int, requested: Mapping[str, str], expected_ranks: int) -> EnvObservation:
+    """Read the environment of the server's process tree from /proc and check the requested
+    variables on every rank worker (rule: RANK_WORKER_RULE)."""
+    return evaluate_env(server_pid, snapshot_tree(server_pid), requested, expected_ranks)
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL's log (NCCL_DEBUG=INFO)
+
+_NCCL_LINE = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL INFO (?P<msg>.*?)\s*$")
+_NCCL_SET = re.compile(r"^(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*)$")
+_NCCL_VERSION = re.compile(r"^NCCL version (?P<version>\S+)")
+_NCCL_TUNING = re.compile(
+    r"^(?P<op>[A-Za-z]+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\S+) proto (?P<proto>\S+)")
+
+
+class NcclRankInfo(_Frozen):
+    """What NCCL printed for one device: its version, the variables it took from the environment,
+    and which algorithm/protocol it chose per collective."""
+
+    device: int
+    """NCCL's CUDA device index (the `[n]` of its log lines); the TP rank on a single host."""
+    hosts: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
+    version: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    """`NCCL_X set by environment to V` lines: name -> V."""
+    collectives: dict[str, int] = Field(default_factory=dict)
+    """'AllReduce RING/LL' -> number of calls logged with that choice."""
+    max_bytes: dict[str, int] = Field(default_factory=dict)
+    """Largest message logged per choice, same keys as collectives."""
+
+
+def parse_nccl_log(text: str) -> dict[int, NcclRankInfo]:
+    """NCCL INFO lines of a log, grouped by device index (`host:pid:tid [dev] NCCL INFO ...`)."""
+    acc: dict[int, dict[str, Any]] = {}
+    for raw in text.splitlines():
+        m = _NCCL_LINE.search(raw)
+        if not m:
+            continue
+        dev = int(m.group("dev"))
+        info = acc.setdefault(dev, {"hosts": set(), "pids": set(), "version": None, "env": {},
+                                    "collectives": {}, "max_bytes": {}})
+        info["hosts"].add(m.group("host"))
+        info["pids"].add(int(m.group("pid")))
+        msg = m.group("msg")
+        if s := _NCCL_SET.match(msg):
+            value = s.group("value").strip()
+            # Numeric parameters are printed with a full stop ("... to 4.").
+            if value.endswith(".") and len(value) > 1:
+                value = value[:-1]
+            info["env"][s.group("name")] = value
+        elif v := _NCCL_VERSION.match(msg):
+            info["version"] = v.group("version")
+        elif t := _NCCL_TUNING.match(msg):
+            key = f"{t.group('op')} {t.group('algo')}/{t.group('proto')}"
+            info["collectives"][key] = info["collectives"].get(key, 0) + 1
+            info["max_bytes"][key] = max(info["max_bytes"].get(key, 0), int(t.group("bytes")))
+    return {
+        dev: NcclRankInfo(device=dev, hosts=tuple(sorted(i["hosts"])), pids=tuple(sorted(i["pids"])),
+                          version=i["version"], env=i["env"], collectives=i["collectives"],
+                          max_bytes=i["max_bytes"])
+        for dev, i in sorted(acc.items())
+    }
+
+
+# NCCL does not echo these as "set by environment", so their absence from its log proves nothing.
+_NCCL_SILENT = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+
+
+def check_env_applied(
+    requested: Mapping[str, str],
+    observation: EnvObservation,
+    nccl_info: Mapping[int, NcclRankInfo] | None = None,
+) -> tuple[bool, str]:
+    """(ok, reason). Not ok (the trial is env_not_applied) when a requested variable is missing or
+    different on any rank worker, or when NCCL's log shows it on some devices but not others or
+    with another value. A variable NCCL never mentions is not held against the trial."""
+    requested = {k: str(v) for k, v in requested.items()}
+    problems = list(observation.problems)
+    confirmed = []
+    if nccl_info:
+        devices = sorted(nccl_info)
+        for name, want in requested.items():
+            if not name.startswith("NCCL_") or name in _NCCL_SILENT:
+                continue
+            seen = {d: nccl_info[d].env[name] for d in devices if name in nccl_info[d].env}
+            if not seen:
+                continue
+            lacking = [d for d in devices if d not in seen]
+            wrong = {d: v for d, v in seen.items() if v != want}
+            if lacking:
+                problems.append(f"NCCL did not report {name} on device(s) "
+                                f"{', '.join(map(str, lacking))} (reported on {', '.join(map(str, sorted(seen)))})")
+            for d, v in wrong.items():
+                problems.append(f"NCCL on device {d} took {name}={v!r}, requested {want!r}")
+            if not lacking and not wrong:
+                confirmed.append(name)
+    if problems:
+        return False, "environment not applied: " + "; ".join(problems)
+    ranks = len(observation.rank_pids)
+    reason = (f"all {len(requested)} requested variable(s) reached all {ranks} rank worker(s)"
+              if requested else f"no variables requested; {ranks} rank worker(s) found")
+    if confirmed:
+        reason += f"; NCCL confirmed {', '.join(confirmed)} on {len(nccl_info)} device(s)"
+    return True, reason
+
+
+# ---------------------------------------------------------------------------------------------
+# All-reduce path
+
+def _flag_key(name: str) -> str:
+    return name.lstrip("-").replace("-", "_").lower()
+
+
+def flags_from_argv(argv: Sequence[str]) -> dict[str, str | bool]:
+    """`--flag value` / `--flag=value` / `--switch` from an argv list -> {'flag': 'value', 'switch': True}."""
+    flags: dict[str, str | bool] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if eq:
+                flags[_flag_key(name)] = value
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                flags[_flag_key(name)] = argv[i + 1]
+                i += 1
+            else:
+                flags[_flag_key(name)] = True
+        i += 1
+    return flags
+
+
+def _flags(flags: Mapping[str, Any]) -> dict[str, Any]:
+    return {_flag_key(k): v for k, v in flags.items()}
+
+
+def _on(flags: Mapping[str, Any], name: str) -> bool:
+    value = flags.get(name, False)
+    if isinstance(value, str):
+        return value.strip().lower() in ("", "1", "true", "yes", "on")
+    return bool(value)
+
+
+def _tp_size(flags: Mapping[str, Any]) -> int | None:
+    for key in ("tp_size", "tensor_parallel_size", "tp"):
+        if key in flags:
+            try:
+                return int(flags[key])
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _link(hardware: str | None) -> str | None:
+    text = (hardware or "").lower()
+    if any(w in text for w in ("nvlink", "nvswitch", "sxm", "nvl")):
+        return "nvlink"
+    if "pcie" in text:
+        return "pcie"
+    return None
+
+
+_AR_NCCL = re.compile(
+    r"(?i)call path: NCCL|custom AR disabled|custom all-?reduce (?:is )?disabled|"
+    r"setup custom all-?reduce failed|custom all-?reduce.*not supported")
+_AR_CUSTOM = re.compile(r"(?i)\[AR\].*custom\s*all-?reduce")
+
+CUSTOM_AR_WORLD_SIZES = (2, 4, 6, 8)
+
+
+def allreduce_path(flags: Mapping[str, Any], log_text: str, hardware: str | None) -> str:
+    """Which implementation carried the decode/verify all-reduces: 'custom' (SGLang's kernel),
+    'nccl', 'none' (TP 1: there are none) or 'unknown'.
+
+    The server log decides when it says so (SGLang's `[AR] ...` lines, 'Custom allreduce ...
+    disabled/failed' warnings; the last such line wins). Otherwise the flags and hardware:
+    --disable-custom-all-reduce or --enable-deterministic-inference -> nccl; custom all-reduce
+    needs one node with NVLink and a world size of 2, 4, 6 or 8, so PCIe with more than 2 GPUs,
+    or another TP size, -> nccl; NVLink with a supported size -> custom.
+    """
+    f = _flags(flags)
+    tp = _tp_size(f)
+    if tp == 1:
+        return "none"
+    verdict = None
+    for line in (log_text or "").splitlines():
+        if _AR_NCCL.search(line):
+            verdict = "nccl"
+        elif _AR_CUSTOM.search(line):
+            verdict = "custom"
+    if verdict:
+        return verdict
+    if _on(f, "disable_custom_all_reduce") or _on(f, "enable_deterministic_inference"):
+        return "nccl"
+    link = _link(hardware)
+    if tp is None or link is None:
+        return "unknown"
+    if tp not in CUSTOM_AR_WORLD_SIZES:
+        return "nccl"
+    if link == "pcie":
+        return "nccl" if tp > 2 else "unknown"
+    return "custom"
+
+
+_NCCL_NOT_TUNING = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+
+
+def plan_warnings(
+    env: Mapping[str, str],
+    flags: Mapping[str, Any],
+    hardware: str | None,
+    *,
+    swept: Iterable[str] | None = None,
+) -> list[str]:
+    """Warnings for `sweep plan` about NCCL variables that will not do what the sweep assumes.
+
+    `env` is what a plan sets, `swept` the variable names the search varies (default: every
+    NCCL_* in env). See INTERFACE.md 2.1-2.2.
+    """
+    f = _flags(flags)
+    names = sorted(set(swept) if swept is not None else set(env))
+    nccl = [n for n in names if n.startswith("NCCL_") and n not in _NCCL_NOT_TUNING]
+    warnings = []
+    if nccl and allreduce_path(f, "", hardware) == "custom":
+        warnings.append(
+            f"{', '.join(nccl)} {'is' if len(nccl) == 1 else 'are'} swept, but on this NVLink host "
+            f"SGLang's custom all-reduce carries every all-reduce up to 16 MB, which includes all "
+            f"decode and verify all-reduces; NCCL only sees larger prefill all-reduces and "
+            f"all-gathers, so these variables will barely change verify latency. Add "
+            f"--disable-custom-all-reduce to the plan (or sweep it) to put NCCL on the verify path.")
+    symm = _on(f, "enable_symm_mem")
+    if symm:
+        forced = [n for n in ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE") if n in env and env[n] != "1"]
+        warnings.append(
+            "--enable-symm-mem forces NCCL_CUMEM_ENABLE=1 and NCCL_NVLS_ENABLE=1 in the server"
+            + (f", overwriting the plan's {', '.join(f'{n}={env[n]}' for n in forced)}" if forced else "")
+            + "; NVLink multicast (NVLS) must stay off on shared hosts.")
+    if _on(f, "enable_nccl_nvls") and not symm and env.get("NCCL_NVLS_ENABLE", "1") != "1":
+        warnings.append(f"--enable-nccl-nvls forces NCCL_NVLS_ENABLE=1, overwriting the plan's "
+                        f"NCCL_NVLS_ENABLE={env['NCCL_NVLS_ENABLE']}.")
+    if "NCCL_CUMEM_ENABLE" in names and not symm:
+        warnings.append(
+            "NCCL_CUMEM_ENABLE: SGLang sets it to 0 itself when it is unset, so a trial without it "
+            "runs with 0 (not NCCL's default), and --enable-symm-mem would overwrite it with 1.")
+    if "NCCL_NVLS_ENABLE" in names and not symm and not _on(f, "enable_nccl_nvls"):
+        warnings.append(
+            "NCCL_NVLS_ENABLE: SGLang sets it to 0 itself when it is unset, and --enable-nccl-nvls "
+            "or --enable-symm-mem overwrite it with 1.")
+    if "NCCL_GRAPH_REGISTER" in names:
+        warnings.append(
+            "NCCL_GRAPH_REGISTER: SGLang sets it to 0 itself when unset whenever CUDA graphs capture "
+            "collectives with TP > 1, so a trial without it does not run NCCL's default.")
+    if _on(f, "enable_deterministic_inference"):
+        hit = [n for n in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if n in names]
+        if hit:
+            warnings.append(
+                f"--enable-deterministic-inference overwrites {', '.join(hit)} (NCCL_ALGO=allreduce:tree, "
+                f"NCCL_MIN_NCHANNELS=NCCL_MAX_NCHANNELS=8) and disables custom all-reduce: sweeping "
+                f"{'it' if len(hit) == 1 else 'them'} measures nothing.")
+    return warnings
+
+
+# ---------------------------------------------------------------------------------------------
+# Fingerprint
+
+Run = Callable[..., subprocess.CompletedProcess]
+
+_GPU_FIELDS = (
+    ("index", "index"), ("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"),
+    ("driver_version", "driver"), ("memory.total", "memory_total_mib"),
+    ("clocks.sm", "sm_clock_mhz"), ("clocks.mem", "mem_clock_mhz"),
+    ("clocks.max.sm", "sm_clock_max_mhz"), ("clocks.max.mem", "mem_clock_max_mhz"),
+    ("power.draw", "power_w"), ("power.limit", "power_limit_w"),
+    ("temperature.gpu", "temperature_c"),
+    ("pcie.link.gen.current", "pcie_gen"), ("pcie.link.gen.max", "pcie_gen_max"),
+    ("pcie.link.width.current", "pcie_width"), ("pcie.link.width.max", "pcie_width_max"),
+)
+_OPTIONAL_GPU_FIELDS = (("clocks_event_reasons.active", "clock_event_reasons"),)
+_TEXT_FIELDS = frozenset({"name", "uuid", "pci_bus_id", "driver", "clock_event_reasons"})
+
+STABLE_FIELDS = ("host", "gpu_count", "gpu_names", "driver", "cuda", "nccl", "torch", "sglang",
+                 "pcie_gen_max", "pcie_width_max", "topology", "simulated")
+"""The fingerprint fields that identify the setup; clocks, power and temperature are left out so a
+warm GPU does not look like another machine."""
+
+
+def _call(run: Run, argv: list[str], timeout: float = 15.0) -> tuple[str | None, str | None]:
+    """(stdout, None) on success, (None, why) otherwise; never raises."""
+    try:
+        proc = run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        return None, "absent"
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:g} s"
+    except Exception as exc:  # a fingerprint must never fail a trial
+        return None, f"{type(exc).__name__}: {exc}"
+    if proc.returncode != 0:
+        err = (proc.stderr or proc.stdout or "").strip().splitlines()
+        return None, f"exit {proc.returncode}: {err[-1] if err else ''}".strip()
+    return proc.stdout or "", None
+
+
+def _value(key: str, text: str) -> Any:
+    text = text.strip()
+    if text in ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]"):
+        return None
+    if key in _TEXT_FIELDS:
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return int(number) if number.is_integer() else number
+
+
+def parse_gpu_query(text: str, keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows of `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` as dicts."""
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(keys):
+            continue
+        gpus.append({k: _value(k, c) for k, c in zip(keys, cells)})
+    return gpus
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _dist_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def fingerprint(
+    *, run: Run = subprocess.run, nccl_log: str | None = None, simulated: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The host as a trial saw it: GPUs (names, driver, clocks, power, temperature, PCIe link),
+    CUDA, topology, NCCL version loaded (from `nccl_log`, NCCL_DEBUG=INFO lines, else None), torch
+    and SGLang versions, Python, CPU, host name. Works without nvidia-smi and never raises.
+    `simulated` (the simulator's fake hardware) is merged in and marked with 'simulated': True."""
+    fp: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch": _dist_version("torch"),
+        "sglang": _dist_version("sglang"),
+        "sgl_kernel": _dist_version("sgl-kernel", "sglang-kernel"),
+        "nccl_package": _dist_version("nvidia-nccl-cu13", "nvidia-nccl-cu12"),
+        "nccl": None,
+    }
+    if nccl_log:
+        versions = sorted({i.version for i in parse_nccl_log(nccl_log).values() if i.version})
+        fp["nccl"] = ", ".join(versions) or None
+
+    keys = [k for _, k in _GPU_FIELDS]
+    query = [q for q, _ in _GPU_FIELDS]
+    out, why = None, None
+    for extra in (_OPTIONAL_GPU_FIELDS, ()):
+        q = query + [e for e, _ in extra]
+        out, why = _call(run, ["nvidia-smi", f"--query-gpu={','.join(q)}", "--format=csv,noheader,nounits"])
+        if out is not None or why == "absent":
+            keys = keys + [k for _, k in extra]
+            break
+    if out is None:
+        fp.update({"gpu_count": 0, "nvidia_smi": why if why == "absent" else f"failed: {why}"})
+    else:
+        gpus = parse_gpu_query(out, keys)
+        fp.update({
+            "nvidia_smi": "ok",
+            "gpu_count": len(gpus),
+            "gpu_names": [g.get("name") for g in gpus],
+            "driver": gpus[0].get("driver") if gpus else None,
+            "pcie_gen_max": [g.get("pcie_gen_max") for g in gpus],
+            "pcie_width_max": [g.get("pcie_width_max") for g in gpus],
+            "gpus": gpus,
+        })
+        header, _ = _call(run, ["nvidia-smi"])
+        m = re.search(r"CUDA Version:\s*([\d.]+)", header or "")
+        fp["cuda"] = m.group(1) if m else None
+        topo, topo_why = _call(run, ["nvidia-smi", "topo", "-m"])
+        fp["topology"] = topo.strip() if topo is not None else None
+        if topo is None:
+            fp["topology_error"] = topo_why
+    if simulated:
+        fp.update(dict(simulated))
+        fp["simulated"] = True
+    return fp
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _stable(fp: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key in STABLE_FIELDS:
+        value = fp.get(key)
+        if key == "topology" and isinstance(value, str):
+            value = " ".join(_ANSI.sub("", value).split())
+        out[key] = value
+    return out
+
+
+def fingerprint_hash(fp: Mapping[str, Any]) -> str:
+    """A short hash of the stable fields (STABLE_FIELDS): equal setups hash equal whatever the
+    clocks, power or temperature were."""
+    blob = json.dumps(_stable(fp), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def fingerprint_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """What changed between two fingerprints, one line per stable field (empty iff the hashes match)."""
+    sa, sb = _stable(a), _stable(b)
+    lines = []
+    for key in STABLE_FIELDS:
+        if sa[key] != sb[key]:
+            if key == "topology":
+                lines.append("topology: the GPU interconnect matrix changed")
+            else:
+                lines.append(f"{key}: {sa[key]!r} -> {sb[key]!r}")
+    return lines
