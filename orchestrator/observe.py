@@ -553,6 +553,7 @@ def plan_warnings(
 # Fingerprint
 
 Run = Callable[..., subprocess.CompletedProcess]
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 _GPU_FIELDS = (
     ("index", "index"), ("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"),
@@ -684,16 +685,13 @@ def fingerprint(
         m = re.search(r"CUDA Version:\s*([\d.]+)", header or "")
         fp["cuda"] = m.group(1) if m else None
         topo, topo_why = _call(run, ["nvidia-smi", "topo", "-m"])
-        fp["topology"] = topo.strip() if topo is not None else None
+        fp["topology"] = _ANSI.sub("", topo).strip() if topo is not None else None
         if topo is None:
             fp["topology_error"] = topo_why
     if simulated:
         fp.update(dict(simulated))
         fp["simulated"] = True
     return fp
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _stable(fp: Mapping[str, Any]) -> dict[str, Any]:

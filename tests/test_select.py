@@ -1,0 +1,212 @@
+"""Choosing and confirming the champion: what a user sees in the final report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.select import (
+    GateResult,
+    bootstrap_ci,
+    drift,
+    nearest_baseline,
+    pareto_front,
+    pick_champion,
+    promotion_gate,
+    speedup,
+)
+
+
+# --- bootstrap_ci ---------------------------------------------------------------------------
+
+def test_bootstrap_ci_of_one_sample_is_that_sample():
+    assert bootstrap_ci([88.8]) == (88.8, 88.8)
+
+
+def test_bootstrap_ci_is_reproducible_and_brackets_the_median():
+    samples = [82.0, 83.1, 88.8, 84.0, 85.5, 83.9, 86.2]
+    low, high = bootstrap_ci(samples, seed=7)
+    assert (low, high) == bootstrap_ci(samples, seed=7)
+    assert low <= np.median(samples) <= high
+    assert min(samples) <= low < high <= max(samples)
+
+
+def test_bootstrap_ci_accepts_any_statistic():
+    low, high = bootstrap_ci([1.0, 2.0, 3.0, 4.0], stat=lambda xs: max(xs))
+    assert 2.0 <= low <= high == 4.0
+
+
+@pytest.mark.parametrize("samples", [[], [1.0, float("nan")]])
+def test_bootstrap_ci_rejects_empty_or_non_finite(samples):
+    with pytest.raises(ValueError):
+        bootstrap_ci(samples)
+
+
+# --- speedup, nearest baseline, drift ---------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("value", "baseline", "direction", "expected"),
+    [
+        (94.0, 88.8, "maximize", 94.0 / 88.8),   # field report row 9 over row 1: +5.9%
+        (21.7, 28.7, "minimize", 28.7 / 21.7),   # verify ms: lower is better
+        (88.8, 88.8, "maximize", 1.0),
+    ],
+)
+def test_speedup(value, baseline, direction, expected):
+    assert speedup(value, baseline, direction=direction) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("baseline", [0.0, -1.0, float("inf")])
+def test_speedup_rejects_a_meaningless_baseline(baseline):
+    with pytest.raises(ValueError, match="baseline"):
+        speedup(90.0, baseline)
+
+
+@pytest.mark.parametrize(
+    ("t", "expected"),
+    [
+        (0.0, (0.0, 89.0)),
+        (40.0, (0.0, 89.0)),       # closer to the first
+        (60.0, (100.0, 83.0)),
+        (50.0, (0.0, 89.0)),       # tie: the earlier one
+        (1000.0, (200.0, 82.5)),
+    ],
+)
+def test_nearest_baseline_in_time(t, expected):
+    baselines = [(100.0, 83.0), (0.0, 89.0), (200.0, 82.5)]
+    assert nearest_baseline(t, baselines) == expected
+
+
+def test_nearest_baseline_without_any_is_an_error():
+    with pytest.raises(ValueError, match="at least one"):
+        nearest_baseline(1.0, [])
+
+
+@pytest.mark.parametrize(
+    ("baselines", "threshold", "change", "flagged"),
+    [
+        ([], 0.05, 0.0, False),
+        ([(0, 89.0)], 0.05, 0.0, False),
+        ([(0, 89.0), (1, 88.0), (2, 89.5)], 0.05, 1.0 / 89.0, False),
+        ([(0, 89.0), (1, 86.0), (2, 82.5)], 0.05, 6.5 / 89.0, True),   # the field report's drift
+        ([(2, 82.5), (0, 89.0)], 0.10, 6.5 / 89.0, False),              # order by time, looser threshold
+    ],
+)
+def test_drift(baselines, threshold, change, flagged):
+    got_change, got_flagged = drift(baselines, threshold=threshold)
+    assert got_change == pytest.approx(change)
+    assert got_flagged is flagged
+
+
+# --- pick_champion --------------------------------------------------------------------------
+
+def outcome(number, decode, *, status=TrialStatus.COMPLETE, role=TrialRole.search, env_ok=True,
+            itl_p99=10.0, failure=None):
+    metrics = Metrics(decode_tok_s=decode, output_tok_s=decode, itl_ms_p99=itl_p99) if decode else None
+    return TrialOutcome(
+        number=number, params={"NCCL_PROTO": "LL"}, role=role, status=status, failure_kind=failure,
+        metrics=metrics, effective_env={"ok": env_ok} if env_ok is not None else {},
+    )
+
+
+CHAMPION_CASES = [
+    ("best complete trial wins", [outcome(1, 90.0), outcome(2, 95.0), outcome(3, 92.0)], {}, 2),
+    ("failed trial never wins",
+     [outcome(1, 90.0), outcome(2, 99.0, status=TrialStatus.FAILED, failure=FailureKind.bench_error)], {}, 1),
+    ("baseline never wins", [outcome(0, 120.0, role=TrialRole.baseline), outcome(1, 90.0)], {}, 1),
+    ("env not proven applied never wins",
+     [outcome(1, 90.0), outcome(2, 99.0, env_ok=False), outcome(3, 98.0, env_ok=None)], {}, 1),
+    ("constraint itl_ms_p99 <= 12 excludes the fastest",
+     [outcome(1, 90.0, itl_p99=11.0), outcome(2, 99.0, itl_p99=30.0)], {"itl_ms_p99": (None, 12.0)}, 1),
+    ("constraint on a metric the trial lacks excludes it",
+     [outcome(1, 90.0, itl_p99=None), outcome(2, 80.0, itl_p99=5.0)], {"itl_ms_p99": (None, 12.0)}, 2),
+    ("tie goes to the lower trial number", [outcome(5, 95.0), outcome(3, 95.0)], {}, 3),
+    ("nothing eligible", [outcome(1, 90.0, env_ok=False)], {}, None),
+]
+
+
+@pytest.mark.parametrize(("outcomes", "constraints", "winner"),
+                         [c[1:] for c in CHAMPION_CASES], ids=[c[0] for c in CHAMPION_CASES])
+def test_pick_champion(outcomes, constraints, winner):
+    best = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", constraints=constraints)
+    assert (best.number if best else None) == winner
+
+
+def test_pick_champion_minimize():
+    outcomes = [outcome(1, 90.0, itl_p99=9.0), outcome(2, 95.0, itl_p99=7.5)]
+    assert pick_champion(outcomes, metric="itl_ms_p99", direction="minimize", constraints={}).number == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"metric": "tokens_per_second", "direction": "maximize"}, "not a measured metric"),
+        ({"metric": "decode_tok_s", "direction": "up"}, "direction"),
+        ({"metric": "decode_tok_s", "direction": "maximize", "constraints": {"ttft_ms_p99": (5, 1)}},
+         "low <= high"),
+    ],
+)
+def test_pick_champion_rejects_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        pick_champion([outcome(1, 90.0)], **kwargs)
+
+
+# --- promotion gate -------------------------------------------------------------------------
+
+def test_gate_passes_a_clear_win_and_says_why():
+    baseline = [88.0, 89.0, 88.5, 89.2, 88.7, 88.9]
+    champion = [93.8, 94.1, 93.9, 94.4, 94.0, 93.7]
+    result = promotion_gate(champion, baseline, min_gain=0.01)
+    assert isinstance(result, GateResult)
+    assert result.passed and result.paired
+    assert result.gain == pytest.approx(np.median(champion) / np.median(baseline) - 1)
+    assert 0 < result.ci_low <= result.gain <= result.ci_high
+    assert result.reason.startswith(f"champion +{result.gain * 100:.1f}% [")
+    assert "over baseline; required >= +1.0% and interval above 0" in result.reason
+
+
+@pytest.mark.parametrize(
+    ("champion", "baseline", "min_gain", "why"),
+    [
+        ([89.3, 89.5, 89.1, 89.6], [89.0, 89.2, 88.9, 89.1], 0.02, "gain below the minimum"),
+        ([95.0, 82.0, 97.0, 80.0, 96.0, 81.0], [88.0, 89.0, 88.5, 89.2, 88.7, 88.9], 0.0,
+         "interval includes 0"),
+        ([80.0, 80.5, 79.8], [89.0, 88.5, 89.2], 0.01, "gain below the minimum and interval below 0"),
+        ([95.0], [88.0], 0.01, "at least 2 measurements"),
+    ],
+)
+def test_gate_fails_and_says_why(champion, baseline, min_gain, why):
+    result = promotion_gate(champion, baseline, min_gain=min_gain)
+    assert not result.passed
+    assert why in result.reason
+
+
+def test_gate_for_latency_counts_a_drop_as_gain():
+    result = promotion_gate([21.7, 21.9, 21.6, 21.8], [28.7, 28.5, 28.9, 28.6], min_gain=0.1,
+                            direction="minimize")
+    assert result.passed
+    assert result.gain == pytest.approx((28.65 - 21.75) / 28.65)
+
+
+def test_gate_unpaired_when_lengths_differ_and_is_reproducible():
+    a = promotion_gate([94.0, 94.2, 93.9], [88.0, 88.4, 88.1, 88.3], min_gain=0.01, seed=3)
+    b = promotion_gate([94.0, 94.2, 93.9], [88.0, 88.4, 88.1, 88.3], min_gain=0.01, seed=3)
+    assert not a.paired and a == b and a.passed
+
+
+# --- pareto front ---------------------------------------------------------------------------
+
+PARETO_CASES = [
+    ("trade-off keeps both ends",
+     [{"tok": 100, "ttft": 50}, {"tok": 120, "ttft": 80}, {"tok": 90, "ttft": 90}], [0, 1]),
+    ("dominated point dropped", [{"tok": 100, "ttft": 50}, {"tok": 100, "ttft": 60}], [0]),
+    ("duplicates both kept", [{"tok": 100, "ttft": 50}, {"tok": 100, "ttft": 50}], [0, 1]),
+    ("missing objective excluded", [{"tok": 200, "ttft": None}, {"tok": 100}, {"tok": 90, "ttft": 70}], [2]),
+    ("empty", [], []),
+]
+
+
+@pytest.mark.parametrize(("points", "front"), [c[1:] for c in PARETO_CASES], ids=[c[0] for c in PARETO_CASES])
+def test_pareto_front(points, front):
+    assert pareto_front(points, [("tok", "maximize"), ("ttft", "minimize")]) == front
