@@ -11,7 +11,6 @@ server start:
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -121,17 +120,54 @@ def size(space: SearchSpace) -> int:
     return math.prod(len(p.values()) for p in space.params.values())
 
 
-def census(space: SearchSpace, limit: int = 2_000_000) -> tuple[int, int, Counter]:
-    """(distinct points, feasible points, infeasible count per rule) by enumeration."""
-    total = feasible = 0
+def _components(space: SearchSpace) -> list[list[str]]:
+    """Groups of knobs linked by `when` conditions or by the EAGLE feasibility rules."""
+    parent = {n: n for n in space.params}
+
+    def find(n: str) -> str:
+        while parent[n] != n:
+            n = parent[n]
+        return n
+
+    def union(a: str, b: str) -> None:
+        parent[find(a)] = find(b)
+
+    for name, param in space.params.items():
+        for dep in param.when:
+            if dep in parent:
+                union(name, dep)
+    rule_knobs = [k for k in ("speculative_algorithm", *EAGLE_KNOBS) if k in parent]
+    for a, b in zip(rule_knobs, rule_knobs[1:]):
+        union(a, b)
+    groups: dict[str, list[str]] = {}
+    for name in space.params:
+        groups.setdefault(find(name), []).append(name)
+    return list(groups.values())
+
+
+def census(space: SearchSpace) -> tuple[int, int, Counter]:
+    """(distinct points, feasible points, infeasible count per rule).
+
+    Feasibility only involves the EAGLE knobs, so the space is split into independent groups and
+    only the group holding those knobs is enumerated; the other groups multiply the counts.
+    """
+    total, feasible = 1, 1
     reasons: Counter = Counter()
-    for p in itertools.islice(points(space), limit):
-        total += 1
-        why = infeasible_reason(p)
-        if why is None:
-            feasible += 1
-        else:
-            reasons[_rule_of(why)] += 1
+    for names in _components(space):
+        sub = SearchSpace(params={n: space.params[n] for n in names})
+        n_total = n_feasible = 0
+        sub_reasons: Counter = Counter()
+        for p in points(sub):
+            n_total += 1
+            why = infeasible_reason(p)
+            if why is None:
+                n_feasible += 1
+            else:
+                sub_reasons[_rule_of(why)] += 1
+        total *= n_total
+        feasible *= n_feasible
+        reasons = Counter({rule: count * n_total for rule, count in reasons.items()})
+        reasons.update({rule: count * (total // n_total) for rule, count in sub_reasons.items()})
     return total, feasible, reasons
 
 

@@ -1,0 +1,373 @@
+"""The `sweep` command: thin commands that turn errors into one message and an exit code.
+
+Exit codes: 0 success, 2 user error (bad experiment, bad arguments, nothing to resume), 1 failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator import spec as spec_mod
+from orchestrator.spec import SpecError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Find the fastest way to serve a model with SGLang: NCCL and speculative-decoding sweeps.")
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class UserError(Exception):
+    """Anything the user can fix; printed as one message, exit code 2."""
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _guard(fn):
+    """Run a command body; user errors become one message and exit code 2, never a traceback."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from orchestrator.driver import SweepError
+        from orchestrator.tracking import TrackingError
+
+        try:
+            return fn(*args, **kwargs)
+        except (SpecError, SweepError, UserError) as exc:
+            raise _fail(str(exc)) from None
+        except TrackingError as exc:
+            raise _fail(str(exc), 1) from None
+        except KeyboardInterrupt:
+            raise _fail("interrupted", 130) from None
+    return wrapper
+
+
+def _load(path: Path) -> spec_mod.SweepSpec:
+    return spec_mod.load(path)
+
+
+def _workdir(workdir: Optional[Path], experiment: Optional[spec_mod.SweepSpec] = None) -> Path:
+    if workdir is not None:
+        return workdir
+    if experiment is not None:
+        return Path("runs") / experiment.name
+    runs = Path("runs")
+    candidates = sorted(p for p in runs.iterdir() if (p / "sweep.json").exists()) if runs.is_dir() else []
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise UserError("no sweep found under ./runs; pass --workdir DIR (the directory `sweep run` used)")
+    names = ", ".join(str(c) for c in candidates)
+    raise UserError(f"several sweeps under ./runs ({names}); pass --workdir DIR to choose one")
+
+
+def _state(workdir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((workdir / "sweep.json").read_text())
+    except FileNotFoundError:
+        raise UserError(f"{workdir}: no sweep here (sweep.json missing); pass the --workdir `sweep run` used") from None
+
+
+# ---------------------------------------------------------------------------- validate / plan
+
+
+@app.command()
+@_guard
+def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> None:
+    """Check an experiment and its search spaces; print what it would sweep."""
+    from orchestrator import space as sp
+
+    s = _load(experiment)
+    out.print(f"[green]OK[/] {experiment}: experiment [bold]{s.name}[/], engine {s.engine}, "
+              f"sglang {s.sglang_version}, tp {s.server.tp}, {len(s.space.params)} knobs "
+              f"({', '.join(s.space.params)}), up to {sp.size(s.space)} combinations")
+
+
+@app.command()
+@_guard
+def plan(
+    experiment: Path = typer.Argument(..., help="experiment YAML"),
+    limit: int = typer.Option(5, "--limit", min=0, help="how many launch commands to show"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list of {params, argv, env}"),
+) -> None:
+    """Dry run: space size, infeasible combinations and why, the first launch commands. Starts nothing."""
+    from orchestrator import observe, plan as planner, space as sp
+
+    s = _load(experiment)
+    points = [sp.baseline_params(s.space)]
+    for p in sp.points(s.space):
+        if len(points) >= max(limit, 1):
+            break
+        if sp.infeasible_reason(p) is None and sp.key(p) != sp.key(points[0]):
+            points.append(p)
+    points = points[:limit]
+    plans = [planner.make(s, p, port=s.server.port_range[0] + i, seed=i) for i, p in enumerate(points)]
+    if as_json:
+        print(json.dumps([{"params": p, "argv": list(lp.argv), "env": lp.env} for p, lp in zip(points, plans)],
+                         indent=2))
+        return
+    total, feasible, reasons = sp.census(s.space)
+    out.print(f"[bold]{s.name}[/]: {total} distinct combinations, {feasible} feasible, {total - feasible} infeasible")
+    for rule, n in reasons.most_common():
+        out.print(f"  {n:>6} infeasible: {rule}")
+    hw = s.simulator.hardware_profile if s.engine == "simulator" else None
+    for w in observe.plan_warnings(s.server.flags, list(s.space.params), s.server.tp, hw):
+        out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+    seen_warnings: set[str] = set()
+    for lp in plans:
+        for w in lp.warnings:
+            if w not in seen_warnings:
+                seen_warnings.add(w)
+                out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+    for i, (p, lp) in enumerate(zip(points, plans)):
+        label = "baseline" if i == 0 else f"point {i}"
+        out.print(f"\n[bold]{label}[/]: {', '.join(f'{k}={v}' for k, v in p.items() if v is not None) or 'engine defaults'}")
+        out.print(planner.launch_command(lp), soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------- run
+
+
+def _progress_printer(budget: int):
+    from orchestrator.records import TrialStatus
+
+    start = time.time()
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "ray":
+            out.print(f"[dim]Ray at {data['address']}: {data['gpus']:g} GPUs, {data['slots']} trial(s) at a time[/]")
+        elif kind == "launch":
+            knobs = ", ".join(f"{k}={v}" for k, v in data["params"].items() if v is not None) or "engine defaults"
+            out.print(f"[cyan]▶ trial {data['number']:>3}[/] {data['role']:<8} {knobs}", soft_wrap=True)
+        elif kind == "finish":
+            o = data["outcome"]
+            elapsed = time.time() - start
+            if o.status is TrialStatus.COMPLETE and o.metrics is not None:
+                sp_txt = f" ({(data['speedup'] - 1) * 100:+.1f}% vs baseline)" if data.get("speedup") else ""
+                al = f", accept len {o.metrics.accept_length:.2f}" if o.metrics.accept_length else ""
+                out.print(f"[green]✔ trial {o.number:>3}[/] {o.metrics.decode_tok_s:7.1f} tok/s{sp_txt}{al}"
+                          f"  [dim]{elapsed:5.0f}s[/]")
+            else:
+                kind_txt = o.failure_kind.value if o.failure_kind else o.status.value
+                out.print(f"[red]✘ trial {o.number:>3}[/] {kind_txt}: {o.reason}", soft_wrap=True)
+        elif kind == "confirm":
+            out.print(f"[magenta]⇄ confirmation {data['round']}/{data['of']}: {data['who']}[/]")
+        elif kind == "interrupt":
+            msg = ("stopping after the trials in flight (Ctrl-C again to abort them)" if data["press"] == 1
+                   else "aborting the trials in flight")
+            out.print(f"[yellow]{msg}[/]")
+
+    return on_event
+
+
+@app.command()
+@_guard
+def run(
+    experiment: Path = typer.Argument(..., help="experiment YAML"),
+    n_trials: Optional[int] = typer.Option(None, "--n-trials", min=1, help="override budget.trials"),
+    timeout: Optional[str] = typer.Option(None, "--timeout", help="wall-time budget, e.g. 8h, 90m"),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="default runs/<experiment name>/"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="existing Ray cluster, e.g. auto"),
+    resume: bool = typer.Option(False, "--resume", help="continue the sweep in the work directory"),
+) -> None:
+    """Run (or resume) a sweep: trials on Ray, Optuna proposing, MLflow recording, champion promoted."""
+    from orchestrator.driver import Sweep
+
+    s = _load(experiment)
+    try:
+        timeout_s = spec_mod.parse_duration(timeout) if timeout else None
+    except ValueError as exc:
+        raise UserError(f"--timeout: {exc}") from None
+    wd = _workdir(workdir, s)
+    sweep = Sweep(s, wd, ray_address=ray_address, resume=resume, n_trials=n_trials, timeout_s=timeout_s,
+                  on_event=_progress_printer(n_trials or s.budget.trials))
+    out.print(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
+              f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
+    summary = sweep.run()
+    _print_summary(s, summary, wd)
+    if summary.get("stop_reason", "").startswith(("the baseline failed", "interrupted")) or \
+            "failed in a row" in summary.get("stop_reason", "") or "max_failure_rate" in summary.get("stop_reason", ""):
+        raise typer.Exit(1)
+
+
+def _print_summary(s: spec_mod.SweepSpec, summary: dict[str, Any], wd: Path) -> None:
+    out.rule("summary")
+    out.print(f"stopped: {summary['stop_reason'] or 'done'}")
+    out.print(f"trials: {summary['complete']} complete, {summary['failed']} failed "
+              f"{summary['failures'] or ''}, {summary['skipped']} proposals skipped (infeasible or repeated)")
+    drift = summary.get("baseline_drift") or {}
+    if drift.get("flagged"):
+        out.print(f"[yellow]baseline drifted by {drift['max_relative_change'] * 100:.1f}% during the sweep[/]")
+    champ = summary.get("champion")
+    if champ:
+        knobs = "\n".join(f"    {k} = {v}" for k, v in champ["params"].items()) or "    (engine defaults)"
+        out.print(f"champion: trial {champ['number']}\n{knobs}")
+        metric = s.objective.metric
+        gate = summary.get("gate") or {}
+        out.print(f"  {metric}: {champ[metric]:.1f}; confirmation: {summary.get('verdict', '')}", soft_wrap=True)
+        if gate:
+            out.print(f"  speed-up over the baseline: {gate['gain'] * 100:+.1f}% "
+                      f"(95% interval {gate['ci_low'] * 100:+.1f}% to {gate['ci_high'] * 100:+.1f}%)")
+    elif summary.get("verdict"):
+        out.print(f"no champion: {summary['verdict']}")
+    if summary.get("promoted"):
+        out.print(f"[green]promoted[/] {s.promotion.model_name}@{s.promotion.alias} (version {summary['model_version']})")
+        out.print(f"env file: [bold]{summary['env_file']}[/]")
+    elif champ:
+        out.print("[yellow]not promoted: no configuration beat the baseline by the required margin[/]")
+    out.print(f"browse the results: [bold]sweep ui --workdir {wd}[/]")
+
+
+# ---------------------------------------------------------------------------- status / sync / ui / export
+
+
+@app.command()
+@_guard
+def status(workdir: Optional[Path] = typer.Option(None, "--workdir", help="the sweep's work directory")) -> None:
+    """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage."""
+    from orchestrator.driver import status_report
+
+    wd = _workdir(workdir)
+    rep = status_report(wd)
+    out.print(f"[bold]{rep['experiment']}[/] in {wd}: {rep['status']}"
+              + ("" if rep["driver_alive"] or rep["status"] != "running" else " [red](driver not running: "
+                 "resume with `sweep run EXP --resume`)[/]"))
+    out.print(f"progress: {rep['launched']}/{rep['budget_trials']} trials launched, {rep['complete']} complete, "
+              f"{rep['failed']} failed, {rep['running']} running, {rep['skipped']} proposals skipped")
+    if rep.get("eta_s") is not None:
+        out.print(f"elapsed {rep['elapsed_s'] / 60:.1f} min, ETA {rep['eta_s'] / 60:.1f} min")
+    if rep["failures"]:
+        out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep["failures"].items())))
+    best = rep.get("best")
+    if best:
+        sp_txt = f" ({(best['speedup'] - 1) * 100:+.1f}% vs baseline)" if best.get("speedup") else ""
+        out.print(f"best so far: trial {best['number']}: {rep['objective']} = {best['value']:.2f}{sp_txt}")
+        for k, v in best["params"].items():
+            out.print(f"    {k} = {v}")
+    if rep.get("baseline") is not None:
+        out.print(f"baseline: {rep['baseline']:.2f} ({len(rep['baselines'])} measurement(s))")
+    if len(rep["fingerprints"]) > 1:
+        out.print(f"[yellow]warning: the host fingerprint changed during the sweep: {rep['fingerprints']}[/]")
+    if rep.get("stop_reason"):
+        out.print(f"stop reason: {rep['stop_reason']}")
+
+
+@app.command()
+@_guard
+def sync(workdir: Optional[Path] = typer.Option(None, "--workdir")) -> None:
+    """Replay results queued in the outbox while MLflow was unreachable."""
+    from orchestrator.tracking import Tracker
+
+    wd = _workdir(workdir)
+    st = _state(wd)
+    tracker = Tracker(st["tracking_uri"], st["experiment"], outbox_dir=wd)
+    replayed, pending = tracker.replay_outbox()
+    out.print(f"replayed {replayed} result(s) to {st['tracking_uri']}; {pending} still pending")
+    if pending:
+        raise typer.Exit(1)
+
+
+@app.command()
+@_guard
+def ui(
+    workdir: Optional[Path] = typer.Option(None, "--workdir"),
+    port: int = typer.Option(5000, "--port"),
+    host: str = typer.Option("127.0.0.1", "--host", help="keep 127.0.0.1 unless you know who can reach it"),
+) -> None:
+    """Start the MLflow UI on the sweep's tracking store and print its URL."""
+    from orchestrator.tracking import Tracker
+
+    wd = _workdir(workdir).resolve()
+    st = _state(wd)
+    uri = st["tracking_uri"]
+    if not uri.startswith("sqlite:"):
+        exp_id = Tracker(uri, st["experiment"], outbox_dir=wd).experiment_id()
+        out.print(f"this sweep logs to the MLflow server {uri}: open {uri.rstrip('/')}/#/experiments/{exp_id}/runs")
+        return
+    exp_id = Tracker(uri, st["experiment"], outbox_dir=wd).experiment_id()
+    mlflow_bin = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
+    if mlflow_bin is None:
+        raise UserError("the `mlflow` command is not installed in this environment; run `make install`")
+    argv = [mlflow_bin, "server", "--backend-store-uri", uri, "--default-artifact-root",
+            (wd / "mlartifacts").as_uri(), "--host", host, "--port", str(port), "--workers", "1"]
+    out.print(f"MLflow UI: [bold]http://{host}:{port}/#/experiments/{exp_id}/runs[/]  (Ctrl-C stops it)")
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    try:
+        raise typer.Exit(subprocess.call(argv, env=env))
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+@app.command()
+@_guard
+def export(
+    output: Path = typer.Option(..., "-o", "--output", help="file to write (atomically)"),
+    fmt: str = typer.Option("env", "--format", help="env | json | sglang-args"),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="the sweep's work directory"),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (instead of --workdir)"),
+    model: Optional[str] = typer.Option(None, "--model", help="registered model name (with --tracking-uri)"),
+    alias: str = typer.Option("champion", "--alias"),
+) -> None:
+    """Write the configuration registered under models:/<name>@<alias> as an env, json or sglang-args file."""
+    from orchestrator import export as exp
+    from orchestrator.tracking import Tracker
+
+    if fmt not in ("env", "json", "sglang-args"):
+        raise UserError(f"--format must be one of env, json, sglang-args, but got {fmt!r}")
+    if tracking_uri:
+        if not model:
+            raise UserError("--tracking-uri needs --model NAME (the registered model name)")
+        tracker = Tracker(tracking_uri, "sglang-sweep", outbox_dir=Path.cwd())
+    else:
+        wd = _workdir(workdir)
+        st = _state(wd)
+        tracker = Tracker(st["tracking_uri"], st["experiment"], outbox_dir=wd)
+        model = model or st["model_name"]
+    config = tracker.resolve(model, alias)
+    exp.write_atomic(output, exp.render(config, fmt))  # type: ignore[arg-type]
+    out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.get('trial_number')}, "
+              f"run {config.get('run_id')}")
+
+
+@app.command()
+@_guard
+def truth(
+    experiment: Path = typer.Argument(..., help="experiment YAML (engine: simulator)"),
+    top: int = typer.Option(10, "--top", help="how many of the best points to list"),
+) -> None:
+    """Evaluate the simulator's noise-free model on every feasible point: the true optimum and ranks."""
+    from orchestrator.simulator import truth as sim_truth
+
+    s = _load(experiment)
+    if s.engine != "simulator":
+        raise UserError(f"{experiment}: `sweep truth` needs engine: simulator (the model is the simulator's)")
+    ranked = sim_truth.rank_space(s)
+    table = Table(title=f"{s.name}: true optimum of {len(ranked)} feasible points ({s.simulator.hardware_profile})")
+    table.add_column("rank")
+    table.add_column(s.objective.metric, justify="right")
+    table.add_column("params")
+    for i, (value, params) in enumerate(ranked[:top], 1):
+        table.add_row(str(i), f"{value:.2f}", ", ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "defaults")
+    out.print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

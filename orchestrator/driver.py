@@ -1,0 +1,691 @@
+"""The sweep loop: keep N trials in flight, ask/tell, budgets, failures, baselines, resume, promotion.
+
+One process owns the study and MLflow. Workers get a TrialSpec and return a TrialOutcome; the outcome
+is written to trials/<n>/outcome.json before Optuna is told and before MLflow is logged, so a driver
+killed at any moment loses nothing measured: on --resume a RUNNING trial with an outcome file is
+told from the file, one without is closed as `interrupted` and its parameters are measured again once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import actor as ray_actor
+from orchestrator import plan as planner
+from orchestrator import select, server as srv, space as sp
+from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialSpec, TrialStatus
+from orchestrator.spec import SweepSpec
+from orchestrator.study import Study, TrialView
+from orchestrator.trial import write_json
+
+log = logging.getLogger("sweep")
+
+MAX_SKIPPED_PROPOSALS = 200
+"""Consecutive proposals that need no launch (infeasible, already measured) before the space counts as exhausted."""
+
+
+class SweepError(Exception):
+    """A user-facing problem that stops the sweep before it starts (exit code 2)."""
+
+
+@dataclass
+class Progress:
+    """Counters the terminal display and `sweep status` show."""
+
+    launched: int = 0
+    finished: int = 0
+    complete: int = 0
+    failed: int = 0
+    consecutive_failures: int = 0
+    skipped: int = 0
+    consecutive_skips: int = 0
+    failures: Counter = field(default_factory=Counter)
+    best_number: int | None = None
+    best_value: float | None = None
+    best_params: dict[str, Any] = field(default_factory=dict)
+    baselines: list[tuple[float, float]] = field(default_factory=list)
+    stop_reason: str = ""
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+
+    @property
+    def optuna_url(self) -> str:
+        return f"sqlite:///{self.root / 'optuna.db'}"
+
+    @property
+    def mlflow_url(self) -> str:
+        return f"sqlite:///{self.root / 'mlflow.db'}"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "sweep.json"
+
+    def trial_dir(self, number: int) -> Path:
+        return self.root / "trials" / f"{number:04d}"
+
+    def confirm_dir(self, i: int, who: str) -> Path:
+        return self.root / "confirm" / f"{i:02d}-{who}"
+
+
+def default_workdir(spec: SweepSpec) -> Path:
+    return Path("runs") / spec.name
+
+
+def objective_values(spec: SweepSpec, outcome: TrialOutcome) -> list[float] | None:
+    m = outcome.metrics
+    if m is None:
+        return None
+    names = [spec.objective.metric] + ([spec.objective.secondary] if spec.objective.secondary else [])
+    values = [getattr(m, n) for n in names]
+    return None if any(v is None for v in values) else [float(v) for v in values]
+
+
+def _directions(spec: SweepSpec) -> list[str]:
+    d = [spec.objective.direction]
+    if spec.objective.secondary:
+        d.append(spec.objective.secondary_direction)
+    return d
+
+
+class Sweep:
+    """One sweep of one experiment in one work directory."""
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        workdir: Path,
+        *,
+        ray_address: str | None = None,
+        resume: bool = False,
+        n_trials: int | None = None,
+        timeout_s: float | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ):
+        self.spec = spec
+        self.paths = Paths(Path(workdir).resolve())
+        self.ray_address = ray_address
+        self.resume = resume
+        self.budget_trials = n_trials or spec.budget.trials
+        self.timeout_s = timeout_s or spec.budget.wall_time
+        self.on_event = on_event or (lambda kind, data: None)
+        self.progress = Progress()
+        self.study = Study(self.paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
+        self.tracker = None
+        self.parent_run_id: str | None = None
+        self.started_at = time.time()
+        self._lock_file = None
+        self._stop = 0  # 1: finish in-flight trials; 2: abort them now
+        self._in_flight: dict[Any, tuple[Any, TrialSpec, str | None]] = {}
+        self._actors: list[Any] = []
+        self._idle: list[Any] = []
+        self._outcomes: list[TrialOutcome] = []
+        self._keys: dict[str, tuple[int, str]] = {}
+        self._remeasures: set[int] = set()
+
+    # ------------------------------------------------------------------ setup
+
+    def _lock(self) -> None:
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(self.paths.root / ".lock", "w")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SweepError(f"{self.paths.root}: another `sweep run` is using this work directory; "
+                             f"wait for it, or pass --workdir to start a separate sweep") from None
+
+    def _setup_logging(self) -> None:
+        handler = logging.FileHandler(self.paths.root / "sweep.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        self._log_handler = handler
+
+    def _open(self) -> None:
+        from orchestrator.tracking import Tracker
+
+        existed = self.study.exists()
+        if existed and not self.resume:
+            raise SweepError(
+                f"{self.paths.root} already holds a sweep of {self.spec.name!r}; "
+                f"1) pass --resume to continue it, 2) pass --workdir DIR to start a new one, "
+                f"or 3) delete the directory")
+        if self.resume and not existed:
+            raise SweepError(f"{self.paths.root}: nothing to resume (no study {self.spec.name!r} in optuna.db); "
+                             f"run without --resume to start")
+        self.study.open()
+        write_json(self.paths.root / "experiment.json", self.spec.model_dump(mode="json"))
+        if existed:
+            self.started_at = float(self.study.get_attr("sweep_started_at", self.started_at))
+        else:
+            self.study.set_attr("sweep_started_at", self.started_at)
+        uri = self.spec.tracking.uri or self.paths.mlflow_url
+        self.tracker = Tracker(uri, self.spec.tracking.experiment or self.spec.name,
+                               outbox_dir=self.paths.root,
+                               artifact_location=(self.paths.root / "mlartifacts").as_uri()
+                               if not self.spec.tracking.uri else None)
+        self.parent_run_id = self.tracker.start_sweep(
+            run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S', time.localtime(self.started_at))}",
+            params={"experiment": self.spec.name, "engine": self.spec.engine, "space": self.spec.space.name,
+                    "sampler": self.spec.sampler.kind, "budget_trials": self.budget_trials,
+                    "concurrent_trials": self.spec.budget.concurrent_trials, "objective": self.spec.objective.metric,
+                    "sglang_version": self.spec.sglang_version, "tp": self.spec.server.tp},
+            tags={"sweep.workdir": str(self.paths.root), "sweep.engine": self.spec.engine},
+            resume_run_id=self.study.get_attr("parent_run_id"),
+        )
+        self.study.set_attr("parent_run_id", self.parent_run_id)
+        self._write_state("running")
+
+    def _write_state(self, status: str) -> None:
+        p = self.progress
+        write_json(self.paths.state, {
+            "experiment": self.spec.name, "status": status, "pid": os.getpid(), "updated_at": time.time(),
+            "started_at": self.started_at, "budget_trials": self.budget_trials, "timeout_s": self.timeout_s,
+            "parent_run_id": self.parent_run_id, "tracking_uri": self.spec.tracking.uri or self.paths.mlflow_url,
+            "model_name": self.spec.promotion.model_name, "alias": self.spec.promotion.alias,
+            "in_flight": sorted(s.number for _, s, _ in self._in_flight.values()),
+            "launched": p.launched, "finished": p.finished, "complete": p.complete, "failed": p.failed,
+            "skipped": p.skipped, "failures": dict(p.failures), "best": {"number": p.best_number,
+            "value": p.best_value, "params": p.best_params}, "stop_reason": p.stop_reason,
+            "baselines": p.baselines, "objective": self.spec.objective.metric,
+        })
+
+    # ------------------------------------------------------------------ resume
+
+    def _recover(self) -> None:
+        """Rebuild counters from the storage and close what a killed driver left running."""
+        for t in self.study.trials():
+            if t.state == "RUNNING":
+                self._recover_running(t)
+            elif t.state in ("COMPLETE", "FAIL"):
+                self._count_existing(t)
+        replayed, pending = self.tracker.replay_outbox()
+        if replayed or pending:
+            log.info("MLflow outbox: replayed %d, still pending %d", replayed, pending)
+
+    def _recover_running(self, t: TrialView) -> None:
+        tdir = self.paths.trial_dir(t.number)
+        reaped = srv.reap_orphan(tdir)
+        if reaped:
+            log.info(reaped)
+        outcome_file = tdir / "outcome.json"
+        if outcome_file.exists():
+            outcome = TrialOutcome.model_validate_json(outcome_file.read_text())
+            log.info("trial %d finished before the driver died; telling it from outcome.json", t.number)
+            self._record(outcome, t.attrs.get("mlflow_run_id"))
+            return
+        log.info("trial %d was running when the driver died: closing it as interrupted", t.number)
+        params = sp.complete(self.spec.space, t.params)
+        self.study.tell_failed(t.number, {"failure_kind": FailureKind.interrupted.value,
+                                          "reason": "the driver stopped while this trial ran"})
+        if t.attrs.get("mlflow_run_id"):
+            self.tracker.kill_trial(t.attrs["mlflow_run_id"])
+        if not t.attrs.get("remeasure_of"):
+            self.study.enqueue(params, {"role": t.role, "remeasure_of": t.number})
+
+    def _count_existing(self, t: TrialView) -> None:
+        p = self.progress
+        kind = t.attrs.get("failure_kind")
+        if t.attrs.get("skipped") or kind == FailureKind.interrupted.value:
+            return
+        key = sp.key(sp.complete(self.spec.space, t.params))
+        if t.role == TrialRole.baseline.value and t.state == "COMPLETE" and t.values:
+            p.baselines.append(((t.end or 0.0), float(t.values[0])))
+        if t.state == "COMPLETE":
+            p.complete += 1
+            self._keys.setdefault(key, (t.number, "COMPLETE"))
+            self._update_best(t.number, float(t.values[0]) if t.values else None, t.params, t.role)
+        else:
+            p.failed += 1
+            p.failures[kind or "unknown"] += 1
+            self._keys.setdefault(key, (t.number, "FAIL"))
+        p.launched += 1
+        p.finished += 1
+        outcome_file = self.paths.trial_dir(t.number) / "outcome.json"
+        if outcome_file.exists():
+            self._outcomes.append(TrialOutcome.model_validate_json(outcome_file.read_text()))
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> dict[str, Any]:
+        """Run (or resume) the sweep to its end; return the final summary."""
+        self._lock()
+        self._setup_logging()
+        try:
+            self._open()
+            self._recover()
+            if not any(o.role == TrialRole.baseline for o in self._outcomes) and not self._baseline_queued():
+                self.study.enqueue(sp.baseline_params(self.spec.space), {"role": TrialRole.baseline.value})
+            self._start_ray()
+            self._install_signals()
+            self._loop()
+            summary = self._finish()
+            return summary
+        finally:
+            self._restore_signals()
+            ray_actor.shutdown()
+            if hasattr(self, "_log_handler"):
+                log.removeHandler(self._log_handler)
+                self._log_handler.close()
+
+    def _baseline_queued(self) -> bool:
+        return any(t.state == "WAITING" and t.role == TrialRole.baseline.value for t in self.study.trials())
+
+    def _start_ray(self) -> None:
+        tp = self.spec.server.tp
+        n = self.spec.budget.concurrent_trials
+        if self.ray_address:
+            info = ray_actor.connect(self.ray_address)
+        else:
+            logical = tp * n if self.spec.engine == "simulator" else None
+            info = ray_actor.init_local(num_gpus=logical)
+        gpus = ray_actor.cluster_gpus()
+        if gpus < tp:
+            raise SweepError(f"the Ray cluster has {gpus:g} GPUs but one trial needs server.tp={tp}; "
+                             f"add GPUs/hosts or lower server.tp")
+        slots = min(n, int(gpus // tp))
+        if slots < n:
+            log.warning("budget.concurrent_trials=%d but the cluster fits %d trials of tp=%d", n, slots, tp)
+        self._actors = [ray_actor.new_actor(tp) for _ in range(slots)]
+        self._idle = list(self._actors)
+        log.info("Ray %s: %g GPUs, %d trial slot(s)", info.get("address"), gpus, slots)
+        self.on_event("ray", {"address": info.get("address"), "gpus": gpus, "slots": slots})
+
+    def _install_signals(self) -> None:
+        def handler(signum, frame):
+            self._stop += 1
+            if self._stop == 1:
+                self.progress.stop_reason = "interrupted (Ctrl-C): finishing the trials in flight"
+                self.on_event("interrupt", {"press": 1})
+            else:
+                self.progress.stop_reason = "interrupted twice (Ctrl-C): trials in flight aborted"
+                self.on_event("interrupt", {"press": 2})
+        self._old_sigint = signal.signal(signal.SIGINT, handler)
+        self._old_sigterm = signal.signal(signal.SIGTERM, handler)
+
+    def _restore_signals(self) -> None:
+        if hasattr(self, "_old_sigint"):
+            signal.signal(signal.SIGINT, self._old_sigint)
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+
+    def _deadline_passed(self) -> bool:
+        return time.time() - self.started_at >= self.timeout_s
+
+    def _should_launch(self) -> bool:
+        p = self.progress
+        if self._stop or p.stop_reason:
+            return False
+        if p.launched >= self.budget_trials:
+            p.stop_reason = p.stop_reason or f"trial budget reached ({self.budget_trials})"
+            return False
+        if self._deadline_passed():
+            p.stop_reason = f"wall-time budget reached ({self.timeout_s / 3600:.2f} h)"
+            return False
+        return True
+
+    def _loop(self) -> None:
+        aborted = False
+        while True:
+            while self._idle and self._should_launch():
+                if not self._launch_next():
+                    break
+            if not self._in_flight:
+                if self._stop or self.progress.stop_reason or not self._should_launch():
+                    break
+                continue
+            if self._stop >= 2 and not aborted:
+                aborted = True
+                for act, _, _ in self._in_flight.values():
+                    with contextlib.suppress(ray_actor.RayError):
+                        ray_actor.get(act.abort.remote())
+            done, _ = ray_actor.wait(list(self._in_flight), timeout_s=0.5)
+            for ref in done:
+                self._collect(ref, aborted)
+            self.on_event("tick", {"progress": self.progress, "in_flight": self._in_flight_view()})
+
+    def _in_flight_view(self) -> list[dict[str, Any]]:
+        return [{"number": s.number, "role": s.role.value, "params": s.params}
+                for _, s, _ in self._in_flight.values()]
+
+    def _launch_next(self) -> bool:
+        """Ask for a point and launch it, or settle it without a launch; False when nothing can be asked."""
+        p = self.progress
+        number, params, attrs = self.study.ask()
+        role = TrialRole(attrs.get("role", TrialRole.search.value))
+        why = sp.infeasible_reason(params)
+        key = sp.key(params)
+        if why is not None:
+            self.study.tell_failed(number, {"failure_kind": FailureKind.infeasible.value, "reason": why,
+                                            "skipped": True})
+            log.info("trial %d infeasible, not launched: %s", number, why)
+            return self._skipped()
+        previous = self._keys.get(key)
+        if previous and role is TrialRole.search and not attrs.get("remeasure_of"):
+            prev_number, state = previous
+            if state == "FAIL":
+                self.study.tell_failed(number, {"failure_kind": "duplicate_of_failed", "skipped": True,
+                                                "reason": f"same parameters as failed trial {prev_number}"})
+            else:
+                prev = self.study.trials()[prev_number]
+                self.study.tell_complete(number, list(prev.values or ()), {"duplicate_of": prev_number,
+                                                                          "skipped": True})
+            return self._skipped()
+        p.consecutive_skips = 0
+        if attrs.get("remeasure_of") is not None:
+            self._remeasures.add(number)
+        tdir = self.paths.trial_dir(number)
+        spec = TrialSpec(number=number, params=params, role=role, repeats=self.spec.benchmark.repeats,
+                         trial_dir=str(tdir), seed=self.spec.sampler.seed * 100_003 + number,
+                         sweep_started_at=self.started_at, experiment=self.spec.model_dump(mode="json"))
+        tdir.mkdir(parents=True, exist_ok=True)
+        write_json(tdir / "spec.json", {"number": number, "role": role.value, "params": params})
+        run_id = self.tracker.start_trial(self.parent_run_id, number=number, params=params, role=role.value,
+                                          tags={"sweep.engine": self.spec.engine})
+        self.study.set_trial_attrs(number, {"role": role.value, "mlflow_run_id": run_id or "",
+                                            "trial_dir": str(tdir)})
+        act = self._idle.pop()
+        ref = act.run.remote(spec)
+        self._in_flight[ref] = (act, spec, run_id)
+        p.launched += 1
+        log.info("trial %d launched (%s): %s", number, role.value,
+                 {k: v for k, v in params.items() if v is not None})
+        self.on_event("launch", {"number": number, "role": role.value, "params": params})
+        self._write_state("running")
+        return True
+
+    def _skipped(self) -> bool:
+        p = self.progress
+        p.skipped += 1
+        p.consecutive_skips += 1
+        if p.consecutive_skips >= MAX_SKIPPED_PROPOSALS:
+            p.stop_reason = (f"search space exhausted: {MAX_SKIPPED_PROPOSALS} proposals in a row were "
+                             f"infeasible or already measured")
+            return False
+        return True
+
+    def _collect(self, ref, aborted: bool) -> None:
+        act, spec, run_id = self._in_flight.pop(ref)
+        try:
+            outcome, files = ray_actor.get(ref)
+        except ray_actor.RayError as exc:
+            outcome = TrialOutcome(number=spec.number, params=spec.params, role=spec.role,
+                                   status=TrialStatus.FAILED, failure_kind=FailureKind.worker_lost,
+                                   reason=f"the Ray worker running this trial was lost: {type(exc).__name__}",
+                                   trial_dir=spec.trial_dir, finished_at=time.time())
+            files = {}
+            self._actors.remove(act)
+            with contextlib.suppress(Exception):
+                ray_actor.kill(act)
+            act = ray_actor.new_actor(self.spec.server.tp)
+            self._actors.append(act)
+        if aborted and outcome.status is not TrialStatus.COMPLETE:
+            outcome = outcome.model_copy(update={"failure_kind": FailureKind.interrupted,
+                                                 "reason": "aborted by a second Ctrl-C"})
+        tdir = Path(spec.trial_dir)
+        tdir.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():  # files from a worker on another host
+            target = tdir / name
+            if not target.exists() or target.stat().st_size != len(data):
+                target.write_bytes(data)
+        self._idle.append(act)
+        self._record(outcome, run_id)
+
+    def _record(self, outcome: TrialOutcome, run_id: str | None) -> None:
+        """outcome.json first, then Optuna, then MLflow (or its outbox)."""
+        p = self.progress
+        tdir = Path(outcome.trial_dir) if outcome.trial_dir else self.paths.trial_dir(outcome.number)
+        tdir.mkdir(parents=True, exist_ok=True)
+        write_json(tdir / "outcome.json", outcome.model_dump(mode="json"))
+        values = objective_values(self.spec, outcome) if outcome.status is TrialStatus.COMPLETE else None
+        extra: dict[str, float] = {}
+        attrs: dict[str, Any] = {"role": outcome.role.value, "status": outcome.status.value,
+                                 "fingerprint_hash": outcome.fingerprint_hash, "node": outcome.node}
+        if values is not None:
+            if outcome.role is TrialRole.baseline:
+                p.baselines.append((outcome.finished_at, values[0]))
+            base = select.nearest_baseline(outcome.finished_at, p.baselines)
+            if base:
+                extra["speedup_vs_baseline"] = select.speedup(values[0], base)
+                attrs["speedup_vs_baseline"] = extra["speedup_vs_baseline"]
+            self.study.tell_complete(outcome.number, values, attrs)
+            p.complete += 1
+            p.consecutive_failures = 0
+            self._keys.setdefault(sp.key(outcome.params), (outcome.number, "COMPLETE"))
+            self._update_best(outcome.number, values[0], outcome.params, outcome.role.value)
+        else:
+            kind = outcome.failure_kind.value if outcome.failure_kind else "metric_missing"
+            if outcome.status is TrialStatus.COMPLETE:  # objective missing from a complete measurement
+                kind = FailureKind.metric_missing.value
+                outcome = outcome.model_copy(update={"status": TrialStatus.FAILED,
+                                                     "failure_kind": FailureKind.metric_missing,
+                                                     "reason": f"objective {self.spec.objective.metric} missing"})
+            self.study.tell_failed(outcome.number, {**attrs, "failure_kind": kind, "reason": outcome.reason[:500]})
+            if kind != FailureKind.interrupted.value:
+                p.failed += 1
+                p.consecutive_failures += 1
+                p.failures[kind] += 1
+                self._keys.setdefault(sp.key(outcome.params), (outcome.number, "FAIL"))
+            elif outcome.number not in self._remeasures:
+                self.study.enqueue(outcome.params, {"role": outcome.role.value, "remeasure_of": outcome.number})
+            if outcome.role is TrialRole.baseline and kind != FailureKind.interrupted.value:
+                p.stop_reason = (f"the baseline failed ({kind}: {outcome.reason}); nothing can be compared "
+                                 f"against it: fix the server set-up first (see {tdir / 'server.log'})")
+            log.warning("trial %d failed: %s: %s", outcome.number, kind, outcome.reason)
+        p.finished += 1
+        self._outcomes.append(outcome)
+        self.tracker.log_trial(self.parent_run_id, outcome, run_id=run_id or None, extra_metrics=extra,
+                               extra_tags={"sweep.engine": self.spec.engine})
+        self._check_failure_budget()
+        self._maybe_remeasure_baseline()
+        self.on_event("finish", {"outcome": outcome, "speedup": extra.get("speedup_vs_baseline")})
+        self._write_state("running")
+
+    def _update_best(self, number: int, value: float | None, params: dict, role: str) -> None:
+        p = self.progress
+        if value is None:
+            return
+        better = (p.best_value is None or (value > p.best_value if self.spec.objective.direction == "maximize"
+                                           else value < p.best_value))
+        if better:
+            p.best_number, p.best_value, p.best_params = number, value, dict(params)
+
+    def _check_failure_budget(self) -> None:
+        p, b = self.progress, self.spec.budget
+        if p.consecutive_failures >= b.max_consecutive_failures:
+            p.stop_reason = (f"{p.consecutive_failures} trials failed in a row "
+                             f"(budget.max_consecutive_failures={b.max_consecutive_failures}); "
+                             f"failures by kind: {dict(p.failures)}")
+        elif p.finished >= b.min_trials_for_failure_rate and p.failed / max(p.finished, 1) > b.max_failure_rate:
+            p.stop_reason = (f"{p.failed} of {p.finished} trials failed, above budget.max_failure_rate="
+                             f"{b.max_failure_rate:g}; failures by kind: {dict(p.failures)}")
+
+    def _maybe_remeasure_baseline(self) -> None:
+        k = self.spec.budget.baseline_every
+        if k and self.progress.finished and self.progress.finished % k == 0 and self._should_launch():
+            self.study.enqueue(sp.baseline_params(self.spec.space), {"role": TrialRole.baseline.value})
+
+    # ------------------------------------------------------------------ the end
+
+    def _finish(self) -> dict[str, Any]:
+        from orchestrator import report
+
+        p = self.progress
+        if self._stop >= 1 and not p.stop_reason:
+            p.stop_reason = "interrupted"
+        status = "stopped" if self._stop else "finished"
+        summary: dict[str, Any] = {"workdir": str(self.paths.root), "stop_reason": p.stop_reason,
+                                   "parent_run_id": self.parent_run_id, "launched": p.launched,
+                                   "complete": p.complete, "failed": p.failed, "failures": dict(p.failures),
+                                   "skipped": p.skipped, "champion": None, "promoted": False}
+        drift = select.drift(p.baselines, threshold=self.spec.budget.baseline_drift_threshold)
+        summary["baseline_drift"] = {"max_relative_change": drift[0], "flagged": drift[1],
+                                     "baselines": p.baselines}
+        if not self._stop and p.stop_reason and "baseline failed" not in p.stop_reason:
+            summary.update(self._promote())
+        self.tracker.log_sweep_summary(
+            self.parent_run_id, metrics=report.parent_metrics(summary, self._outcomes),
+            tags={"sweep.stop_reason": p.stop_reason[:250], "sweep.baseline_drift_flagged": str(drift[1]),
+                  "sweep.status": status},
+            table=report.results_table(self._outcomes, p.baselines),
+            figures=report.figures(self.spec, self._outcomes, p.baselines),
+        )
+        self.tracker.end_sweep(self.parent_run_id, "FINISHED" if status == "finished" else "KILLED")
+        self._write_state(status)
+        write_json(self.paths.root / "summary.json", summary)
+        return summary
+
+    def _promote(self) -> dict[str, Any]:
+        """Champion -> interleaved confirmation against the baseline -> registry alias -> env file."""
+        constraints = {k: (b.min, b.max) for k, b in self.spec.objective.constraints.items()}
+        feasible = [o for o in self._outcomes if o.role is TrialRole.search]
+        champion = select.pick_champion(feasible, metric=self.spec.objective.metric,
+                                        direction=self.spec.objective.direction, constraints=constraints)
+        baseline = next((o for o in reversed(self._outcomes)
+                         if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE), None)
+        if champion is None or baseline is None:
+            return {"verdict": "no feasible trial to promote" if champion is None else "no baseline measured"}
+        metric = self.spec.objective.metric
+        champ_samples = [getattr(m, metric) for m in champion.repeats or (champion.metrics,)]
+        base_samples = [getattr(m, metric) for m in baseline.repeats or (baseline.metrics,)]
+        n_confirm = self.spec.promotion.confirm_repeats
+        confirm_log: list[dict[str, Any]] = []
+        if n_confirm:
+            champ_samples, base_samples, confirm_log = self._confirm(champion, n_confirm)
+        gate = select.promotion_gate(champ_samples, base_samples, min_gain=self.spec.promotion.min_gain,
+                                     seed=self.spec.sampler.seed, direction=self.spec.objective.direction)
+        result: dict[str, Any] = {
+            "champion": {"number": champion.number, "params": {k: v for k, v in champion.params.items()
+                                                               if v is not None},
+                         metric: getattr(champion.metrics, metric)},
+            "gate": gate.model_dump(mode="json"), "confirmations": confirm_log, "verdict": gate.reason,
+        }
+        if not gate.passed:
+            log.warning("no promotion: %s", gate.reason)
+            return result
+        run_id = self._run_id_of(champion.number)
+        config = planner.serving_config(
+            self.spec, champion.params, trial_number=champion.number, run_id=run_id or "",
+            metrics={k: v for k, v in {metric: float(sum(champ_samples) / len(champ_samples)),
+                                       "baseline_" + metric: float(sum(base_samples) / len(base_samples)),
+                                       "gain": gate.gain}.items()},
+            fingerprint_hash=champion.fingerprint_hash)
+        version = self.tracker.promote(run_id, model_name=self.spec.promotion.model_name, serving_config=config,
+                                       alias=self.spec.promotion.alias, description=gate.reason)
+        config["model_version"] = version
+        from orchestrator import export
+
+        env_path = self.paths.root / "champion.env"
+        export.write_atomic(env_path, export.render(config, "env"))
+        result.update(promoted=True, model_version=version, env_file=str(env_path), run_id=run_id)
+        log.info("promoted trial %d as %s@%s (version %s): %s", champion.number, self.spec.promotion.model_name,
+                 self.spec.promotion.alias, version, gate.reason)
+        return result
+
+    def _run_id_of(self, number: int) -> str | None:
+        for t in self.study.trials():
+            if t.number == number:
+                return t.attrs.get("mlflow_run_id") or None
+        return None
+
+    def _confirm(self, champion: TrialOutcome, n: int) -> tuple[list[float], list[float], list[dict]]:
+        """Champion and baseline measured again, interleaved A B A B ..., on one slot."""
+        metric = self.spec.objective.metric
+        champ, base, rows = [], [], []
+        act = self._actors[0]
+        baseline_params = sp.baseline_params(self.spec.space)
+        for i in range(n):
+            for who, params in (("champion", champion.params), ("baseline", baseline_params)):
+                if self._stop:
+                    break
+                tdir = self.paths.confirm_dir(i, who)
+                spec = TrialSpec(number=champion.number if who == "champion" else -1, params=params,
+                                 role=TrialRole.confirm, repeats=self.spec.benchmark.repeats, trial_dir=str(tdir),
+                                 seed=self.spec.sampler.seed * 7919 + i * 2 + (who == "baseline"),
+                                 sweep_started_at=self.started_at, experiment=self.spec.model_dump(mode="json"))
+                self.on_event("confirm", {"round": i + 1, "of": n, "who": who})
+                try:
+                    outcome, _ = ray_actor.get(act.run.remote(spec))
+                except ray_actor.RayError as exc:
+                    rows.append({"round": i, "who": who, "status": "FAILED", "reason": str(exc)[:200]})
+                    continue
+                self.tracker.log_trial(self.parent_run_id, outcome, run_id=None, extra_metrics={},
+                                       extra_tags={"sweep.confirm_round": str(i), "sweep.confirm_of": who})
+                values = [getattr(m, metric) for m in outcome.repeats] if outcome.status is TrialStatus.COMPLETE else []
+                (champ if who == "champion" else base).extend(v for v in values if v is not None)
+                rows.append({"round": i, "who": who, "status": outcome.status.value, metric: values})
+        return champ, base, rows
+
+
+# ---------------------------------------------------------------------- status from another shell
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def status_report(workdir: Path) -> dict[str, Any]:
+    """Progress of the sweep in `workdir`, read from sweep.json and the Optuna storage (no MLflow needed)."""
+    from orchestrator.study import read_only
+
+    workdir = Path(workdir)
+    try:
+        state = json.loads((workdir / "sweep.json").read_text())
+    except FileNotFoundError:
+        raise SweepError(f"{workdir}: no sweep here (sweep.json missing); pass the --workdir `sweep run` used") from None
+    read = read_only(Paths(workdir.resolve()).optuna_url, state["experiment"])
+    trials, _ = read if read else ([], {})
+    counted = [t for t in trials if not t.attrs.get("skipped") and t.attrs.get("failure_kind") != "interrupted"
+               and t.role != TrialRole.confirm.value]
+    finished = [t for t in counted if t.state in ("COMPLETE", "FAIL")]
+    failures = Counter(t.attrs.get("failure_kind", "unknown") for t in finished if t.state == "FAIL")
+    complete = [t for t in finished if t.state == "COMPLETE" and t.values]
+    running = [t for t in trials if t.state == "RUNNING"]
+    maximize = True
+    best = None
+    for t in complete:
+        if t.role != TrialRole.search.value:
+            continue
+        if best is None or (t.values[0] > best.values[0]) == maximize and t.values[0] != best.values[0]:
+            best = t
+    baselines = [(t.end or 0.0, t.values[0]) for t in complete if t.role == TrialRole.baseline.value]
+    budget = int(state.get("budget_trials") or 0)
+    elapsed = (state.get("updated_at") if state.get("status") != "running" else time.time()) - state["started_at"]
+    launched = len(finished) + len(running)
+    eta = None
+    if finished and state.get("status") == "running" and budget:
+        per_trial = elapsed / max(len(finished), 1)
+        eta = max(budget - len(finished), 0) * per_trial
+    fps = sorted({t.attrs["fingerprint_hash"] for t in finished if t.attrs.get("fingerprint_hash")})
+    return {
+        "experiment": state["experiment"], "status": state.get("status", "unknown"),
+        "driver_alive": _pid_alive(state.get("pid")) and state.get("status") == "running",
+        "budget_trials": budget, "launched": launched, "complete": len(complete), "failed": len(finished) - len(complete),
+        "running": len(running), "skipped": sum(1 for t in trials if t.attrs.get("skipped")),
+        "failures": dict(failures), "objective": state.get("objective", "decode_tok_s"),
+        "best": None if best is None else {"number": best.number, "value": best.values[0],
+                                           "speedup": best.attrs.get("speedup_vs_baseline"),
+                                           "params": {k: v for k, v in best.params.items() if v is not None}},
+        "baseline": baselines[-1][1] if baselines else None, "baselines": baselines,
+        "elapsed_s": elapsed, "eta_s": eta, "fingerprints": fps, "stop_reason": state.get("stop_reason", ""),
+    }
