@@ -472,7 +472,7 @@ def summarize(repeats: Sequence[Metrics], *, seed: int = 0, n_boot: int = 2000) 
 
     sources: dict[str, str] = {}
     for key in sorted({k for m in repeats for k in m.sources}):
-        distinct = sorted({m.sources[k] for m in repeats if k in m.sources})
+        distinct = sorted({m.sources[key] for m in repeats if key in m.sources})
         sources[key] = " | ".join(distinct)
     if len(repeats) > 1:
         sources["summary"] = f"median_of_{len(repeats)}_repeats"
