@@ -108,11 +108,17 @@ def plan(
     from orchestrator import observe, plan as planner, space as sp
 
     s = _load(experiment)
+    import random
+
+    rng = random.Random(s.sampler.seed)
     points = [sp.baseline_params(s.space)]
-    for p in sp.points(s.space):
-        if len(points) >= max(limit, 1):
+    seen = {sp.key(points[0])}
+    for _ in range(10_000):  # a few feasible examples drawn from the space, after the baseline
+        if len(points) >= limit:
             break
-        if sp.infeasible_reason(p) is None and sp.key(p) != sp.key(points[0]):
+        p = sp.random_point(s.space, rng)
+        if sp.infeasible_reason(p) is None and sp.key(p) not in seen:
+            seen.add(sp.key(p))
             points.append(p)
     points = points[:limit]
     plans = [planner.make(s, p, port=s.server.port_range[0] + i, seed=i) for i, p in enumerate(points)]
@@ -124,17 +130,18 @@ def plan(
     out.print(f"[bold]{s.name}[/]: {total} distinct combinations, {feasible} feasible, {total - feasible} infeasible")
     for rule, n in reasons.most_common():
         out.print(f"  {n:>6} infeasible: {rule}")
-    hw = s.simulator.hardware_profile if s.engine == "simulator" else None
-    for w in observe.plan_warnings(s.server.flags, list(s.space.params), s.server.tp, hw):
+    swept_env = {n: "" for n in s.space.params if n.startswith(("NCCL_", "SGLANG_"))}
+    seen_warnings: set[str] = set(observe.plan_warnings(swept_env, {**s.server.flags, "tp-size": s.server.tp},
+                                                        planner.hardware(s)))
+    for w in sorted(seen_warnings):
         out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
-    seen_warnings: set[str] = set()
     for lp in plans:
         for w in lp.warnings:
             if w not in seen_warnings:
                 seen_warnings.add(w)
                 out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     for i, (p, lp) in enumerate(zip(points, plans)):
-        label = "baseline" if i == 0 else f"point {i}"
+        label = "baseline" if i == 0 else f"example {i}"
         out.print(f"\n[bold]{label}[/]: {', '.join(f'{k}={v}' for k, v in p.items() if v is not None) or 'engine defaults'}")
         out.print(planner.launch_command(lp), soft_wrap=True)
 

@@ -112,13 +112,6 @@ KNOBS: Mapping[str, Knob] = {k.name: k for k in _KNOBS}
 PASSTHROUGH_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "HF_HUB_OFFLINE",
                              "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"})
 
-# Variables SGLang sets or overwrites itself (reference INTERFACE.md 1.2 and 2.1).
-SGLANG_OVERRIDES = {
-    "NCCL_CUMEM_ENABLE": "SGLang sets NCCL_CUMEM_ENABLE=1 itself with --enable-symm-mem or DeepEP v2",
-    "NCCL_NVLS_ENABLE": "SGLang forces NCCL_NVLS_ENABLE=1 with --enable-symm-mem",
-    "NCCL_GRAPH_REGISTER": "SGLang sets NCCL_GRAPH_REGISTER=0 (setdefault) whenever CUDA graphs capture collectives with TP>1",
-}
-
 # The SGLang versions whose flag spelling we know; 0.5.23's --help dump ships in orchestrator/reference.
 SGLANG_VERSIONS = ("0.5.9", "0.5.16", "0.5.23")
 DEFAULT_SGLANG_VERSION = "0.5.23"

@@ -135,20 +135,20 @@ def make(
     )
 
 
+def hardware(spec: SweepSpec) -> str | None:
+    """The interconnect the plan runs on, when the experiment says (the simulator's profile)."""
+    return spec.simulator.hardware_profile if spec.engine == "simulator" else None
+
+
 def warnings(spec: SweepSpec, params: Mapping[str, ParamValue]) -> list[str]:
-    """What would make this plan measure something other than what it says."""
-    out: list[str] = []
-    env = tuned_env(spec, params)
-    for name in env:
-        if name in knobs.SGLANG_OVERRIDES:
-            out.append(f"{name} is set, but {knobs.SGLANG_OVERRIDES[name]}")
-    flags = spec.server.flags
-    if flags.get("enable-deterministic-inference") and spec.server.tp > 1:
-        hit = [n for n in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if n in env]
-        if hit:
-            out.append(f"--enable-deterministic-inference overwrites {', '.join(hit)} "
-                       f"(NCCL_ALGO=allreduce:tree, 8 channels) and disables custom all-reduce")
-    return out
+    """What would make this plan measure something other than what it says (see observe.plan_warnings)."""
+    from orchestrator import observe
+
+    flags = {**spec.server.flags, "tp-size": spec.server.tp}
+    for arg in tuned_flags(spec, params):
+        if arg.startswith("--"):
+            flags[arg] = True
+    return observe.plan_warnings(tuned_env(spec, params), flags, hardware(spec))
 
 
 def launch_command(plan: LaunchPlan) -> str:

@@ -115,6 +115,15 @@ def points(space: SearchSpace) -> Iterator[dict[str, ParamValue]]:
     yield from expand(0, {})
 
 
+def random_point(space: SearchSpace, rng) -> dict[str, ParamValue]:
+    """One point drawn uniformly per dimension (inactive knobs None); may be infeasible."""
+    chosen: dict[str, ParamValue] = {}
+    for name in ordered(space):
+        param = space.params[name]
+        chosen[name] = rng.choice(param.values()) if is_active(param, chosen) else None
+    return complete(space, chosen)
+
+
 def size(space: SearchSpace) -> int:
     """Upper bound of distinct points (product of dimension sizes), without enumerating."""
     return math.prod(len(p.values()) for p in space.params.values())

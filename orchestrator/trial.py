@@ -192,9 +192,8 @@ class _Runner:
         if self.sweep.engine == "simulator":
             simulated = {"hardware_profile": self.sweep.simulator.hardware_profile,
                          "model_profile": self.sweep.simulator.model_profile}
-        fp = observe.fingerprint(simulated=simulated, nccl=nccl)
-        path = observe.allreduce_path(self._flags(), log_text, self.sweep.simulator.hardware_profile
-                                      if self.sweep.engine == "simulator" else None)
+        fp = observe.fingerprint(simulated=simulated, nccl_log=log_text)
+        path = observe.allreduce_path(self._flags(), log_text, planner.hardware(self.sweep))
         self.found.update(
             fingerprint=fp,
             fingerprint_hash=observe.fingerprint_hash(fp),
