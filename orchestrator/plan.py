@@ -124,7 +124,10 @@ def make(
         if sim.drift_per_hour:
             argv += ["--sim-drift", str(sim.drift_per_hour), "--sim-drift-epoch", f"{drift_epoch or 0:.3f}"]
         for fault in sim.faults:
-            argv += ["--sim-fault", fault]
+            if isinstance(fault, str):
+                argv += ["--sim-fault", fault]
+            elif all(params.get(k) in (v if isinstance(v, list) else [v]) for k, v in fault.when.items()):
+                argv += ["--sim-fault", fault.fault]
     return LaunchPlan(
         argv=tuple(argv),
         env=tuned_env(spec, params),

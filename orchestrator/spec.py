@@ -138,13 +138,22 @@ class ServerSpec(Strict):
         return out
 
 
+class FaultSpec(Strict):
+    """A simulator fault injected only into trials whose knobs match `when` (all of them)."""
+
+    fault: str
+    """The simulator's --sim-fault text, e.g. never_ready, crash_after_tokens=40."""
+    when: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
+
+
 class SimulatorSpec(Strict):
     hardware_profile: str = "pcie-rtxpro6000-x8"
     model_profile: str = "kimi-k2.5"
     noise: Annotated[float, Field(ge=0, le=0.5)] = 0.03
     drift_per_hour: Annotated[float, Field(ge=-0.5, le=0.5)] = 0.0
-    faults: tuple[str, ...] = ()
-    """Fault injections passed as --sim-fault, e.g. "nccl_hang_when=NCCL_ALGO:Tree"."""
+    faults: tuple[str | FaultSpec, ...] = ()
+    """Fault injections passed as --sim-fault: a string applies to every trial, {fault, when} to the
+    trials whose knobs match, e.g. {fault: never_ready, when: {NCCL_ALGO: Tree}}."""
 
 
 class BenchmarkSpec(Strict):
