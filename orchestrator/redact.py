@@ -19,14 +19,15 @@ Text redaction (redact_text) replaces the values of secret-named variables (leng
 values would shred ordinary text) and, whatever the environment, common credential shapes:
 Hugging Face `hf_...`, AWS key ids `AKIA...`/`ASIA...`, GitHub `ghp_...`/`github_pat_...`,
 OpenAI-style `sk-...`, Slack `xox?-...`, `Bearer ...`, the password in `scheme://user:password@host`,
-and the value in `SECRET_NAME=value`, `"SECRET_NAME": "value"` and `--api-key value`.
+and the value in `SECRET_NAME=value`, `"SECRET_NAME": "value"`, `--api-key value` and an argv list
+serialised as `"--api-key", "value"`.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 MASK = "***"
 
@@ -86,6 +87,8 @@ _SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
 _ASSIGN = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>=)(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"',;&)]+)")
 _JSON_PAIR = re.compile(r"\"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)\"(?P<sep>\s*:\s*)\"(?P<value>(?:[^\"\\]|\\.)*)\"")
 _FLAG = re.compile(r"(?P<name>--[A-Za-z0-9][A-Za-z0-9-]*)(?P<sep>\s+)(?P<value>[^\s-][^\s]*)")
+# An argv list serialised as JSON or a Python repr: "--api-key", "value"
+_LISTED_FLAG = re.compile(r"(?P<q>[\"'])(?P<name>--[A-Za-z0-9][A-Za-z0-9-]*)(?P=q)(?P<sep>\s*,\s*)(?P<q2>[\"'])(?P<value>(?:(?!(?P=q2))[^\\]|\\.)*)(?P=q2)")
 _NOT_A_VALUE = frozenset({"", "None", "null", "''", '""', MASK, f"'{MASK}'", f'"{MASK}"'})
 
 
@@ -101,6 +104,27 @@ def _mask_json(m: re.Match[str]) -> str:
     if not is_secret_name(m.group("name")) or m.group("value") in _NOT_A_VALUE:
         return m.group(0)
     return f"\"{m.group('name')}\"{m.group('sep')}\"{MASK}\""
+
+
+def _mask_listed(m: re.Match[str]) -> str:
+    if not is_secret_name(m.group("name")) or m.group("value") in _NOT_A_VALUE:
+        return m.group(0)
+    q, q2 = m.group("q"), m.group("q2")
+    return f"{q}{m.group('name')}{q}{m.group('sep')}{q2}{MASK}{q2}"
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """An argv list with the value of every secret-named flag (`--api-key X`, `--api-key=X`) masked."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        name, eq, value = arg.partition("=")
+        if not arg.startswith("--") or not is_secret_name(name):
+            continue
+        if eq:
+            out[i] = f"{name}={MASK}"
+        elif i + 1 < len(out) and not out[i + 1].startswith("--"):
+            out[i + 1] = MASK
+    return out
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:
@@ -120,6 +144,7 @@ def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     for pattern, replacement in _SHAPES:
         text = pattern.sub(replacement, text)
     text = _JSON_PAIR.sub(_mask_json, text)
+    text = _LISTED_FLAG.sub(_mask_listed, text)
     text = _ASSIGN.sub(_mask_named, text)
     text = _FLAG.sub(_mask_named, text)
     return text
