@@ -1,0 +1,113 @@
+"""End to end: experiment -> simulator trials on a real local Ray -> Optuna (sqlite) -> MLflow (sqlite)
+-> champion promoted in the registry -> exported env file that parses back to the champion."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from orchestrator import export
+from orchestrator.study import read_only
+from e2e_helpers import demo_experiment, sweep, write_experiment
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("e2e")
+    exp = write_experiment(tmp, demo_experiment(name="e2e", budget={"trials": 6, "concurrent_trials": 2}))
+    wd = tmp / "wd"
+    proc = sweep("run", str(exp), "--workdir", str(wd))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return wd, proc
+
+
+def test_sweep_runs_trials_two_at_a_time_and_prints_the_champion(finished_sweep):
+    wd, proc = finished_sweep
+    summary = json.loads((wd / "summary.json").read_text())
+    assert summary["launched"] == 6
+    assert summary["complete"] >= 5
+    assert "champion: trial" in proc.stdout
+    assert "env file:" in proc.stdout and "sweep ui --workdir" in proc.stdout
+    # Two trials really overlapped in time: some trial started before another one ended.
+    spans = []
+    for d in sorted((wd / "trials").iterdir()):
+        o = json.loads((d / "outcome.json").read_text())
+        spans.append((o["started_at"], o["finished_at"]))
+    spans.sort()
+    assert any(b_start < a_end for (a_start, a_end), (b_start, _) in zip(spans, spans[1:]))
+
+
+def test_optuna_storage_holds_every_trial(finished_sweep):
+    wd, _ = finished_sweep
+    trials, attrs = read_only(f"sqlite:///{wd / 'optuna.db'}", "e2e")
+    launched = [t for t in trials if not t.attrs.get("skipped")]
+    assert len(launched) == 6
+    assert launched[0].role == "baseline" and all(v is None for v in launched[0].params.values())
+    assert attrs["parent_run_id"]
+
+
+def test_mlflow_has_parent_and_one_child_per_trial_with_metrics(finished_sweep):
+    wd, _ = finished_sweep
+    client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("e2e")
+    runs = client.search_runs([exp.experiment_id], max_results=500)
+    parents = [r for r in runs if r.data.tags.get("sweep.kind") == "sweep"]
+    assert len(parents) == 1
+    parent = parents[0]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    by_number = {int(r.data.tags["sweep.trial_number"]): r for r in children
+                 if r.data.tags.get("sweep.role") in ("search", "baseline")}
+    numbers = sorted(int(d.name) for d in (wd / "trials").iterdir())
+    assert sorted(by_number) == numbers
+    for n, run in by_number.items():
+        outcome = json.loads((wd / "trials" / f"{n:04d}" / "outcome.json").read_text())
+        assert run.data.tags["sweep.status"] == outcome["status"]
+        if outcome["status"] == "COMPLETE":
+            m = run.data.metrics
+            assert m["decode_tok_s"] == pytest.approx(outcome["metrics"]["decode_tok_s"])
+            for name in ("ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99", "speedup_vs_baseline"):
+                assert name in m, name
+            if outcome["params"]["speculative_algorithm"]:
+                assert m["accept_length"] > 1 and m["verify_ms"] > 0
+            assert run.info.status == "FINISHED"
+            assert set(run.data.params) >= set(outcome["params"])
+    assert "best_decode_tok_s" in parent.data.metrics
+
+
+def test_champion_alias_resolves_and_export_parses_back(finished_sweep, tmp_path):
+    wd, _ = finished_sweep
+    summary = json.loads((wd / "summary.json").read_text())
+    assert summary["promoted"], summary.get("verdict")
+    client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
+    version = client.get_model_version_by_alias("sglang-sweep-demo", "champion")
+    champion_run = client.get_run(version.run_id)
+    number = int(champion_run.data.tags["sweep.trial_number"])
+    assert number == summary["champion"]["number"]
+
+    out = tmp_path / "champion.env"
+    proc = sweep("export", "--workdir", str(wd), "--format", "env", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    env = export.parse_env(out.read_text())
+    params = json.loads((wd / "trials" / f"{number:04d}" / "outcome.json").read_text())["params"]
+    for name, value in params.items():
+        if name.startswith("NCCL_"):
+            assert env.get(name) == (None if value is None else str(value)), name
+    args = env["SGLANG_SWEEP_ARGS"]
+    if params["speculative_algorithm"]:
+        assert f"--speculative-num-steps {params['speculative_num_steps']}" in args
+    else:
+        assert "--speculative-algorithm" not in args
+    assert ("--disable-custom-all-reduce" in args) == (params["all_reduce_path"] == "nccl")
+    assert f"run {version.run_id}" in out.read_text() or version.run_id in out.read_text()
+
+
+def test_status_reads_a_finished_sweep(finished_sweep):
+    wd, _ = finished_sweep
+    proc = sweep("status", "--workdir", str(wd))
+    assert proc.returncode == 0, proc.stderr
+    assert "6/6 trials launched" in proc.stdout
+    assert "best so far: trial" in proc.stdout
