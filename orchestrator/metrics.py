@@ -79,25 +79,28 @@ def _rank0(samples: Sequence[Sample], name: str, labels: Mapping[str, str]) -> f
     return float(sum(s.value for s in found)) if found else None
 
 
+def _decode_passes(samples: Sequence[Sample]) -> float | None:
+    per_mode = [_rank0(samples, DECODE_PASSES, {"mode": m}) for m in DECODE_PASS_MODES]
+    found = [p for p in per_mode if p is not None]
+    return sum(found) if found else None
+
+
 def verify_ms_from_metrics(before: str, after: str) -> float | None:
     """Mean GPU time of one target-verify pass in ms between two /metrics scrapes, or None when the
-    server did not run with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 or no decode pass happened."""
+    server did not run with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 or no decode pass happened.
+
+    One decode iteration of a speculative server is one verify pass, and SGLang counts decode
+    iterations in cuda_graph_passes_total{mode="decode_cuda_graph"|"decode_none"}.
+    """
     b, a = parse_prometheus(before), parse_prometheus(after)
     v0 = _rank0(b, VERIFY_SECONDS, {"category": "target_verify"})
     v1 = _rank0(a, VERIFY_SECONDS, {"category": "target_verify"})
-    if v0 is None or v1 is None:
+    p0, p1 = _decode_passes(b), _decode_passes(a)
+    if v0 is None or v1 is None or p0 is None or p1 is None:
         return None
-    passes = []
-    for snapshot in (b, a):
-        per_mode = [_rank0(snapshot, DECODE_PASSES, {"mode": m}) for m in DECODE_PASS_MODES]
-        passes.append(sum(p for p in per_mode if p is not None) if any(p is not None for p in per_mode) else None)
-    if passes[0] is None or passes[1] is None:
-        return None
-    d_passes = passes[1] - passes[0]
-    d_seconds = v1 - v0
-    if d_passes <= 0 or d_seconds < 0:
-        return None
-    return d_seconds / d_passes * 1000.0
+    if p1 - p0 <= 0 or v1 - v0 < 0:
+        return None  # no decode pass in between, or the server restarted (counters reset)
+    return (v1 - v0) / (p1 - p0) * 1000.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,7 +382,7 @@ def compute(
     span = (max(r.start_s + r.latency_s for r in ended) - min(r.start_s for r in ended)) if ended else 0.0
     if span <= 0:
         raise MetricMissing("output throughput needs request start and end times; the measured span is 0")
-    output_tok_s = sum(r.completion_tokens for r in ok) / span
+    output_tok_s = sum(r.completion_tokens for r in ended) / span
 
     ttfts = [r.ttft_s * 1000.0 for r in ok if r.ttft_s is not None]
     itls = [v * 1000.0 for r in ok for v in _itl_values(r)]

@@ -177,19 +177,16 @@ def _is_python(snap: ProcessSnapshot) -> bool:
     return any(re.match(r"python\d*(\.\d+)?$", n) for n in names)
 
 
-def rank_workers(server_pid: int, snapshots: Sequence[ProcessSnapshot]) -> dict[int, ProcessSnapshot]:
-    """rank -> process, by RANK_WORKER_RULE."""
-    children = [s for s in snapshots if s.pid != server_pid]
-    named = {}
-    for snap in sorted(children, key=lambda s: s.pid):
-        rank = rank_from_cmdline(snap.cmdline)
-        if rank is not None and rank not in named:
-            named[rank] = snap
+def rank_workers(server_pid: int, snapshots: Sequence[ProcessSnapshot]) -> list[tuple[int, ProcessSnapshot]]:
+    """(rank, process) pairs by RANK_WORKER_RULE, sorted by rank then pid. With data parallelism
+    several processes may name the same TP rank; all of them are workers."""
+    children = sorted((s for s in snapshots if s.pid != server_pid), key=lambda s: s.pid)
+    named = [(rank, s) for s in children if (rank := rank_from_cmdline(s.cmdline)) is not None]
     if named:
-        return dict(sorted(named.items()))
-    fallback = [s for s in sorted(children, key=lambda s: s.pid)
+        return sorted(named, key=lambda rs: (rs[0], rs[1].pid))
+    fallback = [s for s in children
                 if _is_python(s) and not any(h in " ".join(s.cmdline) for h in _MP_HELPERS)]
-    return dict(enumerate(fallback))
+    return list(enumerate(fallback))
 
 
 class ProcessEnv(_Frozen):
@@ -219,8 +216,8 @@ class EnvObservation(_Frozen):
     expected_ranks: int
     rule: str = RANK_WORKER_RULE
     processes: tuple[ProcessEnv, ...] = ()
-    rank_pids: dict[int, int] = Field(default_factory=dict)
-    """rank -> pid of the rank workers found."""
+    workers: dict[int, int] = Field(default_factory=dict)
+    """pid -> rank of every rank worker found."""
     ok: bool
     problems: tuple[str, ...] = ()
 
@@ -239,7 +236,7 @@ def evaluate_env(
     """Compare the requested variables against what each process got (pure; see observe_env)."""
     requested = {k: str(v) for k, v in requested.items()}
     ranks = rank_workers(server_pid, snapshots)
-    rank_by_pid = {snap.pid: rank for rank, snap in ranks.items()}
+    rank_by_pid = {snap.pid: rank for rank, snap in ranks}
     processes = []
     for snap in sorted(snapshots, key=lambda s: s.pid):
         env = snap.environ
@@ -260,8 +257,7 @@ def evaluate_env(
             mismatched=redact_env(mismatched), nccl_env=redact_env(nccl),
         ))
 
-    workers = [p for p in processes if p.rank is not None]
-    workers.sort(key=lambda p: p.rank)
+    workers = sorted((p for p in processes if p.rank is not None), key=lambda p: (p.rank, p.pid))
     problems = []
     if len(workers) < expected_ranks:
         problems.append(f"found {len(workers)} rank worker(s) under pid {server_pid}, "
@@ -280,7 +276,7 @@ def evaluate_env(
                                 f"{p.mismatched[name]!r}, requested {shown[name]!r}")
     return EnvObservation(
         server_pid=server_pid, requested=shown, expected_ranks=expected_ranks,
-        processes=tuple(processes), rank_pids={p.rank: p.pid for p in workers},
+        processes=tuple(processes), workers={p.pid: p.rank for p in workers},
         ok=not problems, problems=tuple(problems),
     )
 
@@ -385,7 +381,7 @@ def check_env_applied(
                 confirmed.append(name)
     if problems:
         return False, "environment not applied: " + "; ".join(problems)
-    ranks = len(observation.rank_pids)
+    ranks = len(observation.workers)
     reason = (f"all {len(requested)} requested variable(s) reached all {ranks} rank worker(s)"
               if requested else f"no variables requested; {ranks} rank worker(s) found")
     if confirmed:

@@ -93,7 +93,7 @@ def test_real_workers_that_got_everything(server):
     assert read_environ(pid)["NCCL_PROTO"] == "LL"
     obs = observe_env(pid, REQUESTED, expected_ranks=2)
     assert obs.ok, obs.problems
-    assert sorted(obs.rank_pids) == [0, 1]
+    assert sorted(obs.workers.values()) == [0, 1]
     assert obs.rule == RANK_WORKER_RULE
     ok, reason = check_env_applied(REQUESTED, obs)
     assert ok and reason.startswith("all 2 requested variable(s) reached all 2 rank worker(s)")
@@ -105,7 +105,8 @@ def test_real_worker_that_lost_a_variable(server):
     assert not obs.ok
     ok, reason = check_env_applied(REQUESTED, obs)
     assert not ok
-    assert f"NCCL_PROTO did not reach rank 1 (pid {obs.rank_pids[1]})" in reason
+    rank1 = next(pid for pid, rank in obs.workers.items() if rank == 1)
+    assert f"NCCL_PROTO did not reach rank 1 (pid {rank1})" in reason
     assert "NCCL_MAX_NCHANNELS" not in reason
 
 
@@ -143,9 +144,22 @@ def test_sglang_process_titles_name_the_ranks():
         snap(104, ["python", "-c", "from multiprocessing.resource_tracker import main;main(5)"], {}),
     ]
     obs = evaluate_env(100, snaps, REQUESTED, expected_ranks=2)
-    assert obs.ok and obs.rank_pids == {0: 102, 1: 101}
+    assert obs.ok and obs.workers == {102: 0, 101: 1}
     # The observation is safe to write anywhere: no secret values in it.
     assert "hf_abc" not in obs.model_dump_json()
+
+
+def test_data_parallel_groups_are_all_checked():
+    snaps = [
+        snap(100, ["python", "-m", "sglang.launch_server"], GOOD),
+        snap(101, ["sglang::scheduler_DP0_TP0"], GOOD),
+        snap(102, ["sglang::scheduler_DP0_TP1"], GOOD),
+        snap(103, ["sglang::scheduler_DP1_TP0"], GOOD),
+        snap(104, ["sglang::scheduler_DP1_TP1"], {"NCCL_MAX_NCHANNELS": "4"}),
+    ]
+    obs = evaluate_env(100, snaps, REQUESTED, expected_ranks=4)
+    assert len(obs.workers) == 4
+    assert obs.problems == ("NCCL_PROTO did not reach rank 1 (pid 104)",)
 
 
 def test_fallback_skips_multiprocessing_helpers_and_non_python():
@@ -157,7 +171,7 @@ def test_fallback_skips_multiprocessing_helpers_and_non_python():
         snap(104, ["python3.11", "-c", "worker"], {"NCCL_PROTO": "LL"}),
     ]
     obs = evaluate_env(100, snaps, REQUESTED, expected_ranks=2)
-    assert obs.rank_pids == {0: 102, 1: 104}
+    assert obs.workers == {102: 0, 104: 1}
     assert obs.problems == ("NCCL_MAX_NCHANNELS did not reach rank 1 (pid 104)",)
 
 
