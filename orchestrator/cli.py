@@ -355,21 +355,35 @@ def export(
 def truth(
     experiment: Path = typer.Argument(..., help="experiment YAML (engine: simulator)"),
     top: int = typer.Option(10, "--top", help="how many of the best points to list"),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="also rank this sweep's best trial"),
 ) -> None:
     """Evaluate the simulator's noise-free model on every feasible point: the true optimum and ranks."""
-    from orchestrator.simulator import truth as sim_truth
+    from orchestrator import truth as truth_mod
 
     s = _load(experiment)
     if s.engine != "simulator":
         raise UserError(f"{experiment}: `sweep truth` needs engine: simulator (the model is the simulator's)")
-    ranked = sim_truth.rank_space(s)
-    table = Table(title=f"{s.name}: true optimum of {len(ranked)} feasible points ({s.simulator.hardware_profile})")
-    table.add_column("rank")
+    with err.status("evaluating every feasible point of the space..."):
+        t = truth_mod.compute(s)
+    table = Table(title=f"{s.name}: {len(t.values)} feasible points on {s.simulator.hardware_profile} "
+                        f"(noise-free {s.objective.metric})")
+    table.add_column("rank", justify="right")
     table.add_column(s.objective.metric, justify="right")
-    table.add_column("params")
-    for i, (value, params) in enumerate(ranked[:top], 1):
-        table.add_row(str(i), f"{value:.2f}", ", ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "defaults")
+    table.add_column("configuration")
+    for i, (value, params) in enumerate(zip(t.values[:top], t.points[:top]), 1):
+        table.add_row(str(i), f"{value:.2f}",
+                      ", ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "engine defaults")
     out.print(table)
+    if workdir is not None:
+        from orchestrator.driver import status_report
+
+        best = status_report(workdir).get("best")
+        if best:
+            from orchestrator import space as sp
+
+            value = truth_mod.evaluator(s)(sp.complete(s.space, best["params"]))
+            out.print(f"sweep best (trial {best['number']}): true {s.objective.metric} {value:.2f} = "
+                      f"{value / t.optimum * 100:.1f}% of the optimum, rank {t.rank_of_value(value)} of {len(t.values)}")
 
 
 def main() -> None:
