@@ -1,0 +1,392 @@
+"""MLflow tracking against real stores: a sqlite store in tmp_path and a real `mlflow server`.
+
+Everything is read back with MlflowClient, the way the UI and notebooks see it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+from mlflow.tracking import MlflowClient
+from mlflow_fixtures import (  # noqa: F401 (fixtures are used by name)
+    MlflowServer, copy_store, mlflow_server, restore_environ, sqlite_store_template,
+)
+
+from orchestrator import export
+from orchestrator.records import (
+    FailureKind, LaunchPlan, MeasurementSummary, Metrics, TrialOutcome, TrialRole, TrialStatus,
+)
+from orchestrator.tracking import OUTBOX_FILE, REJECTED_FILE, Tracker, TrackingError
+
+matplotlib.use("Agg")
+pytestmark = pytest.mark.usefixtures("restore_environ")
+
+KNOBS = {"NCCL_PROTO": "LL", "NCCL_ALGO": None, "NCCL_MAX_NCHANNELS": 16,
+         "speculative_num_steps": 3, "speculative_eagle_topk": 1}
+BASELINE_KNOBS = {k: None for k in KNOBS}
+
+
+def write_trial(workdir: Path, number: int, *, role: TrialRole = TrialRole.search,
+                status: TrialStatus = TrialStatus.COMPLETE,
+                failure_kind: FailureKind | None = None, params: dict | None = None,
+                decode_tok_s: float = 150.0) -> TrialOutcome:
+    """A trial folder as trial.py leaves it, outcome.json included."""
+    trial_dir = workdir / "trials" / str(number)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / "spec.json").write_text(json.dumps({"number": number}))
+    (trial_dir / "server.log").write_text("Decode batch, #running-req: 1, accept len: 2.61\n")
+    (trial_dir / "bench.jsonl").write_text('{"index": 0, "ok": true}\n')
+    complete = status == TrialStatus.COMPLETE
+    outcome = TrialOutcome(
+        number=number,
+        params=params if params is not None else KNOBS,
+        role=role,
+        status=status,
+        failure_kind=failure_kind,
+        reason="" if complete else "CUDA out of memory while allocating the draft KV cache",
+        log_tail="" if complete else "torch.OutOfMemoryError: CUDA out of memory",
+        metrics=Metrics(decode_tok_s=decode_tok_s, output_tok_s=290.5, ttft_ms_p50=41.0,
+                        itl_ms_p99=9.5, accept_length=2.61, verify_ms=None,
+                        requests_ok=8, sources={"accept_length": "meta_info"})
+        if complete else None,
+        summary=MeasurementSummary(repeats=3, median={"decode_tok_s": decode_tok_s},
+                                   ci95_low={"decode_tok_s": decode_tok_s - 4},
+                                   ci95_high={"decode_tok_s": decode_tok_s + 4})
+        if complete else None,
+        fingerprint_hash="fp-1234",
+        allreduce_path="nccl",
+        launch=LaunchPlan(argv=("python", "-m", "orchestrator.simulator"), port=30000,
+                          engine="simulator"),
+        trial_dir=str(trial_dir),
+        node="127.0.0.2",
+        started_at=1_750_000_000.0 + number * 100,
+        finished_at=1_750_000_060.0 + number * 100,
+        timings={"server_start": 3.5, "bench": 20.0},
+    )
+    (trial_dir / "outcome.json").write_text(outcome.model_dump_json(indent=2))
+    return outcome
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path / "runs" / "demo"
+
+
+@pytest.fixture
+def tracker(workdir: Path, sqlite_store_template: Path) -> Tracker:
+    return Tracker(copy_store(sqlite_store_template, workdir), "demo", outbox_dir=workdir)
+
+
+def client_of(tracker: Tracker) -> MlflowClient:
+    return MlflowClient(tracking_uri=tracker.tracking_uri, registry_uri=tracker.tracking_uri)
+
+
+def children(client: MlflowClient, parent_run_id: str) -> dict[str, object]:
+    experiment_id = client.get_run(parent_run_id).info.experiment_id
+    runs = client.search_runs([experiment_id],
+                              f"tags.`mlflow.parentRunId` = '{parent_run_id}'")
+    return {run.info.run_name: run for run in runs}
+
+
+def test_a_sweep_reads_back_as_parent_and_one_child_per_trial(tracker: Tracker,
+                                                                workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="demo-sweep", params={"n_trials": 20},
+                                 tags={"sweep.experiment": "demo"})
+    baseline = write_trial(workdir, 0, role=TrialRole.baseline, params=BASELINE_KNOBS,
+                           decode_tok_s=100.0)
+    run0 = tracker.start_trial(parent, number=0, params=BASELINE_KNOBS, role="baseline", tags={})
+    assert run0 is not None
+    assert client_of(tracker).get_run(run0).info.status == "RUNNING"
+    tracker.log_trial(parent, baseline, run_id=run0, extra_metrics={"speedup_vs_baseline": 1.0},
+                      extra_tags={})
+    good = write_trial(workdir, 1, decode_tok_s=150.0)
+    run1 = tracker.start_trial(parent, number=1, params=KNOBS, role=TrialRole.search, tags={})
+    tracker.log_trial(parent, good, run_id=run1, extra_metrics={"speedup_vs_baseline": 1.5},
+                      extra_tags={"sweep.drift": "none"})
+    oom = write_trial(workdir, 2, status=TrialStatus.FAILED, failure_kind=FailureKind.oom)
+    tracker.log_trial(parent, oom, run_id=None, extra_metrics={}, extra_tags={})
+    cut = write_trial(workdir, 3, status=TrialStatus.FAILED,
+                      failure_kind=FailureKind.interrupted)
+    tracker.log_trial(parent, cut, run_id=None, extra_metrics={}, extra_tags={})
+    tracker.end_sweep(parent, "FINISHED")
+
+    client = client_of(tracker)
+    experiment = client.get_experiment_by_name("demo")
+    assert experiment.artifact_location == str(workdir.resolve() / "mlartifacts")
+    parent_run = client.get_run(parent)
+    assert parent_run.info.status == "FINISHED"
+    assert parent_run.data.params == {"n_trials": "20"}
+    assert parent_run.data.tags["sweep.kind"] == "sweep"
+
+    runs = children(client, parent)
+    assert sorted(runs) == ["baseline-0000", "trial-0001", "trial-0002", "trial-0003"]
+    assert {name: run.info.status for name, run in runs.items()} == {
+        "baseline-0000": "FINISHED", "trial-0001": "FINISHED",
+        "trial-0002": "FAILED", "trial-0003": "KILLED"}
+
+    data = runs["trial-0001"].data
+    assert data.params == {"NCCL_PROTO": "LL", "NCCL_ALGO": "unset", "NCCL_MAX_NCHANNELS": "16",
+                           "speculative_num_steps": "3", "speculative_eagle_topk": "1"}
+    assert runs["baseline-0000"].data.params["NCCL_PROTO"] == "unset"
+    assert data.metrics["decode_tok_s"] == 150.0
+    assert data.metrics["decode_tok_s_ci95_low"] == 146.0
+    assert data.metrics["decode_tok_s_ci95_high"] == 154.0
+    assert data.metrics["speedup_vs_baseline"] == 1.5
+    assert data.metrics["accept_length"] == 2.61
+    assert data.metrics["requests_ok"] == 8
+    assert "verify_ms" not in data.metrics, "a metric nobody measured is not logged as 0"
+    for key, value in {"sweep.status": "COMPLETE", "sweep.engine": "simulator",
+                       "sweep.fingerprint_hash": "fp-1234", "sweep.trial_number": "1",
+                       "sweep.role": "search", "sweep.allreduce_path": "nccl",
+                       "sweep.node": "127.0.0.2", "sweep.drift": "none"}.items():
+        assert data.tags[key] == value, key
+    artifacts = {f.path for f in client.list_artifacts(run1, "trial")}
+    assert artifacts == {"trial/spec.json", "trial/server.log", "trial/bench.jsonl",
+                         "trial/outcome.json"}
+    assert list((workdir / "mlartifacts").rglob("server.log")), "artifacts live in the workdir"
+
+    failed = runs["trial-0002"].data
+    assert failed.tags["sweep.status"] == "FAILED"
+    assert failed.tags["sweep.failure_kind"] == "oom"
+    assert failed.tags["sweep.reason"].startswith("CUDA out of memory")
+    assert "OutOfMemoryError" in failed.tags["mlflow.note.content"]
+    assert runs["trial-0003"].data.tags["sweep.failure_kind"] == "interrupted"
+
+
+def test_logging_the_same_trial_twice_leaves_one_run_with_the_same_contents(
+        tracker: Tracker, workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    outcome = write_trial(workdir, 7)
+    for _ in range(2):
+        tracker.log_trial(parent, outcome, run_id=None, extra_metrics={"speedup_vs_baseline": 1.2},
+                          extra_tags={})
+    # A resumed driver that started the run before the crash passes no id either.
+    assert tracker.start_trial(parent, number=7, params=KNOBS, role="search", tags={}) is not None
+    tracker.log_trial(parent, outcome, run_id=None, extra_metrics={"speedup_vs_baseline": 1.2},
+                      extra_tags={})
+    client = client_of(tracker)
+    runs = children(client, parent)
+    assert list(runs) == ["trial-0007"]
+    run = runs["trial-0007"]
+    assert run.info.status == "FINISHED"
+    assert len(client.get_metric_history(run.info.run_id, "decode_tok_s")) == 1
+    assert tracker.pending() == 0
+
+
+def test_changed_params_are_flagged_not_fatal(tracker: Tracker, workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    run_id = tracker.start_trial(parent, number=4, params={**KNOBS, "NCCL_PROTO": "Simple"},
+                                 role="search", tags={})
+    tracker.log_trial(parent, write_trial(workdir, 4), run_id=run_id, extra_metrics={},
+                      extra_tags={})
+    run = client_of(tracker).get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["sweep.param_mismatch"] == "NCCL_PROTO"
+    assert tracker.pending() == 0
+
+
+def test_resume_reopens_the_parent_and_closes_interrupted_trials(tracker: Tracker) -> None:
+    parent = tracker.start_sweep(run_name="s", params={"n_trials": 20}, tags={})
+    running = tracker.start_trial(parent, number=5, params=KNOBS, role="search", tags={})
+    tracker.end_sweep(parent, "KILLED")
+    again = tracker.start_sweep(run_name="s", params={"n_trials": 30, "seed": 1}, tags={},
+                                resume_run_id=parent)
+    assert again == parent
+    client = client_of(tracker)
+    run = client.get_run(parent)
+    assert run.info.status == "RUNNING"
+    assert run.data.params == {"n_trials": "20", "seed": "1"}, "params already logged stay"
+    assert tracker.find_parent() == parent
+    assert tracker.find_parent(status="RUNNING") == parent
+    assert tracker.find_parent(run_name="other") is None
+    assert tracker.kill_running_trials(parent) == [5]
+    assert client.get_run(running).info.status == "KILLED"
+
+
+def test_child_runs_table_for_sweep_status(tracker: Tracker, workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    for number in (2, 0, 1):
+        tracker.log_trial(parent, write_trial(workdir, number, decode_tok_s=100.0 + number),
+                          run_id=None, extra_metrics={}, extra_tags={})
+    frame = tracker.child_runs(parent)
+    assert list(frame["trial_number"]) == [0, 1, 2]
+    assert list(frame["run_name"]) == ["trial-0000", "trial-0001", "trial-0002"]
+    assert list(frame["metrics.decode_tok_s"]) == [100.0, 101.0, 102.0]
+    assert set(frame["params.NCCL_PROTO"]) == {"LL"}
+    assert set(frame["tags.sweep.status"]) == {"COMPLETE"}
+    assert (frame["status"] == "FINISHED").all()
+
+
+def test_sweep_summary_lands_on_the_parent(tracker: Tracker) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    table = pd.DataFrame({"trial": [0, 1], "decode_tok_s": [100.0, 150.5],
+                          "NCCL_PROTO": [None, "LL"]})
+    figure = Figure()
+    figure.add_subplot().plot([0, 1], [100.0, 150.5])
+    tracker.log_sweep_summary(parent, metrics={"best_decode_tok_s": 150.5},
+                              tags={"sweep.champion_trial": 1}, table=table,
+                              figures={"tok_s by trial": figure})
+    client = client_of(tracker)
+    run = client.get_run(parent)
+    assert run.data.metrics["best_decode_tok_s"] == 150.5
+    assert run.data.tags["sweep.champion_trial"] == "1"
+    paths = {f.path for f in client.list_artifacts(parent)}
+    assert {"results.csv", "results.html", "results.json", "figures"} <= paths
+    assert [f.path for f in client.list_artifacts(parent, "figures")] == ["figures/tok_s_by_trial.png"]
+    csv = Path(client.download_artifacts(parent, "results.csv", str(tracker.outbox_dir / "dl")))
+    assert pd.read_csv(csv)["decode_tok_s"].tolist() == [100.0, 150.5]
+    assert not (tracker.outbox_dir / "outbox-files").exists() or not any(
+        (tracker.outbox_dir / "outbox-files").iterdir()), "staged files are cleaned up"
+
+
+def serving_config(run_id: str, trial_number: int, tok_s: float) -> dict:
+    return {
+        "experiment": "demo", "trial_number": trial_number, "run_id": run_id,
+        "model_version": None, "engine": "simulator", "sglang_version": "0.5.23",
+        "params": KNOBS, "env": {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"},
+        "sglang_args": ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"],
+        "metrics": {"decode_tok_s": tok_s, "speedup_vs_baseline": 1.5},
+        "fingerprint_hash": "fp-1234", "created_at": "2025-06-01T03:04:05+00:00",
+    }
+
+
+def test_promote_then_resolve_through_the_alias(tracker: Tracker, workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    runs = []
+    for number in (1, 2):
+        tracker.log_trial(parent, write_trial(workdir, number), run_id=None, extra_metrics={},
+                          extra_tags={})
+        runs.append(tracker.find_trial(parent, number))
+    first = tracker.promote(runs[0], model_name="demo-serving",
+                            serving_config=serving_config(runs[0], 1, 150.0))
+    assert first == "1"
+    resolved = tracker.resolve("demo-serving")
+    assert resolved["version"] == "1"
+    assert resolved["run_id"] == runs[0]
+    assert resolved["source"] == f"runs:/{runs[0]}/serving_config"
+    assert resolved["serving_config"] == {**serving_config(runs[0], 1, 150.0),
+                                          "model_version": "1"}
+
+    second = tracker.promote(runs[1], model_name="demo-serving",
+                             serving_config=serving_config(runs[1], 2, 160.0),
+                             description="beats trial 1")
+    assert second == "2"
+    resolved = tracker.resolve("demo-serving", "champion")
+    assert (resolved["version"], resolved["serving_config"]["trial_number"]) == ("2", 2)
+    version = client_of(tracker).get_model_version("demo-serving", "2")
+    assert version.tags["sweep.trial_number"] == "2"
+    assert version.tags["metric.decode_tok_s"] == "160"
+    assert version.description == "beats trial 1"
+
+    # What `sweep export` does with it: the env file parses back to the champion's settings.
+    text = export.render(resolved["serving_config"], "env")
+    env, args = export.split_args(export.parse_env(text))
+    assert env == {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"}
+    assert args == ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"]
+    assert "model version: 2" in text
+
+
+def test_promote_refuses_a_config_of_another_run(tracker: Tracker, workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    run_id = tracker.start_trial(parent, number=1, params=KNOBS, role="search", tags={})
+    with pytest.raises(ValueError, match="belongs to run 'other'"):
+        tracker.promote(run_id, model_name="m", serving_config=serving_config("other", 1, 1.0))
+
+
+def test_resolve_says_what_is_missing_and_how_to_fix_it(tracker: Tracker, tmp_path: Path,
+                                                        workdir: Path) -> None:
+    nowhere = Tracker(f"sqlite:///{tmp_path / 'absent' / 'mlflow.db'}", "demo",
+                      outbox_dir=tmp_path / "absent")
+    with pytest.raises(TrackingError, match="There is no MLflow store at .*absent.*--workdir"):
+        nowhere.resolve("demo-serving")
+    assert not (tmp_path / "absent" / "mlflow.db").exists(), "resolve never creates a store"
+
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    with pytest.raises(TrackingError, match="No registered model 'demo-serving' in MLflow at "
+                                            "sqlite:///.*Fix: \\(1\\)"):
+        tracker.resolve("demo-serving")
+    tracker.log_trial(parent, write_trial(workdir, 1), run_id=None, extra_metrics={},
+                      extra_tags={})
+    run_id = tracker.find_trial(parent, 1)
+    tracker.promote(run_id, model_name="demo-serving", alias="staging",
+                    serving_config=serving_config(run_id, 1, 150.0))
+    with pytest.raises(TrackingError, match="has no alias 'champion' \\(it has: staging\\)"):
+        tracker.resolve("demo-serving")
+
+
+def test_unreadable_outbox_lines_are_set_aside(tracker: Tracker, workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    good = write_trial(workdir, 1)
+    lines = [
+        '{"op": "log_trial", "parent_run_id": "' + parent + '", "run_id": null, '
+        '"outcome_path": "' + str(Path(good.trial_dir) / "outcome.json") + '", '
+        '"extra_metrics": {"speedup_vs_baseline": 1.1}, "extra_tags": {}}',
+        '{"op": "log_trial", "parent_run_id": "' + parent + '", "run_id": null, '
+        '"outcome_path": "/gone/outcome.json", "extra_metrics": {}, "extra_tags": {}}',
+        '{"op": "log_tri',  # torn by a crash mid-write
+    ]
+    (workdir / OUTBOX_FILE).write_text("\n".join(lines) + "\n")
+    assert tracker.pending() == 3
+    assert tracker.replay_outbox() == (1, 0)
+    assert tracker.pending() == 0
+    assert len((workdir / REJECTED_FILE).read_text().splitlines()) == 2
+    run = client_of(tracker).get_run(tracker.find_trial(parent, 1))
+    assert run.data.metrics["speedup_vs_baseline"] == 1.1
+
+
+@pytest.mark.slow
+def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
+        mlflow_server: MlflowServer, tmp_path: Path) -> None:
+    workdir = tmp_path / "runs" / "demo"
+    tracker = Tracker(mlflow_server.uri, "demo", outbox_dir=workdir)
+    parent = tracker.start_sweep(run_name="s", params={"n_trials": 3}, tags={})
+    first = write_trial(workdir, 0, role=TrialRole.baseline, params=BASELINE_KNOBS)
+    run0 = tracker.start_trial(parent, number=0, params=BASELINE_KNOBS, role="baseline", tags={})
+    tracker.log_trial(parent, first, run_id=run0, extra_metrics={}, extra_tags={})
+    run1 = tracker.start_trial(parent, number=1, params=KNOBS, role="search", tags={})
+    assert run1 is not None
+
+    mlflow_server.stop()
+    t0 = time.monotonic()
+    tracker.log_trial(parent, write_trial(workdir, 1), run_id=run1,
+                      extra_metrics={"speedup_vs_baseline": 1.5}, extra_tags={})
+    assert time.monotonic() - t0 < 5, "a stopped server must not stall the sweep"
+    t0 = time.monotonic()
+    assert tracker.start_trial(parent, number=2, params=KNOBS, role="search", tags={}) is None
+    tracker.log_trial(parent, write_trial(workdir, 2, status=TrialStatus.FAILED,
+                                          failure_kind=FailureKind.nccl_hang),
+                      run_id=None, extra_metrics={}, extra_tags={})
+    tracker.end_sweep(parent, "FINISHED")
+    assert time.monotonic() - t0 < 5
+    assert tracker.pending() == 3
+    lines = [json.loads(line) for line in (workdir / OUTBOX_FILE).read_text().splitlines()]
+    assert lines[0]["op"] == "log_trial"
+    assert lines[0]["parent_run_id"] == parent and lines[0]["run_id"] == run1
+    assert lines[0]["outcome_path"] == str((workdir / "trials" / "1" / "outcome.json").resolve())
+    assert lines[0]["extra_metrics"] == {"speedup_vs_baseline": 1.5}
+    assert lines[0]["extra_tags"] == {}
+    assert [line["op"] for line in lines] == ["log_trial", "log_trial", "end_sweep"]
+    assert tracker.replay_outbox() == (0, 3), "still down: nothing lost, nothing sent"
+
+    mlflow_server.start()  # same port, same store
+    assert tracker.replay_outbox() == (3, 0)
+    assert tracker.pending() == 0
+
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    assert client.get_run(parent).info.status == "FINISHED"
+    runs = children(client, parent)
+    assert sorted(runs) == ["baseline-0000", "trial-0001", "trial-0002"]
+    assert runs["trial-0001"].info.run_id == run1
+    assert runs["trial-0001"].info.status == "FINISHED"
+    assert runs["trial-0001"].data.metrics["speedup_vs_baseline"] == 1.5
+    assert runs["trial-0002"].info.status == "FAILED"
+    assert runs["trial-0002"].data.tags["sweep.failure_kind"] == "nccl_hang"
+    assert {f.path for f in client.list_artifacts(run1, "trial")} >= {"trial/server.log",
+                                                                     "trial/outcome.json"}
+    assert tracker.replay_outbox() == (0, 0)
