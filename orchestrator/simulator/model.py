@@ -1,0 +1,604 @@
+"""The simulator's performance model: pure functions from a configuration to decode speed.
+
+Nothing here does I/O; profiles are plain frozen dataclasses (`profiles.py` loads them from YAML).
+The server uses `evaluate` to time its decode cycles, and a caller can evaluate thousands of
+points of a search space to find the true optimum (`truth`). Every number in the equations comes
+from a profile, so the model can be read and recalibrated without touching code.
+
+One speculative decode cycle (EAGLE / EAGLE-3, SGLang's draft -> verify -> draft-extend loop) of a
+batch of `c` requests, `s` draft steps, top-k `k`, `n` draft tokens:
+
+    cycle  = s * draft_step(c*k) + verify(c*n) + draft_extend(c*n)
+    decode = forward(c) + L*A * allreduce(c * hidden * 2 bytes)        (no speculation)
+    verify = forward(t) + verify_overhead + L*A * allreduce(t * hidden * 2 bytes),  t = c*n
+    draft_step(t)   = draft_step_compute + per_token * t + draft_collectives * allreduce(t*hidden*2)
+    draft_extend(t) = draft_extend_compute + per_token * t + draft_collectives * allreduce(t*hidden*2)
+    forward(t)      = (fixed + per_unique_expert * U(t) + per_token * t) * tp_ref / tp / speed
+    U(t)            = E * (1 - (1 - e/E)^t)       expected distinct experts hit per MoE layer
+
+L layers with A tensor-parallel all-reduces each (Kimi-K2.5: 61 x 2 = 122). MoE weights dominate
+memory traffic at small batch, so target-forward time grows with the distinct experts the tokens
+touch; that is what makes verify cost rise with draft tokens and batch size. Without CUDA graphs
+each forward also pays host launch time per layer, and each collective an eager launch cost.
+
+All-reduce latency (microseconds), NCCL path, ring over the TP ranks (the ring's hops are typed by
+PCIe/NVLink path, e.g. PXB/PHB/SYS, from the hardware profile):
+
+    T = launch(graph|eager) + channels_used * channel_us
+        + steps * (hop_us[proto][transport] + thread_sync_us * nthreads/512) + pipeline_steps * hop_us
+        + wire_bytes / min(channels_used * nthreads * per_thread_gbps[proto],
+                           min_hop_bandwidth[transport] * efficiency[proto])
+
+    steps = 2(n-1) for Ring (Tree: x latency_factor, bandwidth x bandwidth_factor), wire = 2(n-1)/n*B.
+
+A hop uses peer-to-peer when its path is within NCCL_P2P_LEVEL (profile default otherwise) and
+NCCL_P2P_DISABLE is not 1, else shared memory through the host (NET when NCCL_SHM_DISABLE=1); the
+slowest hop paces the ring. Unset NCCL_PROTO/NCCL_ALGO follow NCCL's size table from the profile
+(LL128 is off by default on PCIe); a restricted set picks the fastest allowed. NCCL_MAX_NCHANNELS
+caps and NCCL_MIN_NCHANNELS raises the channel count, then NCCL's own small-message reduction
+applies (fewer channels, then fewer threads, while bytes < channels*threads*threshold).
+NCCL_BUFFSIZE sets the Simple/LL128 chunk (BUFFSIZE/8 per step): small buffers add pipeline steps
+to large messages, and buffers above 4 MiB slow shared-memory hops (host staging). The terms pull
+in different directions (P2P latency vs host-bounce bandwidth, channels' bandwidth vs their sync
+cost, threads' bandwidth vs their step cost), so the best setting depends on the message size and
+thus on draft tokens and batch size.
+
+SGLang's custom all-reduce (NVLink hosts, `--disable-custom-all-reduce` not given, message within
+its workspace) replaces NCCL for decode/verify messages: T = launch + base_us + B / bandwidth; the
+NCCL variables then do not touch those messages.
+
+Acceptance (per drafter, from the model profile): a draft at depth d is accepted with probability
+a(c_d) = 1 - (1 - p) * c_d^(-width_exponent), where c_d is how many of the n-1 draft tokens the
+tree spends on depth d (at most top-k). Tokens go one per depth first, then to whichever depth
+gains most. Expected tokens per cycle = 1 + sum_d prod_{j<=d} a(c_j) (the bonus token included),
+accept rate = (accept_length - 1) / (n - 1), SGLang's 0.5.23 definition.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+ALGORITHMS = ("Ring", "Tree")
+# NCCL's topology path types, nearest first (NCCL's PATH_* order). P2P is allowed up to a level.
+PATH_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+NCCL_PARAM_NAMES = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_BUFFSIZE",
+                    "NCCL_NTHREADS", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
+_NCCL_STEPS = 8  # NCCL splits a channel's buffer into 8 pipeline slots
+_SHM_STAGING_BYTES = 4 << 20
+_PIPELINE_OVERLAP = 0.25  # each further chunk of a pipelined message adds a quarter of a ring step
+
+
+# --------------------------------------------------------------------------------------- profiles
+
+@dataclass(frozen=True, eq=False)
+class NcclProfile:
+    """How NCCL behaves on a host: per-hop latency and bandwidth by transport, and its defaults."""
+
+    version: str
+    ring_hops: Mapping[int, Mapping[str, int]]
+    """Per TP size, how many ring hops cross each path type (PIX/PXB/PHB/SYS/NVL)."""
+    p2p_default_level: str
+    p2p_gbps: Mapping[str, float]
+    shm_gbps: float
+    net_gbps: float
+    hop_us: Mapping[str, Mapping[str, float]]
+    """transport (p2p/shm/net) -> protocol -> latency of one ring step."""
+    efficiency: Mapping[str, float]
+    per_thread_gbps: Mapping[str, float]
+    thread_threshold_bytes: Mapping[str, int]
+    thread_sync_us: float
+    channel_us: float
+    default_channels: int
+    max_channels: int
+    default_nthreads: int
+    default_buffsize: int
+    auto_protocol: tuple[tuple[int | None, str], ...]
+    """NCCL's default choice by message size: (upper bound in bytes or None, protocol)."""
+    tree_latency_factor: float
+    tree_bandwidth_factor: float
+    shm_staging_penalty: float
+    """Bandwidth lost on shared-memory hops per doubling of NCCL_BUFFSIZE above 4 MiB."""
+
+
+@dataclass(frozen=True, eq=False)
+class CustomAllReduce:
+    """SGLang's own all-reduce kernel where the host supports it."""
+
+    world_sizes: tuple[int, ...]
+    max_bytes: int
+    base_us: float
+    gbps: float
+
+
+@dataclass(frozen=True, eq=False)
+class HardwareProfile:
+    name: str
+    description: str
+    gpus: int
+    gpu_name: str
+    interconnect: str
+    compute_speed: float
+    """Speed of one GPU relative to the model profile's reference GPU (memory-bandwidth bound)."""
+    launch_us_graph: float
+    launch_us_eager: float
+    eager_us_per_layer: float
+    default_cuda_graph_max_bs: int
+    kv_cache_tokens: int
+    nccl: NcclProfile
+    custom_all_reduce: CustomAllReduce | None
+    custom_all_reduce_unavailable: str = ""
+    """Why SGLang disables its custom all-reduce here (the warning it logs), when it does."""
+
+
+@dataclass(frozen=True, eq=False)
+class Drafter:
+    acceptance: float
+    """Probability that a single draft token at a position is accepted (top-k 1)."""
+    width_exponent: float
+    """How fast more candidates per depth raise acceptance: a(c) = 1 - (1 - p) * c^-width_exponent."""
+
+
+@dataclass(frozen=True, eq=False)
+class ModelProfile:
+    name: str
+    description: str
+    architectures: tuple[str, ...]
+    model_type: str
+    layers: int
+    hidden_size: int
+    dtype_bytes: int
+    allreduces_per_layer: int
+    experts: int
+    experts_per_token: int
+    context_length: int
+    reference_tp: int
+    forward_fixed_ms: float
+    forward_per_unique_expert_ms: float
+    forward_per_token_ms: float
+    verify_overhead_ms: float
+    verify_overhead_decode_attention: Mapping[str, float]
+    """Factor on verify_overhead with --speculative-attention-mode decode: 'chain' (top-k 1), 'tree'."""
+    draft_step_ms: float
+    draft_extend_ms: float
+    draft_per_token_ms: float
+    draft_collectives: int
+    prefill_fixed_ms: float
+    prefill_per_token_ms: float
+    drafters: Mapping[str, Drafter] = field(default_factory=dict)
+    default_spec: tuple[int, int, int] = (3, 1, 4)
+    """SGLang's automatic (steps, topk, draft tokens) for this architecture."""
+
+
+# ------------------------------------------------------------------------------------- all-reduce
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """The NCCL variables that matter, parsed once (None = unset, NCCL's default)."""
+
+    protocols: tuple[str, ...] | None = None
+    algorithms: tuple[str, ...] | None = None
+    unsupported_algorithm: str | None = None
+    max_channels: int | None = None
+    min_channels: int | None = None
+    buffsize: int | None = None
+    nthreads: int | None = None
+    p2p_level: str | None = None
+    p2p_disable: bool = False
+    shm_disable: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, Any]) -> NcclSettings:
+        """Read NCCL_* values as NCCL would (lists, '^' exclusions, case-insensitive names)."""
+        return _nccl_settings(tuple(None if env.get(n) is None else str(env.get(n)).strip()
+                                    for n in NCCL_PARAM_NAMES))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _nccl_settings(values: tuple[str | None, ...]) -> NcclSettings:
+    raw = {n: v for n, v in zip(NCCL_PARAM_NAMES, values) if v}
+
+    def as_int(name: str) -> int | None:
+        try:
+            return int(raw[name]) if name in raw else None
+        except ValueError:
+            return None  # NCCL ignores a value it cannot parse and keeps its default
+
+    algorithms, unsupported = None, None
+    if "NCCL_ALGO" in raw:
+        algorithms = _select(raw["NCCL_ALGO"], ALGORITHMS)
+        if not algorithms:
+            unsupported = raw["NCCL_ALGO"]
+    level = raw.get("NCCL_P2P_LEVEL", "").upper()
+    nthreads = as_int("NCCL_NTHREADS")
+    if nthreads is not None and (nthreads < 64 or nthreads > 512 or nthreads % 64):
+        nthreads = None  # NCCL warns and keeps its default for invalid thread counts
+    return NcclSettings(
+        protocols=_select(raw.get("NCCL_PROTO"), PROTOCOLS), algorithms=algorithms, unsupported_algorithm=unsupported,
+        max_channels=as_int("NCCL_MAX_NCHANNELS"), min_channels=as_int("NCCL_MIN_NCHANNELS"),
+        buffsize=as_int("NCCL_BUFFSIZE"), nthreads=nthreads, p2p_level=level if level in PATH_LEVELS else None,
+        p2p_disable=raw.get("NCCL_P2P_DISABLE") == "1", shm_disable=raw.get("NCCL_SHM_DISABLE") == "1")
+
+
+def _select(spec: str | None, known: tuple[str, ...]) -> tuple[str, ...] | None:
+    """NCCL's list syntax: 'LL,Simple' allows those, '^LL128' allows all but those."""
+    if spec is None:
+        return None
+    exclude = spec.startswith("^")
+    names = {n.strip().lower() for n in spec.lstrip("^").split(",") if n.strip()}
+    picked = tuple(k for k in known if (k.lower() in names) != exclude)
+    return picked
+
+
+@dataclass(frozen=True)
+class AllReduceChoice:
+    """What one all-reduce of a given size does: path, NCCL algorithm/protocol/channels, latency."""
+
+    path: str
+    us: float
+    algorithm: str = ""
+    protocol: str = ""
+    channels: int = 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _ring(nccl: NcclProfile, s: NcclSettings, tp: int) -> tuple[dict[str, float], float, bool]:
+    """The TP ring as NCCL sees it: per-protocol step latency of its slowest hop, its narrowest
+    bandwidth, and whether any hop bounces through host shared memory."""
+    sizes = [k for k in nccl.ring_hops if k <= tp]
+    hops = nccl.ring_hops.get(tp) or nccl.ring_hops[max(sizes) if sizes else min(nccl.ring_hops)]
+    level = PATH_LEVELS.index(s.p2p_level or nccl.p2p_default_level)
+    transports = []
+    for path, count in hops.items():
+        if count <= 0:
+            continue
+        if not s.p2p_disable and PATH_LEVELS.index(path) <= level:
+            transports.append(("p2p", nccl.p2p_gbps[path]))
+        elif s.shm_disable:
+            transports.append(("net", nccl.net_gbps))
+        else:
+            transports.append(("shm", nccl.shm_gbps))
+    step_us = {p: max(nccl.hop_us[t][p] for t, _ in transports) for p in PROTOCOLS}
+    return step_us, min(bw for _, bw in transports), any(t == "shm" for t, _ in transports)
+
+
+def _nccl_time(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, graph: bool,
+               algorithm: str, protocol: str) -> tuple[float, int]:
+    nccl = hw.nccl
+    channels = nccl.default_channels
+    if s.max_channels is not None:
+        channels = min(channels, max(1, s.max_channels))
+    if s.min_channels is not None:
+        channels = max(channels, s.min_channels)
+    channels = max(1, min(channels, nccl.max_channels))
+    nthreads = s.nthreads or nccl.default_nthreads
+    # NCCL's small-message rule: drop channels, then halve threads, while bytes < channels*threads*threshold.
+    threshold = nccl.thread_threshold_bytes[protocol]
+    channels = max(1, min(channels, nbytes // (nthreads * threshold)))
+    while channels == 1 and nbytes < nthreads * threshold and nthreads % 128 == 0:
+        nthreads //= 2
+    step_by_proto, link_gbps, via_shm = _ring(nccl, s, tp)
+    step_us = step_by_proto[protocol]
+    buffsize = s.buffsize or nccl.default_buffsize
+    if via_shm and buffsize > _SHM_STAGING_BYTES:
+        link_gbps *= (1.0 - nccl.shm_staging_penalty) ** math.log2(buffsize / _SHM_STAGING_BYTES)
+    wire = nbytes * 2 * (tp - 1) / tp
+    bandwidth = min(channels * nthreads * nccl.per_thread_gbps[protocol], link_gbps * nccl.efficiency[protocol])
+    latency = 2 * (tp - 1) * (step_us + nccl.thread_sync_us * nthreads / 512)
+    if protocol != "LL":
+        chunk = max(buffsize // _NCCL_STEPS, 1)
+        latency += (math.ceil(nbytes / (tp * channels) / chunk) - 1) * step_us * _PIPELINE_OVERLAP
+    if algorithm == "Tree":
+        latency *= nccl.tree_latency_factor
+        bandwidth *= nccl.tree_bandwidth_factor
+    launch = hw.launch_us_graph if graph else hw.launch_us_eager
+    # bytes / (GB/s * 1e3) = microseconds
+    return launch + channels * nccl.channel_us + latency + wire / (bandwidth * 1e3), channels
+
+
+def _auto_protocol(nccl: NcclProfile, nbytes: int) -> str:
+    for bound, proto in nccl.auto_protocol:
+        if bound is None or nbytes <= bound:
+            return proto
+    return nccl.auto_protocol[-1][1]
+
+
+def nccl_all_reduce(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, graph: bool) -> AllReduceChoice:
+    """One NCCL all-reduce of `nbytes` over `tp` ranks, with the algorithm/protocol NCCL picks."""
+    if tp <= 1:
+        return AllReduceChoice("none", 0.0)
+    algorithms = s.algorithms if s.algorithms else ("Ring",)
+    if s.protocols is None:
+        protocols: tuple[str, ...] = (_auto_protocol(hw.nccl, nbytes),)
+    else:
+        protocols = s.protocols or PROTOCOLS  # an empty selection: NCCL falls back to all
+    best: AllReduceChoice | None = None
+    for algo in algorithms:
+        for proto in protocols:
+            us, channels = _nccl_time(hw, s, tp, nbytes, graph, algo, proto)
+            if best is None or us < best.us:
+                best = AllReduceChoice("nccl", us, algo, proto, channels)
+    assert best is not None
+    return best
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def all_reduce(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, graph: bool,
+               custom_allowed: bool) -> AllReduceChoice:
+    """One tensor-parallel all-reduce: SGLang's custom kernel when usable, else NCCL."""
+    car = hw.custom_all_reduce
+    if custom_allowed and car is not None and tp in car.world_sizes and nbytes <= car.max_bytes:
+        launch = hw.launch_us_graph if graph else hw.launch_us_eager
+        return AllReduceChoice("custom", launch + car.base_us + nbytes / (car.gbps * 1e3))
+    return nccl_all_reduce(hw, s, tp, nbytes, graph)
+
+
+def custom_all_reduce_usable(hw: HardwareProfile, tp: int, disabled: bool) -> bool:
+    return not disabled and hw.custom_all_reduce is not None and tp in hw.custom_all_reduce.world_sizes
+
+
+# ------------------------------------------------------------------------------------- acceptance
+
+@functools.lru_cache(maxsize=4096)
+def tree_widths(acceptance: float, width_exponent: float, steps: int, topk: int, draft_tokens: int) -> tuple[int, ...]:
+    """How many draft tokens the verified tree spends on each depth (greedy, shallow first)."""
+    budget = max(draft_tokens - 1, 0)
+    depth = min(steps, budget)
+    widths = [1] * depth
+    budget -= depth
+
+    def expected(w: list[int]) -> float:
+        total, prod = 1.0, 1.0
+        for c in w:
+            prod *= 1.0 - (1.0 - acceptance) * c ** -width_exponent
+            total += prod
+        return total
+
+    while budget > 0:
+        base = expected(widths)
+        gains = []
+        for d in range(depth):
+            if widths[d] < topk:
+                widths[d] += 1
+                gains.append((expected(widths) - base, -d))
+                widths[d] -= 1
+        if not gains:
+            break
+        _, neg_d = max(gains)
+        widths[-neg_d] += 1
+        budget -= 1
+    return tuple(widths)
+
+
+@functools.lru_cache(maxsize=4096)
+def depth_acceptance(drafter: Drafter, steps: int, topk: int, draft_tokens: int) -> tuple[float, ...]:
+    """Probability that the draft at each depth is accepted, given the one before it was."""
+    widths = tree_widths(drafter.acceptance, drafter.width_exponent, steps, topk, draft_tokens)
+    return tuple(1.0 - (1.0 - drafter.acceptance) * c ** -drafter.width_exponent for c in widths)
+
+
+def expected_accept_length(per_depth: Iterable[float]) -> float:
+    total, prod = 1.0, 1.0
+    for a in per_depth:
+        prod *= a
+        total += prod
+    return total
+
+
+# ----------------------------------------------------------------------------------------- params
+
+@dataclass(frozen=True)
+class Config:
+    """A fully resolved configuration, what a server of this config runs (see `resolve`)."""
+
+    tp: int
+    speculative: bool
+    drafter: str
+    steps: int
+    topk: int
+    draft_tokens: int
+    custom_all_reduce_disabled: bool
+    cuda_graph: bool
+    cuda_graph_max_bs: int | None
+    attention_mode: str
+    nccl: NcclSettings
+
+
+def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, *, tp: int | None = None) -> Config | str:
+    """Apply SGLang's resolution rules to orchestrator knob values; a string says why it fails.
+
+    `params` uses the orchestrator's knob names: NCCL_* variables, speculative_algorithm,
+    speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens,
+    speculative_attention_mode, all_reduce_path ('custom'|'nccl'), cuda_graph (default True),
+    cuda_graph_max_bs, and optionally tp (default: every GPU of the hardware profile).
+    """
+    tp = int(tp or params.get("tp") or hw.gpus)
+    if tp > hw.gpus:
+        return f"tp {tp} needs more GPUs than the hardware profile has ({hw.gpus})"
+    algo = params.get("speculative_algorithm")
+    algo = None if algo is None or str(algo).upper() == "NONE" else str(algo).upper()
+    if algo == "NEXTN":
+        algo = "EAGLE"
+    steps, topk, ndt = (params.get(k) for k in
+                        ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"))
+    drafter = ""
+    if algo is not None:
+        drafter = algo.lower()
+        if drafter not in model.drafters:
+            return f"speculative algorithm {algo} is not modelled for {model.name}"
+        if steps is None:
+            if topk is not None or ndt is not None:
+                return "AssertionError: speculative_eagle_topk/num_draft_tokens given without speculative_num_steps"
+            steps, topk, ndt = model.default_spec
+        elif topk is None or ndt is None:
+            return "speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens go together"
+        steps, topk, ndt = int(steps), int(topk), int(ndt)
+        if topk == 1 and ndt != steps + 1:
+            ndt = steps + 1
+        if ndt - 1 > topk + (steps - 1) * topk * topk:
+            return (f"RuntimeError: selected index k out of range (torch.topk of {ndt - 1} draft tokens over "
+                    f"{topk + (steps - 1) * topk * topk} candidates at cuda graph capture)")
+    nccl = NcclSettings.from_env(params)
+    if nccl.unsupported_algorithm is not None:
+        return (f"NCCL error: no algorithm/protocol available for AllReduce "
+                f"(NCCL_ALGO={params.get('NCCL_ALGO')} is not supported on {hw.name})")
+    graph = params.get("cuda_graph")
+    max_bs = params.get("cuda_graph_max_bs")
+    return Config(
+        tp=tp, speculative=algo is not None, drafter=drafter,
+        steps=int(steps or 0), topk=int(topk or 0), draft_tokens=int(ndt or 0),
+        custom_all_reduce_disabled=params.get("all_reduce_path") == "nccl",
+        cuda_graph=True if graph is None else bool(graph),
+        cuda_graph_max_bs=None if max_bs is None else int(max_bs),
+        attention_mode=str(params.get("speculative_attention_mode") or "prefill"),
+        nccl=nccl,
+    )
+
+
+# ------------------------------------------------------------------------------------- prediction
+
+@dataclass(frozen=True)
+class Prediction:
+    """The noise-free model of one configuration at a given number of concurrent streams."""
+
+    decode_tok_s: float
+    """Tokens per second of one stream while decoding (what the benchmark's decode rate measures)."""
+    output_tok_s: float
+    """All streams together."""
+    cycle_ms: float
+    """One decode iteration: draft + verify + draft-extend, or one plain decode step."""
+    accept_length: float
+    accept_rate: float | None
+    verify_ms: float | None
+    draft_ms: float
+    """All draft steps of one cycle."""
+    draft_step_ms: float
+    draft_extend_ms: float
+    allreduce_us: float
+    """One all-reduce of the target forward (verify or decode sized)."""
+    ar_path: str
+    """custom (SGLang's kernel) or nccl, for the decode/verify all-reduces."""
+    nccl_algorithm: str = ""
+    nccl_protocol: str = ""
+    nccl_channels: int = 0
+    cuda_graph: bool = True
+    per_depth_acceptance: tuple[float, ...] = ()
+    failure: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def _failed(reason: str) -> Prediction:
+    return Prediction(0.0, 0.0, 0.0, 0.0, None, None, 0.0, 0.0, 0.0, 0.0, "", failure=reason)
+
+
+def unique_experts(model: ModelProfile, tokens: int) -> float:
+    e, k = model.experts, model.experts_per_token
+    if e <= 0 or k <= 0:
+        return 0.0
+    return e * (1.0 - (1.0 - k / e) ** tokens)
+
+
+def _scale(hw: HardwareProfile, model: ModelProfile, tp: int) -> float:
+    return model.reference_tp / tp / hw.compute_speed
+
+
+def forward_ms(hw: HardwareProfile, model: ModelProfile, tp: int, tokens: int) -> float:
+    """Target-model compute for one forward over `tokens` tokens, collectives excluded."""
+    return (model.forward_fixed_ms + model.forward_per_unique_expert_ms * unique_experts(model, tokens)
+            + model.forward_per_token_ms * tokens) * _scale(hw, model, tp)
+
+
+def prefill_ms(hw: HardwareProfile, model: ModelProfile, cfg: Config, new_tokens: int) -> float:
+    """Time of a prefill (extend) forward over `new_tokens` uncached prompt tokens."""
+    tokens = max(new_tokens, 1)
+    ar = all_reduce(hw, cfg.nccl, cfg.tp, tokens * model.hidden_size * model.dtype_bytes, False,
+                    not cfg.custom_all_reduce_disabled)
+    compute = (model.prefill_fixed_ms + model.prefill_per_token_ms * tokens) * _scale(hw, model, cfg.tp)
+    return compute + model.layers * model.allreduces_per_layer * ar.us / 1e3
+
+
+def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> Prediction:
+    """Timing and acceptance of one decode iteration of `batch` running requests."""
+    batch = max(1, batch)
+    graph = cfg.cuda_graph and batch <= (cfg.cuda_graph_max_bs or hw.default_cuda_graph_max_bs)
+    custom = not cfg.custom_all_reduce_disabled
+    token_bytes = model.hidden_size * model.dtype_bytes
+    n_ar = model.layers * model.allreduces_per_layer
+    eager_ms = 0.0 if graph else hw.eager_us_per_layer * model.layers / 1e3
+    scale = _scale(hw, model, cfg.tp)
+    if not cfg.speculative:
+        ar = all_reduce(hw, cfg.nccl, cfg.tp, batch * token_bytes, graph, custom)
+        step = forward_ms(hw, model, cfg.tp, batch) + eager_ms + n_ar * ar.us / 1e3
+        return Prediction(
+            decode_tok_s=1e3 / step, output_tok_s=batch * 1e3 / step, cycle_ms=step, accept_length=1.0,
+            accept_rate=None, verify_ms=None, draft_ms=0.0, draft_step_ms=0.0, draft_extend_ms=0.0,
+            allreduce_us=ar.us, ar_path=ar.path, nccl_algorithm=ar.algorithm, nccl_protocol=ar.protocol,
+            nccl_channels=ar.channels, cuda_graph=graph)
+    per_depth = depth_acceptance(model.drafters[cfg.drafter], cfg.steps, cfg.topk, cfg.draft_tokens)
+    accept = expected_accept_length(per_depth)
+    verify_tokens = batch * cfg.draft_tokens
+    ar_v = all_reduce(hw, cfg.nccl, cfg.tp, verify_tokens * token_bytes, graph, custom)
+    overhead = model.verify_overhead_ms
+    if cfg.attention_mode == "decode":
+        overhead *= model.verify_overhead_decode_attention["chain" if cfg.topk == 1 else "tree"]
+    verify = forward_ms(hw, model, cfg.tp, verify_tokens) + overhead + eager_ms + n_ar * ar_v.us / 1e3
+    draft_tokens_step = batch * cfg.topk
+    ar_d = all_reduce(hw, cfg.nccl, cfg.tp, draft_tokens_step * token_bytes, graph, custom)
+    draft_eager = 0.0 if graph else hw.eager_us_per_layer / 1e3
+    draft_step = ((model.draft_step_ms + model.draft_per_token_ms * draft_tokens_step) * scale + draft_eager
+                  + model.draft_collectives * ar_d.us / 1e3)
+    draft_extend = ((model.draft_extend_ms + model.draft_per_token_ms * verify_tokens) * scale + draft_eager
+                    + model.draft_collectives * ar_v.us / 1e3)
+    total = cfg.steps * draft_step + verify + draft_extend
+    return Prediction(
+        decode_tok_s=accept * 1e3 / total, output_tok_s=batch * accept * 1e3 / total, cycle_ms=total,
+        accept_length=accept, accept_rate=(accept - 1.0) / (cfg.draft_tokens - 1),
+        verify_ms=verify, draft_ms=cfg.steps * draft_step, draft_step_ms=draft_step, draft_extend_ms=draft_extend,
+        allreduce_us=ar_v.us, ar_path=ar_v.path, nccl_algorithm=ar_v.algorithm, nccl_protocol=ar_v.protocol,
+        nccl_channels=ar_v.channels, cuda_graph=graph, per_depth_acceptance=per_depth)
+
+
+_RESOLVE_KEYS = ("tp", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                 "speculative_num_draft_tokens", "speculative_attention_mode", "all_reduce_path", "cuda_graph",
+                 "cuda_graph_max_bs", *NCCL_PARAM_NAMES)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _evaluate(hw: HardwareProfile, model: ModelProfile, key: tuple, concurrency: int) -> Prediction:
+    cfg = resolve(dict(zip(_RESOLVE_KEYS, key)), hw, model)
+    if isinstance(cfg, str):
+        return _failed(cfg)
+    return cycle(hw, model, cfg, concurrency)
+
+
+def evaluate(params: Mapping[str, Any], hardware: HardwareProfile, model: ModelProfile, *,
+             concurrency: int = 1) -> Prediction:
+    """Noise-free decode speed of `params` with `concurrency` streams decoding together.
+
+    A configuration SGLang or NCCL would refuse comes back with `failure` set and zero speed.
+    Keys other than the knobs `resolve` reads are ignored.
+    """
+    key = tuple(params.get(k) for k in _RESOLVE_KEYS)
+    return _evaluate(hardware, model, key, concurrency)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    rank: int
+    params: Mapping[str, Any]
+    prediction: Prediction
+
+
+def truth(points: Iterable[Mapping[str, Any]], hardware: HardwareProfile, model: ModelProfile, *,
+          concurrency: int = 1) -> list[Ranked]:
+    """Every point evaluated, fastest first (rank 1 = the true optimum); failures last."""
+    evaluated = [(dict(p), evaluate(p, hardware, model, concurrency=concurrency)) for p in points]
+    evaluated.sort(key=lambda pe: -pe[1].decode_tok_s)
+    return [Ranked(i + 1, p, pred) for i, (p, pred) in enumerate(evaluated)]
