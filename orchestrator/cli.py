@@ -189,6 +189,8 @@ def run(
     timeout: Optional[str] = typer.Option(None, "--timeout", help="wall-time budget, e.g. 8h, 90m"),
     workdir: Optional[Path] = typer.Option(None, "--workdir", help="default runs/<experiment name>/"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="existing Ray cluster, e.g. auto"),
+    storage: Optional[str] = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
+                                          help="Optuna RDB URL (e.g. postgresql://...); default sqlite in the work directory"),
     resume: bool = typer.Option(False, "--resume", help="continue the sweep in the work directory"),
 ) -> None:
     """Run (or resume) a sweep: trials on Ray, Optuna proposing, MLflow recording, champion promoted."""
@@ -200,7 +202,7 @@ def run(
     except ValueError as exc:
         raise UserError(f"--timeout: {exc}") from None
     wd = _workdir(workdir, s)
-    sweep = Sweep(s, wd, ray_address=ray_address, resume=resume, n_trials=n_trials, timeout_s=timeout_s,
+    sweep = Sweep(s, wd, ray_address=ray_address, storage=storage, resume=resume, n_trials=n_trials, timeout_s=timeout_s,
                   on_event=_progress_printer(n_trials or s.budget.trials))
     out.print(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
               f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
@@ -244,12 +246,16 @@ def _print_summary(s: spec_mod.SweepSpec, summary: dict[str, Any], wd: Path) -> 
 
 @app.command()
 @_guard
-def status(workdir: Optional[Path] = typer.Option(None, "--workdir", help="the sweep's work directory")) -> None:
+def status(
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="the sweep's work directory"),
+    storage: Optional[str] = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
+                                          help="the Optuna RDB URL the sweep used, when not its sqlite file"),
+) -> None:
     """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage."""
     from orchestrator.driver import status_report
 
     wd = _workdir(workdir)
-    rep = status_report(wd)
+    rep = status_report(wd, storage)
     out.print(f"[bold]{rep['experiment']}[/] in {wd}: {rep['status']}"
               + ("" if rep["driver_alive"] or rep["status"] != "running" else " [red](driver not running: "
                  "resume with `sweep run EXP --resume`)[/]"))

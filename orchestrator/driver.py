@@ -61,10 +61,12 @@ class Progress:
 @dataclass(frozen=True)
 class Paths:
     root: Path
+    storage: str | None = None
+    """An Optuna RDB URL (postgresql://...) instead of the work directory's sqlite file."""
 
     @property
     def optuna_url(self) -> str:
-        return f"sqlite:///{self.root / 'optuna.db'}"
+        return self.storage or f"sqlite:///{self.root / 'optuna.db'}"
 
     @property
     def mlflow_url(self) -> str:
@@ -79,6 +81,17 @@ class Paths:
 
     def confirm_dir(self, i: int, who: str) -> Path:
         return self.root / "confirm" / f"{i:02d}-{who}"
+
+
+def _without_password(url: str) -> str:
+    """A storage URL safe to write down: postgresql://user:secret@host/db -> postgresql://user:***@host/db."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def default_workdir(spec: SweepSpec) -> Path:
@@ -110,13 +123,14 @@ class Sweep:
         workdir: Path,
         *,
         ray_address: str | None = None,
+        storage: str | None = None,
         resume: bool = False,
         n_trials: int | None = None,
         timeout_s: float | None = None,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ):
         self.spec = spec
-        self.paths = Paths(Path(workdir).resolve())
+        self.paths = Paths(Path(workdir).resolve(), storage)
         self.ray_address = ray_address
         self.resume = resume
         self.budget_trials = n_trials or spec.budget.trials
@@ -194,6 +208,7 @@ class Sweep:
         write_json(self.paths.state, {
             "experiment": self.spec.name, "status": status, "pid": os.getpid(), "updated_at": time.time(),
             "started_at": self.started_at, "budget_trials": self.budget_trials, "timeout_s": self.timeout_s,
+            "optuna_storage": _without_password(self.paths.optuna_url), "direction": self.spec.objective.direction,
             "parent_run_id": self.parent_run_id, "tracking_uri": self.spec.tracking.uri or self.paths.mlflow_url,
             "model_name": self.spec.promotion.model_name, "alias": self.spec.promotion.alias,
             "in_flight": sorted(s.number for _, s, _ in self._in_flight.values()),
@@ -644,7 +659,7 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
-def status_report(workdir: Path) -> dict[str, Any]:
+def status_report(workdir: Path, storage: str | None = None) -> dict[str, Any]:
     """Progress of the sweep in `workdir`, read from sweep.json and the Optuna storage (no MLflow needed)."""
     from orchestrator.study import read_only
 
@@ -653,7 +668,8 @@ def status_report(workdir: Path) -> dict[str, Any]:
         state = json.loads((workdir / "sweep.json").read_text())
     except FileNotFoundError:
         raise SweepError(f"{workdir}: no sweep here (sweep.json missing); pass the --workdir `sweep run` used") from None
-    read = read_only(Paths(workdir.resolve()).optuna_url, state["experiment"])
+    url = storage or state.get("optuna_storage") or Paths(workdir.resolve()).optuna_url
+    read = read_only(url, state["experiment"])
     trials, _ = read if read else ([], {})
     counted = [t for t in trials if not t.attrs.get("skipped") and t.attrs.get("failure_kind") != "interrupted"
                and t.role != TrialRole.confirm.value]
@@ -661,13 +677,9 @@ def status_report(workdir: Path) -> dict[str, Any]:
     failures = Counter(t.attrs.get("failure_kind", "unknown") for t in finished if t.state == "FAIL")
     complete = [t for t in finished if t.state == "COMPLETE" and t.values]
     running = [t for t in trials if t.state == "RUNNING"]
-    maximize = True
-    best = None
-    for t in complete:
-        if t.role != TrialRole.search.value:
-            continue
-        if best is None or (t.values[0] > best.values[0]) == maximize and t.values[0] != best.values[0]:
-            best = t
+    sign = 1.0 if state.get("direction", "maximize") == "maximize" else -1.0
+    searched = [t for t in complete if t.role == TrialRole.search.value and not t.attrs.get("skipped")]
+    best = max(searched, key=lambda t: sign * t.values[0], default=None)
     baselines = [(t.end or 0.0, t.values[0]) for t in complete if t.role == TrialRole.baseline.value]
     budget = int(state.get("budget_trials") or 0)
     elapsed = (state.get("updated_at") if state.get("status") != "running" else time.time()) - state["started_at"]
