@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 MASK = "***"
 
@@ -148,3 +149,26 @@ def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     text = _ASSIGN.sub(_mask_named, text)
     text = _FLAG.sub(_mask_named, text)
     return text
+
+
+def redact_env_tree(tree: Any, env: Mapping[str, str] | None = None) -> Any:
+    """A copy of a JSON-like tree (dicts, lists, strings) safe to write: values under secret-named
+    keys become '***' (None and empty values stay, so "not set" remains visible), the value after a
+    secret flag in a list of strings (an argv) too, and every string goes through redact_text."""
+    if isinstance(tree, Mapping):
+        out = {}
+        for key, value in tree.items():
+            if isinstance(key, str) and is_secret_name(key) and value not in (None, "") \
+                    and not isinstance(value, (Mapping, list, tuple, bool)):
+                out[key] = MASK
+            else:
+                out[key] = redact_env_tree(value, env)
+        return out
+    if isinstance(tree, (list, tuple)):
+        items = list(tree)
+        if items and all(isinstance(v, str) for v in items):
+            items = redact_argv(items)  # an argv list: the value follows its flag
+        return type(tree)(redact_env_tree(v, env) for v in items)
+    if isinstance(tree, str):
+        return redact_text(tree, env)
+    return tree

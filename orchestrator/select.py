@@ -85,11 +85,12 @@ def speedup(value: float, baseline: float, *, direction: Direction = "maximize")
     return value / baseline if direction == "maximize" else baseline / value
 
 
-def nearest_baseline(t: float, baselines: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """The (time, value) baseline measured closest in time to `t`; on a tie, the earlier one."""
+def nearest_baseline(t: float, baselines: Sequence[tuple[float, float]]) -> float | None:
+    """The value of the baseline measured closest in time to `t` (on a tie, the earlier one), or
+    None when no baseline has been measured yet."""
     if not baselines:
-        raise ValueError("nearest_baseline needs at least one (time, value) baseline, but got none")
-    return min(baselines, key=lambda tv: (abs(tv[0] - t), tv[0]))
+        return None
+    return min(baselines, key=lambda tv: (abs(tv[0] - t), tv[0]))[1]
 
 
 def drift(

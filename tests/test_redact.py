@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from orchestrator.redact import MASK, is_secret_name, redact_argv, redact_env, redact_text
+from orchestrator.redact import MASK, is_secret_name, redact_argv, redact_env, redact_env_tree, redact_text
 
 HF = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3f"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -106,3 +106,19 @@ def test_planted_secrets_never_survive_a_dump_of_everything():
 )
 def test_redact_argv(argv, expected):
     assert redact_argv(argv) == expected
+
+
+def test_redact_env_tree_for_json_artifacts():
+    tree = {
+        "server_args": {"api_key": "sk-local-1", "admin_api_key": None, "tp_size": 8,
+                        "hf_token": "", "enable_auth": True},
+        "processes": [{"pid": 1, "cmdline": f"python serve.py --api-key abc123 {HF}"}],
+        "nccl_env": {"NCCL_PROTO": "LL"},
+        "argv": ("--api-key", "zz-top-secret"),
+    }
+    out = redact_env_tree(tree, PLANTED)
+    assert out["server_args"] == {"api_key": MASK, "admin_api_key": None, "tp_size": 8, "hf_token": "",
+                                  "enable_auth": True}
+    assert out["processes"][0]["cmdline"] == "python serve.py --api-key *** ***"
+    assert out["nccl_env"] == {"NCCL_PROTO": "LL"}
+    assert "zz-top-secret" not in json.dumps(out)
