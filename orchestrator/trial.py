@@ -48,18 +48,6 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _redact_tree(value: Any) -> Any:
-    """Secret-looking keys masked and secret values scrubbed at any depth (server_info, env observations)."""
-    if isinstance(value, dict):
-        masked = redact.redact_env({k: v for k, v in value.items() if isinstance(v, str)})
-        return {k: masked[k] if k in masked else _redact_tree(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_tree(v) for v in value]
-    if isinstance(value, str):
-        return redact.redact_text(value)
-    return value
-
-
 def classify_exit(log_text: str, returncode: int | None) -> tuple[FailureKind, str]:
     """Why a server process ended, from its log and exit status."""
     low = log_text.lower()
@@ -209,12 +197,12 @@ class _Runner:
         self.found.update(
             fingerprint=fp,
             fingerprint_hash=observe.fingerprint_hash(fp),
-            effective_env=_redact_tree(observation.model_dump(mode="json") if observation else {}),
+            effective_env=redact.redact_env_tree(observation.model_dump(mode="json") if observation else {}),
             allreduce_path=path,
         )
         write_json(self.dir / "fingerprint.json", fp)
         if info is not None and info.status_code == 200:
-            write_json(self.dir / "server_info.json", _redact_tree(info.json()))
+            write_json(self.dir / "server_info.json", redact.redact_env_tree(info.json()))
         ok, reason = observe.check_env_applied(requested, observation, nccl)
         self._timed("observe", t0)
         if not ok:
