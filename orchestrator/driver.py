@@ -378,7 +378,11 @@ class Sweep:
     def _launch_next(self) -> bool:
         """Ask for a point and launch it, or settle it without a launch; False when nothing can be asked."""
         p = self.progress
-        number, params, attrs = self.study.ask()
+        asked = self.study.ask()
+        if asked is None:
+            p.stop_reason = "grid exhausted: every feasible point was measured"
+            return False
+        number, params, attrs = asked
         role = TrialRole(attrs.get("role", TrialRole.search.value))
         why = sp.infeasible_reason(params)
         key = sp.key(params)

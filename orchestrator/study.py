@@ -110,14 +110,17 @@ class Study:
         fixed = {k: v for k, v in params.items() if v is not None or _none_allowed(self.space, k)}
         self.study.enqueue_trial(fixed, user_attrs=dict(attrs), skip_if_exists=False)
 
-    def ask(self) -> tuple[int, dict[str, ParamValue], dict[str, Any]]:
-        """A new trial: (number, every knob of the space, user attrs it was enqueued with)."""
+    def ask(self) -> tuple[int, dict[str, ParamValue], dict[str, Any]] | None:
+        """A new trial: (number, every knob of the space, user attrs it was enqueued with), or None
+        when a grid sweep has measured every point."""
         if self._grid is not None and not self._waiting():
-            tried = {sp.key(t.params) for t in self.trials()}
+            tried = {sp.key(sp.complete(self.space, t.params)) for t in self.trials()}
             for point in self._grid:
                 if sp.key(point) not in tried:
                     self.enqueue(point, {"role": "search"})
                     break
+            else:
+                return None
         trial = self.study.ask()
         chosen: dict[str, ParamValue] = {}
         for name in sp.ordered(self.space):
