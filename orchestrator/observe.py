@@ -437,7 +437,17 @@ def _tp_size(flags: Mapping[str, Any]) -> int | None:
 
 
 def _link(hardware: str | None) -> str | None:
-    text = (hardware or "").lower()
+    """'nvlink', 'pcie' or None from a hardware description (a profile name such as
+    'h200-nvlink', free text) or an `nvidia-smi topo -m` matrix."""
+    text = hardware or ""
+    if "GPU0" in text:  # a topology matrix: judge the GPU-to-GPU cells, not the legend
+        matrix = text.split("Legend:")[0]
+        if re.search(r"\bNV\d+\b", matrix):
+            return "nvlink"
+        if re.search(r"\b(PIX|PXB|PHB|NODE|SYS)\b", matrix):
+            return "pcie"
+        return None
+    text = text.lower()
     if any(w in text for w in ("nvlink", "nvswitch", "sxm", "nvl")):
         return "nvlink"
     if "pcie" in text:
@@ -459,6 +469,8 @@ def allreduce_path(flags: Mapping[str, Any], log_text: str, hardware: str | None
 
     The server log decides when it says so (SGLang's `[AR] ...` lines, 'Custom allreduce ...
     disabled/failed' warnings; the last such line wins). Otherwise the flags and hardware:
+    `hardware` is a description ('h200-nvlink', '8x RTX PRO 6000 PCIe') or the fingerprint's
+    `nvidia-smi topo -m` matrix.
     --disable-custom-all-reduce or --enable-deterministic-inference -> nccl; custom all-reduce
     needs one node with NVLink and a world size of 2, 4, 6 or 8, so PCIe with more than 2 GPUs,
     or another TP size, -> nccl; NVLink with a supported size -> custom.

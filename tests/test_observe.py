@@ -33,6 +33,38 @@ from orchestrator.observe import (
 
 REQUESTED = {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "4"}
 
+# Captured on the H200 host.
+QUERY_FULL = ("0, NVIDIA H200, GPU-690e8d4c-05c8-5700-2d7f-c0afe34935a7, 00000000:00:06.0, 580.159.04, 143771, "
+              "345, 3201, 1980, 3201, 77.57, 700.00, 33, 5, 5, 16, 16, 0x0000000000000001\n")
+QUERY = ("0, NVIDIA H200, GPU-690e8d4c-05c8-5700-2d7f-c0afe34935a7, 00000000:00:06.0, 580.159.04, 143771, "
+         "345, 3201, 1980, 3201, 77.51, 700.00, 34, 5, 5, 16, 16\n")
+PLAIN = """Sun Nov 29 14:03:26 2026
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |
++-----------------------------------------+------------------------+----------------------+
+"""
+TOPO = (
+    "\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    "GPU0\t X \t0-15\t0\t\tN/A\n"
+    "\n"
+    "Legend:\n"
+    "\n"
+    "  X    = Self\n"
+    "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n"
+    "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n"
+    "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
+    "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
+    "  PIX  = Connection traversing at most a single PCIe bridge\n"
+    "  NV#  = Connection traversing a bonded set of # NVLinks\n"
+)
+
+# Two NVLinked GPUs (as on the H200x2 host) and a PCIe box, in the same format.
+TOPO_NV = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tNV18\t0-47\t0\t\tN/A\n"
+           "GPU1\tNV18\t X \t0-47\t0\t\tN/A\n\nLegend:\n\n  X    = Self\n  PIX  = Connection traversing PCIe\n")
+TOPO_PCIE = ("\tGPU0\tGPU1\tGPU2\tGPU3\nGPU0\t X \tPIX\tPHB\tSYS\nGPU1\tPIX\t X \tPHB\tSYS\n"
+             "GPU2\tPHB\tPHB\t X \tSYS\nGPU3\tSYS\tSYS\tSYS\t X \n\nLegend:\n  NV#  = NVLinks\n")
+
+
 # --- real processes ---------------------------------------------------------------------------
 
 # A stand-in for a server: it starts one Python worker per rank that inherits its environment
@@ -271,6 +303,9 @@ AR_CASES = [
     ("unsupported world size", {"tp_size": 3}, "", "nvlink", "nccl"),
     ("TP 1 has no all-reduce", {"tp_size": 1}, "", "nvlink", "none"),
     ("hardware unknown", {"tp_size": 8}, "", None, "unknown"),
+    ("NVLink read from the topology matrix", {"tp_size": 2}, "", TOPO_NV, "custom"),
+    ("PCIe read from the topology matrix", {"tp_size": 4}, "", TOPO_PCIE, "nccl"),
+    ("one-GPU matrix says nothing", {"tp_size": 2}, "", TOPO, "unknown"),
 ]
 
 
@@ -316,19 +351,6 @@ def test_plan_warnings(env, flags, hardware, expected):
 
 
 # --- fingerprint ----------------------------------------------------------------------------------
-
-QUERY_FULL = ("0, NVIDIA H200, GPU-690e8d4c-05c8-5700-2d7f-c0afe34935a7, 00000000:00:06.0, 580.159.04, 143771, "
-              "345, 3201, 1980, 3201, 77.57, 700.00, 33, 5, 5, 16, 16, 0x0000000000000001\n")
-QUERY = ("0, NVIDIA H200, GPU-690e8d4c-05c8-5700-2d7f-c0afe34935a7, 00000000:00:06.0, 580.159.04, 143771, "
-         "345, 3201, 1980, 3201, 77.51, 700.00, 34, 5, 5, 16, 16\n")
-PLAIN = """Sun Nov 29 14:03:26 2026
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |
-+-----------------------------------------+------------------------+----------------------+
-"""
-TOPO = ("\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\nGPU0\t X \t0-15\t0\t\tN/A\n\n"
-        "Legend:\n\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n")
-
 
 class FakeSmi:
     """Stands in for subprocess.run at the nvidia-smi boundary, answering with captured output."""
