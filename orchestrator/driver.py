@@ -186,11 +186,11 @@ class Sweep:
             self.started_at = float(self.study.get_attr("sweep_started_at", self.started_at))
         else:
             self.study.set_attr("sweep_started_at", self.started_at)
-        uri = self.spec.tracking.uri or self.paths.mlflow_url
+        uri = self.tracking_uri
         self.tracker = Tracker(uri, self.spec.tracking.experiment or self.spec.name,
                                outbox_dir=self.paths.root,
                                artifact_location=(self.paths.root / "mlartifacts").as_uri()
-                               if not self.spec.tracking.uri else None)
+                               if uri == self.paths.mlflow_url else None)
         self.parent_run_id = self.tracker.start_sweep(
             run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S', time.localtime(self.started_at))}",
             params={"experiment": self.spec.name, "engine": self.spec.engine, "space": self.spec.space.name,
@@ -203,13 +203,18 @@ class Sweep:
         self.study.set_attr("parent_run_id", self.parent_run_id)
         self._write_state("running")
 
+    @property
+    def tracking_uri(self) -> str:
+        """The experiment's tracking.uri, else MLFLOW_TRACKING_URI, else sqlite in the work directory."""
+        return self.spec.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or self.paths.mlflow_url
+
     def _write_state(self, status: str) -> None:
         p = self.progress
         write_json(self.paths.state, {
             "experiment": self.spec.name, "status": status, "pid": os.getpid(), "updated_at": time.time(),
             "started_at": self.started_at, "budget_trials": self.budget_trials, "timeout_s": self.timeout_s,
             "optuna_storage": _without_password(self.paths.optuna_url), "direction": self.spec.objective.direction,
-            "parent_run_id": self.parent_run_id, "tracking_uri": self.spec.tracking.uri or self.paths.mlflow_url,
+            "parent_run_id": self.parent_run_id, "tracking_uri": self.tracking_uri,
             "model_name": self.spec.promotion.model_name, "alias": self.spec.promotion.alias,
             "in_flight": sorted(s.number for _, s, _ in self._in_flight.values()),
             "launched": p.launched, "finished": p.finished, "complete": p.complete, "failed": p.failed,
