@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator import export
 from orchestrator.study import read_only
-from e2e_helpers import demo_experiment, sweep, write_experiment
+from e2e_helpers import REPO, demo_experiment, sweep, write_experiment
 
 pytestmark = pytest.mark.slow
 
@@ -111,3 +111,16 @@ def test_status_reads_a_finished_sweep(finished_sweep):
     assert proc.returncode == 0, proc.stderr
     assert "6/6 trials launched" in proc.stdout
     assert "best so far: trial" in proc.stdout
+
+
+def test_analysis_notebook_runs_against_the_sweep(finished_sweep, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    wd, _ = finished_sweep
+    nb = nbformat.read(REPO / "notebooks" / "analysis.ipynb", as_version=4)
+    monkeypatch.setenv("SWEEP_WORKDIR", str(wd))
+    NotebookClient(nb, timeout=180, kernel_name="python3",
+                   resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "@champion = version" in printed
