@@ -193,7 +193,9 @@ class _Runner:
             simulated = {"hardware_profile": self.sweep.simulator.hardware_profile,
                          "model_profile": self.sweep.simulator.model_profile}
         fp = observe.fingerprint(simulated=simulated, nccl_log=log_text)
-        path = observe.allreduce_path(self._flags(), log_text, planner.hardware(self.sweep))
+        # The simulator names its interconnect; on a real host the topology matrix tells NVLink from PCIe.
+        hardware = planner.hardware(self.sweep) or fp.get("topology")
+        path = observe.allreduce_path(observe.flags_from_argv(self.plan.argv), log_text, hardware)
         self.found.update(
             fingerprint=fp,
             fingerprint_hash=observe.fingerprint_hash(fp),
@@ -207,16 +209,6 @@ class _Runner:
         self._timed("observe", t0)
         if not ok:
             raise _Failed(FailureKind.env_not_applied, reason)
-
-    def _flags(self) -> dict[str, Any]:
-        assert self.plan is not None
-        argv = list(self.plan.argv)
-        flags: dict[str, Any] = {}
-        for i, a in enumerate(argv):
-            if a.startswith("--"):
-                nxt = argv[i + 1] if i + 1 < len(argv) else None
-                flags[a] = nxt if nxt is not None and not nxt.startswith("--") else True
-        return flags
 
     def _measure(self, repeat: int) -> Metrics:
         assert self.server is not None
