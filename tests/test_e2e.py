@@ -15,16 +15,6 @@ from e2e_helpers import REPO, demo_experiment, sweep, write_experiment
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def finished_sweep(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("e2e")
-    exp = write_experiment(tmp, demo_experiment(name="e2e", budget={"trials": 6, "concurrent_trials": 2}))
-    wd = tmp / "wd"
-    proc = sweep("run", str(exp), "--workdir", str(wd))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return wd, proc
-
-
 def test_sweep_runs_trials_two_at_a_time_and_prints_the_champion(finished_sweep):
     wd, proc = finished_sweep
     summary = json.loads((wd / "summary.json").read_text())
