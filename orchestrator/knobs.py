@@ -10,10 +10,11 @@ Values: None always means "not set" (the variable or flag is left out, the engin
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
+
+from orchestrator import redact
 
 Value = str | int | float | bool | None
 
@@ -45,7 +46,8 @@ class Knob:
         if isinstance(value, bool) or not isinstance(value, int):
             return f"must be an integer, but got {value!r}"
         if self.kind == "power_of_two" and (value <= 0 or value & (value - 1)):
-            return f"must be a positive power of two, but got {value}"
+            near = f" (nearest: {1 << (value.bit_length() - 1)}, {1 << value.bit_length()})" if value > 0 else ""
+            return f"must be a positive power of two, but got {value}{near}"
         if self.low is not None and value < self.low or self.high is not None and value > self.high:
             return f"must be in [{self.low}, {self.high}], but got {value}"
         return None
@@ -64,9 +66,9 @@ _KNOBS: tuple[Knob, ...] = (
     _env_enum("NCCL_PROTO", ("LL", "LL128", "Simple"), "NCCL protocol; LL wins for small messages"),
     _env_enum("NCCL_ALGO", ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"),
               "NCCL all-reduce algorithm"),
-    _env_int("NCCL_MAX_NCHANNELS", 1, 64, "upper bound on NCCL channels (SMs used by collectives)"),
+    _env_int("NCCL_MAX_NCHANNELS", 1, 64, "upper bound on NCCL channels, i.e. SMs used by collectives"),
     _env_int("NCCL_MIN_NCHANNELS", 1, 64, "lower bound on NCCL channels"),
-    Knob("NCCL_BUFFSIZE", "env", "power_of_two", "NCCL per-channel buffer in bytes (default 4 MiB)",
+    Knob("NCCL_BUFFSIZE", "env", "power_of_two", "NCCL per-channel buffer in bytes, default 4 MiB",
          low=1 << 12, high=1 << 30),
     Knob("NCCL_NTHREADS", "env", "enum", "threads per NCCL block", choices=(64, 128, 256, 512)),
     _env_enum("NCCL_P2P_LEVEL", ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS"),
@@ -109,8 +111,14 @@ _KNOBS: tuple[Knob, ...] = (
 KNOBS: Mapping[str, Knob] = {k.name: k for k in _KNOBS}
 
 # Environment variables an experiment may set that are not tunables but are harmless and useful.
-PASSTHROUGH_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "HF_HUB_OFFLINE",
-                             "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"})
+PASSTHROUGH_ENV = frozenset({"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"})
+
+# Variables an experiment must not set, with the reason (the value would not be what runs).
+_SET_ELSEWHERE = {
+    "CUDA_VISIBLE_DEVICES": "set per trial from the GPUs Ray assigns; a fixed value would put "
+                            "concurrent trials on the same GPUs",
+    "CUDA_DEVICE_MAX_CONNECTIONS": "overwritten with 8 by SGLang itself, so a value here never reaches the server",
+}
 
 # The SGLang versions whose flag spelling we know; 0.5.23's --help dump ships in orchestrator/reference.
 SGLANG_VERSIONS = ("0.5.9", "0.5.16", "0.5.23")
@@ -130,17 +138,18 @@ FLAG_NAMES: Mapping[str, FlagNames] = {
     "0.5.23": FlagNames("--cuda-graph-max-bs-decode", ("--cuda-graph-backend-decode", "disabled")),
 }
 
-_SECRETISH = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_KEY|PRIVATE_KEY", re.I)
-
-
 def env_rule(name: str) -> str | None:
-    """Why an experiment may not set environment variable `name`, or None when it may."""
+    """Why an experiment may not set environment variable `name` (what is wrong and the fix), or None."""
     if name in KNOBS and KNOBS[name].target == "env" or name in PASSTHROUGH_ENV:
         return None
-    if _SECRETISH.search(name):
-        return "looks like a secret; secrets are never written into experiments, plans or MLflow"
+    if name in _SET_ELSEWHERE:
+        return f"{_SET_ELSEWHERE[name]}; remove it"
+    if redact.is_secret_name(name):
+        return ("looks like a secret, and secrets are never written into experiments, plans or MLflow; "
+                "remove it and export it in the shell that starts the sweep (the server inherits it)")
     if name.startswith("NCCL_"):
-        return "is not an NCCL variable this tool knows (add it to orchestrator/knobs.py to sweep it)"
+        return "not an NCCL variable this tool knows; remove it, or add it to orchestrator/knobs.py"
     if name.startswith("SGLANG_"):
-        return "is not an SGLang variable this tool knows (add it to orchestrator/knobs.py)"
-    return "is not on the allow-list (NCCL_*, SGLANG_* known to orchestrator/knobs.py, CUDA_VISIBLE_DEVICES)"
+        return "not an SGLang variable this tool knows; remove it, or add it to orchestrator/knobs.py"
+    return (f"not on the allow-list (the NCCL_* and SGLANG_* variables of orchestrator/knobs.py, "
+            f"{', '.join(sorted(PASSTHROUGH_ENV))}); remove it")

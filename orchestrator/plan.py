@@ -36,12 +36,37 @@ _HELP_FILES = {"0.5.23": "sglang_0_5_23/launch_server_help.txt"}
 
 @functools.cache
 def known_flags(version: str) -> frozenset[str] | None:
-    """Every option string of `sglang.launch_server --help` for `version`, or None if no dump ships."""
+    """Every option string `sglang.launch_server --help` of `version` declares (aliases included),
+    or None when no dump of that version ships."""
     rel = _HELP_FILES.get(version)
     if rel is None:
         return None
     text = resources.files("orchestrator.reference").joinpath(rel).read_text(encoding="utf-8")
-    return frozenset(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", text))
+    usage, _, options = text.partition("\n\n")
+    # The usage block lists each option once; the option lines ("  --tp-size TP_SIZE, --tensor-parallel-size
+    # TP_SIZE") add the aliases. Flags merely mentioned in help prose are not options.
+    flags = set(re.findall(r"(?<=[\[ |])(--[a-z0-9][a-z0-9-]*[a-z0-9])", usage))
+    for line in options.splitlines():
+        if m := re.match(r"^  (--?\w.*?)(?:\s{2,}|$)", line):
+            flags.update(tok for part in m.group(1).split(", ") if (tok := part.split(" ")[0]).startswith("--"))
+    flags.discard("--help")
+    return frozenset(flags)
+
+
+def knob_flags(version: str) -> dict[str, str]:
+    """Flags that a tuned knob emits (or that would fight it), flag -> knob, for `version`'s spelling."""
+    names = knobs.FLAG_NAMES[version]
+    table = {
+        "--speculative-attention-mode": "speculative_attention_mode",
+        "--disable-custom-all-reduce": "all_reduce_path",
+        "--disable-cuda-graph": "cuda_graph",
+        names.disable_cuda_graph[0]: "cuda_graph",
+        names.cuda_graph_max_bs: "cuda_graph_max_bs",
+        "--max-running-requests": "max_running_requests",
+    }
+    if version not in ("0.5.9",):
+        table["--disable-decode-cuda-graph"] = "cuda_graph"
+    return table
 
 
 def _flag_args(name: str, value: ParamValue | list) -> list[str]:
@@ -147,11 +172,13 @@ def warnings(spec: SweepSpec, params: Mapping[str, ParamValue]) -> list[str]:
     """What would make this plan measure something other than what it says (see observe.plan_warnings)."""
     from orchestrator import observe
 
-    flags = {**spec.server.flags, "tp-size": spec.server.tp}
-    for arg in tuned_flags(spec, params):
-        if arg.startswith("--"):
-            flags[arg] = True
-    return observe.plan_warnings(tuned_env(spec, params), flags, hardware(spec))
+    flags: dict[str, object] = {**spec.server.flags, "tp-size": spec.server.tp}
+    flags.update(observe.flags_from_argv(tuned_flags(spec, params)))
+    swept = [n for n, v in params.items() if v is not None and knobs.KNOBS.get(n, _NOT_ENV).target == "env"]
+    return observe.plan_warnings(tuned_env(spec, params), flags, hardware(spec), swept=swept)
+
+
+_NOT_ENV = knobs.Knob("", "flag", "bool", "")
 
 
 def launch_command(plan: LaunchPlan) -> str:

@@ -2,7 +2,8 @@
 
 SGLang's EAGLE rules (reference INTERFACE.md 1.2), enforced here so an infeasible point costs no
 server start:
-  1. all three of steps, top-k and draft tokens are given, or none (SGLang asserts);
+  1. all three of steps, top-k and draft tokens are given, or none (SGLang asserts on a partial
+     set; with none it picks its own per-model defaults), and none without an algorithm;
   2. top-k 1 forces draft tokens = steps + 1 (SGLang silently overrides any other value, so a
      sweep that varied draft tokens at top-k 1 would measure the same server under two names);
   3. draft tokens - 1 <= top-k + (steps - 1) * top-k^2 (torch.topk over the candidate tree
@@ -78,9 +79,12 @@ def infeasible_reason(params: Mapping[str, ParamValue]) -> str | None:
         if given:
             return f"{', '.join(given)} set without speculative_algorithm"
         return None
+    if not given:
+        return None  # SGLang chooses steps, top-k and draft tokens for the model itself
     if len(given) != 3:
         missing = [k for k in EAGLE_KNOBS if eagle[k] is None]
-        return f"EAGLE needs steps, top-k and draft tokens together (SGLang asserts); missing {', '.join(missing)}"
+        return (f"EAGLE needs steps, top-k and draft tokens all together or none (SGLang asserts); "
+                f"missing {', '.join(missing)}")
     steps, topk, ndt = (int(eagle[k]) for k in EAGLE_KNOBS)  # type: ignore[arg-type]
     if topk == 1 and ndt != steps + 1:
         return (f"top-k 1 forces draft tokens = steps + 1 = {steps + 1}, but got {ndt} "
@@ -187,7 +191,9 @@ def _rule_of(reason: str) -> str:
     if reason.startswith("draft tokens - 1"):
         return "draft tokens - 1 <= topk + (steps - 1) * topk^2"
     if reason.startswith("EAGLE needs"):
-        return "EAGLE needs steps, top-k and draft tokens together"
+        return "EAGLE needs steps, top-k and draft tokens all together or none"
+    if reason.endswith("set without speculative_algorithm"):
+        return "EAGLE knobs set without speculative_algorithm"
     return reason
 
 

@@ -8,12 +8,13 @@ what is validated here.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator import knobs
 
@@ -46,20 +47,20 @@ class ParamSpec(Strict):
     def _one_form(self) -> ParamSpec:
         if self.choices is not None:
             if self.low is not None or self.high is not None:
-                raise ValueError("give either `choices` or `low`/`high`, not both")
+                raise ValueError("give either `choices` or `low`/`high`, not both; keep one form")
             if not self.choices:
                 raise ValueError("`choices` must not be empty")
             if len(set(map(repr, self.choices))) != len(self.choices):
-                raise ValueError(f"`choices` has duplicates: {list(self.choices)}")
+                raise ValueError(f"`choices` has duplicates: {list(self.choices)}; list each value once")
         else:
             if self.low is None or self.high is None:
                 raise ValueError("give `choices: [...]` or both `low` and `high`")
             if self.low > self.high:
-                raise ValueError(f"`low <= high` must hold, but got (low={self.low}, high={self.high})")
+                raise ValueError(f"`low <= high` must hold, but got (low={self.low}, high={self.high}); swap them")
             if self.step < 1:
                 raise ValueError(f"`step` must be >= 1, but got {self.step}")
             if self.log and (self.low < 1 or self.step != 1):
-                raise ValueError("`log: true` needs low >= 1 and step 1")
+                raise ValueError(f"`log: true` needs low >= 1 and step 1, but got (low={self.low}, step={self.step})")
         return self
 
     def values(self) -> tuple[Scalar, ...]:
@@ -100,6 +101,16 @@ def parse_duration(value: str | float | int) -> float:
     return seconds
 
 
+def _allowed_env_name(name: str) -> str:
+    if why := knobs.env_rule(name):
+        raise ValueError(why)
+    return name
+
+
+EnvName = Annotated[str, AfterValidator(_allowed_env_name)]
+"""An environment variable an experiment may set (knobs.env_rule: the allow-list, no secrets)."""
+
+
 class ServerSpec(Strict):
     model: str
     """Model path (a local directory on the GPU hosts) or, for the simulator, a model name."""
@@ -111,7 +122,7 @@ class ServerSpec(Strict):
     startup_timeout_s: Positive = 900.0
     flags: dict[str, Scalar] = Field(default_factory=dict)
     """Fixed SGLang flags for every trial, e.g. {mem-fraction-static: 0.85, enable-metrics: true}."""
-    env: dict[str, str | int] = Field(default_factory=dict)
+    env: dict[EnvName, str | int] = Field(default_factory=dict)
     """Fixed environment for every trial (allow-listed: NCCL_*, SGLANG_* we know)."""
     python: str | None = None
     """Interpreter that runs the server (default: the one running the sweep)."""
@@ -120,22 +131,27 @@ class ServerSpec(Strict):
     @classmethod
     def _ordered(cls, v: tuple[int, int]) -> tuple[int, int]:
         if v[0] > v[1]:
-            raise ValueError(f"port_range must be [low, high] with low <= high, but got {list(v)}")
+            raise ValueError(f"must be [low, high] with low <= high, but got {list(v)}; swap them")
         return v
 
     @field_validator("env")
     @classmethod
-    def _allowed_env(cls, v: dict[str, Any]) -> dict[str, str]:
+    def _env_values(cls, v: dict[str, Any]) -> dict[str, str]:
         out = {}
         for name, value in v.items():
-            why = knobs.env_rule(name)
-            if why:
-                raise ValueError(f"environment variable {name} {why}")
             knob = knobs.KNOBS.get(name)
             if knob and (problem := knob.check(value)):
                 raise ValueError(f"{name} {problem}")
             out[name] = str(value)
         return out
+
+
+class FaultSpec(Strict):
+    """A simulator fault injected only into trials whose knobs match `when` (all of them)."""
+
+    fault: str
+    """The simulator's --sim-fault text, e.g. never_ready, crash_after_tokens=40."""
+    when: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
 
 
 class FaultSpec(Strict):
@@ -267,110 +283,187 @@ class SweepSpec(Strict):
     @classmethod
     def _known_version(cls, v: str) -> str:
         if v not in knobs.SGLANG_VERSIONS:
-            raise ValueError(f"must be one of {list(knobs.SGLANG_VERSIONS)}, but got {v!r}")
+            raise ValueError(f"must be one of {', '.join(knobs.SGLANG_VERSIONS)} (the versions whose flag names "
+                             f"this tool knows), but got {v!r}; set the version installed on the GPU hosts")
         return v
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> SweepSpec:
-        for name, param in self.space.params.items():
-            if param.when and any(k not in self.space.params for k in param.when):
-                missing = [k for k in param.when if k not in self.space.params]
-                raise ValueError(f"space.params.{name}.when refers to {missing}, which the space does not define")
-        spec_on = any(v is not None for v in self.space.params.get("speculative_algorithm", ParamSpec(choices=(None,))).values())
-        if spec_on and not self.server.draft_model:
-            raise ValueError("server.draft_model is required: the space turns speculative decoding on")
-        return self
+
+# ---------------------------------------------------------------- messages
+
+# Type tags pydantic appends to the location of an error inside a union (`flags.x.str`, `.int`, ...).
+_UNION_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|tuple\[.*\]|dict\[.*\]|[a-z-]+\[.*\])$")
+
+_TYPE_WORDS = {
+    "string_type": "a string", "int_type": "an integer", "int_parsing": "an integer",
+    "int_from_float": "an integer", "float_type": "a number", "float_parsing": "a number",
+    "bool_type": "true or false", "bool_parsing": "true or false", "list_type": "a list",
+    "tuple_type": "a list", "dict_type": "a mapping (key: value)", "model_type": "a mapping (key: value)",
+    "model_attributes_type": "a mapping (key: value)",
+}
 
 
-# ---------------------------------------------------------------- loading and messages
-
-
-def _did_you_mean(word: str, options: list[str]) -> str:
+def _did_you_mean(word: str, options: list[str], what: str = "known keys") -> str:
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(options))}"
+    if not close:  # case slips: nccl_proto -> NCCL_PROTO
+        close = [o for o in options if o.lower() == word.lower()][:1]
+    return f"did you mean {close[0]!r}?" if close else f"{what}: {', '.join(sorted(options))}"
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if not isinstance(value, dict) else "a mapping"
+
+
+def _as_model(ann: Any) -> type[BaseModel] | None:
+    for cand in (ann, *getattr(ann, "__args__", ())):  # X, or X | None
+        if isinstance(cand, type) and issubclass(cand, BaseModel):
+            return cand
+    return None
 
 
 def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
-    """The pydantic model class that owns the field at `loc` (to list its keys)."""
-    current: Any = model
+    """The pydantic model class that owns the field at `loc` (to list its keys for did-you-mean)."""
+    ann: Any = model
     for part in loc:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        owner = _as_model(ann)
+        if owner is not None and not getattr(ann, "__origin__", None) in (dict, tuple, list):
+            field = owner.model_fields.get(str(part))
+            if field is None:
+                return None
+            ann = field.annotation
+            continue
+        args = [a for a in getattr(ann, "__args__", ()) if a is not type(None)]
+        origin = getattr(ann, "__origin__", None)
+        if origin is dict and len(args) == 2:
+            ann = args[1]  # a key of a dict of models (space params, objective constraints)
+        elif origin in (tuple, list) and args:
+            ann = args[0]
+        else:
             return None
-        field = current.model_fields.get(str(part))
-        if field is None:
-            return None
-        ann = field.annotation
-        current = None
-        for cand in (ann, *getattr(ann, "__args__", ())):
-            if isinstance(cand, type) and issubclass(cand, BaseModel):
-                current = cand
-                break
-            for inner in getattr(cand, "__args__", ()):
-                if isinstance(inner, type) and issubclass(inner, BaseModel):
-                    current = inner
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+    return _as_model(ann)
+
+
+def _message(e: dict, model: type[BaseModel], loc: tuple) -> str:
+    """One error of pydantic's in our words: the rule, the value received, the fix."""
+    kind, value, ctx = e["type"], e.get("input"), e.get("ctx") or {}
+    if kind == "extra_forbidden":
+        owner = _model_at(model, loc[:-1])
+        options = [o for o in (owner.model_fields if owner else ()) if o not in ("space", "source")]
+        return f"unknown key; {_did_you_mean(str(loc[-1]), options)}"
+    if kind == "missing":
+        parent = ".".join(map(str, loc[:-1]))
+        return f"required field is missing; add `{loc[-1]}:`" + (f" under `{parent}:`" if parent else "")
+    if kind in _TYPE_WORDS:
+        return f"must be {_TYPE_WORDS[kind]}, but got {_shown(value)}"
+    bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
+              "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
+    if kind in bounds:
+        op, k = bounds[kind]
+        return f"must be {op} {ctx.get(k)}, but got {_shown(value)}"
+    if kind == "literal_error":
+        options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        hint = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+        return (f"must be one of {', '.join(options)}, but got {_shown(value)}"
+                + (f"; did you mean {hint[0]!r}?" if hint else ""))
+    if kind == "string_pattern_mismatch":
+        return (f"must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit, "
+                f"but got {_shown(value)}")
+    if kind in ("too_long", "too_short"):
+        want = ctx.get("max_length") if kind == "too_long" else ctx.get("min_length")
+        return f"must have {want} items, but got {ctx.get('actual_length')}: {_shown(value)}"
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    if "but got" in msg or isinstance(value, dict):
+        return msg
+    return f"{msg}, but got {_shown(value)}"
 
 
 def _format_errors(err: ValidationError, model: type[BaseModel], where: str) -> str:
-    lines = []
+    """One line per wrong field: `file: field.path: rule, but got value; fix`."""
+    by_path: dict[tuple, list[tuple[dict, bool]]] = {}
     for e in err.errors():
-        loc = tuple(p for p in e["loc"])
+        loc = tuple(e["loc"])
+        is_key = bool(loc) and loc[-1] == "[key]"
+        if is_key:
+            loc = loc[:-1]
+        while loc and isinstance(loc[-1], str) and _UNION_TAG.match(loc[-1]) and _model_at(model, loc) is None:
+            loc = loc[:-1]
+        by_path.setdefault(loc, []).append((e, is_key))
+    lines = []
+    for loc, errs in by_path.items():
         path = ".".join(str(p) for p in loc) or "(top level)"
-        if e["type"] == "extra_forbidden":
-            owner = _model_at(model, loc[:-1])
-            options = list(owner.model_fields) if owner else []
-            if owner is SweepSpec:
-                options = [o for o in options if o not in ("space", "source")]
-            lines.append(f"{where}: {path}: unknown key; {_did_you_mean(str(loc[-1]), options)}")
+        if len(errs) > 1 and all(e["type"] in _TYPE_WORDS for e, _ in errs):
+            kinds = list(dict.fromkeys(_TYPE_WORDS[e["type"]] for e, _ in errs))
+            lines.append(f"{where}: {path}: must be {' or '.join(kinds)}, but got {_shown(errs[0][0].get('input'))}")
             continue
-        msg = e["msg"].removeprefix("Value error, ")
-        value = e.get("input")
-        shown = "" if e["type"] == "missing" or isinstance(value, dict) else f" (got {value!r})"
-        if e["type"] == "missing":
-            msg = "required field is missing; add it"
-        lines.append(f"{where}: {path}: {msg}{shown}")
-    return "\n".join(lines)
+        for e, is_key in errs:
+            if is_key and e["type"] == "literal_error":
+                options = re.findall(r"'([^']*)'", str((e.get("ctx") or {}).get("expected", "")))
+                lines.append(f"{where}: {path}: unknown key; {_did_you_mean(str(loc[-1]), options)}")
+            elif is_key:
+                lines.append(f"{where}: {path}: {str(e['msg']).removeprefix('Value error, ')}")
+            else:
+                lines.append(f"{where}: {path}: {_message(e, model, loc)}")
+    return "\n".join(dict.fromkeys(lines))
 
 
-def _read_yaml(path: Path, what: str) -> dict:
+# ---------------------------------------------------------------- loading
+
+
+def _read_yaml(path: Path, what: str, *, named_in: str | None = None) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(f"{path}: {what} file not found; check the path (relative paths are resolved from the experiment file)") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read {what} file: {exc.strerror}") from None
+        fix = (f"check `search_space` in {named_in} (relative paths start at the experiment's folder)"
+               if named_in else "check the path")
+        raise SpecError(f"{path}: {what} file not found; {fix}") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: is a directory, not a {what} file; name the YAML file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read the {what} file: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"{path}{at}: not valid YAML: {problem}; fix the syntax at that line") from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        line = f"line {mark.line + 1}" if mark else "the file"
+        raise SpecError(f"{path}{at}: not valid YAML: {problem}; fix the syntax at {line}") from None
+    if data is None:
+        raise SpecError(f"{path}: the {what} file is empty; it must be a YAML mapping (key: value)")
     if not isinstance(data, dict):
-        raise SpecError(f"{path}: a {what} file must be a YAML mapping (key: value), but got {type(data).__name__}")
+        raise SpecError(f"{path}: a {what} file must be a YAML mapping (key: value), but got a {type(data).__name__}")
     return data
 
 
 def _check_space_knobs(space: SearchSpace, where: str) -> None:
     for name, param in space.params.items():
+        at = f"{where}: params.{name}"
         knob = knobs.KNOBS.get(name)
         if knob is None:
-            raise SpecError(f"{where}: params.{name}: unknown knob; {_did_you_mean(name, list(knobs.KNOBS))} "
+            raise SpecError(f"{at}: unknown knob; {_did_you_mean(name, list(knobs.KNOBS), 'known knobs')} "
                             f"(the catalogue is orchestrator/knobs.py)")
-        for value in param.values():
-            if problem := knob.check(value):
-                raise SpecError(f"{where}: params.{name}: {problem}; allowed: {knob.doc}")
+        if param.choices is None:
+            if knob.kind != "int":
+                raise SpecError(f"{at}: a low/high range needs an integer knob, but {name} is {knob.kind}; "
+                                f"list its values with `choices:` ({knob.doc})")
+            for end in ("low", "high"):
+                if problem := knob.check(getattr(param, end)):
+                    raise SpecError(f"{at}.{end}: {name} {problem}; fix the bound ({name}: {knob.doc})")
+        else:
+            for value in param.choices:
+                if problem := knob.check(value):
+                    raise SpecError(f"{at}.choices: {name} {problem}; fix or remove that value ({name}: {knob.doc})")
         if not param.when and (param.choices is None or None not in param.choices):
-            raise SpecError(f"{where}: params.{name}: the baseline (engine defaults, nothing set) must be a point "
-                            f"of the space: use `choices:` and include null (null = not set), "
-                            f"e.g. choices: [null, {', '.join(map(str, param.values()[:3]))}]")
-        for dep, wanted in param.when.items():
+            example = ", ".join(map(str, param.values()[:3]))
+            raise SpecError(f"{at}: the baseline (engine defaults, nothing set) must be a point of the space; "
+                            f"add null (= not set) to its choices, e.g. choices: [null, {example}]")
+        for dep in param.when:
             if dep not in knobs.KNOBS:
-                raise SpecError(f"{where}: params.{name}.when: unknown knob {dep!r}; {_did_you_mean(dep, list(knobs.KNOBS))}")
+                raise SpecError(f"{at}.when.{dep}: unknown knob; {_did_you_mean(dep, list(knobs.KNOBS), 'known knobs')}")
 
 
-def load_space(path: Path) -> SearchSpace:
-    data = _read_yaml(path, "search space")
+def load_space(path: Path, *, named_in: str | None = None) -> SearchSpace:
+    """Read and validate one search-space file against the knob catalogue."""
+    data = _read_yaml(path, "search space", named_in=named_in)
     try:
         space = SearchSpace.model_validate(data)
     except ValidationError as err:
@@ -379,19 +472,59 @@ def load_space(path: Path) -> SearchSpace:
     return space
 
 
-def _check_flags(flags: dict[str, Scalar], version: str, where: str) -> None:
+def _check_links(space: SearchSpace, origin: dict[str, str], where: str) -> None:
+    """`when` conditions name knobs of the merged space, with values those knobs take, without cycles."""
+    for name, param in space.params.items():
+        for dep, wanted in param.when.items():
+            at = f"{origin[name]}: params.{name}.when.{dep}"
+            if dep not in space.params:
+                raise SpecError(f"{at}: the condition refers to knob {dep}, which no search space of {where} "
+                                f"defines; add {dep} to a search space or drop the condition")
+            values = space.params[dep].values()
+            for w in wanted if isinstance(wanted, list) else [wanted]:
+                if w not in values:
+                    raise SpecError(f"{at}: {dep} never takes the value {w!r} (its values: "
+                                    f"{', '.join(map(str, values))}), so {name} would never be swept; "
+                                    f"fix the value")
+    done: set[str] = set()
+    todo = list(space.params)
+    while todo:
+        ready = [n for n in todo if all(d in done for d in space.params[n].when)]
+        if not ready:
+            raise SpecError(f"{origin[todo[0]]}: params.{todo[0]}.when: the `when` conditions of "
+                            f"{', '.join(todo)} depend on each other in a cycle; break the cycle")
+        done.update(ready)
+        todo = [n for n in todo if n not in done]
+
+
+def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
     from orchestrator import plan  # the planner owns the flag tables
 
-    known = plan.known_flags(version)
-    for name in flags:
+    algo = spec.space.params.get("speculative_algorithm")
+    if algo is not None and any(v is not None for v in algo.values()) and not spec.server.draft_model:
+        raise SpecError(f"{where}: server.draft_model: required field is missing: the search space turns "
+                        f"speculative decoding on (speculative_algorithm in {origin['speculative_algorithm']}); "
+                        f"add the EAGLE-3 draft model path")
+    for name in spec.server.env:
+        if name in spec.space.params:
+            raise SpecError(f"{where}: server.env.{name}: also swept by the search space ({origin[name]}), so the "
+                            f"baseline would not run the engine defaults; remove it from server.env")
+    known = plan.known_flags(spec.sglang_version)
+    by_knob = plan.knob_flags(spec.sglang_version)
+    for name in spec.server.flags:
         flag = "--" + name.lstrip("-")
+        at = f"{where}: server.flags.{name}"
+        if flag in plan.MANAGED_FLAGS:
+            raise SpecError(f"{at}: set by the sweep itself from {plan.MANAGED_FLAGS[flag]}; "
+                            f"remove it from server.flags")
         if known is not None and flag not in known:
             options = sorted(f.removeprefix("--") for f in known)
-            raise SpecError(f"{where}: server.flags.{name}: not a flag of sglang {version}; "
-                            f"{_did_you_mean(name.lstrip('-'), options)}")
-        if flag in plan.MANAGED_FLAGS:
-            raise SpecError(f"{where}: server.flags.{name}: set by the sweep itself ({plan.MANAGED_FLAGS[flag]}); "
-                            f"remove it from server.flags")
+            raise SpecError(f"{at}: not a flag of sglang {spec.sglang_version} (launch_server --help); "
+                            f"{_did_you_mean(name.lstrip('-'), options, 'see orchestrator/reference')}")
+        if by_knob.get(flag) in spec.space.params:
+            knob = by_knob[flag]
+            raise SpecError(f"{at}: the search space sweeps {knob} ({origin[knob]}), which sets this flag; "
+                            f"remove it from server.flags or {knob} from the space")
 
 
 def load(path: str | Path) -> SweepSpec:
@@ -399,30 +532,36 @@ def load(path: str | Path) -> SweepSpec:
     path = Path(path)
     data = _read_yaml(path, "experiment")
     where = str(path)
+    fields = [f for f in SweepSpec.model_fields if f not in ("space", "source")]
+    for key in data:  # first, so that a misspelt `search_space` is reported as such
+        if key not in fields:
+            raise SpecError(f"{where}: {key}: unknown key; {_did_you_mean(str(key), fields)}")
     spaces = data.get("search_space")
     if isinstance(spaces, str):
         spaces = [spaces]
-        data["search_space"] = spaces
     if not isinstance(spaces, list) or not spaces or not all(isinstance(s, str) for s in spaces):
-        raise SpecError(f"{where}: search_space: must be a list of search-space files, e.g. "
-                        f"[../search_spaces/nccl.yaml]")
+        got = "nothing" if spaces is None else repr(spaces)
+        raise SpecError(f"{where}: search_space: must be a list of search-space files, but got {got}; "
+                        f"e.g. search_space: [../search_spaces/nccl.yaml]")
     params: dict[str, ParamSpec] = {}
+    origin: dict[str, str] = {}
     for rel in spaces:
-        sp = load_space((path.parent / rel).resolve() if not Path(rel).is_absolute() else Path(rel))
+        file = Path(os.path.normpath(path.parent / rel))  # experiments/../search_spaces/x -> search_spaces/x
+        sp = load_space(file, named_in=where)
         for name, p in sp.params.items():
             if name in params:
-                raise SpecError(f"{where}: search_space: knob {name} is defined twice (again in {rel}); keep one")
+                raise SpecError(f"{where}: search_space: knob {name} is defined in both {origin[name]} and "
+                                f"{file}; keep it in one of them")
             params[name] = p
-    if "space" in data or "source" in data:
-        key = "space" if "space" in data else "source"
-        raise SpecError(f"{where}: {key}: unknown key; search spaces are named in `search_space`")
-    data["space"] = {"name": "+".join(Path(s).stem for s in spaces), "params": params}
-    data["source"] = str(path)
+            origin[name] = str(file)
+    data = {**data, "search_space": spaces, "source": where,
+            "space": {"name": "+".join(Path(s).stem for s in spaces), "params": params}}
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
         raise SpecError(_format_errors(err, SweepSpec, where)) from None
-    _check_flags(spec.server.flags, spec.sglang_version, where)
+    _check_links(spec.space, origin, where)
+    _check_server(spec, origin, where)
     return spec
 
 
