@@ -34,8 +34,9 @@ class MlflowServer:
     Started in its own session so that `stop` ends the server and the uvicorn worker it spawns.
     """
 
-    def __init__(self, root: Path, port: int | None = None):
+    def __init__(self, root: Path, port: int | None = None, store_template: Path | None = None):
         self.root = root
+        self.store_template = store_template
         self.host = "127.0.0.1"
         self.port = port or free_port(self.host)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -47,6 +48,8 @@ class MlflowServer:
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.store_template is not None and not (self.root / "mlflow.db").exists():
+            copy_store(self.store_template, self.root)  # skips the schema migration (seconds)
         argv = [
             sys.executable, "-m", "mlflow", "server",
             "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
@@ -106,8 +109,8 @@ def _port_open(host: str, port: int) -> bool:
 
 
 @pytest.fixture
-def mlflow_server(tmp_path: Path) -> Iterator[MlflowServer]:
-    server = MlflowServer(tmp_path / "mlflow-server")
+def mlflow_server(tmp_path: Path, sqlite_store_template: Path) -> Iterator[MlflowServer]:
+    server = MlflowServer(tmp_path / "mlflow-server", store_template=sqlite_store_template)
     server.start()
     try:
         yield server

@@ -353,15 +353,16 @@ def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
     assert run1 is not None
 
     mlflow_server.stop()
+    outcome1 = write_trial(workdir, 1)
+    outcome2 = write_trial(workdir, 2, status=TrialStatus.FAILED, failure_kind=FailureKind.nccl_hang)
     t0 = time.monotonic()
-    tracker.log_trial(parent, write_trial(workdir, 1), run_id=run1,
+    tracker.log_trial(parent, outcome1, run_id=run1,
                       extra_metrics={"speedup_vs_baseline": 1.5}, extra_tags={})
-    assert time.monotonic() - t0 < 5, "a stopped server must not stall the sweep"
+    first_call_s = time.monotonic() - t0
+    assert first_call_s < 5, f"a stopped server stalled log_trial for {first_call_s:.1f} s"
     t0 = time.monotonic()
     assert tracker.start_trial(parent, number=2, params=KNOBS, role="search", tags={}) is None
-    tracker.log_trial(parent, write_trial(workdir, 2, status=TrialStatus.FAILED,
-                                          failure_kind=FailureKind.nccl_hang),
-                      run_id=None, extra_metrics={}, extra_tags={})
+    tracker.log_trial(parent, outcome2, run_id=None, extra_metrics={}, extra_tags={})
     tracker.end_sweep(parent, "FINISHED")
     assert time.monotonic() - t0 < 5
     assert tracker.pending() == 3
@@ -373,6 +374,18 @@ def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
     assert lines[0]["extra_tags"] == {}
     assert [line["op"] for line in lines] == ["log_trial", "log_trial", "end_sweep"]
     assert tracker.replay_outbox() == (0, 3), "still down: nothing lost, nothing sent"
+    # Reads and the registry cannot be queued: they fail at once with what, where and the fix.
+    t0 = time.monotonic()
+    with pytest.raises(TrackingError, match=f"Could not read the trial runs .* {parent} in MLflow "
+                                            f"at {mlflow_server.uri}.*Fix"):
+        tracker.child_runs(parent)
+    with pytest.raises(TrackingError, match=f"Could not reach MLflow at {mlflow_server.uri} to "
+                                            "resolve models:/demo-serving@champion"):
+        tracker.resolve("demo-serving")
+    with pytest.raises(TrackingError, match="Could not start the sweep run in MLflow at http"):
+        Tracker(mlflow_server.uri, "other", outbox_dir=tmp_path / "other").start_sweep(
+            run_name="s", params={}, tags={})
+    assert time.monotonic() - t0 < 5
 
     mlflow_server.start()  # same port, same store
     assert tracker.replay_outbox() == (3, 0)
