@@ -121,6 +121,7 @@ class HardwareProfile:
     description: str
     gpus: int
     gpu_name: str
+    gpu_memory_gib: float
     interconnect: str
     compute_speed: float
     """Speed of one GPU relative to the model profile's reference GPU (memory-bandwidth bound)."""

@@ -124,7 +124,7 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE) -> HardwareProfile:
         c.done()
     hw = HardwareProfile(
         name=str(r("name")), description=str(r("description", "")), gpus=int(r("gpus")),
-        gpu_name=str(r("gpu_name")), interconnect=str(r("interconnect")),
+        gpu_name=str(r("gpu_name")), gpu_memory_gib=float(r("gpu_memory_gib")), interconnect=str(r("interconnect")),
         compute_speed=float(r("compute_speed")), launch_us_graph=float(r("launch_us_graph")),
         launch_us_eager=float(r("launch_us_eager")), eager_us_per_layer=float(r("eager_us_per_layer")),
         default_cuda_graph_max_bs=int(r("default_cuda_graph_max_bs")), kv_cache_tokens=int(r("kv_cache_tokens")),

@@ -1,0 +1,340 @@
+"""The simulator's command line: SGLang 0.5.23's own parser, rebuilt from its --help dump, plus ours.
+
+SGLang's flag table is generated at start-up from `orchestrator/reference/sglang_0_5_23/
+launch_server_help.txt`, so every real flag is accepted and everything else is rejected exactly as
+`sglang serve` rejects it (argparse, `allow_abbrev=True`, exit code 2; `--tp` works as an
+abbreviation of `--tp-size`, `--cuda-graph-max-bs` is ambiguous since 0.5.20). The simulator's own
+flags are taken out first by a separate parser that does not abbreviate, so they cannot change
+which SGLang abbreviations resolve. The help dump carries no types or defaults; the few flags the
+simulator interprets get theirs from `_TYPED` (values from reference INTERFACE.md), every other flag
+is kept as the string given.
+
+`resolve` then applies SGLang's resolution rules for EAGLE (reference INTERFACE.md 1.2) and
+`params_from_launch` turns (argv, environment) into the model's knob dict, so the server and
+`model.evaluate` always agree on what a launch means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from orchestrator.simulator.faults import Faults, parse_faults
+from orchestrator.simulator.profiles import DEFAULT_HARDWARE, DEFAULT_MODEL
+
+PROG = "sglang serve"
+SGLANG_VERSION = "0.5.23"
+_HELP_FILE = "launch_server_help.txt"
+
+# dest -> (type, default) for the flags the simulator reads; defaults as SGLang 0.5.23 resolves them.
+_TYPED: dict[str, tuple[type, Any]] = {
+    "tp_size": (int, 1), "dp_size": (int, 1), "pp_size": (int, 1), "port": (int, 30000),
+    "host": (str, "127.0.0.1"), "log_level": (str, "info"), "decode_log_interval": (int, 40),
+    "speculative_num_steps": (int, None), "speculative_eagle_topk": (int, None),
+    "speculative_num_draft_tokens": (int, None), "speculative_attention_mode": (str, "prefill"),
+    "cuda_graph_max_bs_decode": (int, None), "cuda_graph_max_bs_prefill": (int, None),
+    "max_running_requests": (int, None), "max_total_tokens": (int, None), "mem_fraction_static": (float, None),
+    "random_seed": (int, None), "watchdog_timeout": (float, 300.0), "context_length": (int, None),
+    "chunked_prefill_size": (int, None), "load_format": (str, "auto"), "nccl_port": (int, None),
+    "page_size": (int, 1), "dist_timeout": (int, None), "stream_interval": (int, 1),
+}
+
+
+@dataclass(frozen=True)
+class _Option:
+    strings: tuple[str, ...]
+    dest: str
+    nargs: str | None
+    """None: no value (a switch); '1': one value; '+', '*', '?': argparse's."""
+    choices: tuple[str, ...] | None
+    negatable: bool
+    deprecated: str | None
+
+
+def _help_text() -> str:
+    return resources.files("orchestrator.reference").joinpath("sglang_0_5_23").joinpath(_HELP_FILE) \
+        .read_text(encoding="utf-8")
+
+
+_ARG_RE = re.compile(r"^(?P<metavar>\{[^}]*\}|[A-Z0-9_]+)?(?P<rest>.*)$")
+
+
+def _parse_args_spec(spec: str) -> tuple[str | None, tuple[str, ...] | None]:
+    """'X' -> ('1', None); 'X [X ...]' -> '+'; '[X ...]' -> '*'; '[X]' -> '?'; '{a,b}' -> choices."""
+    spec = spec.strip()
+    if not spec:
+        return None, None
+    if spec.startswith("[") and spec.endswith("...]"):
+        inner = spec[1:].split()[0]
+        return "*", tuple(inner[1:-1].split(",")) if inner.startswith("{") else None
+    if spec.startswith("["):
+        inner = spec[1:-1]
+        return "?", tuple(inner[1:-1].split(",")) if inner.startswith("{") else None
+    m = _ARG_RE.match(spec)
+    assert m is not None
+    metavar, rest = m["metavar"] or "", m["rest"].strip()
+    choices = tuple(metavar[1:-1].split(",")) if metavar.startswith("{") else None
+    return ("+" if rest.endswith("...]") else "1"), choices
+
+
+@functools.lru_cache(maxsize=1)
+def sglang_options() -> tuple[tuple[_Option, ...], frozenset[str]]:
+    """Every option of `sglang serve` 0.5.23 and the set of required ones, read from the help dump."""
+    text = _help_text()
+    usage, _, body = text.partition("\noptions:\n")
+    required = _required_in_usage(usage)
+    options: list[_Option] = []
+    lines = body.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not line.startswith("  -"):
+            continue
+        invocation, _, help_first = line[2:].partition("  ")
+        help_lines = [help_first.strip()]
+        while i < len(lines) and lines[i].startswith(" " * 24):
+            help_lines.append(lines[i].strip())
+            i += 1
+        parts = [p.strip() for p in re.split(r", (?=-)", invocation.strip())]
+        strings, nargs, choices = [], None, None
+        for part in parts:
+            name, _, args = part.partition(" ")
+            strings.append(name)
+            if args:
+                nargs, choices = _parse_args_spec(args)
+        if "-h" in strings:
+            continue
+        longs = [s for s in strings if s.startswith("--")]
+        negatable = any(s.startswith("--no-") and "--" + s[5:] in longs for s in longs)
+        if negatable:
+            strings = [s for s in strings if not s.startswith("--no-")]
+        help_text = ""
+        for h in filter(None, help_lines):  # argparse wraps after hyphens: "--cuda-graph-" + "backend-..."
+            help_text += h if help_text.endswith("-") or not help_text else " " + h
+        deprecated = help_text if help_text.startswith("Deprecated") else None
+        dest = longs[0][2:].replace("-", "_")
+        options.append(_Option(tuple(strings), dest, nargs, choices, negatable, deprecated))
+    return tuple(options), frozenset(required)
+
+
+def _required_in_usage(usage: str) -> set[str]:
+    depth, required = 0, set()
+    for token in re.findall(r"\[|\]|[^\s\[\]]+", usage):
+        if token == "[":
+            depth += 1
+        elif token == "]":
+            depth -= 1
+        elif depth == 0 and token.startswith("--"):
+            required.add(token)
+    return required
+
+
+class _DeprecatedStoreTrue(argparse.Action):
+    """SGLang's DeprecatedStoreTrueAction: works, and says it is deprecated."""
+
+    def __init__(self, option_strings, dest, help=None, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=False, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"WARNING: {option_string} is deprecated. {self.help.removeprefix('Deprecated. ')}", flush=True)
+        setattr(namespace, self.dest, True)
+
+
+class _PrintReferenceHelp(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(_help_text())
+        sys.stdout.write("\n" + simulator_parser().format_help())
+        parser.exit()
+
+
+@functools.lru_cache(maxsize=1)
+def sglang_parser() -> argparse.ArgumentParser:
+    """An argparse parser that accepts exactly `sglang serve`'s 0.5.23 flags."""
+    parser = argparse.ArgumentParser(prog=PROG, allow_abbrev=True, add_help=False)
+    parser.add_argument("-h", "--help", action=_PrintReferenceHelp)
+    options, required = sglang_options()
+    for opt in options:
+        kwargs: dict[str, Any] = {"dest": opt.dest}
+        typ, default = _TYPED.get(opt.dest, (str, None))
+        if opt.nargs is None:
+            if opt.deprecated:
+                kwargs.update(action=_DeprecatedStoreTrue, help=opt.deprecated)
+            elif opt.negatable:
+                kwargs.update(action=argparse.BooleanOptionalAction, default=None)
+            else:
+                kwargs.update(action="store_true")
+        else:
+            kwargs.update(type=typ, default=default)
+            if opt.nargs != "1":
+                kwargs["nargs"] = opt.nargs
+            if opt.choices:
+                kwargs["choices"] = opt.choices if typ is str else tuple(typ(c) for c in opt.choices)
+        if any(s in required for s in opt.strings):
+            kwargs["required"] = True
+        parser.add_argument(*opt.strings, **kwargs)
+    return parser
+
+
+@functools.lru_cache(maxsize=1)
+def simulator_parser() -> argparse.ArgumentParser:
+    """The simulator-only flags (never abbreviated)."""
+    p = argparse.ArgumentParser(prog="python -m orchestrator.simulator", add_help=False, allow_abbrev=False,
+                                description="simulator options (beside every `sglang serve` option)")
+    p.add_argument("--hardware-profile", default=DEFAULT_HARDWARE,
+                   help=f"built-in hardware profile name or path to a YAML/JSON file (default {DEFAULT_HARDWARE})")
+    p.add_argument("--model-profile", default=DEFAULT_MODEL,
+                   help=f"built-in model profile name or path to a YAML/JSON file (default {DEFAULT_MODEL})")
+    p.add_argument("--sim-seed", type=int, default=None, help="seed of noise and acceptance sampling")
+    p.add_argument("--sim-noise", type=float, default=0.03,
+                   help="run-to-run multiplicative noise on cycle time, a fraction (default 0.03)")
+    p.add_argument("--sim-drift", type=float, default=0.0,
+                   help="slow host drift: cycle time grows by this fraction per hour since --sim-drift-epoch")
+    p.add_argument("--sim-drift-epoch", type=float, default=None,
+                   help="UNIX time the drift counts from (default: this process's start)")
+    p.add_argument("--sim-fault", action="append", default=[], metavar="SPEC",
+                   help="inject a fault (repeatable; also env SWEEP_SIM_FAULTS, ';'-separated); "
+                        "see `python -m orchestrator.simulator --help`")
+    return p
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    hardware_profile: str
+    model_profile: str
+    seed: int | None
+    noise: float
+    drift_per_hour: float
+    drift_epoch: float | None
+    faults: Faults
+
+
+def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[argparse.Namespace, SimOptions]:
+    """Parse a command line as `sglang serve` + simulator flags; argparse exits 2 on bad input."""
+    sim_ns, rest = simulator_parser().parse_known_args(list(argv))
+    fault_specs = list(sim_ns.sim_fault)
+    fault_specs += [s for s in env.get("SWEEP_SIM_FAULTS", "").split(";") if s.strip()]
+    try:
+        faults = parse_faults(fault_specs)
+    except ValueError as exc:
+        simulator_parser().error(str(exc))
+    if sim_ns.sim_noise < 0 or sim_ns.sim_noise >= 0.5:
+        simulator_parser().error(f"--sim-noise must be in [0, 0.5), but got {sim_ns.sim_noise}")
+    ns = sglang_parser().parse_args(rest)
+    return ns, SimOptions(sim_ns.hardware_profile, sim_ns.model_profile, sim_ns.sim_seed, sim_ns.sim_noise,
+                          sim_ns.sim_drift, sim_ns.sim_drift_epoch, faults)
+
+
+# ------------------------------------------------------------------------------------- resolution
+
+@dataclass(frozen=True)
+class Resolved:
+    """SGLang's resolved server args, or the error resolution stops at."""
+
+    args: dict[str, Any]
+    speculative: bool
+    log_warnings: tuple[str, ...] = ()
+    error: str | None = None
+    """A traceback's last line (`AssertionError`), printed with a traceback, exit code 1."""
+    unsupported: str | None = None
+    """What the simulator cannot model (not an SGLang error), exit code 1."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve(ns: argparse.Namespace) -> Resolved:
+    """Apply SGLang's 0.5.23 resolution rules for speculative decoding to parsed args."""
+    args = dict(vars(ns))
+    warnings: list[str] = []
+    algo = args.get("speculative_algorithm")
+    if algo is not None:
+        algo = algo.upper()
+        if algo == "NEXTN":
+            algo = "EAGLE"
+        args["speculative_algorithm"] = None if algo == "NONE" else algo
+    algo = args["speculative_algorithm"]
+    if algo is None:
+        return Resolved(args, False, tuple(warnings))
+    if algo not in ("EAGLE", "EAGLE3"):
+        return Resolved(args, True, tuple(warnings), unsupported=(
+            f"speculative algorithm {algo} is not modelled by the simulator (EAGLE, EAGLE3 are)"))
+    steps, topk, ndt = (args["speculative_num_steps"], args["speculative_eagle_topk"],
+                        args["speculative_num_draft_tokens"])
+    if steps is None:
+        if topk is not None or ndt is not None:
+            return Resolved(args, True, tuple(warnings), error="AssertionError")
+        steps, topk, ndt = 3, 1, 4  # _auto_choose_speculative_params for DeepSeek-style models
+    elif topk is None or ndt is None:
+        return Resolved(args, True, tuple(warnings), error="AssertionError")
+    if topk == 1 and ndt != steps + 1:
+        warnings.append("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
+                        "when speculative_eagle_topk == 1")
+        ndt = steps + 1
+    args.update(speculative_num_steps=steps, speculative_eagle_topk=topk, speculative_num_draft_tokens=ndt)
+    if args.get("max_running_requests") is None:
+        args["max_running_requests"] = 48
+        warnings.append("Max running requests is reset to 48 for speculative decoding. You can override "
+                        "this by explicitly setting --max-running-requests.")
+    return Resolved(args, True, tuple(warnings))
+
+
+def cuda_graph_decode(args: Mapping[str, Any]) -> tuple[bool, int | None]:
+    """Whether decode/verify run in CUDA graphs, and the largest batch captured (None = default)."""
+    enabled = not (args.get("disable_cuda_graph") or args.get("disable_decode_cuda_graph")
+                   or args.get("cuda_graph_backend_decode") == "disabled")
+    max_bs = args.get("cuda_graph_max_bs_decode")
+    config = args.get("cuda_graph_config")
+    if config:
+        try:
+            decode = json.loads(config).get("decode", {})
+        except (ValueError, AttributeError):
+            decode = {}
+        if decode.get("backend") == "disabled":
+            enabled = False
+        if decode.get("max_bs") is not None:
+            max_bs = int(decode["max_bs"])
+    return enabled, max_bs
+
+
+def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The model's knob dict for resolved server args and the environment NCCL runs in."""
+    from orchestrator.simulator.model import NCCL_PARAM_NAMES
+
+    graph, max_bs = cuda_graph_decode(args)
+    params: dict[str, Any] = {
+        "tp": args.get("tp_size") or 1,
+        "speculative_algorithm": args.get("speculative_algorithm"),
+        "speculative_num_steps": args.get("speculative_num_steps"),
+        "speculative_eagle_topk": args.get("speculative_eagle_topk"),
+        "speculative_num_draft_tokens": args.get("speculative_num_draft_tokens"),
+        "speculative_attention_mode": args.get("speculative_attention_mode"),
+        "all_reduce_path": "nccl" if args.get("disable_custom_all_reduce") else "custom",
+        "cuda_graph": graph,
+        "cuda_graph_max_bs": max_bs,
+    }
+    params.update({name: env.get(name) for name in NCCL_PARAM_NAMES})
+    return params
+
+
+def params_from_launch(argv: Sequence[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a simulator process started with `argv` and `env` runs, as `model.evaluate` params.
+
+    `env` is the environment NCCL sees in the rank workers (os.environ when None); a launch SGLang
+    would refuse raises ValueError with SGLang's reason.
+    """
+    env = dict(os.environ if env is None else env)
+    ns, _ = parse(argv, env)
+    res = resolve(ns)
+    if res.error or res.unsupported:
+        raise ValueError(res.error or res.unsupported)
+    return params_from_args(res.args, env)

@@ -1,0 +1,241 @@
+"""`python -m orchestrator.simulator`: start-up, serving and shutdown of one simulated SGLang server.
+
+The life of a server, as with `sglang serve`: parse and resolve the arguments (bad flags exit 2,
+SGLang's resolution assertion exits 1), start one rank worker per TP rank, "load the model" (log
+lines, optional slow start, start-up faults: more ranks than GPUs, an NCCL_ALGO the host cannot
+run, CUDA OOM, a draft tree torch.topk cannot fill), bind the HTTP port (uvicorn's error and exit
+1 when taken), warm up with one 8-token generation, print "The server is fired up and ready to
+roll!". SIGTERM/SIGINT stop uvicorn, the engine and every rank worker, and exit 0. A fatal error
+while serving writes the traceback, kills the workers and exits 1 at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from orchestrator.simulator import cli, failures, ranks
+from orchestrator.simulator import model as perf
+from orchestrator.simulator.profiles import ProfileError, load_hardware, load_model
+from orchestrator.simulator.telemetry import Log
+
+_WARMUP_PROMPT = "The capital city of France is"
+
+
+def _ar_line(hw: perf.HardwareProfile, cfg: perf.Config) -> str:
+    """SGLang's `[AR]` line: which implementation carries tensor-parallel all-reduces."""
+    nccl = "All-reduce call path: NCCL (PyNccl in CUDA graphs, torch.distributed eager)"
+    if cfg.custom_all_reduce_disabled:
+        return f"[AR] {nccl}; custom all-reduce disabled by --disable-custom-all-reduce"
+    if perf.custom_all_reduce_usable(hw, cfg.tp, False):
+        mib = hw.custom_all_reduce.max_bytes / (1 << 20) if hw.custom_all_reduce else 0
+        return (f"[AR] Using custom all-reduce (CustomAllReduceV2) for all-reduces up to {mib:g} MiB, "
+                f"PyNccl above")
+    return f"[AR] {nccl}; custom all-reduce not supported on this topology ({hw.interconnect}, tp_size={cfg.tp})"
+
+
+def _tuning_lines(hw: perf.HardwareProfile, model: perf.ModelProfile, cfg: perf.Config) -> list[str]:
+    """NCCL's tuning decisions for the decode/verify message sizes that NCCL (not custom AR) carries."""
+    token_bytes = model.hidden_size * model.dtype_bytes
+    sizes = {token_bytes}
+    if cfg.speculative:
+        sizes |= {token_bytes * cfg.topk, token_bytes * cfg.draft_tokens}
+    out = []
+    for nbytes in sorted(sizes):
+        ar = perf.all_reduce(hw, cfg.nccl, cfg.tp, nbytes, cfg.cuda_graph, not cfg.custom_all_reduce_disabled)
+        if ar.path == "nccl":
+            out.append(f"{nbytes} {ar.algorithm.upper()} {ar.protocol.upper()} {ar.channels}")
+    return out
+
+
+class _Process:
+    """The server's own resources that every exit path must release."""
+
+    def __init__(self, log: Log):
+        self.log = log
+        self.workers: list[subprocess.Popen] = []
+
+    def fatal(self, traceback_text: str, launcher_line: str) -> None:
+        """A scheduler died: print what SGLang prints, take the workers down, exit 1 now."""
+        first, _, rest = traceback_text.partition("\n")
+        self.log.scheduler(first, level=40)
+        if rest:
+            self.log.raw(rest)
+        self.log.main(launcher_line, level=40)
+        ranks.stop(self.workers, timeout_s=1.0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOptions,
+                 hw: perf.HardwareProfile, md: perf.ModelProfile, proc: _Process) -> int:
+    import uvicorn
+    from prometheus_client import disable_created_metrics
+
+    from orchestrator.simulator import api, engine
+    from orchestrator.simulator.telemetry import Metrics
+
+    log, args = proc.log, resolved.args
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+
+    tp = int(args["tp_size"] or 1)
+    graph, _ = cli.cuda_graph_decode(args)
+    server_env = dict(os.environ)
+    if tp > 1 and graph:
+        server_env.setdefault("NCCL_GRAPH_REGISTER", "0")  # SGLang's parallel_hook does this
+    rank_env = ranks.worker_env(server_env, drop_nccl=sim.faults.env_drop)
+    params = cli.params_from_args(args, rank_env)  # NCCL runs in the ranks: their environment decides
+    cfg = perf.resolve(params, hw, md)
+    topk_crash = False
+    if isinstance(cfg, str):
+        if tp > hw.gpus:
+            proc.fatal(*failures.invalid_device_ordinal(tp, hw.gpus))
+        if cfg.startswith("NCCL error"):
+            proc.workers = ranks.start(tp, rank_env, nccl_version=hw.nccl.version, tuning=[])
+            proc.fatal(*failures.nccl_no_algorithm(str(rank_env.get("NCCL_ALGO")), hw.nccl.version))
+        # The draft tree rule: resolve the rest as SGLang would, then fail where SGLang fails.
+        topk_crash = True
+        cfg = perf.resolve({**params, "speculative_num_draft_tokens": args["speculative_eagle_topk"] + 1}, hw, md)
+        assert isinstance(cfg, perf.Config), cfg
+        cfg = perf.Config(**{**cfg.__dict__, "draft_tokens": args["speculative_num_draft_tokens"]})
+
+    log.scheduler("Init torch distributed begin.")
+    proc.workers = ranks.start(tp, rank_env, nccl_version=hw.nccl.version, tuning=_tuning_lines(hw, md, cfg))
+    if tp > 1:
+        if hw.custom_all_reduce_unavailable and not cfg.custom_all_reduce_disabled \
+                and not perf.custom_all_reduce_usable(hw, tp, False):
+            log.warning(hw.custom_all_reduce_unavailable)
+        log.scheduler(_ar_line(hw, cfg))
+    mem = hw.gpu_memory_gib
+    log.scheduler(f"Init torch distributed ends. elapsed=0.21 s, mem usage=0.56 GB")
+    log.scheduler(f"Load weight begin. avail mem={mem - 0.6:.2f} GB")
+    if sim.faults.slow_start_s:
+        try:
+            await asyncio.wait_for(stopping.wait(), sim.faults.slow_start_s)
+            return 0
+        except asyncio.TimeoutError:
+            pass
+    weights = mem * 0.62
+    log.scheduler(f"Load weight end. elapsed=0.42 s, type={md.architectures[0]}, dtype=torch.bfloat16, "
+                  f"avail mem={mem - 0.6 - weights:.2f} GB, mem usage={weights:.2f} GB.")
+    max_total = int(args.get("max_total_tokens") or hw.kv_cache_tokens)
+    log.scheduler(f"KV Cache is allocated. #tokens: {max_total}, KV size: {mem * 0.25:.2f} GB")
+    if cfg.speculative and sim.faults.ooms(cfg.draft_tokens, cfg.topk):
+        proc.fatal(*failures.cuda_oom(tried_gib=0.0625 * cfg.draft_tokens * cfg.topk, total_gib=mem,
+                                      free_gib=0.41))
+    if graph:
+        log.scheduler(f"Capture cuda graph begin. This can take up to several minutes. avail mem={mem * 0.1:.2f} GB")
+        if topk_crash:
+            proc.fatal(*failures.draft_topk_out_of_range(at_capture=True))
+        log.scheduler(f"Capture cuda graph end. Time elapsed: 0.31 s. mem usage=1.21 GB. avail mem={mem * 0.087:.2f} GB.")
+    max_running = int(args.get("max_running_requests") or 1024)
+    log.scheduler(f"max_total_num_tokens={max_total}, chunked_prefill_size={args.get('chunked_prefill_size') or 8192}, "
+                  f"max_prefill_tokens=16384, max_running_requests={max_running}, context_len={md.context_length}, "
+                  f"available_gpu_mem={mem * 0.087:.2f} GB")
+
+    disable_created_metrics()  # SGLang runs prometheus_client in multiprocess mode: no *_created series
+    served = args.get("served_model_name") or args.get("model_path")
+    metrics = None
+    if args.get("enable_metrics"):
+        metrics = Metrics(served, speculative=cfg.speculative,
+                          device_timer=os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER") == "1")
+        metrics.set_static(spec_steps=cfg.steps, spec_draft_tokens=cfg.draft_tokens, max_total_tokens=max_total)
+    timing = engine.Timing(run_factor=engine.run_factor(sim.seed, sim.noise), jitter=engine.per_cycle_jitter(sim.noise),
+                           drift_per_hour=sim.drift_per_hour,
+                           drift_epoch=sim.drift_epoch if sim.drift_epoch is not None else time.time())
+    eng = engine.Engine(
+        hw=hw, model=md, cfg=cfg, log=log, metrics=metrics, timing=timing,
+        seed=None if sim.seed is None else sim.seed * 104729 + 17, max_running=max_running,
+        decode_log_interval=int(args.get("decode_log_interval") or 40), max_total_tokens=max_total,
+        record_step_time=os.environ.get("SGLANG_RECORD_STEP_TIME") == "1",
+        hang=sim.faults.hangs(server_env), crash_after_tokens=sim.faults.crash_after_tokens,
+        topk_crash=topk_crash, on_fatal=proc.fatal, watchdog_timeout_s=float(args.get("watchdog_timeout") or 300))
+    state = api.ServerState(
+        args=args, served_model_name=served, draft_tokens=cfg.draft_tokens, log=log, metrics=metrics,
+        env=server_env, engine=eng, launch_command=shlex.join([sys.executable, "-m", "orchestrator.simulator", *argv]),
+        model_info=api.model_info_for(args, md.architectures, md.model_type, md.context_length),
+        memory_usage={"weight": round(mem * 0.62, 2), "kvcache": round(mem * 0.25, 2), "graph": 1.21 if graph else 0.0})
+    engine_task = asyncio.create_task(eng.run())
+
+    class _Server(uvicorn.Server):
+        def install_signal_handlers(self) -> None:  # uvicorn < 0.29
+            pass
+
+        def capture_signals(self):  # uvicorn >= 0.29: our loop handlers own SIGTERM/SIGINT
+            import contextlib
+
+            return contextlib.nullcontext()
+
+    http_level = (args.get("log_level_http") or args.get("log_level") or "info").lower()
+    server = _Server(uvicorn.Config(api.build(state), host=args["host"], port=int(args["port"]), lifespan="off",
+                                    log_level=http_level, access_log=True, timeout_graceful_shutdown=2,
+                                    timeout_keep_alive=5))
+    serve_task = asyncio.create_task(server.serve())
+    stop_task = asyncio.create_task(stopping.wait())
+    try:
+        while not server.started:
+            if serve_task.done() or stopping.is_set():
+                break
+            await asyncio.sleep(0.01)
+        if server.started and not stopping.is_set():
+            if sim.faults.never_ready:
+                pass  # warmup never completes: status stays Starting, /health 503
+            elif args.get("skip_server_warmup"):
+                state.up = True
+                log.main("The server is fired up and ready to roll!")
+            else:
+                warm = engine.Request(input_ids=engine.tokenize(_WARMUP_PROMPT), max_new_tokens=8, internal="warmup")
+                eng.submit(warm)
+                while not warm.finished and not stopping.is_set():
+                    await asyncio.wait({asyncio.ensure_future(warm.wake.wait()), stop_task},
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    warm.wake.clear()
+                if warm.finished:
+                    state.up = True
+                    log.main("The server is fired up and ready to roll!")
+        await asyncio.wait({serve_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        server.should_exit = True
+        if not serve_task.done():
+            await asyncio.wait({serve_task}, timeout=5)
+        engine_task.cancel()
+        stop_task.cancel()
+    if serve_task.done() and not serve_task.cancelled() and serve_task.exception() is not None:
+        raise serve_task.exception()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ns, sim = cli.parse(argv, os.environ)
+    resolved = cli.resolve(ns)
+    log = Log(int(resolved.args.get("tp_size") or 1), str(resolved.args.get("log_level") or "info"))
+    shown = {k: ("***" if k in ("api_key", "admin_api_key") and v else v) for k, v in resolved.args.items()}
+    log.main("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")")
+    if resolved.error:
+        log.raw(failures.resolution_assertion())
+        return 1
+    if resolved.unsupported:
+        log.main(resolved.unsupported, level=40)
+        return 1
+    for line in resolved.log_warnings:
+        log.warning(line)
+    try:
+        hw, md = load_hardware(sim.hardware_profile), load_model(sim.model_profile)
+    except ProfileError as exc:
+        cli.simulator_parser().error(str(exc))
+    proc = _Process(log)
+    try:
+        return asyncio.run(_serve(argv, resolved, sim, hw, md, proc))
+    finally:
+        ranks.stop(proc.workers)
