@@ -131,7 +131,7 @@ class ServerSpec(Strict):
     @classmethod
     def _ordered(cls, v: tuple[int, int]) -> tuple[int, int]:
         if v[0] > v[1]:
-            raise ValueError(f"must be [low, high] with low <= high, but got {list(v)}; swap them")
+            raise ValueError(f"must list the lower port first, but got {list(v)}; swap them")
         return v
 
     @field_validator("env")
@@ -518,13 +518,21 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
             raise SpecError(f"{at}: set by the sweep itself from {plan.MANAGED_FLAGS[flag]}; "
                             f"remove it from server.flags")
         if known is not None and flag not in known:
-            options = sorted(f.removeprefix("--") for f in known)
             raise SpecError(f"{at}: not a flag of sglang {spec.sglang_version} (launch_server --help); "
-                            f"{_did_you_mean(name.lstrip('-'), options, 'see orchestrator/reference')}")
+                            f"{_flag_hint(flag, known)}")
         if by_knob.get(flag) in spec.space.params:
             knob = by_knob[flag]
             raise SpecError(f"{at}: the search space sweeps {knob} ({origin[knob]}), which sets this flag; "
                             f"remove it from server.flags or {knob} from the space")
+
+
+def _flag_hint(flag: str, known: frozenset[str]) -> str:
+    """did-you-mean for a flag: the full name of an argparse abbreviation, else the closest spelling."""
+    longer = sorted((f for f in known if f.startswith(flag)), key=len)
+    close = longer[:1] or difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0].removeprefix('--')!r}?"
+    return "see the --help dump in orchestrator/reference/ for the flags of this version"
 
 
 def load(path: str | Path) -> SweepSpec:
