@@ -1,1 +1,41 @@
-"""placeholder"""
+"""The embedded digital twin of `python -m sglang.launch_server` (SGLang 0.5.23).
+
+`python -m orchestrator.simulator [every sglang serve flag] [simulator flags]` starts a server that
+speaks SGLang's HTTP surface and log format, spawns one rank worker per TP rank that inherits its
+environment (so the effective NCCL environment is observable in /proc and in NCCL's own
+NCCL_DEBUG=INFO lines), and streams tokens in real time at the rate of a calibrated performance
+model. The demo, CI and the tests run it instead of a GPU server, through the same code paths.
+
+Pieces:
+    model.py      the performance model: pure equations, `evaluate`, `truth` (no I/O)
+    profiles.py   hardware/model profiles from YAML/JSON (profiles/*.yaml built in)
+    cli.py        SGLang's parser rebuilt from the 0.5.23 --help dump, resolution rules,
+                  `params_from_launch` (argv + env -> model params: what a launch runs)
+    engine.py     the scheduler loop: batching, real-time cycles, acceptance sampling, counters
+    api.py        the HTTP routes (Starlette)        telemetry.py  /metrics (prometheus_client)
+    logs.py       SGLang's log lines                 ranks.py      rank worker processes
+    failures.py   the text real failures print      faults.py     fault injection specs
+    server.py     start-up, serving, shutdown
+
+Simulator flags (never abbreviated, unlike SGLang's):
+    --hardware-profile NAME|PATH   default pcie-rtxpro6000-x8 (also: h200-nvlink)
+    --model-profile NAME|PATH      default kimi-k2.5
+    --sim-seed INT                 seeds the run-to-run noise factor and acceptance sampling
+    --sim-noise FRACTION           run-to-run multiplicative noise on cycle time (default 0.03);
+                                   per-cycle jitter is a quarter of it; 0 makes timing exact
+    --sim-drift FRACTION_PER_HOUR  host slow-down per hour since --sim-drift-epoch (default 0)
+    --sim-drift-epoch UNIX_TS      shared by the server processes of one sweep
+    --sim-fault SPEC               repeatable; also SWEEP_SIM_FAULTS="SPEC;SPEC"
+
+Fault specs (details in faults.py):
+    never_ready | slow_start=SECONDS | crash_after_tokens=N | nccl_hang | nccl_hang_when=VAR:VALUE[,...]
+    | oom_above_draft_tokens=N | env_drop
+A port already in use fails like uvicorn: "[Errno 98] error while attempting to bind on address
+('127.0.0.1', P): address already in use", exit 1.
+"""
+
+from orchestrator.simulator.cli import params_from_launch
+from orchestrator.simulator.model import Prediction, Ranked, evaluate, truth
+from orchestrator.simulator.profiles import load_hardware, load_model
+
+__all__ = ["Prediction", "Ranked", "evaluate", "load_hardware", "load_model", "params_from_launch", "truth"]

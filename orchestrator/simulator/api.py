@@ -23,7 +23,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from orchestrator.simulator.engine import Engine, Request, detokenize, tokenize
-from orchestrator.simulator.telemetry import Log, Metrics
+from orchestrator.simulator.logs import Log
+from orchestrator.simulator.telemetry import Metrics
 
 
 @dataclass

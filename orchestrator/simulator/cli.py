@@ -333,7 +333,10 @@ def params_from_launch(argv: Sequence[str], env: Mapping[str, str] | None = None
     would refuse raises ValueError with SGLang's reason.
     """
     env = dict(os.environ if env is None else env)
-    ns, _ = parse(argv, env)
+    try:
+        ns, _ = parse(argv, env)
+    except SystemExit as exc:  # argparse already printed SGLang's usage error
+        raise ValueError(f"sglang serve rejects these arguments (exit code {exc.code})") from None
     res = resolve(ns)
     if res.error or res.unsupported:
         raise ValueError(res.error or res.unsupported)

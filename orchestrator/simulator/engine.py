@@ -6,9 +6,13 @@ running requests at once and takes the model's cycle time for that batch size. I
 scheduled at absolute deadlines (deadline += cycle), so timer lateness never accumulates: a stream
 of N cycles takes N cycles of modelled time to within one timer tick.
 
-Per iteration each request accepts a sampled number of draft tokens (depth by depth with the
-model's per-depth acceptance, stopping at the first rejection) plus the bonus token, and emits
-them together as one chunk. Time is scaled by a per-server-run noise factor, a small per-cycle
+Per iteration each request accepts a sampled number of draft tokens plus the bonus token and emits
+them together as one chunk: k drafts are accepted with the model's probability (the product of the
+per-depth acceptances up to depth k, stopping at the first rejection), drawn by inverting that
+distribution with one uniform number per iteration. The uniforms come from a low-discrepancy
+sequence (golden-ratio steps from a seeded random start per request), so a short benchmark already
+shows the modelled acceptance, as a long one would on real hardware; run-to-run variation is the
+job of --sim-noise. Time is scaled by a per-server-run noise factor, a small per-cycle
 jitter, and the host drift. Counters follow SGLang's definitions: accept length = tokens per verify
 forward (bonus included), accept rate = accepted drafts / (verify forwards * (draft tokens - 1)),
 lifetime averages updated at --decode-log-interval boundaries.
@@ -31,9 +35,11 @@ from dataclasses import dataclass, field
 
 from orchestrator.simulator import failures
 from orchestrator.simulator import model as perf
-from orchestrator.simulator.telemetry import Log, Metrics
+from orchestrator.simulator.logs import Log
+from orchestrator.simulator.telemetry import Metrics
 
 _VOCAB_SIZE = 163840
+_GOLDEN = 0.6180339887498949
 _WORDS = (
     "the of and to in is that for it as was with be by on not he this are or his from at which but have an "
     "they you were her she there been one all we their has would when if so no will more out up into do any "
@@ -70,6 +76,8 @@ class Request:
     verify_ct: int = 0
     correct_drafts: int = 0
     accept_histogram: list[int] = field(default_factory=list)
+    phase: float = 0.0
+    """Where this request's low-discrepancy acceptance sequence starts."""
     first_token_at: float | None = None
     last_chunk_at: float | None = None
     finished_at: float | None = None
@@ -164,6 +172,7 @@ class Engine:
 
     # ----------------------------------------------------------------------------------- interface
     def submit(self, req: Request) -> None:
+        req.phase = self.rng.random()
         self.waiting.append(req)
         self._wake.set()
 
@@ -277,9 +286,11 @@ class Engine:
         cfg = self.cfg
         for req in list(self.running):
             if cfg.speculative:
-                accepted = 0
+                u = (req.phase + req.verify_ct * _GOLDEN) % 1.0
+                accepted, survive = 0, 1.0
                 for a in pred.per_depth_acceptance:
-                    if self.rng.random() >= a:
+                    survive *= a
+                    if u >= survive:
                         break
                     accepted += 1
                 req.verify_ct += 1

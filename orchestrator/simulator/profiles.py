@@ -45,7 +45,7 @@ def _read(name_or_path: str) -> tuple[str, dict[str, Any]]:
                                f"give a name or a path to a .yaml/.json file")
         text, source = res.read_text(encoding="utf-8"), f"built-in profile {name_or_path}"
     try:
-        data = json.loads(text) if source.endswith(".json") else yaml.load(text, Loader=yaml.SafeLoader)
+        data = json.loads(text) if source.endswith(".json") else yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{source}: not valid YAML/JSON: {exc}") from None
     if not isinstance(data, dict):

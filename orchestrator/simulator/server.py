@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from orchestrator.simulator import cli, failures, ranks
 from orchestrator.simulator import model as perf
 from orchestrator.simulator.profiles import ProfileError, load_hardware, load_model
-from orchestrator.simulator.telemetry import Log
+from orchestrator.simulator.logs import Log
 
 _WARMUP_PROMPT = "The capital city of France is"
 
@@ -76,12 +76,6 @@ class _Process:
 
 async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOptions,
                  hw: perf.HardwareProfile, md: perf.ModelProfile, proc: _Process) -> int:
-    import uvicorn
-    from prometheus_client import disable_created_metrics
-
-    from orchestrator.simulator import api, engine
-    from orchestrator.simulator.telemetry import Metrics
-
     log, args = proc.log, resolved.args
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
@@ -111,6 +105,13 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
 
     log.scheduler("Init torch distributed begin.")
     proc.workers = ranks.start(tp, rank_env, nccl_version=hw.nccl.version, tuning=_tuning_lines(hw, md, cfg))
+    # The HTTP stack is imported while the rank workers start (start-up time matters on small CI hosts).
+    import uvicorn
+    from prometheus_client import disable_created_metrics
+
+    from orchestrator.simulator import api, engine
+    from orchestrator.simulator.telemetry import Metrics
+
     if tp > 1:
         if hw.custom_all_reduce_unavailable and not cfg.custom_all_reduce_disabled \
                 and not perf.custom_all_reduce_usable(hw, tp, False):

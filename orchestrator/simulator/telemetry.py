@@ -1,16 +1,14 @@
-"""What the simulator tells the outside world besides HTTP answers: SGLang's log lines and metrics.
+"""SGLang's Prometheus metrics (`--enable-metrics`, GET /metrics) for one simulated server.
 
-Log lines use SGLang's logger format `[%Y-%m-%d %H:%M:%S TP0] message` (the ` TP0` prefix only on
-scheduler lines and only for TP > 1, as SGLang's `configure_logger` does) and go to stderr like
-Python logging. Metrics are SGLang's `sglang:*` Prometheus series with its label names, produced by
-prometheus_client from a registry owned by the server (no global registry). Only names listed in
+The `sglang:*` series with SGLang's label names (model_name, engine_type, tp_rank, pp_rank,
+moe_ep_rank on scheduler metrics; model_name on tokenizer metrics), produced by prometheus_client
+from a registry owned by the server (no global registry). Only names listed in
 `orchestrator/reference/sglang_0_5_23/metric_names.txt` are emitted.
+`sglang:forward_execution_seconds_total` is fed only with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1.
 """
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -22,43 +20,6 @@ _ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.03
 _E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0,
                 400.0, 600.0, 1200.0, 1800.0, 2400.0)
 FORWARD_CATEGORIES = ("decode", "target_verify", "eagle_draft", "eagle_draft_extend", "extend")
-
-
-class Log:
-    """SGLang-formatted log lines on stderr, flushed per line (the orchestrator tails the file).
-
-    `level` is --log-level: INFO lines (decode/prefill batches, start-up progress) are dropped
-    above info, warnings above warning; errors are always written.
-    """
-
-    _LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "critical": 50}
-
-    def __init__(self, tp_size: int, level: str = "info"):
-        self._prefix = " TP0" if tp_size > 1 else ""
-        self._level = self._LEVELS.get(level.lower(), 20)
-
-    def _write(self, prefix: str, message: str, level: int) -> None:
-        if level < self._level:
-            return
-        sys.stderr.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}{prefix}] {message}\n")
-        sys.stderr.flush()
-
-    def scheduler(self, message: str, *, level: int = 20) -> None:
-        """A line from the TP-rank-0 scheduler (`[... TP0] message`)."""
-        self._write(self._prefix, message, level)
-
-    def main(self, message: str, *, level: int = 20) -> None:
-        """A line from the launcher / tokenizer manager (`[...] message`)."""
-        self._write("", message, level)
-
-    def warning(self, message: str) -> None:
-        self._write("", message, 30)
-
-    @staticmethod
-    def raw(text: str) -> None:
-        """Unformatted text such as a traceback, always written."""
-        sys.stderr.write(text if text.endswith("\n") else text + "\n")
-        sys.stderr.flush()
 
 
 class Metrics:
