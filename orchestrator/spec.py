@@ -430,7 +430,7 @@ def _read_yaml(path: Path, what: str, *, named_in: str | None = None) -> dict:
     if data is None:
         raise SpecError(f"{path}: the {what} file is empty; it must be a YAML mapping (key: value)")
     if not isinstance(data, dict):
-        raise SpecError(f"{path}: a {what} file must be a YAML mapping (key: value), but got a {type(data).__name__}")
+        raise SpecError(f"{path}: the {what} file must be a YAML mapping (key: value), but got a {type(data).__name__}")
     return data
 
 
