@@ -250,6 +250,8 @@ class Tracker:
         """Close the parent run as FINISHED, FAILED or KILLED (queued if MLflow is unreachable)."""
         if status not in SWEEP_STATUSES:
             raise ValueError(f"status must be one of {', '.join(SWEEP_STATUSES)}, but got {status!r}")
+        if not self._backing_off():
+            self._replay_if_pending()  # last chance for queued trial logs before the sweep ends
         try:
             self._client().set_terminated(parent_run_id, status)
         except Exception as e:
@@ -356,8 +358,16 @@ class Tracker:
             self._queue(line, e)
             return
         self._mark_up()
-        if self.outbox_path.exists() and self.pending():
-            self.replay_outbox()  # MLflow is back: send what waited, in order
+        self._replay_if_pending()
+
+    def _replay_if_pending(self) -> None:
+        """MLflow just answered: send what waited in the outbox, in order."""
+        if not self.pending():
+            return
+        try:
+            self.replay_outbox()
+        except Exception as e:  # e.g. the outbox folder became unwritable; retried next time
+            log.warning("outbox replay failed: %s", _short(e))
 
     def kill_trial(self, run_id: str) -> None:
         """Close a trial's run as KILLED (an interrupted trial); queued if MLflow is unreachable."""
@@ -453,11 +463,15 @@ class Tracker:
             return self._run_experiments[run_id]
 
     def _outcome_file(self, outcome: TrialOutcome) -> Path:
-        """Where the outbox finds this outcome: the trial's outcome.json, or a copy we write."""
+        """Where the outbox finds this outcome: the trial's outcome.json if it holds exactly this
+        outcome, else a copy written under the outbox folder."""
         if outcome.trial_dir:
             path = Path(outcome.trial_dir) / "outcome.json"
-            if path.is_file():
-                return path.resolve()
+            try:
+                if TrialOutcome.model_validate_json(path.read_text(encoding="utf-8")) == outcome:
+                    return path.resolve()
+            except (OSError, ValueError):
+                pass
         role = _role(outcome.role)
         path = self.outbox_dir / OUTBOX_FILES_DIR / "outcomes" / f"{role}-{outcome.number:04d}.json"
         export.write_atomic(path, outcome.model_dump_json(indent=2) + "\n")

@@ -47,6 +47,12 @@ class MlflowServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> None:
+        """Start the server and wait until /health answers."""
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the server process without waiting for it (boot it while other work runs)."""
         self.root.mkdir(parents=True, exist_ok=True)
         if self.store_template is not None and not (self.root / "mlflow.db").exists():
             copy_store(self.store_template, self.root)  # skips the schema migration (seconds)
@@ -64,6 +70,10 @@ class MlflowServer:
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             log.close()
+
+    def wait_ready(self) -> None:
+        if self.proc is None:
+            raise RuntimeError("mlflow server was not launched")
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
@@ -15,7 +16,7 @@ import pytest
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 from mlflow_fixtures import (  # noqa: F401 (fixtures are used by name)
-    MlflowServer, copy_store, mlflow_server, restore_environ, sqlite_store_template,
+    MlflowServer, copy_store, restore_environ, sqlite_store_template,
 )
 
 from orchestrator import export
@@ -71,6 +72,30 @@ def write_trial(workdir: Path, number: int, *, role: TrialRole = TrialRole.searc
     )
     (trial_dir / "outcome.json").write_text(outcome.model_dump_json(indent=2))
     return outcome
+
+
+@pytest.fixture(scope="module", autouse=True)
+def booting_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                   sqlite_store_template: Path) -> Iterator[MlflowServer | None]:
+    """Launch the real server before the first test, so it boots while the sqlite tests run
+    (a start costs 5-15 s on a 2-core machine); only if a selected test needs it."""
+    if not any(item.module is request.module and "live_server" in item.fixturenames
+               for item in request.session.items):
+        yield None
+        return
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"),
+                          store_template=sqlite_store_template)
+    server.launch()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def live_server(booting_server: MlflowServer) -> MlflowServer:
+    booting_server.wait_ready()
+    return booting_server
 
 
 @pytest.fixture
@@ -342,9 +367,9 @@ def test_unreadable_outbox_lines_are_set_aside(tracker: Tracker, workdir: Path) 
 
 @pytest.mark.slow
 def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
-        mlflow_server: MlflowServer, tmp_path: Path) -> None:
+        live_server: MlflowServer, tmp_path: Path) -> None:
     workdir = tmp_path / "runs" / "demo"
-    tracker = Tracker(mlflow_server.uri, "demo", outbox_dir=workdir)
+    tracker = Tracker(live_server.uri, "demo", outbox_dir=workdir)
     parent = tracker.start_sweep(run_name="s", params={"n_trials": 3}, tags={})
     first = write_trial(workdir, 0, role=TrialRole.baseline, params=BASELINE_KNOBS)
     run0 = tracker.start_trial(parent, number=0, params=BASELINE_KNOBS, role="baseline", tags={})
@@ -352,7 +377,7 @@ def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
     run1 = tracker.start_trial(parent, number=1, params=KNOBS, role="search", tags={})
     assert run1 is not None
 
-    mlflow_server.stop()
+    live_server.stop()
     outcome1 = write_trial(workdir, 1)
     outcome2 = write_trial(workdir, 2, status=TrialStatus.FAILED, failure_kind=FailureKind.nccl_hang)
     t0 = time.monotonic()
@@ -377,21 +402,21 @@ def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
     # Reads and the registry cannot be queued: they fail at once with what, where and the fix.
     t0 = time.monotonic()
     with pytest.raises(TrackingError, match=f"Could not read the trial runs .* {parent} in MLflow "
-                                            f"at {mlflow_server.uri}.*Fix"):
+                                            f"at {live_server.uri}.*Fix"):
         tracker.child_runs(parent)
-    with pytest.raises(TrackingError, match=f"Could not reach MLflow at {mlflow_server.uri} to "
+    with pytest.raises(TrackingError, match=f"Could not reach MLflow at {live_server.uri} to "
                                             "resolve models:/demo-serving@champion"):
         tracker.resolve("demo-serving")
     with pytest.raises(TrackingError, match="Could not start the sweep run in MLflow at http"):
-        Tracker(mlflow_server.uri, "other", outbox_dir=tmp_path / "other").start_sweep(
+        Tracker(live_server.uri, "other", outbox_dir=tmp_path / "other").start_sweep(
             run_name="s", params={}, tags={})
     assert time.monotonic() - t0 < 5
 
-    mlflow_server.start()  # same port, same store
+    live_server.start()  # same port, same store
     assert tracker.replay_outbox() == (3, 0)
     assert tracker.pending() == 0
 
-    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    client = MlflowClient(tracking_uri=live_server.uri)
     assert client.get_run(parent).info.status == "FINISHED"
     runs = children(client, parent)
     assert sorted(runs) == ["baseline-0000", "trial-0001", "trial-0002"]
