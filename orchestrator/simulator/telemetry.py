@@ -28,7 +28,6 @@ class Metrics:
     def __init__(self, model_name: str, *, speculative: bool, device_timer: bool):
         self.registry = CollectorRegistry(auto_describe=True)
         self.speculative = speculative
-        self.device_timer = device_timer
         self.labels = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0",
                        "moe_ep_rank": "0"}
         names = tuple(self.labels)
@@ -56,7 +55,7 @@ class Metrics:
                                          (*names, "mode"), registry=r)
         self.forward_seconds = Counter("sglang:forward_execution_seconds",
                                        "GPU execution time of forward passes (device timer).",
-                                       (*names, "category"), registry=r)
+                                       (*names, "category"), registry=r) if device_timer else None
         tok_names = ("model_name",)
         self.prompt_tokens = Counter("sglang:prompt_tokens", "Number of prefill tokens processed.",
                                      (*tok_names, "is_streaming"), registry=r)
@@ -91,12 +90,12 @@ class Metrics:
         """One decode iteration; `seconds` is its device time per forward category."""
         mode = "decode_cuda_graph" if cuda_graph else "decode_none"
         self.cuda_graph_passes.labels(**self.labels, mode=mode).inc()
-        if self.device_timer:
+        if self.forward_seconds is not None:
             for category, s in seconds.items():
                 self.forward_seconds.labels(**self.labels, category=category).inc(s)
 
     def prefill_pass(self, seconds: float) -> None:
-        if self.device_timer:
+        if self.forward_seconds is not None:
             self.forward_seconds.labels(**self.labels, category="extend").inc(seconds)
 
     def report(self, *, running: int, queued: int, used_tokens: int, token_usage: float, gen_throughput: float,
