@@ -10,8 +10,9 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import types
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -313,41 +314,53 @@ def _shown(value: Any) -> str:
     return repr(value) if not isinstance(value, dict) else "a mapping"
 
 
-def _as_model(ann: Any) -> type[BaseModel] | None:
-    for cand in (ann, *getattr(ann, "__args__", ())):  # X, or X | None
-        if isinstance(cand, type) and issubclass(cand, BaseModel):
-            return cand
-    return None
+def _members(ann: Any) -> list[Any]:
+    """The alternatives of a union annotation (None left out); [ann] for anything else."""
+    if get_origin(ann) in (Union, types.UnionType):
+        return [a for a in get_args(ann) if a is not type(None)]
+    return [ann]
 
 
-def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
-    """The pydantic model class that owns the field at `loc` (to list its keys for did-you-mean)."""
+def _is_model(ann: Any) -> bool:
+    return isinstance(ann, type) and issubclass(ann, BaseModel)
+
+
+def _walk(model: type[BaseModel], loc: tuple) -> tuple[tuple, Any]:
+    """pydantic's error location without its union tags (`flags.x.str`, `faults.0.FaultSpec.when`),
+    and the annotation found there (a model class when the location is a section)."""
     ann: Any = model
+    clean: list = []
     for part in loc:
-        owner = _as_model(ann)
-        if owner is not None and not getattr(ann, "__origin__", None) in (dict, tuple, list):
-            field = owner.model_fields.get(str(part))
-            if field is None:
-                return None
-            ann = field.annotation
-            continue
-        args = [a for a in getattr(ann, "__args__", ()) if a is not type(None)]
-        origin = getattr(ann, "__origin__", None)
-        if origin is dict and len(args) == 2:
-            ann = args[1]  # a key of a dict of models (space params, objective constraints)
-        elif origin in (tuple, list) and args:
-            ann = args[0]
+        members = _members(ann)
+        if len(members) > 1 and isinstance(part, str):
+            tagged = [m for m in members if getattr(m, "__name__", None) == part]
+            if tagged or _UNION_TAG.match(part):
+                ann = tagged[0] if tagged else None
+                continue
+        if len(members) > 1:
+            ann = next((m for m in members if _is_model(m) or get_origin(m)), members[0])
         else:
-            return None
-    return _as_model(ann)
+            ann = members[0]
+        clean.append(part)
+        if _is_model(ann):
+            field = ann.model_fields.get(str(part))
+            ann = field.annotation if field else None
+        elif get_origin(ann) is dict:
+            ann = get_args(ann)[1]  # a key of a mapping (space params, objective constraints)
+        elif get_origin(ann) in (tuple, list):
+            ann = get_args(ann)[0]
+        else:
+            ann = None
+    members = _members(ann)
+    return tuple(clean), next((m for m in members if _is_model(m)), members[0] if len(members) == 1 else None)
 
 
 def _message(e: dict, model: type[BaseModel], loc: tuple) -> str:
     """One error of pydantic's in our words: the rule, the value received, the fix."""
     kind, value, ctx = e["type"], e.get("input"), e.get("ctx") or {}
     if kind == "extra_forbidden":
-        owner = _model_at(model, loc[:-1])
-        options = [o for o in (owner.model_fields if owner else ()) if o not in ("space", "source")]
+        _, owner = _walk(model, tuple(e["loc"][:-1]))
+        options = [o for o in (owner.model_fields if _is_model(owner) else ()) if o not in ("space", "source")]
         return f"unknown key; {_did_you_mean(str(loc[-1]), options)}"
     if kind == "missing":
         parent = ".".join(map(str, loc[:-1]))
@@ -382,11 +395,13 @@ def _format_errors(err: ValidationError, model: type[BaseModel], where: str) -> 
     for e in err.errors():
         loc = tuple(e["loc"])
         is_key = bool(loc) and loc[-1] == "[key]"
-        if is_key:
-            loc = loc[:-1]
-        while loc and isinstance(loc[-1], str) and _UNION_TAG.match(loc[-1]) and _model_at(model, loc) is None:
-            loc = loc[:-1]
-        by_path.setdefault(loc, []).append((e, is_key))
+        clean, _ = _walk(model, loc[:-1] if is_key else loc)
+        by_path.setdefault(clean, []).append((e, is_key))
+    # A union member that did not fit (`must be a string`) is noise when another member's fields
+    # were checked deeper down: the user wrote that member.
+    for loc in list(by_path):
+        if any(len(other) > len(loc) and other[:len(loc)] == loc for other in by_path):
+            by_path[loc] = [(e, k) for e, k in by_path[loc] if e["type"] not in _TYPE_WORDS]
     lines = []
     for loc, errs in by_path.items():
         path = ".".join(str(p) for p in loc) or "(top level)"
@@ -505,6 +520,12 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
         raise SpecError(f"{where}: server.draft_model: required field is missing: the search space turns "
                         f"speculative decoding on (speculative_algorithm in {origin['speculative_algorithm']}); "
                         f"add the EAGLE-3 draft model path")
+    for i, fault in enumerate(spec.simulator.faults):
+        for knob in getattr(fault, "when", {}):
+            if knob not in spec.space.params:
+                raise SpecError(f"{where}: simulator.faults.{i}.when.{knob}: not a knob of the search space, so "
+                                f"the fault would never fire; "
+                                f"{_did_you_mean(knob, list(spec.space.params), 'knobs of the space')}")
     for name in spec.server.env:
         if name in spec.space.params:
             raise SpecError(f"{where}: server.env.{name}: also swept by the search space ({origin[name]}), so the "

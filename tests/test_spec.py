@@ -172,3 +172,28 @@ def test_search_space_must_be_named(tmp_path: Path) -> None:
         spec_mod.load(exp)
     assert str(err.value) == (f"{exp}: search_space: must be a list of search-space files, but got nothing; "
                               f"e.g. search_space: [../search_spaces/nccl.yaml]")
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    ({"fault": "never_ready", "whenn": {"NCCL_ALGO": "Tree"}},
+     "simulator.faults.0.whenn: unknown key; did you mean 'when'?"),
+    ({"fault": "never_ready", "when": {"NCCL_ALG": "Tree"}},
+     "simulator.faults.0.when.NCCL_ALG: not a knob of the search space, so the fault would never fire; "
+     "did you mean 'NCCL_ALGO'?"),
+    (3, "simulator.faults.0: must be a string or a mapping (key: value), but got 3"),
+])
+def test_simulator_fault_mistakes(tmp_path: Path, fault, message: str) -> None:
+    data = _demo()
+    data["simulator"]["faults"] = [fault]
+    exp = _experiment(tmp_path, data)
+    with pytest.raises(SpecError) as err:
+        spec_mod.load(exp)
+    assert str(err.value) == f"{exp}: {message}"
+
+
+def test_simulator_faults_with_conditions_load(tmp_path: Path) -> None:
+    data = _demo()
+    data["simulator"]["faults"] = ["slow_start", {"fault": "never_ready", "when": {"NCCL_ALGO": ["Tree", "Ring"]}}]
+    s = spec_mod.load(_experiment(tmp_path, data))
+    assert s.simulator.faults[0] == "slow_start"
+    assert s.simulator.faults[1].when == {"NCCL_ALGO": ["Tree", "Ring"]}
