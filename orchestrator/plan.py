@@ -174,11 +174,9 @@ def warnings(spec: SweepSpec, params: Mapping[str, ParamValue]) -> list[str]:
 
     flags: dict[str, object] = {**spec.server.flags, "tp-size": spec.server.tp}
     flags.update(observe.flags_from_argv(tuned_flags(spec, params)))
-    swept = [n for n, v in params.items() if v is not None and knobs.KNOBS.get(n, _NOT_ENV).target == "env"]
+    # Only the variables this trial varies; fixed ones (NCCL_DEBUG, server.env) are not "swept".
+    swept = [n for n, v in params.items() if v is not None and n in knobs.KNOBS and knobs.KNOBS[n].target == "env"]
     return observe.plan_warnings(tuned_env(spec, params), flags, hardware(spec), swept=swept)
-
-
-_NOT_ENV = knobs.Knob("", "flag", "bool", "")
 
 
 def launch_command(plan: LaunchPlan) -> str:
