@@ -1,4 +1,4 @@
-"""MLflow for a sweep: one parent run per sweep, one nested child run per trial, the registry, an outbox.
+"""MLflow for a sweep: a parent run per sweep, a nested child run per trial, registry, outbox.
 
 This is the only module that imports MLflow, and it only uses `MlflowClient` with explicit run ids
 (never the process-global active run), so the driver can keep several trials open at once.
@@ -35,9 +35,11 @@ backoff, i.e. minutes per call against a stopped server. The first time a Tracke
 client it therefore sets, unless the user already set them, MLFLOW_HTTP_REQUEST_MAX_RETRIES=1,
 MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR=1, MLFLOW_HTTP_REQUEST_BACKOFF_JITTER=0.5,
 MLFLOW_HTTP_REQUEST_TIMEOUT=15 (and quiets MLflow's progress bars and run-URL prints; all in
-MLFLOW_ENV_DEFAULTS). A refused connection then fails in about 20 ms (measured on loopback). On top of that, after a failed call the tracker
-sends further trial logs straight to the outbox for a back-off window (30 s, doubling up to 10 min)
-instead of waiting on a server that hangs; a successful call, or `replay_outbox`, closes it.
+MLFLOW_ENV_DEFAULTS). A refused connection then fails in about 20 ms (measured on loopback).
+On top of that, after a failed call the tracker sends further trial logs straight to the outbox
+for a back-off window (30 s, doubling up to 10 min) instead of waiting on a server that hangs; a
+successful call or `replay_outbox` closes it, and the first successful `log_trial` or `end_sweep`
+after an outage replays the outbox by itself.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ OUTBOX_FILES_DIR = "outbox-files"
 KIND_TAG = "sweep.kind"
 TRIAL_TAG = "sweep.trial_number"
 ROLE_TAG = "sweep.role"
+TRIAL_DIR_TAG = "sweep.trial_dir"
+"""Tells apart runs that share a trial number and role (the rounds of a confirmation)."""
 PARENT_TAG = "mlflow.parentRunId"
 NOTE_TAG = "mlflow.note.content"
 UNSET = "unset"
@@ -237,7 +241,8 @@ class Tracker:
         except TrackingError:
             raise
         except Exception as e:
-            what = f"resume the sweep run {resume_run_id}" if resume_run_id else "start the sweep run"
+            what = (f"resume the sweep run {resume_run_id}" if resume_run_id
+                    else "start the sweep run")
             raise TrackingError(
                 f"Could not {what} in {self._where()}: {_short(e)}. Fix: (1) start the tracking "
                 f"server or correct tracking.uri in the experiment file, or (2) leave tracking.uri "
@@ -249,7 +254,8 @@ class Tracker:
     def end_sweep(self, parent_run_id: str, status: str = "FINISHED") -> None:
         """Close the parent run as FINISHED, FAILED or KILLED (queued if MLflow is unreachable)."""
         if status not in SWEEP_STATUSES:
-            raise ValueError(f"status must be one of {', '.join(SWEEP_STATUSES)}, but got {status!r}")
+            raise ValueError(
+                f"status must be one of {', '.join(SWEEP_STATUSES)}, but got {status!r}")
         if not self._backing_off():
             self._replay_if_pending()  # last chance for queued trial logs before the sweep ends
         try:
@@ -408,10 +414,12 @@ class Tracker:
                             run_id, outcome.number)
                 run_id = None
         if run_id is None:
-            run_id = self._find_trial(client, parent_run_id, outcome.number, role)
+            run_id = self._find_trial(client, parent_run_id, outcome.number, role,
+                                      trial_dir=outcome.trial_dir)
             existing = None if run_id is None else _params_of(client, run_id)
         if run_id is None:
-            run_id = self._create_trial(client, parent_run_id, outcome.number, role, {})
+            run_id = self._create_trial(client, parent_run_id, outcome.number, role,
+                                        _str_dict({TRIAL_DIR_TAG: outcome.trial_dir or None}))
         new_params, clash_tags = _param_diff(params, existing or {})
         # A fixed timestamp and step make a repeated log of the same outcome a no-op in MLflow.
         when = outcome.finished_at or outcome.started_at or time.time()
@@ -428,23 +436,36 @@ class Tracker:
                       tags: dict[str, str]) -> str:
         run = client.create_run(
             self._experiment_of(client, parent_run_id),
-            run_name=trial_run_name(role, number),
+            run_name=trial_run_name(role, number, tags.get(TRIAL_DIR_TAG, "")),
             tags={**tags, PARENT_TAG: parent_run_id, KIND_TAG: "trial",
                   TRIAL_TAG: str(number), ROLE_TAG: role},
         )
         return run.info.run_id
 
-    def _find_trial(self, client: MlflowClient, parent_run_id: str, number: int,
-                    role: str) -> str | None:
+    def _find_trial(self, client: MlflowClient, parent_run_id: str, number: int, role: str,
+                    trial_dir: str | None = None) -> str | None:
+        """The child run of this trial number and role (and, when given, trial folder).
+
+        A run without a trial-folder tag (opened by start_trial) matches any folder; a run with
+        another folder is another measurement (a confirmation round) and does not match.
+        """
         runs = client.search_runs(
             [self._experiment_of(client, parent_run_id)],
             filter_string=(f"tags.`{PARENT_TAG}` = '{parent_run_id}' and "
                            f"tags.`{TRIAL_TAG}` = '{int(number)}' and "
                            f"tags.`{ROLE_TAG}` = '{_quote_filter(role)}'"),
-            max_results=1,
+            max_results=1000,
             order_by=["attributes.start_time ASC"],
         )
-        return runs[0].info.run_id if runs else None
+        if not trial_dir:
+            return runs[0].info.run_id if runs else None
+        for run in runs:
+            if run.data.tags.get(TRIAL_DIR_TAG) == trial_dir:
+                return run.info.run_id
+        for run in runs:
+            if TRIAL_DIR_TAG not in run.data.tags:
+                return run.info.run_id
+        return None
 
     def find_trial(self, parent_run_id: str, number: int, role: str = "search") -> str | None:
         """The run id of this trial's child run under the parent, or None."""
@@ -656,7 +677,7 @@ class Tracker:
             raise TrackingError(
                 f"Could not promote run {run_id} as {model_name!r}@{alias} in {self._where()}: "
                 f"{_short(e)}. Fix: (1) check the tracking server is up, then (2) promote again "
-                f"(`sweep run --resume` ends by promoting)."
+                f"(the trial run and its artifacts are already in MLflow)."
             ) from e
         self._mark_up()
         return str(version.version)
@@ -664,9 +685,10 @@ class Tracker:
     def resolve(self, model_name: str, alias: str = "champion") -> dict[str, Any]:
         """Fetch the serving config behind `models:/<model_name>@<alias>`.
 
-        Returns {"serving_config": the config with model_version filled in, "model_name",
-        "alias", "version", "run_id", "source"}. Raises TrackingError naming the store and the fix
-        when the model or alias does not exist or MLflow is unreachable.
+        Returns the serving config (the dict `export.render` takes) with its provenance from the
+        registry: `model_version` is the version the alias points at, `run_id` the version's run
+        (its source is `runs:/<run_id>/serving_config`). Raises TrackingError naming the store and
+        the fix when the model or alias does not exist or MLflow is unreachable.
         """
         self._require_store()
         client = self._client()
@@ -694,15 +716,16 @@ class Tracker:
             config = json.loads(text)
             config["model_version"] = str(version.version)
             export.validate_serving_config(config)
+            if version.run_id and config["run_id"] != version.run_id:
+                raise ValueError(f"it names run {config['run_id']} but version "
+                                 f"{version.version} was made from run {version.run_id}")
         except (ValueError, TypeError) as e:
             raise TrackingError(
                 f"The serving_config.json of {model_name!r} version {version.version} in "
                 f"{self._where()} is not a serving config: {e}. Fix: promote the champion again "
                 f"with this version of sglang-sweep."
             ) from e
-        return {"serving_config": config, "model_name": model_name, "alias": alias,
-                "version": str(version.version), "run_id": version.run_id,
-                "source": version.source}
+        return config
 
     def _download_version(self, client: MlflowClient, model_name: str, version: str,
                           dst: str) -> str:
@@ -827,9 +850,12 @@ class Tracker:
 # --------------------------------------------------------------------- pure helpers
 
 
-def trial_run_name(role: str, number: int) -> str:
-    """`trial-0007` for a searched trial, `baseline-0000`, `confirm-0012` for the others."""
+def trial_run_name(role: str, number: int, trial_dir: str = "") -> str:
+    """`trial-0007` for a searched trial, `baseline-0000`; a confirmation round is named after
+    its folder (`confirm-00-champion`) since its rounds share a trial number."""
     role = _role(role)
+    if role == "confirm" and trial_dir:
+        return f"confirm-{Path(trial_dir).name}"
     return f"{_ROLE_RUN_PREFIX.get(role, role)}-{int(number):04d}"
 
 
@@ -899,6 +925,7 @@ def _outcome_tags(outcome: TrialOutcome) -> dict[str, str]:
         "sweep.fingerprint_hash": outcome.fingerprint_hash or None,
         TRIAL_TAG: str(outcome.number),
         ROLE_TAG: _role(outcome.role),
+        TRIAL_DIR_TAG: outcome.trial_dir or None,
         "sweep.allreduce_path": outcome.allreduce_path or None,
         "sweep.node": outcome.node or None,
         "sweep.reason": outcome.reason[:REASON_MAX] if outcome.reason else None,

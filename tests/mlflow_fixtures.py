@@ -143,14 +143,3 @@ def copy_store(template: Path, workdir: Path) -> str:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(template, workdir / "mlflow.db")
     return f"sqlite:///{workdir / 'mlflow.db'}"
-
-
-@pytest.fixture
-def restore_environ() -> Iterator[None]:
-    """Undo changes to os.environ (the Tracker sets MLflow's HTTP retry defaults there)."""
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)

@@ -16,7 +16,7 @@ import pytest
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 from mlflow_fixtures import (  # noqa: F401 (fixtures are used by name)
-    MlflowServer, copy_store, restore_environ, sqlite_store_template,
+    MlflowServer, copy_store, sqlite_store_template,
 )
 
 from orchestrator import export
@@ -26,7 +26,6 @@ from orchestrator.records import (
 from orchestrator.tracking import OUTBOX_FILE, REJECTED_FILE, Tracker, TrackingError
 
 matplotlib.use("Agg")
-pytestmark = pytest.mark.usefixtures("restore_environ")
 
 KNOBS = {"NCCL_PROTO": "LL", "NCCL_ALGO": None, "NCCL_MAX_NCHANNELS": 16,
          "speculative_num_steps": 3, "speculative_eagle_topk": 1}
@@ -204,6 +203,23 @@ def test_logging_the_same_trial_twice_leaves_one_run_with_the_same_contents(
     assert tracker.pending() == 0
 
 
+def test_confirmation_rounds_of_one_trial_get_one_run_each(tracker: Tracker,
+                                                          workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    rounds = []
+    for i in range(2):
+        outcome = write_trial(workdir, 7, role=TrialRole.confirm)
+        confirm_dir = workdir / "confirm" / f"{i:02d}-champion"
+        confirm_dir.parent.mkdir(exist_ok=True)
+        Path(outcome.trial_dir).rename(confirm_dir)
+        rounds.append(outcome.model_copy(update={"trial_dir": str(confirm_dir)}))
+    for outcome in rounds + rounds[:1]:  # round 0 logged twice (a replay)
+        tracker.log_trial(parent, outcome, run_id=None, extra_metrics={}, extra_tags={})
+    runs = children(client_of(tracker), parent)
+    assert sorted(runs) == ["confirm-00-champion", "confirm-01-champion"]
+    assert {run.data.tags["sweep.trial_number"] for run in runs.values()} == {"7"}
+
+
 def test_changed_params_are_flagged_not_fatal(tracker: Tracker, workdir: Path) -> None:
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
     run_id = tracker.start_trial(parent, number=4, params={**KNOBS, "NCCL_PROTO": "Simple"},
@@ -263,7 +279,8 @@ def test_sweep_summary_lands_on_the_parent(tracker: Tracker) -> None:
     assert run.data.tags["sweep.champion_trial"] == "1"
     paths = {f.path for f in client.list_artifacts(parent)}
     assert {"results.csv", "results.html", "results.json", "figures"} <= paths
-    assert [f.path for f in client.list_artifacts(parent, "figures")] == ["figures/tok_s_by_trial.png"]
+    figures = [f.path for f in client.list_artifacts(parent, "figures")]
+    assert figures == ["figures/tok_s_by_trial.png"]
     csv = Path(client.download_artifacts(parent, "results.csv", str(tracker.outbox_dir / "dl")))
     assert pd.read_csv(csv)["decode_tok_s"].tolist() == [100.0, 150.5]
     assert not (tracker.outbox_dir / "outbox-files").exists() or not any(
@@ -291,26 +308,25 @@ def test_promote_then_resolve_through_the_alias(tracker: Tracker, workdir: Path)
     first = tracker.promote(runs[0], model_name="demo-serving",
                             serving_config=serving_config(runs[0], 1, 150.0))
     assert first == "1"
-    resolved = tracker.resolve("demo-serving")
-    assert resolved["version"] == "1"
-    assert resolved["run_id"] == runs[0]
-    assert resolved["source"] == f"runs:/{runs[0]}/serving_config"
-    assert resolved["serving_config"] == {**serving_config(runs[0], 1, 150.0),
-                                          "model_version": "1"}
+    assert tracker.resolve("demo-serving") == {**serving_config(runs[0], 1, 150.0),
+                                               "model_version": "1"}
+    version = client_of(tracker).get_model_version("demo-serving", "1")
+    assert version.source == f"runs:/{runs[0]}/serving_config"
 
     second = tracker.promote(runs[1], model_name="demo-serving",
                              serving_config=serving_config(runs[1], 2, 160.0),
                              description="beats trial 1")
     assert second == "2"
     resolved = tracker.resolve("demo-serving", "champion")
-    assert (resolved["version"], resolved["serving_config"]["trial_number"]) == ("2", 2)
+    assert (resolved["model_version"], resolved["trial_number"], resolved["run_id"]) == (
+        "2", 2, runs[1])
     version = client_of(tracker).get_model_version("demo-serving", "2")
     assert version.tags["sweep.trial_number"] == "2"
     assert version.tags["metric.decode_tok_s"] == "160"
     assert version.description == "beats trial 1"
 
     # What `sweep export` does with it: the env file parses back to the champion's settings.
-    text = export.render(resolved["serving_config"], "env")
+    text = export.render(resolved, "env")
     env, args = export.split_args(export.parse_env(text))
     assert env == {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"}
     assert args == ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"]
@@ -379,7 +395,8 @@ def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
 
     live_server.stop()
     outcome1 = write_trial(workdir, 1)
-    outcome2 = write_trial(workdir, 2, status=TrialStatus.FAILED, failure_kind=FailureKind.nccl_hang)
+    outcome2 = write_trial(workdir, 2, status=TrialStatus.FAILED,
+                           failure_kind=FailureKind.nccl_hang)
     t0 = time.monotonic()
     tracker.log_trial(parent, outcome1, run_id=run1,
                       extra_metrics={"speedup_vs_baseline": 1.5}, extra_tags={})
