@@ -181,7 +181,14 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
     server = _Server(uvicorn.Config(api.build(state), host=args["host"], port=int(args["port"]), lifespan="off",
                                     log_level=http_level, access_log=True, timeout_graceful_shutdown=2,
                                     timeout_keep_alive=5))
-    serve_task = asyncio.create_task(server.serve())
+    async def run_uvicorn() -> int:
+        try:
+            await server.serve()
+        except SystemExit:  # uvicorn could not start (it logged why, e.g. "[Errno 98] ... address already in use")
+            return 1
+        return 0
+
+    serve_task = asyncio.create_task(run_uvicorn())
     stop_task = asyncio.create_task(stopping.wait())
     try:
         while not server.started:
@@ -211,8 +218,8 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
             await asyncio.wait({serve_task}, timeout=5)
         engine_task.cancel()
         stop_task.cancel()
-    if serve_task.done() and not serve_task.cancelled() and serve_task.exception() is not None:
-        raise serve_task.exception()
+    if serve_task.done() and not serve_task.cancelled():
+        return serve_task.result()
     return 0
 
 
