@@ -642,9 +642,12 @@ class Tracker:
         """
         config = dict(serving_config)
         export.validate_serving_config(config)
-        if config["run_id"] != run_id:
+        if not run_id:
+            raise ValueError("promote needs the trial's MLflow run id (Tracker.find_trial finds it)")
+        if config["run_id"] not in ("", run_id):  # "" = not known when the config was built
             raise ValueError(
                 f"serving config belongs to run {config['run_id']!r}, not to {run_id!r}")
+        config["run_id"] = run_id
         from mlflow.exceptions import MlflowException
 
         version_tags = {
