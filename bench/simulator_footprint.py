@@ -1,0 +1,109 @@
+"""Start-up time and memory of one simulator server with its rank workers (issue 4: < 2 s, < 150 MB).
+
+Starts `python -m orchestrator.simulator` (TP 8, EAGLE-3, metrics on) a few times, measures the
+seconds from process start until GET /health answers 200, then the resident memory (VmRSS, and PSS
+where the kernel offers it) of the server plus every descendant after one streamed request, and
+stops it with SIGTERM. RSS counts shared pages once per process, so it overstates the real total;
+PSS splits them fairly.
+
+    .venv/bin/python bench/simulator_footprint.py [--runs 3] [--tp 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tree(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry))
+    out, todo = [pid], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _kib(pid: int, field: str, path: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/{path}").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def one_run(tp: int) -> dict[str, float]:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "orchestrator.simulator", "--model-path", "kimi-k2.5", "--tp-size", str(tp),
+            "--port", str(port), "--enable-metrics", "--speculative-algorithm", "EAGLE3",
+            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"simulator exited with {proc.returncode}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.01)
+        ready_s = time.monotonic() - t0
+        httpx.post(url + "/generate", json={"text": "hello", "sampling_params": {"max_new_tokens": 64},
+                                            "stream": True}, timeout=30)
+        pids = _tree(proc.pid)
+        rss = sum(_kib(p, "VmRSS", "status") for p in pids) / 1024
+        pss = sum(_kib(p, "Pss", "smaps_rollup") for p in pids) / 1024
+        server_rss = _kib(proc.pid, "VmRSS", "status") / 1024
+        return {"ready_s": ready_s, "processes": len(pids), "rss_mb": rss, "pss_mb": pss, "server_rss_mb": server_rss}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tp", type=int, default=8)
+    args = ap.parse_args()
+    runs = [one_run(args.tp) for _ in range(args.runs)]
+    for i, r in enumerate(runs):
+        print(f"run {i + 1}: ready in {r['ready_s']:.2f} s, {r['processes']:.0f} processes, "
+              f"RSS {r['rss_mb']:.1f} MB (server {r['server_rss_mb']:.1f} MB), PSS {r['pss_mb']:.1f} MB")
+    print(f"median: ready {statistics.median(r['ready_s'] for r in runs):.2f} s, "
+          f"RSS {statistics.median(r['rss_mb'] for r in runs):.1f} MB, "
+          f"PSS {statistics.median(r['pss_mb'] for r in runs):.1f} MB "
+          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+
+
+if __name__ == "__main__":
+    main()
