@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator import spec as spec_mod
@@ -32,7 +33,7 @@ class UserError(Exception):
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -42,17 +43,22 @@ def _guard(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from orchestrator.driver import SweepError
-        from orchestrator.tracking import TrackingError
-
         try:
             return fn(*args, **kwargs)
-        except (SpecError, SweepError, UserError) as exc:
+        except (SpecError, UserError) as exc:
             raise _fail(str(exc)) from None
-        except TrackingError as exc:
-            raise _fail(str(exc), 1) from None
         except KeyboardInterrupt:
             raise _fail("interrupted", 130) from None
+        except Exception as exc:
+            # Imported only here: the driver pulls in Ray and MLflow, which `validate` never needs.
+            from orchestrator.driver import SweepError
+            from orchestrator.tracking import TrackingError
+
+            if isinstance(exc, SweepError):
+                raise _fail(str(exc)) from None
+            if isinstance(exc, TrackingError):
+                raise _fail(str(exc), 1) from None
+            raise
     return wrapper
 
 
