@@ -459,8 +459,9 @@ class Tracker:
         )
         if not trial_dir:
             return runs[0].info.run_id if runs else None
+        wanted = _str_dict({TRIAL_DIR_TAG: trial_dir})[TRIAL_DIR_TAG]  # as it was stored
         for run in runs:
-            if run.data.tags.get(TRIAL_DIR_TAG) == trial_dir:
+            if run.data.tags.get(TRIAL_DIR_TAG) == wanted:
                 return run.info.run_id
         for run in runs:
             if TRIAL_DIR_TAG not in run.data.tags:
