@@ -23,7 +23,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -31,7 +31,6 @@ from orchestrator.simulator.faults import Faults, parse_faults
 from orchestrator.simulator.profiles import DEFAULT_HARDWARE, DEFAULT_MODEL
 
 PROG = "sglang serve"
-SGLANG_VERSION = "0.5.23"
 _HELP_FILE = "launch_server_help.txt"
 
 # dest -> (type, default) for the flags the simulator reads; defaults as SGLang 0.5.23 resolves them.
@@ -243,13 +242,11 @@ class Resolved:
     """SGLang's resolved server args, or the error resolution stops at."""
 
     args: dict[str, Any]
-    speculative: bool
     log_warnings: tuple[str, ...] = ()
     error: str | None = None
     """A traceback's last line (`AssertionError`), printed with a traceback, exit code 1."""
     unsupported: str | None = None
     """What the simulator cannot model (not an SGLang error), exit code 1."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def resolve(ns: argparse.Namespace) -> Resolved:
@@ -264,18 +261,18 @@ def resolve(ns: argparse.Namespace) -> Resolved:
         args["speculative_algorithm"] = None if algo == "NONE" else algo
     algo = args["speculative_algorithm"]
     if algo is None:
-        return Resolved(args, False, tuple(warnings))
+        return Resolved(args, tuple(warnings))
     if algo not in ("EAGLE", "EAGLE3"):
-        return Resolved(args, True, tuple(warnings), unsupported=(
+        return Resolved(args, tuple(warnings), unsupported=(
             f"speculative algorithm {algo} is not modelled by the simulator (EAGLE, EAGLE3 are)"))
     steps, topk, ndt = (args["speculative_num_steps"], args["speculative_eagle_topk"],
                         args["speculative_num_draft_tokens"])
     if steps is None:
         if topk is not None or ndt is not None:
-            return Resolved(args, True, tuple(warnings), error="AssertionError")
+            return Resolved(args, tuple(warnings), error="AssertionError")
         steps, topk, ndt = 3, 1, 4  # _auto_choose_speculative_params for DeepSeek-style models
     elif topk is None or ndt is None:
-        return Resolved(args, True, tuple(warnings), error="AssertionError")
+        return Resolved(args, tuple(warnings), error="AssertionError")
     if topk == 1 and ndt != steps + 1:
         warnings.append("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
                         "when speculative_eagle_topk == 1")
@@ -285,7 +282,7 @@ def resolve(ns: argparse.Namespace) -> Resolved:
         args["max_running_requests"] = 48
         warnings.append("Max running requests is reset to 48 for speculative decoding. You can override "
                         "this by explicitly setting --max-running-requests.")
-    return Resolved(args, True, tuple(warnings))
+    return Resolved(args, tuple(warnings))
 
 
 def cuda_graph_decode(args: Mapping[str, Any]) -> tuple[bool, int | None]:

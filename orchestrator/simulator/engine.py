@@ -145,7 +145,7 @@ class Engine:
         self.interval = max(1, decode_log_interval)
         self.max_total_tokens = max_total_tokens
         self.record_step_time = record_step_time
-        self.hang_armed, self.hung = hang, False
+        self.hang_armed = hang
         self.crash_after_tokens = crash_after_tokens
         self.topk_crash = topk_crash
         self.on_fatal = on_fatal
@@ -389,7 +389,6 @@ class Engine:
 
     async def _hang(self, batch: list[Request]) -> None:
         """A collective that never completes: the loop stops here for good (the process lives on)."""
-        self.hung = True
         self.waiting.extendleft(reversed(batch))
         await asyncio.sleep(self.watchdog_timeout_s)
         self.log.scheduler(failures.watchdog_timeout(self.watchdog_timeout_s))

@@ -25,7 +25,8 @@ All-reduce latency (microseconds), NCCL path, ring over the TP ranks (the ring's
 PCIe/NVLink path, e.g. PXB/PHB/SYS, from the hardware profile):
 
     T = launch(graph|eager) + channels_used * channel_us
-        + steps * (hop_us[proto][transport] + thread_sync_us * nthreads/512) + pipeline_steps * hop_us
+        + steps * (hop_us[proto][transport] + thread_sync_us * nthreads/512)
+        + (chunks - 1) * hop_us / 4                    (Simple/LL128: chunk = NCCL_BUFFSIZE / 8)
         + wire_bytes / min(channels_used * nthreads * per_thread_gbps[proto],
                            min_hop_bandwidth[transport] * efficiency[proto])
 

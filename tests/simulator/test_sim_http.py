@@ -180,3 +180,12 @@ def test_sigterm_stops_server_and_workers(sim_factory):
     sim.proc.send_signal(signal.SIGTERM)
     assert sim.wait_exit() == 0
     assert wait_gone(workers) == []
+
+
+def test_workers_die_with_a_killed_server(sim_factory):
+    sim = sim_factory("--tp-size", "8")
+    sim.wait_ready()
+    workers = sim.workers(8)
+    sim.proc.kill()  # no chance to clean up: the workers notice their parent is gone
+    sim.wait_exit()
+    assert wait_gone(workers, timeout_s=3.0) == []
