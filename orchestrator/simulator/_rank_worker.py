@@ -1,6 +1,7 @@
 """One simulated tensor-parallel rank (SGLang's scheduler process for one GPU), stdlib only.
 
-Started by ranks.py as `python -I -S _rank_worker.py RANK WORLD PARENT_PID NCCL_VERSION [TUNING...]`
+Started by ranks.py as `python -I -S _rank_worker.py orchestrator.simulator::scheduler_TP<RANK> RANK WORLD PARENT_PID
+NCCL_VERSION [TUNING...]` (the first argument names it in `ps`, like SGLang's process titles)
 with the environment the server hands its ranks, so the environment NCCL would read can be seen in
 /proc/<pid>/environ. When NCCL_DEBUG is INFO (or TRACE) it prints what NCCL prints at communicator
 set-up, in NCCL's format, from ITS OWN environment: the version, one "... set by environment to ..."
@@ -56,8 +57,8 @@ def nccl_lines(rank, world, version, tuning, env):
 
 
 if __name__ == "__main__":
-    rank, world, parent = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    out = nccl_lines(rank, world, sys.argv[4], sys.argv[5:], os.environ)
+    rank, world, parent = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    out = nccl_lines(rank, world, sys.argv[5], sys.argv[6:], os.environ)
     if out:
         os.write(1, ("\n".join(out) + "\n").encode())
     while os.getppid() == parent:

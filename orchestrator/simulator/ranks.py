@@ -31,7 +31,7 @@ def start(tp_size: int, env: Mapping[str, str], *, nccl_version: str, tuning: Se
     procs = []
     for rank in range(tp_size):
         procs.append(subprocess.Popen(
-            [sys.executable, "-I", "-S", str(_WORKER), str(rank), str(tp_size), str(os.getpid()), nccl_version,
+            [sys.executable, "-I", "-S", str(_WORKER), f"orchestrator.simulator::scheduler_TP{rank}", str(rank), str(tp_size), str(os.getpid()), nccl_version,
              *tuning],
             env=dict(env), stdin=subprocess.DEVNULL, close_fds=True))
     return procs
