@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from importlib import resources
 
 from orchestrator import knobs
+from orchestrator import space as sp
 from orchestrator.records import LaunchPlan, ParamValue
 from orchestrator.spec import SweepSpec
 
@@ -83,6 +84,7 @@ def _flag_args(name: str, value: ParamValue | list) -> list[str]:
 def tuned_flags(spec: SweepSpec, params: Mapping[str, ParamValue]) -> list[str]:
     """The SGLang flags that the trial's knobs turn into (what a deployment must pass too)."""
     names = knobs.FLAG_NAMES[spec.sglang_version]
+    params = sp.effective(params)
     args: list[str] = []
     algo = params.get("speculative_algorithm")
     if algo is not None:

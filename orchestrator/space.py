@@ -70,8 +70,20 @@ def baseline_params(space: SearchSpace) -> dict[str, ParamValue]:
     return {name: None for name in space.params}
 
 
+def effective(params: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
+    """The point as SGLang will run it: at top-k 1 draft tokens is not a free knob (SGLang forces
+    steps + 1), so a space may leave it out there (`when: {speculative_eagle_topk: [2, 4]}`) and the
+    value is filled in here, for the launch plan and the model alike."""
+    out = dict(params)
+    if (out.get("speculative_algorithm") is not None and out.get("speculative_eagle_topk") == 1
+            and out.get("speculative_num_steps") is not None and out.get("speculative_num_draft_tokens") is None):
+        out["speculative_num_draft_tokens"] = int(out["speculative_num_steps"]) + 1  # type: ignore[arg-type]
+    return out
+
+
 def infeasible_reason(params: Mapping[str, ParamValue]) -> str | None:
     """The rule a point breaks, in words, or None when SGLang would run it as asked."""
+    params = effective(params)
     algo = params.get("speculative_algorithm")
     eagle = {k: params.get(k) for k in EAGLE_KNOBS}
     given = [k for k, v in eagle.items() if v is not None]

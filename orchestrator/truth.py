@@ -43,7 +43,8 @@ def evaluator(spec: SweepSpec):
     concurrency = spec.benchmark.concurrency
 
     def value(params: Mapping[str, Any]) -> float:
-        pred = sim_model.evaluate({**params, "tp": spec.server.tp}, hw, model, concurrency=concurrency)
+        pred = sim_model.evaluate({**sp.effective(params), "tp": spec.server.tp}, hw, model,
+                                  concurrency=concurrency)
         if not pred.ok:
             return 0.0
         return float(getattr(pred, metric, pred.decode_tok_s) or 0.0)

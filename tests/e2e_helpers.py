@@ -21,7 +21,7 @@ def demo_experiment(**overrides: Any) -> dict[str, Any]:
     data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
     data["benchmark"].update(requests=2, output_len=32, input_len=16, warmup_requests=1, stall_timeout_s=5)
     data["budget"].update(trials=6, concurrent_trials=2, trial_timeout_s=60)
-    data["promotion"].update(confirm_repeats=1, min_gain=0.0)
+    data["promotion"].update(confirm_repeats=2, min_gain=0.0)
     data["server"]["startup_timeout_s"] = 15
     return _merge(data, overrides)
 

@@ -109,6 +109,10 @@ def brute_force(space: SearchSpace) -> list[dict[str, Any]]:
 
 def rule_broken(p: dict[str, Any]) -> str | None:
     """The rules of INTERFACE.md 1.2, written out independently of space.py."""
+    p = dict(p)
+    if (p.get("speculative_algorithm") is not None and p.get("speculative_eagle_topk") == 1
+            and p.get("speculative_num_steps") is not None and p.get("speculative_num_draft_tokens") is None):
+        p["speculative_num_draft_tokens"] = p["speculative_num_steps"] + 1  # SGLang's forced value
     given = [p.get(k) is not None for k in EAGLE]
     if p.get("speculative_algorithm") is None:
         return "EAGLE knobs set without speculative_algorithm" if any(given) else None
@@ -159,10 +163,9 @@ def test_demo_census_is_consistent() -> None:
     assert feasible == others * sum(sp.infeasible_reason(p) is None for p in eagle_points)
     assert sum(reasons.values()) == total - feasible
     assert 0 < feasible < total <= sp.size(s.space)
-    # top-k 1: exactly one draft-token count per step count is allowed
-    ndt_choices = s.space.params["speculative_num_draft_tokens"].values()
-    topk1_bad = sum(1 for st in s.space.params["speculative_num_steps"].values() for n in ndt_choices if n != st + 1)
-    assert reasons["top-k 1 forces draft tokens = steps + 1"] == others * topk1_bad
+    # top-k 1 takes no draft-token knob (SGLang forces steps + 1), so that rule never fires here
+    assert s.space.params["speculative_num_draft_tokens"].when == {"speculative_eagle_topk": [2, 4]}
+    assert reasons["top-k 1 forces draft tokens = steps + 1"] == 0
 
 
 def test_points_respect_when() -> None:
