@@ -12,6 +12,7 @@ while serving writes the traceback, kills the workers and exits 1 at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shlex
 import signal
@@ -90,18 +91,19 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
     rank_env = ranks.worker_env(server_env, drop_nccl=sim.faults.env_drop)
     params = cli.params_from_args(args, rank_env)  # NCCL runs in the ranks: their environment decides
     cfg = perf.resolve(params, hw, md)
-    topk_crash = False
+    # SGLang does not check the draft tree at resolution: too many draft tokens for the tree fail in
+    # torch.topk at CUDA-graph capture, or at the first verify without CUDA graphs. Time the server
+    # with a feasible tree until then.
+    topk_crash = isinstance(cfg, str) and "selected index k out of range" in cfg
+    if topk_crash:
+        cfg = dataclasses.replace(perf.resolve({**params, "speculative_num_draft_tokens": 2}, hw, md),
+                                  draft_tokens=args["speculative_num_draft_tokens"])
     if isinstance(cfg, str):
         if tp > hw.gpus:
             proc.fatal(*failures.invalid_device_ordinal(tp, hw.gpus))
-        if cfg.startswith("NCCL error"):
-            proc.workers = ranks.start(tp, rank_env, nccl_version=hw.nccl.version, tuning=[])
-            proc.fatal(*failures.nccl_no_algorithm(str(rank_env.get("NCCL_ALGO")), hw.nccl.version))
-        # The draft tree rule: resolve the rest as SGLang would, then fail where SGLang fails.
-        topk_crash = True
-        cfg = perf.resolve({**params, "speculative_num_draft_tokens": args["speculative_eagle_topk"] + 1}, hw, md)
-        assert isinstance(cfg, perf.Config), cfg
-        cfg = perf.Config(**{**cfg.__dict__, "draft_tokens": args["speculative_num_draft_tokens"]})
+        # The only other refusal left after cli.resolve: an NCCL_ALGO this host cannot run.
+        proc.workers = ranks.start(tp, rank_env, nccl_version=hw.nccl.version, tuning=[])
+        proc.fatal(*failures.nccl_no_algorithm(str(rank_env.get("NCCL_ALGO")), hw.nccl.version))
 
     log.scheduler("Init torch distributed begin.")
     proc.workers = ranks.start(tp, rank_env, nccl_version=hw.nccl.version, tuning=_tuning_lines(hw, md, cfg))
@@ -118,7 +120,7 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
             log.warning(hw.custom_all_reduce_unavailable)
         log.scheduler(_ar_line(hw, cfg))
     mem = hw.gpu_memory_gib
-    log.scheduler(f"Init torch distributed ends. elapsed=0.21 s, mem usage=0.56 GB")
+    log.scheduler("Init torch distributed ends. elapsed=0.21 s, mem usage=0.56 GB")
     log.scheduler(f"Load weight begin. avail mem={mem - 0.6:.2f} GB")
     if sim.faults.slow_start_s:
         try:

@@ -94,12 +94,16 @@ def test_oom_above_draft_token_limit(sim_factory):
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in sim.log()
 
 
-def test_draft_tree_too_small_for_draft_tokens_crashes_at_graph_capture(sim_factory):
+@pytest.mark.parametrize("graph_flags,at_capture", [((), True), (("--cuda-graph-backend-decode", "disabled"), False)])
+def test_draft_tree_too_small_for_draft_tokens_crashes(sim_factory, graph_flags, at_capture):
+    """At CUDA-graph capture, or without graphs at the first verify (the warmup request)."""
     sim = sim_factory("--tp-size", "2", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
-                      "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "8")
+                      "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "8", *graph_flags)
     assert sim.wait_exit() == 1
     log = sim.log()
-    assert "Capture cuda graph begin" in log and "RuntimeError: selected index k out of range" in log
+    assert "RuntimeError: selected index k out of range" in log
+    assert ("Capture cuda graph begin" in log) == at_capture
+    assert "fired up" not in log
 
 
 def test_env_drop_keeps_nccl_variables_from_the_workers(sim_factory):
