@@ -8,9 +8,13 @@ another host still gets server.log and bench.jsonl into its work directory.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
+import signal
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +46,105 @@ def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: in
     return {"address": ctx.address_info.get("address"), "node_ip": node_ip}
 
 
+class ClusterUnreachable(Exception):
+    """`connect` could not join the Ray cluster; the message says why and what to do."""
+
+
 def connect(address: str) -> dict[str, Any]:
-    """Join an existing Ray cluster (`ray start --head ...`); the package must be installed on every node."""
-    ctx = ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+    """Join an existing Ray cluster (`ray start --head ...`); the package must be installed on every node.
+
+    A loopback head address (127.0.0.2:6379, as in tests) is also the driver's node address:
+    Ray would otherwise pick the machine's external interface and find no raylet there.
+    """
+    host = address.rsplit(":", 1)[0] if ":" in address else ""
+    extra: dict[str, Any] = {}
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_loopback:
+            extra["_node_ip_address"] = host
+    try:
+        ctx = ray.init(address=address, log_to_driver=False, logging_level="WARNING", **extra)
+    except (ConnectionError, RuntimeError) as exc:
+        chain, cause = [], exc
+        while cause is not None:
+            chain.append(f"{type(cause).__name__}: {cause}")
+            cause = cause.__cause__ or cause.__context__
+        text = " ".join(chain)
+        if "AuthenticationError" in text or "InvalidAuthToken" in text:
+            raise ClusterUnreachable(
+                f"the Ray cluster at {address} uses token authentication and this process has no token: "
+                f"1) export RAY_AUTH_MODE=token, and 2) make the cluster's token available "
+                f"(~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN)") from None
+        raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: {exc}; check that "
+                                 f"`ray start --head` runs there and the address is HOST:PORT (or `auto`)") from None
     return {"address": ctx.address_info.get("address")}
 
 
 def shutdown() -> None:
     if ray.is_initialized():
         ray.shutdown()
+
+
+# ---------------------------------------------------------------------- what a killed driver leaves
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (tells a live pid from a reused one)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def local_processes() -> list[dict[str, Any]]:
+    """Every process descending from this one (the local Ray instance: GCS, raylet, agents, workers).
+
+    `ray.init(address="local")` makes GCS and raylet die with the driver, but when the driver is
+    SIGKILLed the raylet's agents (DashboardAgent, RuntimeEnvAgent) outlive it for a minute or more.
+    The driver writes this list to its work directory so a resumed driver can end them
+    (`reap_processes`).
+    """
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    parents[int(entry.name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent:
+                frontier.append(pid)
+                start = _start_time(pid)
+                if start is not None:
+                    found.append({"pid": pid, "start": start, "cmd": _cmdline(pid)[:200]})
+    return found
+
+
+def reap_processes(recorded: list[dict[str, Any]], grace_s: float = 3.0) -> list[str]:
+    """End the recorded processes that still run (same pid and start time); say which."""
+    alive = [r for r in recorded if _start_time(int(r["pid"])) == int(r["start"])]
+    for r in alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(r["pid"]), signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_start_time(int(r["pid"])) == int(r["start"]) for r in alive):
+        time.sleep(0.1)
+    for r in alive:
+        if _start_time(int(r["pid"])) == int(r["start"]):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(r["pid"]), signal.SIGKILL)
+    return [f"{r['pid']} ({r['cmd'][:60]})" for r in alive]
 
 
 def cluster_gpus() -> float:
@@ -84,13 +178,26 @@ class TrialActor:
                 self._current = None
         return outcome, _collect(Path(spec.trial_dir))
 
-    def abort(self) -> str | None:
-        """Kill the current trial's server now (second Ctrl-C); run() then returns a failure."""
+    def abort(self, watch_s: float = 60.0) -> list[str]:
+        """Kill the current trial's server now (second Ctrl-C); run() then returns a failure.
+
+        A trial may be between steps (its server not started yet, or a port retry starting another
+        one), so this keeps killing whatever server the trial starts until run() returns.
+        """
         from orchestrator.server import reap_orphan
 
         with self._lock:
-            current = self._current
-        return reap_orphan(current) if current else None
+            target = self._current
+        done: list[str] = []
+        deadline = time.monotonic() + watch_s
+        while target is not None and time.monotonic() < deadline:
+            if msg := reap_orphan(target):
+                done.append(msg)
+            with self._lock:
+                if self._current != target:
+                    break
+            time.sleep(0.1)
+        return done
 
 
 def _collect(trial_dir: Path) -> dict[str, bytes]:

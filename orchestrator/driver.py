@@ -76,6 +76,11 @@ class Paths:
     def state(self) -> Path:
         return self.root / "sweep.json"
 
+    @property
+    def ray_processes(self) -> Path:
+        """The local Ray instance's processes, for a resumed driver to end if this one is killed."""
+        return self.root / "ray-processes.json"
+
     def trial_dir(self, number: int) -> Path:
         return self.root / "trials" / f"{number:04d}"
 
@@ -141,14 +146,18 @@ class Sweep:
         self.tracker = None
         self.parent_run_id: str | None = None
         self.started_at = time.time()
+        """When the sweep first started (kept across --resume): the simulator's drift epoch, `sweep status`."""
+        self._run_started = time.monotonic()
+        """When this invocation started: the wall-time budget counts from here."""
         self._lock_file = None
-        self._stop = 0  # 1: finish in-flight trials; 2: abort them now
+        self._stop = 0  # Ctrl-C presses: 1 finish in-flight trials, 2 abort them now
+        self._announced = 0  # presses already acted on by the loop (the signal handler only counts)
+        self._abort_reason = ""  # set: trials in flight are being aborted, and why
         self._in_flight: dict[Any, tuple[Any, TrialSpec, str | None]] = {}
         self._actors: list[Any] = []
         self._idle: list[Any] = []
         self._outcomes: list[TrialOutcome] = []
         self._keys: dict[str, tuple[int, str]] = {}
-        self._remeasures: set[int] = set()
 
     # ------------------------------------------------------------------ setup
 
@@ -225,36 +234,60 @@ class Sweep:
 
     # ------------------------------------------------------------------ resume
 
+    def _reap_previous_driver(self) -> None:
+        """End what a killed driver left behind: its local Ray processes and its trial servers.
+
+        We hold the work directory's lock, so the driver that wrote these records is gone.
+        """
+        record = self.paths.ray_processes
+        if record.exists():
+            try:
+                data = json.loads(record.read_text())
+            except ValueError:
+                data = {}
+            if data.get("driver_pid") != os.getpid():
+                ended = ray_actor.reap_processes(data.get("processes", []))
+                if ended:
+                    log.info("ended %d Ray process(es) the previous driver left: %s", len(ended), ", ".join(ended))
+            record.unlink(missing_ok=True)
+        pid_files = [*self.paths.root.glob("trials/*/server.pid"), *self.paths.root.glob("confirm/*/server.pid")]
+        for pid_file in sorted(pid_files):
+            if reaped := srv.reap_orphan(pid_file.parent):
+                log.info(reaped)
+
     def _recover(self) -> None:
-        """Rebuild counters from the storage and close what a killed driver left running."""
-        for t in self.study.trials():
-            if t.state == "RUNNING":
-                self._recover_running(t)
-            elif t.state in ("COMPLETE", "FAIL"):
+        """Rebuild counters from the storage, then settle the trials a killed driver left RUNNING."""
+        trials = self.study.trials()
+        for t in trials:
+            if t.state in ("COMPLETE", "FAIL"):
                 self._count_existing(t)
         replayed, pending = self.tracker.replay_outbox()
         if replayed or pending:
             log.info("MLflow outbox: replayed %d, still pending %d", replayed, pending)
+        if not pending:
+            self._reconcile_mlflow(trials)
+        for t in trials:
+            if t.state == "RUNNING":
+                self._recover_running(t)
 
     def _recover_running(self, t: TrialView) -> None:
+        """A trial the killed driver never settled: told from its outcome.json if the worker wrote
+        one, else closed as interrupted (Optuna FAIL, MLflow KILLED) and queued to be measured again."""
         tdir = self.paths.trial_dir(t.number)
-        reaped = srv.reap_orphan(tdir)
-        if reaped:
-            log.info(reaped)
+        run_id = t.attrs.get("mlflow_run_id") or None
         outcome_file = tdir / "outcome.json"
         if outcome_file.exists():
             outcome = TrialOutcome.model_validate_json(outcome_file.read_text())
             log.info("trial %d finished before the driver died; telling it from outcome.json", t.number)
-            self._record(outcome, t.attrs.get("mlflow_run_id"))
+            self.progress.launched += 1
+            self._record(outcome, run_id)
             return
         log.info("trial %d was running when the driver died: closing it as interrupted", t.number)
-        params = sp.complete(self.spec.space, t.params)
-        self.study.tell_failed(t.number, {"failure_kind": FailureKind.interrupted.value,
-                                          "reason": "the driver stopped while this trial ran"})
-        if t.attrs.get("mlflow_run_id"):
-            self.tracker.kill_trial(t.attrs["mlflow_run_id"])
-        if not t.attrs.get("remeasure_of"):
-            self.study.enqueue(params, {"role": t.role, "remeasure_of": t.number})
+        self._record(TrialOutcome(
+            number=t.number, params=sp.complete(self.spec.space, t.params), role=TrialRole(t.role),
+            status=TrialStatus.FAILED, failure_kind=FailureKind.interrupted,
+            reason="the driver stopped while this trial ran; its parameters are measured again",
+            trial_dir=str(tdir), started_at=t.start or 0.0, finished_at=time.time()), run_id)
 
     def _count_existing(self, t: TrialView) -> None:
         p = self.progress
@@ -278,6 +311,25 @@ class Sweep:
         if outcome_file.exists():
             self._outcomes.append(TrialOutcome.model_validate_json(outcome_file.read_text()))
 
+    def _reconcile_mlflow(self, trials: list[TrialView]) -> None:
+        """Log the finished trials MLflow lacks: a driver killed between telling Optuna and logging."""
+        from orchestrator.tracking import TrackingError
+
+        try:
+            runs = self.tracker.child_runs(self.parent_run_id)
+        except TrackingError as exc:
+            log.warning("cannot compare MLflow with the study: %s", exc)
+            return
+        logged = {(int(n), str(r)) for n, r, st in zip(runs.get("trial_number", []), runs.get("role", []),
+                                                       runs.get("status", [])) if st != "RUNNING"}
+        speedups = {t.number: t.attrs.get("speedup_vs_baseline") for t in trials}
+        for o in self._outcomes:
+            if (o.number, o.role.value) not in logged:
+                log.info("trial %d is in the study but not in MLflow: logging it now", o.number)
+                extra = {"speedup_vs_baseline": speedups[o.number]} if speedups.get(o.number) else {}
+                self.tracker.log_trial(self.parent_run_id, o, run_id=None, extra_metrics=extra,
+                                       extra_tags={"sweep.engine": self.spec.engine})
+
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> dict[str, Any]:
@@ -285,21 +337,25 @@ class Sweep:
         self._lock()
         self._setup_logging()
         try:
+            self._reap_previous_driver()
             self._open()
             self._recover()
-            if not any(o.role == TrialRole.baseline for o in self._outcomes) and not self._baseline_queued():
+            if not self._baseline_measured() and not self._baseline_queued():
                 self.study.enqueue(sp.baseline_params(self.spec.space), {"role": TrialRole.baseline.value})
-            self._start_ray()
             self._install_signals()
+            self._start_ray()
             self._loop()
-            summary = self._finish()
-            return summary
+            return self._finish()
         finally:
             self._restore_signals()
             ray_actor.shutdown()
+            self.paths.ray_processes.unlink(missing_ok=True)
             if hasattr(self, "_log_handler"):
                 log.removeHandler(self._log_handler)
                 self._log_handler.close()
+
+    def _baseline_measured(self) -> bool:
+        return any(o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE for o in self._outcomes)
 
     def _baseline_queued(self) -> bool:
         return any(t.state == "WAITING" and t.role == TrialRole.baseline.value for t in self.study.trials())
@@ -308,7 +364,10 @@ class Sweep:
         tp = self.spec.server.tp
         n = self.spec.budget.concurrent_trials
         if self.ray_address:
-            info = ray_actor.connect(self.ray_address)
+            try:
+                info = ray_actor.connect(self.ray_address)
+            except ray_actor.ClusterUnreachable as exc:
+                raise SweepError(str(exc)) from None
         else:
             logical = tp * n if self.spec.engine == "simulator" else None
             info = ray_actor.init_local(num_gpus=logical)
@@ -321,18 +380,18 @@ class Sweep:
             log.warning("budget.concurrent_trials=%d but the cluster fits %d trials of tp=%d", n, slots, tp)
         self._actors = [ray_actor.new_actor(tp) for _ in range(slots)]
         self._idle = list(self._actors)
+        if not self.ray_address:
+            # GCS and raylet die with this process, but not all of their children do (actor.local_processes).
+            write_json(self.paths.ray_processes, {"driver_pid": os.getpid(),
+                                                  "processes": ray_actor.local_processes()})
         log.info("Ray %s: %g GPUs, %d trial slot(s)", info.get("address"), gpus, slots)
         self.on_event("ray", {"address": info.get("address"), "gpus": gpus, "slots": slots})
 
     def _install_signals(self) -> None:
         def handler(signum, frame):
+            # Only count here: printing from a signal handler can hit a reentrant write on stdout.
             self._stop += 1
-            if self._stop == 1:
-                self.progress.stop_reason = "interrupted (Ctrl-C): finishing the trials in flight"
-                self.on_event("interrupt", {"press": 1})
-            else:
-                self.progress.stop_reason = "interrupted twice (Ctrl-C): trials in flight aborted"
-                self.on_event("interrupt", {"press": 2})
+
         self._old_sigint = signal.signal(signal.SIGINT, handler)
         self._old_sigterm = signal.signal(signal.SIGTERM, handler)
 
@@ -341,39 +400,58 @@ class Sweep:
             signal.signal(signal.SIGINT, self._old_sigint)
             signal.signal(signal.SIGTERM, self._old_sigterm)
 
+    def _act_on_interrupts(self) -> None:
+        """First Ctrl-C (or SIGTERM): launch nothing more; second: abort the trials in flight."""
+        while self._announced < min(self._stop, 2):
+            self._announced += 1
+            if self._announced == 1:
+                self.progress.stop_reason = (
+                    f"interrupted (Ctrl-C): no new trials launched, the trials in flight finished; "
+                    f"continue with `sweep run EXPERIMENT --workdir {self.paths.root} --resume`")
+            else:
+                self.progress.stop_reason = (
+                    f"interrupted twice (Ctrl-C): the trials in flight were aborted and will be measured "
+                    f"again; continue with `sweep run EXPERIMENT --workdir {self.paths.root} --resume`")
+                self._abort_in_flight("aborted by a second Ctrl-C")
+            self.on_event("interrupt", {"press": self._announced})
+
+    def _abort_in_flight(self, reason: str) -> None:
+        """Kill the servers of the trials in flight; their outcomes come back as interrupted."""
+        if self._abort_reason:
+            return
+        self._abort_reason = reason
+        for act, spec, _ in self._in_flight.values():
+            log.warning("aborting trial %d: %s", spec.number, reason)
+            act.abort.remote()  # runs beside run() in the actor (max_concurrency=2); not awaited
+
     def _deadline_passed(self) -> bool:
-        return time.time() - self.started_at >= self.timeout_s
+        return time.monotonic() - self._run_started >= self.timeout_s
 
     def _should_launch(self) -> bool:
         p = self.progress
         if self._stop or p.stop_reason:
             return False
         if p.launched >= self.budget_trials:
-            p.stop_reason = p.stop_reason or f"trial budget reached ({self.budget_trials})"
+            p.stop_reason = f"trial budget reached ({self.budget_trials})"
             return False
         if self._deadline_passed():
-            p.stop_reason = f"wall-time budget reached ({self.timeout_s / 3600:.2f} h)"
+            p.stop_reason = f"wall-time budget reached ({self.timeout_s / 3600:.2f} h); trials in flight finished"
             return False
         return True
 
     def _loop(self) -> None:
-        aborted = False
         while True:
+            self._act_on_interrupts()
             while self._idle and self._should_launch():
                 if not self._launch_next():
                     break
             if not self._in_flight:
-                if self._stop or self.progress.stop_reason or not self._should_launch():
+                if not self._should_launch():
                     break
                 continue
-            if self._stop >= 2 and not aborted:
-                aborted = True
-                for act, _, _ in self._in_flight.values():
-                    with contextlib.suppress(ray_actor.RayError):
-                        ray_actor.get(act.abort.remote())
             done, _ = ray_actor.wait(list(self._in_flight), timeout_s=0.5)
             for ref in done:
-                self._collect(ref, aborted)
+                self._collect(ref)
             self.on_event("tick", {"progress": self.progress, "in_flight": self._in_flight_view()})
 
     def _in_flight_view(self) -> list[dict[str, Any]]:
@@ -390,26 +468,14 @@ class Sweep:
         number, params, attrs = asked
         role = TrialRole(attrs.get("role", TrialRole.search.value))
         why = sp.infeasible_reason(params)
-        key = sp.key(params)
         if why is not None:
             self.study.tell_failed(number, {"failure_kind": FailureKind.infeasible.value, "reason": why,
                                             "skipped": True})
             log.info("trial %d infeasible, not launched: %s", number, why)
             return self._skipped()
-        previous = self._keys.get(key)
-        if previous and role is TrialRole.search and not attrs.get("remeasure_of"):
-            prev_number, state = previous
-            if state == "FAIL":
-                self.study.tell_failed(number, {"failure_kind": "duplicate_of_failed", "skipped": True,
-                                                "reason": f"same parameters as failed trial {prev_number}"})
-            else:
-                prev = self.study.trials()[prev_number]
-                self.study.tell_complete(number, list(prev.values or ()), {"duplicate_of": prev_number,
-                                                                          "skipped": True})
+        if role is TrialRole.search and self._settle_duplicate(number, sp.key(params)):
             return self._skipped()
         p.consecutive_skips = 0
-        if attrs.get("remeasure_of") is not None:
-            self._remeasures.add(number)
         tdir = self.paths.trial_dir(number)
         spec = TrialSpec(number=number, params=params, role=role, repeats=self.spec.benchmark.repeats,
                          trial_dir=str(tdir), seed=self.spec.sampler.seed * 100_003 + number,
@@ -430,6 +496,31 @@ class Sweep:
         self._write_state("running")
         return True
 
+    def _settle_duplicate(self, number: int, key: str) -> bool:
+        """Close a proposal whose parameters were measured already or are being measured; True if so.
+
+        Nothing is measured twice: a repeat of a finished trial is told its result again (or its
+        failure), a repeat of a trial in flight is dropped. Re-measures of interrupted trials too.
+        """
+        previous = self._keys.get(key)
+        if previous is not None:
+            prev_number, state = previous
+            if state == "FAIL":
+                self.study.tell_failed(number, {"failure_kind": "duplicate_of_failed", "skipped": True,
+                                                "reason": f"same parameters as failed trial {prev_number}"})
+            else:
+                prev = self.study.trials()[prev_number]
+                self.study.tell_complete(number, list(prev.values or ()), {"duplicate_of": prev_number,
+                                                                          "skipped": True})
+            return True
+        running = next((s.number for _, s, _ in self._in_flight.values()
+                        if s.role is TrialRole.search and sp.key(s.params) == key), None)
+        if running is not None:
+            self.study.tell_failed(number, {"failure_kind": "duplicate_of_running", "skipped": True,
+                                            "reason": f"same parameters as trial {running}, in flight"})
+            return True
+        return False
+
     def _skipped(self) -> bool:
         p = self.progress
         p.skipped += 1
@@ -440,7 +531,7 @@ class Sweep:
             return False
         return True
 
-    def _collect(self, ref, aborted: bool) -> None:
+    def _collect(self, ref) -> None:
         act, spec, run_id = self._in_flight.pop(ref)
         try:
             outcome, files = ray_actor.get(ref)
@@ -455,9 +546,9 @@ class Sweep:
                 ray_actor.kill(act)
             act = ray_actor.new_actor(self.spec.server.tp)
             self._actors.append(act)
-        if aborted and outcome.status is not TrialStatus.COMPLETE:
+        if self._abort_reason and outcome.status is not TrialStatus.COMPLETE:
             outcome = outcome.model_copy(update={"failure_kind": FailureKind.interrupted,
-                                                 "reason": "aborted by a second Ctrl-C"})
+                                                 "reason": self._abort_reason})
         tdir = Path(spec.trial_dir)
         tdir.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():  # files from a worker on another host
@@ -489,27 +580,32 @@ class Sweep:
             p.consecutive_failures = 0
             self._keys.setdefault(sp.key(outcome.params), (outcome.number, "COMPLETE"))
             self._update_best(outcome.number, values[0], outcome.params, outcome.role.value)
+        elif outcome.failure_kind is FailureKind.interrupted:
+            # Not a verdict on the parameters: nothing counts, they are measured again (once per interruption).
+            self.study.tell_failed(outcome.number, {**attrs, "failure_kind": FailureKind.interrupted.value,
+                                                    "reason": outcome.reason[:500]})
+            self.study.enqueue(outcome.params, {"role": outcome.role.value, "remeasure_of": outcome.number})
+            log.warning("trial %d interrupted (%s); its parameters are queued to be measured again",
+                        outcome.number, outcome.reason)
         else:
-            kind = outcome.failure_kind.value if outcome.failure_kind else "metric_missing"
             if outcome.status is TrialStatus.COMPLETE:  # objective missing from a complete measurement
-                kind = FailureKind.metric_missing.value
                 outcome = outcome.model_copy(update={"status": TrialStatus.FAILED,
                                                      "failure_kind": FailureKind.metric_missing,
                                                      "reason": f"objective {self.spec.objective.metric} missing"})
+            kind = outcome.failure_kind.value if outcome.failure_kind else FailureKind.metric_missing.value
             self.study.tell_failed(outcome.number, {**attrs, "failure_kind": kind, "reason": outcome.reason[:500]})
-            if kind != FailureKind.interrupted.value:
-                p.failed += 1
-                p.consecutive_failures += 1
-                p.failures[kind] += 1
-                self._keys.setdefault(sp.key(outcome.params), (outcome.number, "FAIL"))
-            elif outcome.number not in self._remeasures:
-                self.study.enqueue(outcome.params, {"role": outcome.role.value, "remeasure_of": outcome.number})
-            if outcome.role is TrialRole.baseline and kind != FailureKind.interrupted.value:
+            p.failed += 1
+            p.consecutive_failures += 1
+            p.failures[kind] += 1
+            self._keys.setdefault(sp.key(outcome.params), (outcome.number, "FAIL"))
+            log.warning("trial %d failed: %s: %s", outcome.number, kind, outcome.reason)
+            if outcome.role is TrialRole.baseline:
                 p.stop_reason = (f"the baseline failed ({kind}: {outcome.reason}); nothing can be compared "
                                  f"against it: fix the server set-up first (see {tdir / 'server.log'})")
-            log.warning("trial %d failed: %s: %s", outcome.number, kind, outcome.reason)
-        p.finished += 1
-        self._outcomes.append(outcome)
+                self._abort_in_flight("aborted: the baseline failed")
+        if outcome.failure_kind is not FailureKind.interrupted:
+            p.finished += 1
+            self._outcomes.append(outcome)
         self.tracker.log_trial(self.parent_run_id, outcome, run_id=run_id or None, extra_metrics=extra,
                                extra_tags={"sweep.engine": self.spec.engine})
         self._check_failure_budget()
@@ -547,8 +643,7 @@ class Sweep:
         from orchestrator import report
 
         p = self.progress
-        if self._stop >= 1 and not p.stop_reason:
-            p.stop_reason = "interrupted"
+        self._act_on_interrupts()
         status = "stopped" if self._stop else "finished"
         summary: dict[str, Any] = {"workdir": str(self.paths.root), "stop_reason": p.stop_reason,
                                    "parent_run_id": self.parent_run_id, "launched": p.launched,
@@ -581,6 +676,11 @@ class Sweep:
                          if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE), None)
         if champion is None or baseline is None:
             return {"verdict": "no feasible trial to promote" if champion is None else "no baseline measured"}
+        run_id = self._run_id_of(champion)
+        if run_id is None:
+            return {"verdict": f"not promoted: trial {champion.number} is not in MLflow yet ({self.tracker.pending()} "
+                               f"result(s) wait in the outbox); when MLflow is reachable run `sweep sync` and "
+                               f"`sweep run EXPERIMENT --workdir {self.paths.root} --resume` to promote"}
         metric = self.spec.objective.metric
         champ_samples = [getattr(m, metric) for m in champion.repeats or (champion.metrics,)]
         base_samples = [getattr(m, metric) for m in baseline.repeats or (baseline.metrics,)]
@@ -588,6 +688,10 @@ class Sweep:
         confirm_log: list[dict[str, Any]] = []
         if n_confirm:
             champ_samples, base_samples, confirm_log = self._confirm(champion, n_confirm)
+            if self._stop:
+                self._act_on_interrupts()
+                return {"verdict": "not promoted: interrupted during the confirmation runs",
+                        "confirmations": confirm_log}
         gate = select.promotion_gate(champ_samples, base_samples, min_gain=self.spec.promotion.min_gain,
                                      seed=self.spec.sampler.seed, direction=self.spec.objective.direction)
         result: dict[str, Any] = {
@@ -599,15 +703,21 @@ class Sweep:
         if not gate.passed:
             log.warning("no promotion: %s", gate.reason)
             return result
-        run_id = self._run_id_of(champion.number)
         config = planner.serving_config(
             self.spec, champion.params, trial_number=champion.number, run_id=run_id or "",
             metrics={k: v for k, v in {metric: float(sum(champ_samples) / len(champ_samples)),
                                        "baseline_" + metric: float(sum(base_samples) / len(base_samples)),
                                        "gain": gate.gain}.items()},
             fingerprint_hash=champion.fingerprint_hash)
-        version = self.tracker.promote(run_id, model_name=self.spec.promotion.model_name, serving_config=config,
-                                       alias=self.spec.promotion.alias, description=gate.reason)
+        from orchestrator.tracking import TrackingError
+
+        try:
+            version = self.tracker.promote(run_id, model_name=self.spec.promotion.model_name, serving_config=config,
+                                           alias=self.spec.promotion.alias, description=gate.reason)
+        except TrackingError as exc:
+            log.warning("champion not promoted: %s", exc)
+            result["verdict"] = f"{gate.reason}; but not promoted: {exc}"
+            return result
         config["model_version"] = version
         from orchestrator import export
 
@@ -618,11 +728,19 @@ class Sweep:
                  self.spec.promotion.alias, version, gate.reason)
         return result
 
-    def _run_id_of(self, number: int) -> str | None:
+    def _run_id_of(self, outcome: TrialOutcome) -> str | None:
+        """The trial's MLflow run, after sending what waits in the outbox (its run may be created there)."""
+        self.tracker.replay_outbox()
+        if self.tracker.pending():
+            return None
         for t in self.study.trials():
-            if t.number == number:
-                return t.attrs.get("mlflow_run_id") or None
-        return None
+            if t.number == outcome.number and t.attrs.get("mlflow_run_id"):
+                return t.attrs["mlflow_run_id"]
+        try:
+            return self.tracker.find_trial(self.parent_run_id, outcome.number, outcome.role.value)
+        except Exception as exc:  # noqa: BLE001 - MLflow down: reported as "not promoted"
+            log.warning("cannot find the MLflow run of trial %d: %s", outcome.number, exc)
+            return None
 
     def _confirm(self, champion: TrialOutcome, n: int) -> tuple[list[float], list[float], list[dict]]:
         """Champion and baseline measured again, interleaved A B A B ..., on one slot."""
@@ -641,7 +759,7 @@ class Sweep:
                                  sweep_started_at=self.started_at, experiment=self.spec.model_dump(mode="json"))
                 self.on_event("confirm", {"round": i + 1, "of": n, "who": who})
                 try:
-                    outcome, _ = ray_actor.get(act.run.remote(spec))
+                    outcome = self._await_confirmation(act, act.run.remote(spec))
                 except ray_actor.RayError as exc:
                     rows.append({"round": i, "who": who, "status": "FAILED", "reason": str(exc)[:200]})
                     continue
@@ -651,6 +769,15 @@ class Sweep:
                 (champ if who == "champion" else base).extend(v for v in values if v is not None)
                 rows.append({"round": i, "who": who, "status": outcome.status.value, metric: values})
         return champ, base, rows
+
+    def _await_confirmation(self, act, ref) -> TrialOutcome:
+        """Wait for one confirmation run; a second Ctrl-C aborts it like a trial."""
+        while not ray_actor.wait([ref], timeout_s=0.5)[0]:
+            if self._stop >= 2 and not self._abort_reason:
+                self._abort_reason = "aborted by a second Ctrl-C"
+                act.abort.remote()
+        outcome, _ = ray_actor.get(ref)
+        return outcome
 
 
 # ---------------------------------------------------------------------- status from another shell

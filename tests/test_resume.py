@@ -1,0 +1,251 @@
+"""A driver killed with SIGKILL mid-sweep resumes with `--resume`: nothing measured is lost, nothing is
+measured twice, what was running is closed as interrupted and measured again once, and nothing the
+killed driver started (Ray, trial servers) outlives the resumed sweep.
+
+Processes are told apart by a marker in their environment: every process a driver starts (local Ray,
+trial actors, simulator servers and their rank workers) inherits it, so the tests count exactly the
+processes of their own sweeps even while other sweeps run on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from orchestrator import space as sp
+from orchestrator import spec as spec_mod
+from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.study import read_only
+from e2e_helpers import REPO, SWEEP, demo_experiment, sweep, write_experiment
+
+pytestmark = pytest.mark.slow
+
+MARKER = "SWEEP_TEST_MARKER"
+
+
+def marked_processes(marker: str) -> dict[int, str]:
+    """pid -> command line of every live process whose environment carries `marker`."""
+    needle = f"{MARKER}={marker}".encode()
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle not in Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0"):
+                continue
+            found[int(entry.name)] = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+    return found
+
+
+def wait_until_gone(marker: str, timeout_s: float = 10.0) -> dict[int, str]:
+    deadline = time.monotonic() + timeout_s
+    while (left := marked_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def start_sweep(exp: Path, wd: Path, marker: str, log: Path, *extra: str) -> subprocess.Popen:
+    """`sweep run` as a real process in its own session (so a test can signal it like a terminal)."""
+    with open(log, "w") as out:
+        return subprocess.Popen([*SWEEP, "run", str(exp), "--workdir", str(wd), *extra], cwd=REPO,
+                                env={**os.environ, "COLUMNS": "200", MARKER: marker}, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def trial_files(wd: Path) -> tuple[dict[int, dict], set[int]]:
+    """(finished trials: number -> outcome.json, launched trials still without an outcome)."""
+    finished, running = {}, set()
+    for d in sorted((wd / "trials").glob("*")) if (wd / "trials").is_dir() else []:
+        if (d / "outcome.json").exists():
+            try:
+                finished[int(d.name)] = json.loads((d / "outcome.json").read_text())
+            except ValueError:  # written atomically, but be safe against a partial read
+                continue
+        elif (d / "spec.json").exists():
+            running.add(int(d.name))
+    return finished, running
+
+
+def wait_for(condition, proc: subprocess.Popen, log: Path, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (value := condition()):
+            return value
+        if proc.poll() is not None:
+            pytest.fail(f"the sweep ended early ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting:\n{log.read_text()[-3000:]}")
+
+
+def mlflow_runs(wd: Path, experiment: str) -> dict[int, list]:
+    """Trial number -> the child runs of searched and baseline trials."""
+    client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    runs: dict[int, list] = {}
+    for r in client.search_runs([exp.experiment_id], max_results=1000):
+        if r.data.tags.get("sweep.kind") == "trial" and r.data.tags.get("sweep.role") in ("search", "baseline"):
+            runs.setdefault(int(r.data.tags["sweep.trial_number"]), []).append(r)
+    return runs
+
+
+def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(tmp_path):
+    budget = 8
+    # Two repeats per trial give the promotion gate its samples without separate confirmation runs.
+    data = demo_experiment(name="resume", budget={"trials": budget, "concurrent_trials": 2},
+                           benchmark={"repeats": 2}, promotion={"confirm_repeats": 0, "min_gain": 0.0})
+    exp = write_experiment(tmp_path, data)
+    wd = tmp_path / "wd"
+    marker = uuid.uuid4().hex
+    first_log = tmp_path / "first.log"
+    first = start_sweep(exp, wd, marker, first_log)
+    try:
+        # `sweep status` from another process while the sweep runs: progress, best so far.
+        wait_for(lambda: len(trial_files(wd)[0]) >= 2, first, first_log)
+        status = sweep("status", "--workdir", str(wd))
+        assert status.returncode == 0, status.stderr
+        assert f"/{budget} trials launched" in status.stdout and "running" in status.stdout
+        assert "best so far: trial" in status.stdout or "baseline:" in status.stdout, status.stdout
+        assert "ETA" in status.stdout, status.stdout
+
+        # Kill when two trials are finished and one was launched moments ago (so it is mid-flight).
+        def kill_point():
+            finished, running = trial_files(wd)
+            fresh = [n for n in running
+                     if time.time() - (wd / "trials" / f"{n:04d}" / "spec.json").stat().st_mtime < 3]
+            return len(finished) >= 2 and fresh
+        wait_for(kill_point, first, first_log)
+        assert marked_processes(marker), "the driver's processes carry the marker"
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    trials_at_kill, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "resume")
+    running_at_kill = {t.number for t in trials_at_kill if t.state == "RUNNING"}
+    assert running_at_kill
+    told_at_kill = {t.number: t for t in trials_at_kill if t.state in ("COMPLETE", "FAIL") and not t.attrs.get("skipped")}
+    runs_at_kill = {n: (r[0].info.run_id, r[0].info.status, r[0].info.end_time, dict(r[0].data.metrics))
+                    for n, r in mlflow_runs(wd, "resume").items() if n in told_at_kill}
+    assert len(told_at_kill) >= 2
+
+    status = sweep("status", "--workdir", str(wd))
+    assert "driver not running" in status.stdout and "--resume" in status.stdout, status.stdout
+
+    resumed = sweep("run", str(exp), "--workdir", str(wd), "--resume", env={MARKER: marker})
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out
+    assert "Traceback" not in out
+
+    # Nothing the killed driver started outlives the resumed sweep: Ray, actors, simulators.
+    assert wait_until_gone(marker) == {}
+    sweep_log = (wd / "sweep.log").read_text()
+    assert "Ray process(es) the previous driver left" in sweep_log
+
+    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "resume")
+    by_number = {t.number: t for t in trials}
+    # Finished trials were kept as they were, in Optuna and in MLflow.
+    for n, t in told_at_kill.items():
+        assert (by_number[n].state, by_number[n].values) == (t.state, t.values)
+    runs = mlflow_runs(wd, "resume")
+    for n, (run_id, status_, end, metrics) in runs_at_kill.items():
+        assert [(r.info.run_id, r.info.status, r.info.end_time, dict(r.data.metrics)) for r in runs[n]] == \
+            [(run_id, status_, end, metrics)]
+
+    # What was running is FAIL/interrupted in Optuna, KILLED in MLflow, and measured again exactly once.
+    interrupted = [t for t in trials if t.attrs.get("failure_kind") == FailureKind.interrupted.value]
+    assert interrupted and {t.number for t in interrupted} <= running_at_kill
+    for t in interrupted:
+        assert t.state == "FAIL"
+        assert [r.info.status for r in runs[t.number]] == ["KILLED"]
+        again = [u for u in trials if u.attrs.get("remeasure_of") == t.number]
+        assert len(again) == 1 and again[0].state in ("COMPLETE", "FAIL"), again
+        assert again[0].attrs.get("failure_kind") != FailureKind.interrupted.value
+        assert again[0].params == t.params
+    for n in running_at_kill:
+        assert by_number[n].state in ("COMPLETE", "FAIL")  # none left RUNNING
+
+    # The budget counts measured trials; nothing was measured twice.
+    space = spec_mod.load(exp).space
+    measured = [t for t in trials if t.state in ("COMPLETE", "FAIL") and not t.attrs.get("skipped")
+                and t.attrs.get("failure_kind") != FailureKind.interrupted.value]
+    assert len(measured) == budget
+    keys = [sp.key(sp.complete(space, t.params)) for t in measured if t.role == TrialRole.search.value]
+    assert len(keys) == len(set(keys))
+    for t in measured:  # one MLflow child per measured trial, closed
+        assert [r.info.status for r in runs[t.number]] in (["FINISHED"], ["FAILED"])
+
+    summary = json.loads((wd / "summary.json").read_text())
+    assert summary["launched"] == budget
+    assert summary["promoted"], summary.get("verdict")
+    assert "champion: trial" in resumed.stdout
+    version = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}").get_model_version_by_alias(
+        "sglang-sweep-demo", "champion")
+    assert version.run_id in {r.info.run_id for n, rs in runs.items() for r in rs if n == summary["champion"]["number"]}
+
+
+def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path):
+    """The driver died after the worker wrote outcome.json but before Optuna was told: on resume the
+    trial is told from the file (not measured again); a trial without one is interrupted."""
+    from orchestrator.driver import Sweep
+
+    spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="recover")))
+    wd = tmp_path / "wd"
+    first = Sweep(spec, wd)
+    first._lock()
+    first._open()
+    told_later, lost = [first.study.ask() for _ in range(2)]
+    run_ids = {}
+    for number, params, _ in (told_later, lost):
+        run_ids[number] = first.tracker.start_trial(first.parent_run_id, number=number, params=params,
+                                                    role="search", tags={})
+        first.study.set_trial_attrs(number, {"role": "search", "mlflow_run_id": run_ids[number]})
+        (wd / "trials" / f"{number:04d}").mkdir(parents=True)
+    number, params, _ = told_later
+    now = time.time()
+    done = TrialOutcome(number=number, params=params, status=TrialStatus.COMPLETE,
+                        metrics=Metrics(decode_tok_s=55.5, output_tok_s=54.0), started_at=now - 5,
+                        finished_at=now, trial_dir=str(wd / "trials" / f"{number:04d}"))
+    (wd / "trials" / f"{number:04d}" / "outcome.json").write_text(done.model_dump_json())
+    first._lock_file.close()  # the driver "dies": its lock goes with it
+
+    second = Sweep(spec, wd, resume=True)
+    second._lock()
+    second._open()
+    second._recover()
+    second._lock_file.close()
+
+    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "recover")
+    by_number = {t.number: t for t in trials}
+    assert by_number[number].state == "COMPLETE" and by_number[number].values == (55.5,)
+    assert not [t for t in trials if t.attrs.get("remeasure_of") == number]
+    assert second.progress.launched == 1 and second.progress.complete == 1
+
+    lost_number = lost[0]
+    assert by_number[lost_number].state == "FAIL"
+    assert by_number[lost_number].attrs["failure_kind"] == "interrupted"
+    again = [t for t in trials if t.attrs.get("remeasure_of") == lost_number]
+    assert len(again) == 1 and again[0].state == "WAITING"
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
+    told_run = client.get_run(run_ids[number])
+    assert told_run.info.status == "FINISHED" and told_run.data.metrics["decode_tok_s"] == 55.5
+    assert client.get_run(run_ids[lost_number]).info.status == "KILLED"
+
+    # A second resume settles nothing again: no second re-measure of the same interruption.
+    third = Sweep(spec, wd, resume=True)
+    third._lock()
+    third._open()
+    third._recover()
+    third._lock_file.close()
+    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "recover")
+    assert len([t for t in trials if t.attrs.get("remeasure_of") == lost_number]) == 1
