@@ -55,6 +55,7 @@ def test_rows_add_up_tok_s_is_accept_length_over_cycle():
     assert evaluate({**eagle3(5), **TUNED}, PCIE, KIMI).accept_length == pytest.approx(2.38, abs=0.01)
 
 
+@pytest.mark.skipif(not MEASUREMENTS.exists(), reason="shared/reference/measurements is not beside the repository")
 def test_h200_profile_follows_the_measured_cuda_graph_all_reduce_latencies():
     data = json.loads(MEASUREMENTS.read_text())
     h200 = load_hardware("h200-nvlink")
