@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 
 import pytest
 import yaml
@@ -15,15 +16,18 @@ from e2e_helpers import demo_experiment, sweep, write_experiment
 pytestmark = pytest.mark.slow
 
 
-def _simulator_processes() -> list[int]:
+def _processes_marked(marker: str) -> list[int]:
+    """Processes that inherited this test's marker variable: the sweep's servers and rank workers
+    (other tests running at the same time on the machine have their own simulators)."""
     pids = []
+    needle = f"SWEEP_TEST_MARKER={marker}".encode()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                cmd = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ")
+                env = open(f"/proc/{entry}/environ", "rb").read().split(b"\0")
             except OSError:
                 continue
-            if b"orchestrator.simulator" in cmd:
+            if needle in env:
                 pids.append(int(entry))
     return pids
 
@@ -50,9 +54,9 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path):
     )
     data["search_space"] = [str(space)]
     exp = write_experiment(tmp_path, data)
-    before = set(_simulator_processes())
+    marker = uuid.uuid4().hex
     wd = tmp_path / "wd"
-    proc = sweep("run", str(exp), "--workdir", str(wd))
+    proc = sweep("run", str(exp), "--workdir", str(wd), env={"SWEEP_TEST_MARKER": marker})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -67,6 +71,6 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path):
     assert (status, kind) == ("FAILED", "server_crash") and "exit code 1" in reason and tail
     assert kinds[("LL", "Tree")][:2] == ("FAILED", "nccl_hang")
     assert kinds[(None, None)][0] == "COMPLETE" and kinds[("LL", None)][0] == "COMPLETE"
-    assert set(_simulator_processes()) - before == set()  # nothing left running
+    assert _processes_marked(marker) == []  # no server, rank worker or Ray process left running
     status_proc = sweep("status", "--workdir", str(wd))
     assert "startup_timeout 1" in status_proc.stdout and "server_crash 1" in status_proc.stdout
