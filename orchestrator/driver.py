@@ -35,6 +35,10 @@ MAX_SKIPPED_PROPOSALS = 200
 """Consecutive proposals that need no launch (infeasible, already measured) before the space counts as exhausted."""
 
 
+MLFLOW_WAIT_AT_END_S = 60.0
+"""At the end, how long results waiting in the outbox wait for MLflow to return before promotion gives up."""
+
+
 class SweepError(Exception):
     """A user-facing problem that stops the sweep before it starts (exit code 2)."""
 
@@ -730,8 +734,7 @@ class Sweep:
 
     def _run_id_of(self, outcome: TrialOutcome) -> str | None:
         """The trial's MLflow run, after sending what waits in the outbox (its run may be created there)."""
-        self.tracker.replay_outbox()
-        if self.tracker.pending():
+        if not self._send_outbox(wait_s=MLFLOW_WAIT_AT_END_S):
             return None
         for t in self.study.trials():
             if t.number == outcome.number and t.attrs.get("mlflow_run_id"):
@@ -741,6 +744,18 @@ class Sweep:
         except Exception as exc:  # noqa: BLE001 - MLflow down: reported as "not promoted"
             log.warning("cannot find the MLflow run of trial %d: %s", outcome.number, exc)
             return None
+
+    def _send_outbox(self, wait_s: float) -> bool:
+        """Replay the MLflow outbox, retrying for up to `wait_s` while MLflow is unreachable; True once empty."""
+        deadline = time.monotonic() + wait_s
+        _, pending = self.tracker.replay_outbox()
+        if pending:
+            log.warning("MLflow unreachable with %d result(s) in the outbox: waiting up to %.0fs for it", pending, wait_s)
+            self.on_event("tracking_wait", {"pending": pending, "wait_s": wait_s})
+        while pending and time.monotonic() < deadline and not self._stop:
+            time.sleep(min(5.0, max(deadline - time.monotonic(), 0.0)))
+            _, pending = self.tracker.replay_outbox()
+        return not pending
 
     def _confirm(self, champion: TrialOutcome, n: int) -> tuple[list[float], list[float], list[dict]]:
         """Champion and baseline measured again, interleaved A B A B ..., on one slot."""
