@@ -222,8 +222,9 @@ def run(
 def _print_summary(s: spec_mod.SweepSpec, summary: dict[str, Any], wd: Path) -> None:
     out.rule("summary")
     out.print(f"stopped: {summary['stop_reason'] or 'done'}")
-    out.print(f"trials: {summary['complete']} complete, {summary['failed']} failed "
-              f"{summary['failures'] or ''}, {summary['skipped']} proposals skipped (infeasible or repeated)")
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted((summary.get("failures") or {}).items()))
+    out.print(f"trials: {summary['complete']} complete, {summary['failed']} failed"
+              f"{f' ({kinds})' if kinds else ''}, {summary['skipped']} proposals skipped (infeasible or repeated)")
     drift = summary.get("baseline_drift") or {}
     if drift.get("flagged"):
         out.print(f"[yellow]baseline drifted by {drift['max_relative_change'] * 100:.1f}% during the sweep[/]")
