@@ -32,31 +32,42 @@ def _processes_marked(marker: str) -> list[int]:
     return pids
 
 
+HF_TOKEN = "hf_sweepTestSecret0123456789abcdef"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYsweepTESTKEY"
+
+
 def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path):
-    space = tmp_path / "proto.yaml"
-    space.write_text(yaml.safe_dump({"name": "proto", "params": {
+    space = tmp_path / "faults.yaml"
+    space.write_text(yaml.safe_dump({"name": "faults", "params": {
         "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
-        "NCCL_ALGO": {"choices": [None, "Tree"]},
+        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+        "speculative_num_steps": {"low": 2, "high": 2, "when": {"speculative_algorithm": "EAGLE3"}},
+        "speculative_eagle_topk": {"choices": [4], "when": {"speculative_algorithm": "EAGLE3"}},
+        "speculative_num_draft_tokens": {"choices": [8], "when": {"speculative_algorithm": "EAGLE3"}},
     }}))
+    spec_on = {"speculative_algorithm": "EAGLE3"}
+    spec_off = {"speculative_algorithm": None}
     data = demo_experiment(
         name="failures",
-        search_space=[str(space)],
         server={"startup_timeout_s": 4},
         simulator={"faults": [
-            {"fault": "never_ready", "when": {"NCCL_PROTO": "LL128", "NCCL_ALGO": None}},
-            {"fault": "crash_after_tokens=20", "when": {"NCCL_PROTO": "Simple", "NCCL_ALGO": None}},
-            {"fault": "nccl_hang_when=NCCL_ALGO:Tree", "when": {"NCCL_PROTO": "LL"}},
+            {"fault": "never_ready", "when": {"NCCL_PROTO": "LL128", **spec_off}},
+            {"fault": "crash_after_tokens=20", "when": {"NCCL_PROTO": "Simple", **spec_off}},
+            {"fault": "env_drop", "when": {"NCCL_PROTO": None, **spec_on}},
+            {"fault": "nccl_hang", "when": {"NCCL_PROTO": "LL", **spec_on}},
+            {"fault": "oom_above_draft_tokens=16", "when": {"NCCL_PROTO": "LL128", **spec_on}},
         ]},
         sampler={"kind": "grid", "seed": 0},
-        budget={"trials": 8, "concurrent_trials": 2, "max_failure_rate": 0.9, "max_consecutive_failures": 8},
-        promotion={"confirm_repeats": 0},
+        budget={"trials": 10, "concurrent_trials": 2, "max_failure_rate": 0.9, "max_consecutive_failures": 8},
+        promotion={"confirm_repeats": 2},
         benchmark={"stall_timeout_s": 3},
     )
     data["search_space"] = [str(space)]
     exp = write_experiment(tmp_path, data)
     marker = uuid.uuid4().hex
     wd = tmp_path / "wd"
-    proc = sweep("run", str(exp), "--workdir", str(wd), env={"SWEEP_TEST_MARKER": marker})
+    proc = sweep("run", str(exp), "--workdir", str(wd),
+                 env={"SWEEP_TEST_MARKER": marker, "HF_TOKEN": HF_TOKEN, "AWS_SECRET_ACCESS_KEY": AWS_SECRET})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -64,13 +75,32 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path):
     for d in sorted((wd / "trials").iterdir()):
         o = json.loads((d / "outcome.json").read_text())
         p = o["params"]
-        kinds[(p["NCCL_PROTO"], p["NCCL_ALGO"])] = (o["status"], o["failure_kind"], o["log_tail"], o["reason"])
+        kinds[(p["NCCL_PROTO"], p["speculative_algorithm"])] = (o["status"], o["failure_kind"], o["log_tail"],
+                                                                o["reason"])
     assert len(kinds) == 8, kinds  # every grid point was measured: failures did not stop the sweep
     assert kinds[("LL128", None)][:2] == ("FAILED", "startup_timeout")
     status, kind, tail, reason = kinds[("Simple", None)]
     assert (status, kind) == ("FAILED", "server_crash") and "exit code 1" in reason and tail
-    assert kinds[("LL", "Tree")][:2] == ("FAILED", "nccl_hang")
-    assert kinds[(None, None)][0] == "COMPLETE" and kinds[("LL", None)][0] == "COMPLETE"
+    status, kind, tail, reason = kinds[("LL128", "EAGLE3")]
+    assert (status, kind) == ("FAILED", "oom") and "out of memory" in tail.lower()
+    status, kind, tail, reason = kinds[(None, "EAGLE3")]
+    assert (status, kind) == ("FAILED", "env_not_applied") and "did not reach" in reason
+    assert kinds[("LL", "EAGLE3")][:2] == ("FAILED", "nccl_hang")
+    for ok in [(None, None), ("LL", None), ("Simple", "EAGLE3")]:
+        assert kinds[ok][0] == "COMPLETE", (ok, kinds[ok])
     assert _processes_marked(marker) == []  # no server, rank worker or Ray process left running
+
+    summary = json.loads((wd / "summary.json").read_text())
+    champ = summary["champion"]["params"]  # never a failed trial, never the env_not_applied one
+    assert (champ.get("NCCL_PROTO"), champ.get("speculative_algorithm")) in [("LL", None), ("Simple", "EAGLE3")]
     status_proc = sweep("status", "--workdir", str(wd))
-    assert "startup_timeout 1" in status_proc.stdout and "server_crash 1" in status_proc.stdout
+    for k in ("startup_timeout 1", "server_crash 1", "oom 1", "env_not_applied 1", "nccl_hang 1"):
+        assert k in status_proc.stdout, status_proc.stdout
+
+    # Secrets in the driver's environment reach no file the sweep wrote: artifacts, logs, both
+    # databases, MLflow's artifact store.
+    for path in wd.rglob("*"):
+        if path.is_file():
+            data_bytes = path.read_bytes()
+            assert HF_TOKEN.encode() not in data_bytes, path
+            assert AWS_SECRET.encode() not in data_bytes, path
