@@ -179,6 +179,39 @@ def run(base_url: str, **kwargs) -> list[BenchRecord]:
     return asyncio.run(run_async(base_url, **kwargs))
 
 
+def bench_serving_argv(
+    python: str,
+    base_url: str,
+    *,
+    model: str,
+    tokenizer: str | None,
+    dataset_path: str | None,
+    requests: int,
+    concurrency: int,
+    input_len: int,
+    output_len: int,
+    warmup_requests: int,
+    seed: int,
+    output_file: str,
+) -> list[str]:
+    """argv of SGLang's own benchmark (`--benchmark.engine bench_serving`), streaming /generate like ours.
+
+    Fixed lengths need `--random-range-ratio 1.0` (its default 0.0 draws lengths from U[1, len]).
+    `--output-file` appends one JSON line per run; the caller gives each run a fresh file.
+    """
+    argv = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", base_url,
+            "--model", model, "--tokenizer", tokenizer or model,
+            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+            "--random-range-ratio", "1.0", "--num-prompts", str(requests), "--max-concurrency", str(concurrency),
+            "--request-rate", "inf", "--warmup-requests", str(warmup_requests), "--seed", str(seed),
+            "--output-file", output_file]
+    if dataset_path:
+        argv += ["--dataset-name", "random", "--dataset-path", dataset_path]
+    else:
+        argv += ["--dataset-name", "random-ids"]
+    return argv
+
+
 def write_jsonl(records: Sequence[BenchRecord], path) -> None:
     """One JSON object per request, the raw material every metric is computed from."""
     with open(path, "w", encoding="utf-8") as f:

@@ -185,6 +185,11 @@ class BenchmarkSpec(Strict):
     timeout_s: Positive = 1800.0
     stall_timeout_s: Positive = 120.0
     """No token for this long while the server lives counts as a hang (nccl_hang)."""
+    dataset_path: str | None = None
+    """engine bench_serving: a local ShareGPT JSON for `--dataset-name random` (real text, real
+    acceptance); without it `random-ids` is used, whose acceptance lengths are unrealistic."""
+    tokenizer: str | None = None
+    """engine bench_serving: tokenizer directory (default: the server's model path)."""
 
 
 METRIC_NAMES = (

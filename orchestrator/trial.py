@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -217,6 +219,8 @@ class _Runner:
         if remaining <= 1:
             raise _Failed(FailureKind.trial_timeout,
                           f"trial deadline (budget.trial_timeout_s={self.sweep.budget.trial_timeout_s:g}) passed")
+        if b.engine == "bench_serving":
+            return self._measure_bench_serving(repeat, remaining)
         before = self._metrics_text()
         t0 = time.monotonic()
         records = bench.run(
@@ -238,6 +242,43 @@ class _Runner:
                                    metrics_before=before, metrics_after=after, log_text=log_text)
         except metrics.MetricMissing as exc:
             raise _Failed(FailureKind.metric_missing, str(exc)) from None
+
+    def _measure_bench_serving(self, repeat: int, remaining: float) -> Metrics:
+        """One run of `python -m sglang.bench_serving` against the server; its JSONL row is the measurement."""
+        assert self.server is not None
+        b, srv_spec = self.sweep.benchmark, self.sweep.server
+        out_file = self.dir / f"bench_serving-{repeat}.jsonl"
+        argv = bench.bench_serving_argv(
+            srv_spec.python or sys.executable, self.server.base_url, model=srv_spec.model, tokenizer=b.tokenizer,
+            dataset_path=b.dataset_path, requests=b.requests, concurrency=b.concurrency, input_len=b.input_len,
+            output_len=b.output_len, warmup_requests=b.warmup_requests, seed=self.spec.seed * 1000 + repeat,
+            output_file=str(out_file))
+        before = self._metrics_text()
+        t0 = time.monotonic()
+        with open(self.dir / f"bench_serving-{repeat}.log", "wb") as log:
+            try:
+                rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    timeout=min(b.timeout_s, remaining), env=srv.child_env(self.plan, dict(os.environ))
+                                    if self.plan else None).returncode
+            except subprocess.TimeoutExpired:
+                rc = None
+        self._timed("bench", t0)
+        after = self._metrics_text()
+        if self.server.returncode() is not None:
+            kind, reason = classify_exit(srv.tail(self.dir / "server.log", 200), self.server.returncode())
+            raise _Failed(kind, f"{reason} during sglang.bench_serving")
+        if rc != 0 or not out_file.exists():
+            why = "timed out" if rc is None else f"exited with {srv.describe_returncode(rc)}"
+            raise _Failed(FailureKind.bench_error, f"sglang.bench_serving {why}; see bench_serving-{repeat}.log")
+        rows = metrics.read_bench_serving_jsonl(out_file.read_text())
+        try:
+            m = metrics.metrics_from_bench_serving(rows[-1])
+        except (metrics.MetricMissing, IndexError) as exc:
+            raise _Failed(FailureKind.metric_missing, f"sglang.bench_serving output: {exc}") from None
+        verify = metrics.verify_ms_from_metrics(before, after) if before and after else None
+        if verify is not None:
+            m = m.model_copy(update={"verify_ms": verify, "sources": {**m.sources, "verify_ms": "device_timer"}})
+        return m
 
     def _metrics_text(self) -> str | None:
         assert self.server is not None

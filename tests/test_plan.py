@@ -258,3 +258,19 @@ def test_fixed_nccl_debug_is_not_reported_as_swept() -> None:
     s = nvlink(load("demo.yaml"))
     assert "NCCL_DEBUG" in s.server.env
     assert make(s, sp.baseline_params(s.space)).warnings == ()
+
+
+def test_bench_serving_argv_uses_only_flags_of_its_help_dump() -> None:
+    from orchestrator import bench
+
+    help_text = (ROOT / "orchestrator" / "reference" / "sglang_0_5_23" / "bench_serving_help.txt").read_text()
+    known = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", help_text))
+    for dataset in (None, "/data/sharegpt.json"):
+        argv = bench.bench_serving_argv(
+            "python", "http://127.0.0.1:30000", model="/models/k", tokenizer=None, dataset_path=dataset,
+            requests=16, concurrency=1, input_len=512, output_len=512, warmup_requests=2, seed=3,
+            output_file="/tmp/o.jsonl")
+        flags = [a for a in argv if a.startswith("--")]
+        assert set(flags) <= known, set(flags) - known
+        assert argv[argv.index("--random-range-ratio") + 1] == "1.0"  # fixed lengths, not U[1, len]
+        assert argv[argv.index("--dataset-name") + 1] == ("random" if dataset else "random-ids")
