@@ -200,7 +200,13 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="continue the sweep in the work directory"),
 ) -> None:
     """Run (or resume) a sweep: trials on Ray, Optuna proposing, MLflow recording, champion promoted."""
+    import logging
+
     from orchestrator.driver import Sweep
+
+    # The sweep prints its own progress; MLflow's schema-migration chatter is not news to a user.
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
     s = _load(experiment)
     try:

@@ -114,3 +114,19 @@ def test_analysis_notebook_runs_against_the_sweep(finished_sweep, monkeypatch):
                    resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "@champion = version" in printed
+
+
+def test_export_by_tracking_uri_and_model_name_in_every_format(finished_sweep, tmp_path):
+    wd, _ = finished_sweep
+    uri = f"sqlite:///{wd / 'mlflow.db'}"
+    for fmt in ("env", "json", "sglang-args"):
+        out = tmp_path / f"champion.{fmt}"
+        proc = sweep("export", "--tracking-uri", uri, "--model", "sglang-sweep-demo", "--format", fmt, "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+    config = json.loads((tmp_path / "champion.json").read_text())
+    assert config["trial_number"] == json.loads((wd / "summary.json").read_text())["champion"]["number"]
+    assert (tmp_path / "champion.sglang-args").read_text().strip() == " ".join(config["sglang_args"]) or \
+        "--tp-size" in (tmp_path / "champion.sglang-args").read_text()
+    missing = sweep("export", "--tracking-uri", uri, "--model", "no-such-model", "--format", "env",
+                    "-o", str(tmp_path / "x.env"))
+    assert missing.returncode == 1 and "no-such-model" in missing.stderr and "Traceback" not in missing.stderr
