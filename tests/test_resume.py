@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator import space as sp
@@ -25,6 +26,7 @@ from orchestrator import spec as spec_mod
 from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.study import read_only
 from e2e_helpers import REPO, SWEEP, demo_experiment, sweep, write_experiment
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +54,13 @@ def wait_until_gone(marker: str, timeout_s: float = 10.0) -> dict[int, str]:
     while (left := marked_processes(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
+
+
+def new_workdir(tmp_path: Path, template: Path) -> Path:
+    """A work directory whose MLflow store already has its schema (creating one costs seconds)."""
+    wd = tmp_path / "wd"
+    copy_store(template, wd)
+    return wd
 
 
 def start_sweep(exp: Path, wd: Path, marker: str, log: Path, *extra: str) -> subprocess.Popen:
@@ -98,13 +107,13 @@ def mlflow_runs(wd: Path, experiment: str) -> dict[int, list]:
     return runs
 
 
-def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(tmp_path):
+def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(tmp_path, sqlite_store_template):
     budget = 8
     # Two repeats per trial give the promotion gate its samples without separate confirmation runs.
     data = demo_experiment(name="resume", budget={"trials": budget, "concurrent_trials": 2},
                            benchmark={"repeats": 2}, promotion={"confirm_repeats": 0, "min_gain": 0.0})
     exp = write_experiment(tmp_path, data)
-    wd = tmp_path / "wd"
+    wd = new_workdir(tmp_path, sqlite_store_template)
     marker = uuid.uuid4().hex
     first_log = tmp_path / "first.log"
     first = start_sweep(exp, wd, marker, first_log)
@@ -249,3 +258,55 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path):
     third._lock_file.close()
     trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "recover")
     assert len([t for t in trials if t.attrs.get("remeasure_of") == lost_number]) == 1
+
+
+def test_identical_failing_parameters_are_not_measured_again(tmp_path, sqlite_store_template):
+    """A tiny space where some points always fail: the sampler proposes them again, the driver tells
+    Optuna the known failure instead of measuring them twice, and the sweep ends when nothing is left."""
+    space = tmp_path / "tiny.yaml"
+    space.write_text(yaml.safe_dump({"name": "tiny", "params": {
+        "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
+        "NCCL_ALGO": {"choices": [None, "Tree"]},
+    }}))
+    data = demo_experiment(
+        name="repeats", search_space=[str(space)], sampler={"kind": "random", "seed": 0},
+        simulator={"faults": [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL128", "Simple"]}}]},
+        budget={"trials": 8, "concurrent_trials": 2, "max_failure_rate": 0.9},
+        promotion={"confirm_repeats": 0})
+    data["search_space"] = [str(space)]
+    exp, wd = write_experiment(tmp_path, data), new_workdir(tmp_path, sqlite_store_template)
+    proc = sweep("run", str(exp), "--workdir", str(wd))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "repeats")
+    launched = [t for t in trials if not t.attrs.get("skipped")]
+    keys = [(t.role, sp.key(t.params)) for t in launched]
+    assert len(keys) == len(set(keys)) == 8  # every point once: the whole space, nothing twice
+    failed = {sp.key(t.params): t.number for t in launched if t.state == "FAIL"}
+    assert len(failed) == 4 and all(t.attrs["failure_kind"] == "server_crash" for t in launched if t.state == "FAIL")
+    repeats = [t for t in trials if t.attrs.get("failure_kind") == "duplicate_of_failed"]
+    assert repeats, "the sampler never proposed a failed point again (unlikely with half the space failing)"
+    for t in repeats:
+        assert t.state == "FAIL" and failed[sp.key(t.params)] < t.number
+        assert not (wd / "trials" / f"{t.number:04d}").exists()  # told, not launched
+    assert "search space exhausted" in proc.stdout or "trial budget reached" in proc.stdout
+
+
+def test_wall_time_budget_stops_launching(tmp_path, sqlite_store_template):
+    data = demo_experiment(name="walltime", budget={"trials": 40, "concurrent_trials": 2},
+                           benchmark={"repeats": 2}, promotion={"confirm_repeats": 0, "min_gain": 0.0})
+    exp, wd = write_experiment(tmp_path, data), new_workdir(tmp_path, sqlite_store_template)
+    started = time.monotonic()
+    proc = sweep("run", str(exp), "--workdir", str(wd), "--timeout", "30s")
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "wall-time budget reached" in proc.stdout
+    finished, running = trial_files(wd)
+    assert not running and 0 < len(finished) < 40
+    # The trials in flight at the deadline ran to their end; nothing was cut short.
+    assert all(o["status"] == "COMPLETE" for o in finished.values()), finished
+    last_start = max(o["started_at"] for o in finished.values())
+    assert last_start - min(o["started_at"] for o in finished.values()) < 30
+    assert took < 30 + 45, took  # the deadline plus one trial and the wrap-up
+    status = sweep("status", "--workdir", str(wd))
+    assert "stop reason: wall-time budget reached" in status.stdout, status.stdout
