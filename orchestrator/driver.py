@@ -628,6 +628,8 @@ class Sweep:
 
     def _check_failure_budget(self) -> None:
         p, b = self.progress, self.spec.budget
+        if p.stop_reason:  # the first reason to stop is the one to report; trials in flight still finish
+            return
         if p.consecutive_failures >= b.max_consecutive_failures:
             p.stop_reason = (f"{p.consecutive_failures} trials failed in a row "
                              f"(budget.max_consecutive_failures={b.max_consecutive_failures}); "

@@ -1,7 +1,8 @@
-"""Ctrl-C, as a terminal sends it (SIGINT to the whole foreground process group, Ray's own processes
-included): the first press lets the trials in flight finish and launches nothing more, the second
-aborts them now; both exit non-zero with a message, leave no process behind and a study that
-`--resume` finishes."""
+"""A sweep that stops early. Ctrl-C, as a terminal sends it (SIGINT to the whole foreground process
+group, Ray's own processes included): the first press lets the trials in flight finish and launches
+nothing more, the second aborts them now; both exit non-zero with a message, leave no process behind
+and a study that `--resume` finishes. And the sweep stops itself, exit code 1 with a summary, when
+trials keep failing or the baseline fails."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import time
 import uuid
 
 import pytest
+import yaml
 
 from orchestrator.study import read_only
 from e2e_helpers import demo_experiment, sweep, write_experiment
-from test_resume import MARKER, marked_processes, mlflow_runs, start_sweep, trial_files, wait_for, wait_until_gone
+from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
+from test_resume import MARKER, mlflow_runs, new_workdir, start_sweep, trial_files, wait_for, wait_until_gone
 
 pytestmark = pytest.mark.slow
 
@@ -114,3 +117,62 @@ def test_ctrl_c_twice_aborts_the_trials_in_flight_now_and_they_are_measured_agai
     for n in aborted:
         again = [t for t in trials if t.attrs.get("remeasure_of") == n]
         assert len(again) == 1 and again[0].state == "COMPLETE" and again[0].params == by_number[n].params
+
+
+# ---------------------------------------------------------------------- the sweep stops itself
+
+ALL_FAIL = [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL", "LL128", "Simple"]}},
+            {"fault": "crash_after_tokens=1", "when": {"NCCL_ALGO": ["Ring", "Tree"]}}]
+"""Every point but the baseline's (nothing set) fails."""
+
+
+def _failing_sweep(tmp_path, template, name: str, budget: dict, faults: list):
+    space = tmp_path / "proto.yaml"
+    space.write_text(yaml.safe_dump({"name": "proto", "params": {
+        "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
+        "NCCL_ALGO": {"choices": [None, "Ring", "Tree"]},
+    }}))
+    data = demo_experiment(name=name, simulator={"faults": faults}, promotion={"confirm_repeats": 0},
+                           budget={"trials": 10, "concurrent_trials": 2, **budget})
+    data["search_space"] = [str(space)]
+    wd = new_workdir(tmp_path, template)
+    proc = sweep("run", str(write_experiment(tmp_path, data)), "--workdir", str(wd))
+    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", name)
+    return proc, wd, trials
+
+
+@pytest.mark.parametrize("rule, budget, message", [
+    ("consecutive", {"max_consecutive_failures": 3, "max_failure_rate": 1.0},
+     "3 trials failed in a row (budget.max_consecutive_failures=3)"),
+    ("rate", {"max_failure_rate": 0.5, "min_trials_for_failure_rate": 3, "max_consecutive_failures": 10},
+     "above budget.max_failure_rate=0.5"),
+])
+def test_repeated_failures_stop_the_sweep_with_a_summary(tmp_path, sqlite_store_template, rule, budget, message):
+    proc, wd, trials = _failing_sweep(tmp_path, sqlite_store_template, f"fails-{rule}", budget, ALL_FAIL)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert message in proc.stdout and "failures by kind: {'server_crash'" in proc.stdout
+    launched = [t for t in trials if not t.attrs.get("skipped")]
+    assert len(launched) < 10  # stopped early instead of spending the budget on a broken set-up
+    failed = [t for t in launched if t.state == "FAIL"]
+    assert failed and all(t.attrs["failure_kind"] == "server_crash" for t in failed)
+    status = sweep("status", "--workdir", str(wd))
+    assert f"server_crash {len(failed)}" in status.stdout and message in status.stdout, status.stdout
+
+
+def test_a_failed_baseline_stops_the_sweep_at_once(tmp_path, sqlite_store_template):
+    proc, wd, trials = _failing_sweep(tmp_path, sqlite_store_template, "badbase", {}, ["crash_after_tokens=1"])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "Traceback" not in out
+    assert "the baseline failed (server_crash" in proc.stdout and "server.log" in proc.stdout
+    baseline = trials[0]
+    assert baseline.role == "baseline" and baseline.state == "FAIL"
+    # Nothing launched after it; what was in flight beside it was aborted, to be measured on --resume.
+    others = [t for t in trials[1:] if not t.attrs.get("skipped") and t.state != "WAITING"]
+    assert others and all(t.start <= baseline.end for t in others)
+    in_flight = [t for t in others if t.end >= baseline.end]
+    assert all(t.attrs["failure_kind"] == "interrupted" for t in in_flight)
+    waiting = [t for t in trials if t.state == "WAITING"]
+    assert sorted(t.attrs["remeasure_of"] for t in waiting) == sorted(t.number for t in in_flight)
+    assert json.loads((wd / "summary.json").read_text())["promoted"] is False
