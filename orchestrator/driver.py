@@ -4,6 +4,11 @@ One process owns the study and MLflow. Workers get a TrialSpec and return a Tria
 is written to trials/<n>/outcome.json before Optuna is told and before MLflow is logged, so a driver
 killed at any moment loses nothing measured: on --resume a RUNNING trial with an outcome file is
 told from the file, one without is closed as `interrupted` and its parameters are measured again once.
+Resume also ends what the killed driver left running (its local Ray processes, listed in
+ray-processes.json, and trial servers, by their pid files) and logs to MLflow what never got there.
+
+Ctrl-C (or SIGTERM) once: nothing new is launched and the trials in flight finish; twice: their
+servers are killed and they are closed as interrupted. Either way `--resume` continues the study.
 """
 
 from __future__ import annotations

@@ -202,17 +202,17 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
     assert version.run_id in {r.info.run_id for n, rs in runs.items() for r in rs if n == summary["champion"]["number"]}
 
 
-def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path):
+def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlite_store_template):
     """The driver died after the worker wrote outcome.json but before Optuna was told: on resume the
     trial is told from the file (not measured again); a trial without one is interrupted."""
     from orchestrator.driver import Sweep
 
     spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="recover")))
-    wd = tmp_path / "wd"
+    wd = new_workdir(tmp_path, sqlite_store_template)
     first = Sweep(spec, wd)
     first._lock()
     first._open()
-    told_later, lost = [first.study.ask() for _ in range(2)]
+    told_later, lost, unlogged = [first.study.ask() for _ in range(3)]
     run_ids = {}
     for number, params, _ in (told_later, lost):
         run_ids[number] = first.tracker.start_trial(first.parent_run_id, number=number, params=params,
@@ -225,6 +225,13 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path):
                         metrics=Metrics(decode_tok_s=55.5, output_tok_s=54.0), started_at=now - 5,
                         finished_at=now, trial_dir=str(wd / "trials" / f"{number:04d}"))
     (wd / "trials" / f"{number:04d}" / "outcome.json").write_text(done.model_dump_json())
+    # A third trial was told to Optuna, but the driver died before MLflow heard of it.
+    u_number, u_params, _ = unlogged
+    u_dir = wd / "trials" / f"{u_number:04d}"
+    u_dir.mkdir(parents=True)
+    (u_dir / "outcome.json").write_text(done.model_copy(update={
+        "number": u_number, "params": u_params, "trial_dir": str(u_dir)}).model_dump_json())
+    first.study.tell_complete(u_number, [55.5], {"role": "search"})
     first._lock_file.close()  # the driver "dies": its lock goes with it
 
     second = Sweep(spec, wd, resume=True)
@@ -237,7 +244,7 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path):
     by_number = {t.number: t for t in trials}
     assert by_number[number].state == "COMPLETE" and by_number[number].values == (55.5,)
     assert not [t for t in trials if t.attrs.get("remeasure_of") == number]
-    assert second.progress.launched == 1 and second.progress.complete == 1
+    assert second.progress.launched == 2 and second.progress.complete == 2
 
     lost_number = lost[0]
     assert by_number[lost_number].state == "FAIL"
@@ -249,6 +256,11 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path):
     told_run = client.get_run(run_ids[number])
     assert told_run.info.status == "FINISHED" and told_run.data.metrics["decode_tok_s"] == 55.5
     assert client.get_run(run_ids[lost_number]).info.status == "KILLED"
+    parent = second.parent_run_id
+    unlogged_runs = client.search_runs(
+        [told_run.info.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.`sweep.trial_number` = '{u_number}'")
+    assert [(r.info.status, r.data.metrics["decode_tok_s"]) for r in unlogged_runs] == [("FINISHED", 55.5)]
 
     # A second resume settles nothing again: no second re-measure of the same interruption.
     third = Sweep(spec, wd, resume=True)
