@@ -161,6 +161,7 @@ class Sweep:
         self._lock_file = None
         self._stop = 0  # Ctrl-C presses: 1 finish in-flight trials, 2 abort them now
         self._announced = 0  # presses already acted on by the loop (the signal handler only counts)
+        self._signal = "Ctrl-C"  # how the last press came: Ctrl-C or SIGTERM
         self._abort_reason = ""  # set: trials in flight are being aborted, and why
         self._in_flight: dict[Any, tuple[Any, TrialSpec, str | None]] = {}
         self._actors: list[Any] = []
@@ -353,6 +354,7 @@ class Sweep:
                 self.study.enqueue(sp.baseline_params(self.spec.space), {"role": TrialRole.baseline.value})
             self._install_signals()
             self._start_ray()
+            self._install_signals()  # ray.init() puts its own SIGTERM handler (sys.exit) in place
             self._loop()
             return self._finish()
         finally:
@@ -400,9 +402,11 @@ class Sweep:
         def handler(signum, frame):
             # Only count here: printing from a signal handler can hit a reentrant write on stdout.
             self._stop += 1
+            self._signal = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
-        self._old_sigint = signal.signal(signal.SIGINT, handler)
-        self._old_sigterm = signal.signal(signal.SIGTERM, handler)
+        old = signal.signal(signal.SIGINT, handler), signal.signal(signal.SIGTERM, handler)
+        if not hasattr(self, "_old_sigint"):
+            self._old_sigint, self._old_sigterm = old
 
     def _restore_signals(self) -> None:
         if hasattr(self, "_old_sigint"):
@@ -415,11 +419,11 @@ class Sweep:
             self._announced += 1
             if self._announced == 1:
                 self.progress.stop_reason = (
-                    f"interrupted (Ctrl-C): no new trials launched, the trials in flight finished; "
+                    f"interrupted ({self._signal}): no new trials launched, the trials in flight finished; "
                     f"continue with `sweep run EXPERIMENT --workdir {self.paths.root} --resume`")
             else:
                 self.progress.stop_reason = (
-                    f"interrupted twice (Ctrl-C): the trials in flight were aborted and will be measured "
+                    f"interrupted twice ({self._signal}): the trials in flight were aborted and will be measured "
                     f"again; continue with `sweep run EXPERIMENT --workdir {self.paths.root} --resume`")
                 self._abort_in_flight("aborted by a second Ctrl-C")
             self.on_event("interrupt", {"press": self._announced})
