@@ -108,6 +108,13 @@ def _without_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def _duration(seconds: float) -> str:
+    """30 s, 45 min, 8.0 h: a budget the way a user wrote it, roughly."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
 def default_workdir(spec: SweepSpec) -> Path:
     return Path("runs") / spec.name
 
@@ -425,7 +432,7 @@ class Sweep:
                 self.progress.stop_reason = (
                     f"interrupted twice ({self._signal}): the trials in flight were aborted and will be measured "
                     f"again; continue with `sweep run EXPERIMENT --workdir {self.paths.root} --resume`")
-                self._abort_in_flight("aborted by a second Ctrl-C")
+                self._abort_in_flight(f"aborted by a second {self._signal}")
             self.on_event("interrupt", {"press": self._announced})
 
     def _abort_in_flight(self, reason: str) -> None:
@@ -448,7 +455,7 @@ class Sweep:
             p.stop_reason = f"trial budget reached ({self.budget_trials})"
             return False
         if self._deadline_passed():
-            p.stop_reason = f"wall-time budget reached ({self.timeout_s / 3600:.2f} h); trials in flight finished"
+            p.stop_reason = f"wall-time budget reached ({_duration(self.timeout_s)}); trials in flight finished"
             return False
         return True
 
