@@ -210,15 +210,3 @@ def bench_serving_argv(
     else:
         argv += ["--dataset-name", "random-ids"]
     return argv
-
-
-def write_jsonl(records: Sequence[BenchRecord], path) -> None:
-    """One JSON object per request, the raw material every metric is computed from."""
-    with open(path, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(r.model_dump_json() + "\n")
-
-
-def read_jsonl(path) -> list[BenchRecord]:
-    with open(path, encoding="utf-8") as f:
-        return [BenchRecord.model_validate_json(line) for line in f if line.strip()]

@@ -98,9 +98,10 @@ def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> 
     from orchestrator import space as sp
 
     s = _load(experiment)
+    total, feasible, _ = sp.census(s.space)
     out.print(f"[green]OK[/] {experiment}: experiment [bold]{s.name}[/], engine {s.engine}, "
               f"sglang {s.sglang_version}, tp {s.server.tp}, {len(s.space.params)} knobs "
-              f"({', '.join(s.space.params)}), up to {sp.size(s.space)} combinations")
+              f"({', '.join(s.space.params)}), {total} distinct combinations of which {feasible} feasible")
 
 
 @app.command()
@@ -249,8 +250,10 @@ def _print_summary(s: spec_mod.SweepSpec, summary: dict[str, Any], wd: Path) -> 
     if summary.get("promoted"):
         out.print(f"[green]promoted[/] {s.promotion.model_name}@{s.promotion.alias} (version {summary['model_version']})")
         out.print(f"env file: [bold]{summary['env_file']}[/]")
-    elif champ:
+    elif champ and not (summary.get("gate") or {}).get("passed"):
         out.print("[yellow]not promoted: no configuration beat the baseline by the required margin[/]")
+    elif champ:
+        out.print(f"[red]not promoted[/]: {escape(summary.get('verdict', ''))}", soft_wrap=True)
     out.print(f"browse the results: [bold]sweep ui --workdir {wd}[/]")
 
 
@@ -382,6 +385,9 @@ def truth(
     s = _load(experiment)
     if s.engine != "simulator":
         raise UserError(f"{experiment}: `sweep truth` needs engine: simulator (the model is the simulator's)")
+    if s.objective.metric not in truth_mod.MODELLED:
+        raise UserError(f"{experiment}: objective.metric {s.objective.metric} is not predicted by the simulator's "
+                        f"noise-free model; `sweep truth` ranks by {', '.join(truth_mod.MODELLED)}")
     with err.status("evaluating every feasible point of the space..."):
         t = truth_mod.compute(s)
     table = Table(title=f"{s.name}: {len(t.values)} feasible points on {s.simulator.hardware_profile} "
@@ -401,8 +407,9 @@ def truth(
             from orchestrator import space as sp
 
             value = truth_mod.evaluator(s)(sp.complete(s.space, best["params"]))
+            ratio = value / t.optimum if t.maximize else t.optimum / value
             out.print(f"sweep best (trial {best['number']}): true {s.objective.metric} {value:.2f} = "
-                      f"{value / t.optimum * 100:.1f}% of the optimum, rank {t.rank_of_value(value)} of {len(t.values)}")
+                      f"{ratio * 100:.1f}% of the optimum, rank {t.rank_of_value(value)} of {len(t.values)}")
 
 
 def main() -> None:

@@ -38,13 +38,6 @@ class ReadyResult:
     returncode: int | None = None
     waited_s: float = 0.0
 
-    def describe(self) -> str:
-        if self.ready:
-            return f"ready after {self.waited_s:.1f}s"
-        if self.exited:
-            return f"exited during start-up ({describe_returncode(self.returncode)})"
-        return f"not ready after {self.waited_s:.0f}s"
-
 
 def describe_returncode(code: int | None) -> str:
     """'exit code 1' or 'killed by signal 9 (SIGKILL)', the distinction a user needs."""

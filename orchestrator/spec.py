@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchestrator import knobs
+from orchestrator import knobs, redact
 
 Scalar = str | int | float | bool | None
 
@@ -145,14 +145,6 @@ class ServerSpec(Strict):
                 raise ValueError(f"{name} {problem}")
             out[name] = str(value)
         return out
-
-
-class FaultSpec(Strict):
-    """A simulator fault injected only into trials whose knobs match `when` (all of them)."""
-
-    fault: str
-    """The simulator's --sim-fault text, e.g. never_ready, crash_after_tokens=40."""
-    when: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
 
 
 class FaultSpec(Strict):
@@ -517,6 +509,19 @@ def _check_links(space: SearchSpace, origin: dict[str, str], where: str) -> None
         todo = [n for n in todo if n not in done]
 
 
+# Metrics the baseline (no speculation) cannot have: an objective must be defined for every trial.
+_SPECULATION_ONLY = ("accept_length", "accept_rate", "verify_ms")
+
+
+def _check_objective(spec: SweepSpec, where: str) -> None:
+    for field in ("metric", "secondary"):
+        name = getattr(spec.objective, field)
+        if name in _SPECULATION_ONLY:
+            raise SpecError(f"{where}: objective.{field}: {name} exists only with speculative decoding, but the "
+                            f"baseline runs without it; use cycle_ms (one decode iteration, defined for every "
+                            f"trial), decode_tok_s, or a latency percentile")
+
+
 def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
     from orchestrator import plan  # the planner owns the flag tables
 
@@ -540,6 +545,10 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
     for name in spec.server.flags:
         flag = "--" + name.lstrip("-")
         at = f"{where}: server.flags.{name}"
+        if redact.is_secret_name(name.lstrip("-").replace("-", "_")):
+            raise SpecError(f"{at}: looks like a secret, and experiments, launch plans, MLflow and the exported "
+                            f"env file are all written to disk; pass it to the server through its deployment "
+                            f"environment instead")
         if flag in plan.MANAGED_FLAGS:
             raise SpecError(f"{at}: set by the sweep itself from {plan.MANAGED_FLAGS[flag]}; "
                             f"remove it from server.flags")
@@ -596,6 +605,7 @@ def load(path: str | Path) -> SweepSpec:
         raise SpecError(_format_errors(err, SweepSpec, where)) from None
     _check_links(spec.space, origin, where)
     _check_server(spec, origin, where)
+    _check_objective(spec, where)
     return spec
 
 

@@ -142,7 +142,7 @@ class _Runner:
                 problems = self.server.stop()
                 self._timed("shutdown", t0)
                 if problems:
-                    self.found["warnings"] = tuple(problems)
+                    self.found["warnings"] = (*self.found.get("warnings", ()), *problems)
         median, summary = metrics.summarize(repeats, seed=self.spec.seed)
         return {"metrics": median, "repeats": tuple(repeats), "summary": summary, "launch": self.plan,
                 **self.found}
@@ -157,6 +157,7 @@ class _Runner:
             write_json(self.dir / "launch.json", _launch_record(self.plan, extra))
             env = srv.child_env(self.plan, dict(os.environ), extra)
             self.server = srv.ServerProcess(self.plan, self.dir / "server.log", env)
+            log_start = self._log_size()
             t0 = time.monotonic()
             self.server.start()
             remaining = self.deadline - time.monotonic()
@@ -165,7 +166,8 @@ class _Runner:
             if ready.ready:
                 return
             if ready.exited:
-                kind, reason = classify_exit(srv.tail(self.dir / "server.log", 200), ready.returncode)
+                # Only this attempt's lines: an earlier attempt's "address already in use" is not this exit's cause.
+                kind, reason = classify_exit(self._log_since(log_start), ready.returncode)
                 if kind is FailureKind.port_in_use and attempt < 2:
                     self.server.stop()
                     continue
@@ -175,6 +177,20 @@ class _Runner:
                           f"server not ready after {ready.waited_s:.0f}s (server.startup_timeout_s="
                           f"{srv_spec.startup_timeout_s:g}); see the log tail")
         raise AssertionError("unreachable")
+
+    def _log_size(self) -> int:
+        try:
+            return (self.dir / "server.log").stat().st_size
+        except OSError:
+            return 0
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.dir / "server.log", "rb") as f:
+                f.seek(offset)
+                return f.read()[-200_000:].decode(errors="replace")
+        except OSError:
+            return ""
 
     def _observe(self) -> None:
         assert self.server is not None and self.plan is not None and self.server.pid is not None
@@ -221,13 +237,16 @@ class _Runner:
                           f"trial deadline (budget.trial_timeout_s={self.sweep.budget.trial_timeout_s:g}) passed")
         if b.engine == "bench_serving":
             return self._measure_bench_serving(repeat, remaining)
-        before = self._metrics_text()
         t0 = time.monotonic()
-        records = bench.run(
-            self.server.base_url, requests=b.requests, concurrency=b.concurrency, input_len=b.input_len,
-            output_len=b.output_len, warmup_requests=b.warmup_requests, seed=self.spec.seed * 1000 + repeat,
-            timeout_s=min(b.timeout_s, remaining), request_timeout_s=b.stall_timeout_s,
-        )
+        common = dict(input_len=b.input_len, output_len=b.output_len, seed=self.spec.seed * 1000 + repeat,
+                      timeout_s=min(b.timeout_s, remaining), request_timeout_s=b.stall_timeout_s)
+        # Warm-up first and on its own, so the /metrics window below holds the measured requests only.
+        records = bench.run(self.server.base_url, requests=0, concurrency=1,
+                            warmup_requests=b.warmup_requests, **common) if b.warmup_requests else []
+        before = self._metrics_text()
+        if all(r.ok for r in records):
+            records += bench.run(self.server.base_url, requests=b.requests, concurrency=b.concurrency,
+                                 warmup_requests=0, **common)
         self._timed("bench", t0)
         records = [r.model_copy(update={"repeat": repeat}) for r in records]
         with open(self.dir / "bench.jsonl", "a", encoding="utf-8") as f:
@@ -297,10 +316,15 @@ class _Runner:
             raise _Failed(kind, f"{reason} during the benchmark after "
                                 f"{sum(r.completion_tokens for r in records)} tokens")
         stalled = [r for r in failed if r.error and "timeout" in r.error.lower()]
-        if stalled and not any(r.ok for r in measured):
+        if stalled:
+            # A live server that stops producing tokens is hung, however many requests worked before.
             raise _Failed(FailureKind.nccl_hang,
                           f"server alive but no token for {self.sweep.benchmark.stall_timeout_s:g}s "
-                          f"(benchmark.stall_timeout_s) on {len(stalled)} request(s): a collective is hung")
+                          f"(benchmark.stall_timeout_s) after {sum(r.ok for r in measured)} good request(s): "
+                          f"a collective is hung")
+        warm_failed = [r for r in failed if r.warmup]
+        if warm_failed:
+            raise _Failed(FailureKind.bench_error, f"the warm-up request failed: {warm_failed[0].error}")
         if not any(r.ok for r in measured):
             raise _Failed(FailureKind.bench_error, f"all {len(measured)} requests failed; first error: {failed[0].error}")
         # Some requests failed while others worked: keep the measurement, say so.

@@ -24,6 +24,7 @@ class Truth:
     values: tuple[float, ...]
     points: tuple[dict[str, Any], ...]
     metric: str
+    maximize: bool = True
 
     @property
     def optimum(self) -> float:
@@ -31,23 +32,32 @@ class Truth:
 
     def rank_of_value(self, value: float) -> int:
         """1-based rank a configuration with this true value would have (1 = optimum)."""
-        ascending = [-v for v in self.values]
-        return bisect.bisect_left(ascending, -value) + 1
+        sign = -1.0 if self.maximize else 1.0
+        return bisect.bisect_left([sign * v for v in self.values], sign * value) + 1
+
+
+MODELLED = ("decode_tok_s", "output_tok_s", "cycle_ms")
+"""Objectives the simulator's model predicts for every point (latency percentiles come from queueing
+and noise, which the noise-free model does not have)."""
 
 
 def evaluator(spec: SweepSpec):
-    """A function params -> noise-free objective value for the experiment's simulator profiles."""
+    """A function params -> noise-free objective value for the experiment's simulator profiles.
+
+    A point SGLang would refuse scores worst (0 tok/s, or infinite time for a minimized metric).
+    """
+    metric = spec.objective.metric
+    if metric not in MODELLED:
+        raise ValueError(f"the simulator's model predicts {', '.join(MODELLED)}, not {metric}")
     hw = profiles.load_hardware(spec.simulator.hardware_profile)
     model = profiles.load_model(spec.simulator.model_profile)
-    metric = spec.objective.metric
     concurrency = spec.benchmark.concurrency
+    worst = 0.0 if spec.objective.direction == "maximize" else float("inf")
 
     def value(params: Mapping[str, Any]) -> float:
         pred = sim_model.evaluate({**sp.effective(params), "tp": spec.server.tp}, hw, model,
                                   concurrency=concurrency)
-        if not pred.ok:
-            return 0.0
-        return float(getattr(pred, metric, pred.decode_tok_s) or 0.0)
+        return float(getattr(pred, metric)) if pred.ok else worst
 
     return value
 
@@ -57,13 +67,9 @@ def feasible_points(spec: SweepSpec) -> Iterable[dict[str, Any]]:
 
 
 def compute(spec: SweepSpec, points: Iterable[Mapping[str, Any]] | None = None) -> Truth:
-    """Evaluate every feasible point (or the given ones); only meaningful for maximized tok/s metrics."""
+    """Evaluate every feasible point (or the given ones), best first for the objective's direction."""
     value = evaluator(spec)
+    maximize = spec.objective.direction == "maximize"
     scored = sorted(((value(p), dict(p)) for p in (points if points is not None else feasible_points(spec))),
-                    key=lambda vp: -vp[0])
-    return Truth(tuple(v for v, _ in scored), tuple(p for _, p in scored), spec.objective.metric)
-
-
-def rank_space(spec: SweepSpec) -> list[tuple[float, dict[str, Any]]]:
-    t = compute(spec)
-    return list(zip(t.values, t.points))
+                    key=lambda vp: -vp[0] if maximize else vp[0])
+    return Truth(tuple(v for v, _ in scored), tuple(p for _, p in scored), spec.objective.metric, maximize)

@@ -194,6 +194,13 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "did you mean 'mem-fraction-static'?"),
     ("argparse abbreviation of a flag", dict(mutate=_set("server.flags", {"tp": 4})),
      "{exp}: server.flags.tp: not a flag of sglang 0.5.23 (launch_server --help); did you mean 'tp-size'?"),
+    ("secret in a flag", dict(mutate=_set("server.flags", {"admin-api-key": "sk-not-for-disk"})),
+     "{exp}: server.flags.admin-api-key: looks like a secret, and experiments, launch plans, MLflow and the "
+     "exported env file are all written to disk; pass it to the server through its deployment environment "
+     "instead"),
+    ("objective the baseline cannot have", dict(mutate=_set("objective.metric", "verify_ms")),
+     "{exp}: objective.metric: verify_ms exists only with speculative decoding, but the baseline runs without "
+     "it; use cycle_ms (one decode iteration, defined for every trial), decode_tok_s, or a latency percentile"),
     ("managed flag", dict(mutate=_set("server.flags", {"tp-size": 4})),
      "{exp}: server.flags.tp-size: set by the sweep itself from server.tp; remove it from server.flags"),
     ("flag that a swept knob sets", dict(mutate=_set("server.flags", {"disable-custom-all-reduce": True})),
