@@ -56,6 +56,8 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path):
             {"fault": "env_drop", "when": {"NCCL_PROTO": None, **spec_on}},
             {"fault": "nccl_hang", "when": {"NCCL_PROTO": "LL", **spec_on}},
             {"fault": "oom_above_draft_tokens=16", "when": {"NCCL_PROTO": "LL128", **spec_on}},
+            # warm-up (32 tokens) and one measured request (32) complete, the next one hangs
+            {"fault": "hang_after_tokens=64", "when": {"NCCL_PROTO": "LL", **spec_off}},
         ]},
         sampler={"kind": "grid", "seed": 0},
         budget={"trials": 10, "concurrent_trials": 2, "max_failure_rate": 0.9, "max_consecutive_failures": 8},
@@ -86,15 +88,17 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path):
     status, kind, tail, reason = kinds[(None, "EAGLE3")]
     assert (status, kind) == ("FAILED", "env_not_applied") and "did not reach" in reason
     assert kinds[("LL", "EAGLE3")][:2] == ("FAILED", "nccl_hang")
-    for ok in [(None, None), ("LL", None), ("Simple", "EAGLE3")]:
+    status, kind, tail, reason = kinds[("LL", None)]  # hung mid-benchmark: not a COMPLETE measurement
+    assert (status, kind) == ("FAILED", "nccl_hang") and "after 1 good request" in reason
+    for ok in [(None, None), ("Simple", "EAGLE3")]:
         assert kinds[ok][0] == "COMPLETE", (ok, kinds[ok])
     assert _processes_marked(marker) == []  # no server, rank worker or Ray process left running
 
     summary = json.loads((wd / "summary.json").read_text())
     champ = summary["champion"]["params"]  # never a failed trial, never the env_not_applied one
-    assert (champ.get("NCCL_PROTO"), champ.get("speculative_algorithm")) in [("LL", None), ("Simple", "EAGLE3")]
+    assert (champ.get("NCCL_PROTO"), champ.get("speculative_algorithm")) == ("Simple", "EAGLE3")
     status_proc = sweep("status", "--workdir", str(wd))
-    for k in ("startup_timeout 1", "server_crash 1", "oom 1", "env_not_applied 1", "nccl_hang 1"):
+    for k in ("startup_timeout 1", "server_crash 1", "oom 1", "env_not_applied 1", "nccl_hang 2"):
         assert k in status_proc.stdout, status_proc.stdout
 
     # Secrets in the driver's environment reach no file the sweep wrote: artifacts, logs, both

@@ -28,7 +28,7 @@ Simulator flags (never abbreviated, unlike SGLang's):
     --sim-fault SPEC               repeatable; also SWEEP_SIM_FAULTS="SPEC;SPEC"
 
 Fault specs (details in faults.py):
-    never_ready | slow_start=SECONDS | crash_after_tokens=N | nccl_hang | nccl_hang_when=VAR:VALUE[,...]
+    never_ready | slow_start=SECONDS | crash_after_tokens=N | hang_after_tokens=N | nccl_hang | nccl_hang_when=VAR:VALUE[,...]
     | oom_above_draft_tokens=N | env_drop
 A port already in use fails like uvicorn: "[Errno 98] error while attempting to bind on address
 ('127.0.0.1', P): address already in use", exit 1.

@@ -137,6 +137,7 @@ class Engine:
                  metrics: Metrics | None, timing: Timing, seed: int | None, max_running: int,
                  decode_log_interval: int, max_total_tokens: int, record_step_time: bool,
                  hang: bool, crash_after_tokens: int | None, topk_crash: bool,
+                 hang_after_tokens: int | None = None,
                  on_fatal: Callable[[str, str], None], watchdog_timeout_s: float):
         self.hw, self.model, self.cfg = hw, model, cfg
         self.log, self.metrics, self.timing = log, metrics, timing
@@ -146,6 +147,7 @@ class Engine:
         self.max_total_tokens = max_total_tokens
         self.record_step_time = record_step_time
         self.hang_armed = hang
+        self.hang_after_tokens = hang_after_tokens
         self.crash_after_tokens = crash_after_tokens
         self.topk_crash = topk_crash
         self.on_fatal = on_fatal
@@ -242,7 +244,9 @@ class Engine:
         batch: list[Request] = []
         while self.waiting and len(self.running) + len(batch) < self.max_running:
             batch.append(self.waiting.popleft())
-        if self.hang_armed and any(r.internal is None for r in batch):
+        hang_now = self.hang_armed or (self.hang_after_tokens is not None
+                                       and self.user_tokens >= self.hang_after_tokens)
+        if hang_now and any(r.internal is None for r in batch):
             await self._hang(batch)
         new_tokens = cached = 0
         for req in batch:

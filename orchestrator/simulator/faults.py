@@ -14,6 +14,8 @@ Syntax (each `--sim-fault SPEC`, repeatable, or `SWEEP_SIM_FAULTS="SPEC;SPEC"` i
                                        completes: no tokens, process alive, /health 503 after its
                                        timeout, a watchdog line after --watchdog-timeout seconds.
     nccl_hang                          the same, unconditionally.
+    hang_after_tokens=N                the same, but only once N tokens were generated (the first
+                                       requests complete, a later one hangs: a mid-benchmark hang).
     oom_above_draft_tokens=N           if speculative_num_draft_tokens * speculative_eagle_topk > N,
                                        start-up fails with torch's CUDA out-of-memory error, exit 1.
     env_drop                           rank workers start with every NCCL_* variable removed (the
@@ -36,6 +38,7 @@ class Faults:
     """None: no hang fault; () : hang unconditionally; else every (VAR, VALUE) must match."""
     oom_above_draft_tokens: int | None = None
     env_drop: bool = False
+    hang_after_tokens: int | None = None
 
     def hangs(self, env: Mapping[str, str]) -> bool:
         """Whether generations hang in a collective with the server environment `env`."""
@@ -48,7 +51,7 @@ class Faults:
 
 
 _NAMES = ("never_ready", "slow_start", "crash_after_tokens", "nccl_hang_when", "nccl_hang",
-          "oom_above_draft_tokens", "env_drop")
+          "oom_above_draft_tokens", "env_drop", "hang_after_tokens")
 
 
 def parse_faults(specs: Iterable[str]) -> Faults:
@@ -75,7 +78,7 @@ def parse_faults(specs: Iterable[str]) -> Faults:
                 if seconds < 0:
                     raise ValueError("must be >= 0")
                 values["slow_start_s"] = seconds
-            elif name in ("crash_after_tokens", "oom_above_draft_tokens"):
+            elif name in ("crash_after_tokens", "oom_above_draft_tokens", "hang_after_tokens"):
                 n = int(arg)
                 if n < 0:
                     raise ValueError("must be >= 0")

@@ -162,6 +162,7 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
         decode_log_interval=int(args.get("decode_log_interval") or 40), max_total_tokens=max_total,
         record_step_time=os.environ.get("SGLANG_RECORD_STEP_TIME") == "1",
         hang=sim.faults.hangs(server_env), crash_after_tokens=sim.faults.crash_after_tokens,
+        hang_after_tokens=sim.faults.hang_after_tokens,
         topk_crash=topk_crash, on_fatal=proc.fatal, watchdog_timeout_s=float(args.get("watchdog_timeout") or 300))
     state = api.ServerState(
         args=args, served_model_name=served, draft_tokens=cfg.draft_tokens, log=log, metrics=metrics,
