@@ -158,6 +158,7 @@ class TrialActor:
     def __init__(self) -> None:
         self._current: Path | None = None
         self._lock = threading.Lock()
+        self._watching = False
 
     def where(self) -> dict[str, Any]:
         return {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
@@ -169,6 +170,7 @@ class TrialActor:
 
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
+        self._watch_raylet()
         with self._lock:
             self._current = Path(spec.trial_dir)
         try:
@@ -177,6 +179,32 @@ class TrialActor:
             with self._lock:
                 self._current = None
         return outcome, _collect(Path(spec.trial_dir))
+
+    def _watch_raylet(self) -> None:
+        """Once per actor: if the raylet that started this worker dies, kill the trial's server and exit.
+
+        A local Ray instance dies with its driver, but a worker busy in a trial runs on for seconds,
+        or to the trial's end, before it notices, and the server (in a session of its own) outlives
+        it. Nobody would collect that outcome; killing the server at once frees the GPUs and leaves
+        the trial without outcome.json, so a resumed driver closes it as interrupted and measures it
+        again.
+        """
+        with self._lock:
+            if self._watching:
+                return
+            self._watching = True
+        raylet = os.getppid()
+
+        def watch() -> None:
+            while os.getppid() == raylet:
+                time.sleep(0.2)
+            with self._lock:
+                current = self._current
+            if current is not None:
+                _kill_server_now(current)
+            os._exit(1)  # before run() can take the killed server for a crash and write an outcome
+
+        threading.Thread(target=watch, name="raylet-watch", daemon=True).start()
 
     def abort(self, watch_s: float = 60.0) -> list[str]:
         """Kill the current trial's server now (second Ctrl-C); run() then returns a failure.
@@ -198,6 +226,18 @@ class TrialActor:
                     break
             time.sleep(0.1)
         return done
+
+
+def _kill_server_now(trial_dir: Path) -> None:
+    """SIGKILL the process group of the trial's server (server.pid), if it is still that server."""
+    try:
+        pid_s, cmd = (trial_dir / "server.pid").read_text().split("\n", 1)
+        pid = int(pid_s)
+    except (OSError, ValueError):
+        return
+    if _cmdline(pid).startswith(cmd.strip()):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def _collect(trial_dir: Path) -> dict[str, bytes]:

@@ -42,7 +42,7 @@ def _resume_finishes_the_budget(exp, wd, name: str, budget: int, marker: str) ->
     trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", name)
     assert len(_measured(trials)) == budget
     assert not [t for t in trials if t.state in ("RUNNING", "WAITING")]
-    assert json.loads((wd / "summary.json").read_text())["promoted"]
+    assert json.loads((wd / "summary.json").read_text())["champion"]
     assert wait_until_gone(marker) == {}
     return trials
 
