@@ -174,6 +174,7 @@ class Sweep:
         self._actors: list[Any] = []
         self._idle: list[Any] = []
         self._outcomes: list[TrialOutcome] = []
+        self._waiting_for_baseline: list[tuple[TrialOutcome, str | None]] = []
         self._keys: dict[str, tuple[int, str]] = {}
 
     # ------------------------------------------------------------------ setup
@@ -576,7 +577,18 @@ class Sweep:
             if not target.exists() or target.stat().st_size != len(data):
                 target.write_bytes(data)
         self._idle.append(act)
+        if self._baseline_in_flight() and outcome.status is TrialStatus.COMPLETE:
+            # Recorded once the baseline is, so its speed-up is known (outcome.json is already written).
+            self._waiting_for_baseline.append((outcome, run_id))
+            return
         self._record(outcome, run_id)
+        if outcome.role is TrialRole.baseline:
+            while self._waiting_for_baseline:
+                self._record(*self._waiting_for_baseline.pop(0))
+
+    def _baseline_in_flight(self) -> bool:
+        """The first baseline is still being measured (so no trial has a speed-up yet)."""
+        return not self._baseline_measured() and any(s.role is TrialRole.baseline for _, s, _ in self._in_flight.values())
 
     def _record(self, outcome: TrialOutcome, run_id: str | None) -> None:
         """outcome.json first, then Optuna, then MLflow (or its outbox)."""
@@ -715,7 +727,7 @@ class Sweep:
                 return {"verdict": "not promoted: interrupted during the confirmation runs",
                         "confirmations": confirm_log}
         gate = select.promotion_gate(champ_samples, base_samples, min_gain=self.spec.promotion.min_gain,
-                                     seed=self.spec.sampler.seed, direction=self.spec.objective.direction)
+                                     direction=self.spec.objective.direction)
         result: dict[str, Any] = {
             "champion": {"number": champion.number, "params": {k: v for k, v in champion.params.items()
                                                                if v is not None},
