@@ -271,3 +271,5 @@ def kill(actor) -> None:
 
 ActorDiedError = ray.exceptions.RayActorError
 RayError = ray.exceptions.RayError
+TaskError = ray.exceptions.RayTaskError
+"""The trial code raised (a bug); RayError otherwise means the worker or its node was lost."""

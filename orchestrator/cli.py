@@ -289,8 +289,9 @@ def status(
             out.print(f"    {k} = {v}")
     if rep.get("baseline") is not None:
         out.print(f"baseline: {rep['baseline']:.2f} ({len(rep['baselines'])} measurement(s))")
-    if len(rep["fingerprints"]) > 1:
-        out.print(f"[yellow]warning: the host fingerprint changed during the sweep: {rep['fingerprints']}[/]")
+    for node, hashes in rep["fingerprints"].items():
+        out.print(f"[yellow]warning: the fingerprint of {node or 'the host'} changed during the sweep "
+                  f"({', '.join(hashes)}): compare fingerprint.json of its trials[/]")
     if rep.get("stop_reason"):
         out.print(f"stop reason: {rep['stop_reason']}")
 
@@ -303,7 +304,7 @@ def sync(workdir: Optional[Path] = typer.Option(None, "--workdir")) -> None:
 
     wd = _workdir(workdir)
     st = _state(wd)
-    tracker = Tracker(st["tracking_uri"], st["experiment"], outbox_dir=wd)
+    tracker = Tracker(st["tracking_uri"], st.get("mlflow_experiment", st["experiment"]), outbox_dir=wd)
     replayed, pending = tracker.replay_outbox()
     out.print(f"replayed {replayed} result(s) to {st['tracking_uri']}; {pending} still pending")
     if pending:
@@ -324,10 +325,10 @@ def ui(
     st = _state(wd)
     uri = st["tracking_uri"]
     if not uri.startswith("sqlite:"):
-        exp_id = Tracker(uri, st["experiment"], outbox_dir=wd).experiment_id()
+        exp_id = Tracker(uri, st.get("mlflow_experiment", st["experiment"]), outbox_dir=wd).experiment_id()
         out.print(f"this sweep logs to the MLflow server {uri}: open {uri.rstrip('/')}/#/experiments/{exp_id}/runs")
         return
-    exp_id = Tracker(uri, st["experiment"], outbox_dir=wd).experiment_id()
+    exp_id = Tracker(uri, st.get("mlflow_experiment", st["experiment"]), outbox_dir=wd).experiment_id()
     mlflow_bin = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
     if mlflow_bin is None:
         raise UserError("the `mlflow` command is not installed in this environment; run `make install`")
@@ -364,7 +365,7 @@ def export(
     else:
         wd = _workdir(workdir)
         st = _state(wd)
-        tracker = Tracker(st["tracking_uri"], st["experiment"], outbox_dir=wd)
+        tracker = Tracker(st["tracking_uri"], st.get("mlflow_experiment", st["experiment"]), outbox_dir=wd)
         model = model or st["model_name"]
     config = tracker.resolve(model, alias)
     exp.write_atomic(output, exp.render(config, fmt))  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ from orchestrator import plan as planner
 from orchestrator import select, server as srv, space as sp
 from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialSpec, TrialStatus
 from orchestrator.spec import SweepSpec
-from orchestrator.study import Study, TrialView
+from orchestrator.study import StorageError, Study, TrialView
 from orchestrator.trial import write_json
 
 log = logging.getLogger("sweep")
@@ -42,6 +42,15 @@ MAX_SKIPPED_PROPOSALS = 200
 
 MLFLOW_WAIT_AT_END_S = 60.0
 """At the end, how long results waiting in the outbox wait for MLflow to return before promotion gives up."""
+
+
+_NOT_THE_PARAMETERS = frozenset({FailureKind.worker_lost, FailureKind.port_in_use, FailureKind.internal_error})
+"""Failure kinds that say nothing about the configuration: never blacklisted, measured again once."""
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip()[:300] if lines else "an exception"
 
 
 class SweepError(Exception):
@@ -175,7 +184,10 @@ class Sweep:
         self._idle: list[Any] = []
         self._outcomes: list[TrialOutcome] = []
         self._waiting_for_baseline: list[tuple[TrialOutcome, str | None]] = []
+        self._overhead: dict[int, dict[str, Any]] = {}
+        """Per-trial orchestration timings (bench/orchestration_overhead.py reads overhead.jsonl)."""
         self._keys: dict[str, tuple[int, str]] = {}
+        self._requeued: set[int] = set()
 
     # ------------------------------------------------------------------ setup
 
@@ -198,7 +210,10 @@ class Sweep:
     def _open(self) -> None:
         from orchestrator.tracking import Tracker
 
-        existed = self.study.exists()
+        try:
+            existed = self.study.exists()
+        except StorageError as exc:
+            raise SweepError(str(exc)) from None
         if existed and not self.resume:
             raise SweepError(
                 f"{self.paths.root} already holds a sweep of {self.spec.name!r}; "
@@ -241,7 +256,8 @@ class Sweep:
             "experiment": self.spec.name, "status": status, "pid": os.getpid(), "updated_at": time.time(),
             "started_at": self.started_at, "budget_trials": self.budget_trials, "timeout_s": self.timeout_s,
             "optuna_storage": _without_password(self.paths.optuna_url), "direction": self.spec.objective.direction,
-            "parent_run_id": self.parent_run_id, "tracking_uri": self.tracking_uri,
+            "parent_run_id": self.parent_run_id, "tracking_uri": _without_password(self.tracking_uri),
+            "mlflow_experiment": self.spec.tracking.experiment or self.spec.name,
             "model_name": self.spec.promotion.model_name, "alias": self.spec.promotion.alias,
             "in_flight": sorted(s.number for _, s, _ in self._in_flight.values()),
             "launched": p.launched, "finished": p.finished, "complete": p.complete, "failed": p.failed,
@@ -482,6 +498,7 @@ class Sweep:
     def _launch_next(self) -> bool:
         """Ask for a point and launch it, or settle it without a launch; False when nothing can be asked."""
         p = self.progress
+        t_ask = time.perf_counter()
         asked = self.study.ask()
         if asked is None:
             p.stop_reason = "grid exhausted: every feasible point was measured"
@@ -497,17 +514,21 @@ class Sweep:
         if role is TrialRole.search and self._settle_duplicate(number, sp.key(params)):
             return self._skipped()
         p.consecutive_skips = 0
+        ask_s = time.perf_counter() - t_ask
         tdir = self.paths.trial_dir(number)
         spec = TrialSpec(number=number, params=params, role=role, repeats=self.spec.benchmark.repeats,
                          trial_dir=str(tdir), seed=self.spec.sampler.seed * 100_003 + number,
                          sweep_started_at=self.started_at, experiment=self.spec.model_dump(mode="json"))
         tdir.mkdir(parents=True, exist_ok=True)
         write_json(tdir / "spec.json", {"number": number, "role": role.value, "params": params})
+        t_mlflow = time.perf_counter()
         run_id = self.tracker.start_trial(self.parent_run_id, number=number, params=params, role=role.value,
                                           tags={"sweep.engine": self.spec.engine})
+        self._overhead[number] = {"number": number, "ask_s": ask_s, "mlflow_start_s": time.perf_counter() - t_mlflow}
         self.study.set_trial_attrs(number, {"role": role.value, "mlflow_run_id": run_id or "",
                                             "trial_dir": str(tdir)})
         act = self._idle.pop()
+        self._overhead[number]["submitted_at"] = time.time()
         ref = act.run.remote(spec)
         self._in_flight[ref] = (act, spec, run_id)
         p.launched += 1
@@ -556,6 +577,14 @@ class Sweep:
         act, spec, run_id = self._in_flight.pop(ref)
         try:
             outcome, files = ray_actor.get(ref)
+        except ray_actor.TaskError as exc:
+            # A bug in the trial code, not a lost machine: keep the traceback, keep the actor.
+            log.error("trial %d raised inside its worker:\n%s", spec.number, exc)
+            outcome = TrialOutcome(number=spec.number, params=spec.params, role=spec.role,
+                                   status=TrialStatus.FAILED, failure_kind=FailureKind.internal_error,
+                                   reason=f"the trial raised {_last_line(str(exc))} (traceback in sweep.log)",
+                                   trial_dir=spec.trial_dir, finished_at=time.time())
+            files = {}
         except ray_actor.RayError as exc:
             outcome = TrialOutcome(number=spec.number, params=spec.params, role=spec.role,
                                    status=TrialStatus.FAILED, failure_kind=FailureKind.worker_lost,
@@ -567,6 +596,9 @@ class Sweep:
                 ray_actor.kill(act)
             act = ray_actor.new_actor(self.spec.server.tp)
             self._actors.append(act)
+        timing = self._overhead.get(spec.number, {})
+        collected_at = time.time()
+        t_files = time.perf_counter()
         if self._abort_reason and outcome.status is not TrialStatus.COMPLETE:
             outcome = outcome.model_copy(update={"failure_kind": FailureKind.interrupted,
                                                  "reason": self._abort_reason})
@@ -574,8 +606,13 @@ class Sweep:
         tdir.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():  # files from a worker on another host
             target = tdir / name
-            if not target.exists() or target.stat().st_size != len(data):
+            # Same host: the file is already here, whole (the copy may be a tail of a large log).
+            if not target.exists():
                 target.write_bytes(data)
+        if timing and outcome.started_at:
+            timing.update(dispatch_s=max(outcome.started_at - timing.pop("submitted_at"), 0.0),
+                          return_s=max(collected_at - outcome.finished_at, 0.0) if outcome.finished_at else 0.0,
+                          files_s=time.perf_counter() - t_files)
         self._idle.append(act)
         if self._baseline_in_flight() and outcome.status is TrialStatus.COMPLETE:
             # Recorded once the baseline is, so its speed-up is known (outcome.json is already written).
@@ -595,8 +632,13 @@ class Sweep:
         p = self.progress
         tdir = Path(outcome.trial_dir) if outcome.trial_dir else self.paths.trial_dir(outcome.number)
         tdir.mkdir(parents=True, exist_ok=True)
-        write_json(tdir / "outcome.json", outcome.model_dump(mode="json"))
         values = objective_values(self.spec, outcome) if outcome.status is TrialStatus.COMPLETE else None
+        if outcome.status is TrialStatus.COMPLETE and values is None:  # objective missing from a measurement
+            outcome = outcome.model_copy(update={"status": TrialStatus.FAILED,
+                                                 "failure_kind": FailureKind.metric_missing,
+                                                 "reason": f"objective {self.spec.objective.metric} missing"})
+        write_json(tdir / "outcome.json", outcome.model_dump(mode="json"))
+        t_tell = time.perf_counter()
         extra: dict[str, float] = {}
         attrs: dict[str, Any] = {"role": outcome.role.value, "status": outcome.status.value,
                                  "fingerprint_hash": outcome.fingerprint_hash, "node": outcome.node}
@@ -605,7 +647,8 @@ class Sweep:
                 p.baselines.append((outcome.finished_at, values[0]))
             base = select.nearest_baseline(outcome.finished_at, p.baselines)
             if base:
-                extra["speedup_vs_baseline"] = select.speedup(values[0], base)
+                extra["speedup_vs_baseline"] = select.speedup(values[0], base,
+                                                              direction=self.spec.objective.direction)
                 attrs["speedup_vs_baseline"] = extra["speedup_vs_baseline"]
             self.study.tell_complete(outcome.number, values, attrs)
             p.complete += 1
@@ -620,16 +663,18 @@ class Sweep:
             log.warning("trial %d interrupted (%s); its parameters are queued to be measured again",
                         outcome.number, outcome.reason)
         else:
-            if outcome.status is TrialStatus.COMPLETE:  # objective missing from a complete measurement
-                outcome = outcome.model_copy(update={"status": TrialStatus.FAILED,
-                                                     "failure_kind": FailureKind.metric_missing,
-                                                     "reason": f"objective {self.spec.objective.metric} missing"})
             kind = outcome.failure_kind.value if outcome.failure_kind else FailureKind.metric_missing.value
             self.study.tell_failed(outcome.number, {**attrs, "failure_kind": kind, "reason": outcome.reason[:500]})
             p.failed += 1
             p.consecutive_failures += 1
             p.failures[kind] += 1
-            self._keys.setdefault(sp.key(outcome.params), (outcome.number, "FAIL"))
+            if outcome.failure_kind in _NOT_THE_PARAMETERS:
+                # The machine, not the configuration, failed: measure these parameters again once.
+                if outcome.number not in self._requeued and outcome.role is TrialRole.search:
+                    self._requeued.add(outcome.number)
+                    self.study.enqueue(outcome.params, {"role": outcome.role.value, "remeasure_of": outcome.number})
+            else:
+                self._keys.setdefault(sp.key(outcome.params), (outcome.number, "FAIL"))
             log.warning("trial %d failed: %s: %s", outcome.number, kind, outcome.reason)
             if outcome.role is TrialRole.baseline:
                 p.stop_reason = (f"the baseline failed ({kind}: {outcome.reason}); nothing can be compared "
@@ -638,8 +683,15 @@ class Sweep:
         if outcome.failure_kind is not FailureKind.interrupted:
             p.finished += 1
             self._outcomes.append(outcome)
+        tell_s = time.perf_counter() - t_tell
+        t_log = time.perf_counter()
         self.tracker.log_trial(self.parent_run_id, outcome, run_id=run_id or None, extra_metrics=extra,
                                extra_tags={"sweep.engine": self.spec.engine})
+        timing = self._overhead.pop(outcome.number, None)
+        if timing is not None and "dispatch_s" in timing:
+            timing.update(tell_s=tell_s, mlflow_log_s=time.perf_counter() - t_log)
+            with open(self.paths.root / "overhead.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(timing) + "\n")
         self._check_failure_budget()
         self._maybe_remeasure_baseline()
         self.on_event("finish", {"outcome": outcome, "speedup": extra.get("speedup_vs_baseline")})
@@ -647,7 +699,7 @@ class Sweep:
 
     def _update_best(self, number: int, value: float | None, params: dict, role: str) -> None:
         p = self.progress
-        if value is None:
+        if value is None or role != TrialRole.search.value:
             return
         better = (p.best_value is None or (value > p.best_value if self.spec.objective.direction == "maximize"
                                            else value < p.best_value))
@@ -683,16 +735,20 @@ class Sweep:
                                    "parent_run_id": self.parent_run_id, "launched": p.launched,
                                    "complete": p.complete, "failed": p.failed, "failures": dict(p.failures),
                                    "skipped": p.skipped, "champion": None, "promoted": False}
+        if not self._stop and p.stop_reason and "baseline failed" not in p.stop_reason:
+            summary.update(self._promote())
+        # After the promotion gate: its interleaved baselines are the end-of-sweep measurement.
         drift = select.drift(p.baselines, threshold=self.spec.budget.baseline_drift_threshold)
         summary["baseline_drift"] = {"max_relative_change": drift[0], "flagged": drift[1],
                                      "baselines": p.baselines}
-        if not self._stop and p.stop_reason and "baseline failed" not in p.stop_reason:
-            summary.update(self._promote())
+        changed = fingerprint_changes(self._outcomes)
+        summary["fingerprint_changes"] = changed
         self.tracker.log_sweep_summary(
             self.parent_run_id, metrics=report.parent_metrics(summary, self._outcomes),
             tags={"sweep.stop_reason": p.stop_reason[:250], "sweep.baseline_drift_flagged": str(drift[1]),
-                  "sweep.status": status},
-            table=report.results_table(self._outcomes, p.baselines),
+                  "sweep.status": status, "sweep.fingerprint_changed": str(bool(changed)),
+                  **({"sweep.fingerprint_changes": "; ".join(changed)[:1000]} if changed else {})},
+            table=report.results_table(self.spec, self._outcomes, p.baselines),
             figures=report.figures(self.spec, self._outcomes, p.baselines),
         )
         self.tracker.end_sweep(self.parent_run_id, "FINISHED" if status == "finished" else "KILLED")
@@ -726,6 +782,12 @@ class Sweep:
                 self._act_on_interrupts()
                 return {"verdict": "not promoted: interrupted during the confirmation runs",
                         "confirmations": confirm_log}
+        if len(champ_samples) < 2 or len(base_samples) < 2:
+            failed = sum(1 for r in confirm_log if r["status"] != "COMPLETE")
+            return {"verdict": f"not promoted: {failed} of {len(confirm_log)} confirmation runs failed or were "
+                               f"skipped, leaving {len(champ_samples)} champion and {len(base_samples)} baseline "
+                               f"measurement(s); see {self.paths.root / 'confirm'}",
+                    "confirmations": confirm_log}
         gate = select.promotion_gate(champ_samples, base_samples, min_gain=self.spec.promotion.min_gain,
                                      direction=self.spec.objective.direction)
         result: dict[str, Any] = {
@@ -793,7 +855,13 @@ class Sweep:
         champ, base, rows = [], [], []
         act = self._actors[0]
         baseline_params = sp.baseline_params(self.spec.space)
+        # The wall-time budget covers the confirmation too: each round needs about two trials' time.
+        round_s = 2 * max((o.finished_at - o.started_at for o in self._outcomes if o.finished_at), default=0.0)
         for i in range(n):
+            if i and time.time() - self.started_at + round_s > self.timeout_s:
+                rows.append({"round": i, "who": "both", "status": "SKIPPED",
+                             "reason": "the wall-time budget leaves no time for another round"})
+                break
             for who, params in (("champion", champion.params), ("baseline", baseline_params)):
                 if self._stop:
                     break
@@ -812,6 +880,8 @@ class Sweep:
                                        extra_tags={"sweep.confirm_round": str(i), "sweep.confirm_of": who})
                 values = [getattr(m, metric) for m in outcome.repeats] if outcome.status is TrialStatus.COMPLETE else []
                 (champ if who == "champion" else base).extend(v for v in values if v is not None)
+                if who == "baseline" and values and values[0] is not None:
+                    self.progress.baselines.append((outcome.finished_at, float(values[0])))  # the end-of-sweep baseline
                 rows.append({"round": i, "who": who, "status": outcome.status.value, metric: values})
         return champ, base, rows
 
@@ -823,6 +893,23 @@ class Sweep:
                 act.abort.remote()
         outcome, _ = ray_actor.get(ref)
         return outcome
+
+
+def fingerprint_changes(outcomes: list[TrialOutcome]) -> list[str]:
+    """Hosts whose stable fingerprint changed during the sweep (a driver update, another NCCL...),
+    one line per change. Different hosts of a cluster differ by nature and are not a change."""
+    from orchestrator import observe
+
+    first: dict[str, TrialOutcome] = {}
+    changes: list[str] = []
+    for o in sorted((o for o in outcomes if o.fingerprint_hash), key=lambda o: o.started_at):
+        host = str(o.fingerprint.get("host") or o.node)
+        seen = first.setdefault(host, o)
+        if o.fingerprint_hash != seen.fingerprint_hash:
+            what = ", ".join(observe.fingerprint_diff(seen.fingerprint, o.fingerprint)) or "fingerprint"
+            changes.append(f"{host}: trial {o.number} differs from trial {seen.number}: {what}")
+            first[host] = o
+    return changes
 
 
 # ---------------------------------------------------------------------- status from another shell
@@ -850,6 +937,9 @@ def status_report(workdir: Path, storage: str | None = None) -> dict[str, Any]:
     except FileNotFoundError:
         raise SweepError(f"{workdir}: no sweep here (sweep.json missing); pass the --workdir `sweep run` used") from None
     url = storage or state.get("optuna_storage") or Paths(workdir.resolve()).optuna_url
+    if ":***@" in url:
+        raise SweepError(f"{workdir}: the sweep's Optuna storage needs a password that is never written down; "
+                         f"pass --storage URL or set SWEEP_OPTUNA_STORAGE")
     read = read_only(url, state["experiment"])
     trials, _ = read if read else ([], {})
     counted = [t for t in trials if not t.attrs.get("skipped") and t.attrs.get("failure_kind") != "interrupted"
@@ -869,7 +959,11 @@ def status_report(workdir: Path, storage: str | None = None) -> dict[str, Any]:
     if finished and state.get("status") == "running" and budget:
         per_trial = elapsed / max(len(finished), 1)
         eta = max(budget - len(finished), 0) * per_trial
-    fps = sorted({t.attrs["fingerprint_hash"] for t in finished if t.attrs.get("fingerprint_hash")})
+    per_node: dict[str, set[str]] = {}
+    for t in finished:
+        if t.attrs.get("fingerprint_hash"):
+            per_node.setdefault(str(t.attrs.get("node", "")).split("/")[0], set()).add(t.attrs["fingerprint_hash"])
+    fps = {node: sorted(h) for node, h in per_node.items() if len(h) > 1}  # only real changes, per host
     return {
         "experiment": state["experiment"], "status": state.get("status", "unknown"),
         "driver_alive": _pid_alive(state.get("pid")) and state.get("status") == "running",

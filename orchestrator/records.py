@@ -38,6 +38,7 @@ class FailureKind(str, enum.Enum):
     infeasible = "infeasible"
     trial_timeout = "trial_timeout"
     worker_lost = "worker_lost"
+    internal_error = "internal_error"
 
 
 class TrialRole(str, enum.Enum):

@@ -15,8 +15,12 @@ _METRIC_COLUMNS = ("decode_tok_s", "output_tok_s", "accept_length", "accept_rate
                    "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99")
 
 
-def results_table(outcomes: Sequence[TrialOutcome], baselines: Sequence[tuple[float, float]]) -> pd.DataFrame:
-    """One row per trial: number, role, status, failure kind, every knob that was set, every metric."""
+def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome],
+                  baselines: Sequence[tuple[float, float]]) -> pd.DataFrame:
+    """One row per trial: number, role, status, failure kind, every knob, every metric, the speed-up of the
+    objective over the nearest baseline and, with two objectives, whether the trial is on the Pareto front."""
+    metric, direction = spec.objective.metric, spec.objective.direction
+    front = {o.number for o in _pareto(spec, outcomes)}
     rows: list[dict[str, Any]] = []
     for o in outcomes:
         row: dict[str, Any] = {"trial": o.number, "role": o.role.value, "status": o.status.value,
@@ -27,7 +31,11 @@ def results_table(outcomes: Sequence[TrialOutcome], baselines: Sequence[tuple[fl
             for c in _METRIC_COLUMNS:
                 row[c] = getattr(o.metrics, c)
             base = select.nearest_baseline(o.finished_at, list(baselines))
-            row["speedup_vs_baseline"] = select.speedup(o.metrics.decode_tok_s, base) if base else None
+            value = getattr(o.metrics, metric)
+            row["speedup_vs_baseline"] = (select.speedup(value, base, direction=direction)
+                                          if base and value is not None else None)
+        if spec.objective.secondary:
+            row["pareto_front"] = o.number in front
         rows.append(row)
     df = pd.DataFrame(rows)
     return df.sort_values("trial").reset_index(drop=True) if not df.empty else df
@@ -100,14 +108,13 @@ def figures(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequen
     return figs
 
 
-def pareto_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> pd.DataFrame | None:
+def _pareto(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> list[TrialOutcome]:
+    """The trials on the Pareto front of the two objectives (none with one objective)."""
     if not spec.objective.secondary:
-        return None
+        return []
     metric, sec = spec.objective.metric, spec.objective.secondary
     done = [o for o in outcomes if o.status is TrialStatus.COMPLETE and o.metrics is not None
-            and getattr(o.metrics, sec) is not None and o.role is not TrialRole.confirm]
+            and o.role is TrialRole.search]
     pts = [{metric: getattr(o.metrics, metric), sec: getattr(o.metrics, sec)} for o in done]
     front = select.pareto_front(pts, [(metric, spec.objective.direction), (sec, spec.objective.secondary_direction)])
-    rows = [{"trial": done[i].number, metric: pts[i][metric], sec: pts[i][sec],
-             **{k: v for k, v in done[i].params.items() if v is not None}} for i in front]
-    return pd.DataFrame(rows).sort_values(metric, ascending=spec.objective.direction != "maximize")
+    return [done[i] for i in front]

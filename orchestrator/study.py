@@ -55,6 +55,17 @@ def _sampler(cfg: SamplerSpec, multi: bool) -> optuna.samplers.BaseSampler:
         )
 
 
+class StorageError(Exception):
+    """The Optuna storage cannot be used (driver missing, database unreachable): a user-facing problem."""
+
+
+def _safe_url(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return url.replace(f":{parts.password}@", ":***@", 1) if parts.password else url
+
+
 class Study:
     """An Optuna study in RDB storage driven by ask/tell."""
 
@@ -72,10 +83,17 @@ class Study:
     # -- lifecycle
 
     def exists(self) -> bool:
+        """Whether the storage holds this study; StorageError when the storage cannot be used at all."""
         try:
             names = optuna.study.get_all_study_names(storage=self.storage_url)
-        except Exception:  # a fresh sqlite file has no schema yet
-            return False
+        except ImportError as exc:
+            raise StorageError(f"Optuna storage {_safe_url(self.storage_url)}: its database driver is not installed "
+                               f"({str(exc).splitlines()[0][:200]}); for PostgreSQL: pip install 'sglang-sweep[postgres]'") from None
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's many connection errors
+            if self.storage_url.startswith("sqlite"):
+                return False  # a fresh sqlite file has no schema yet
+            raise StorageError(f"Optuna storage {_safe_url(self.storage_url)} is unreachable: "
+                               f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from None
         return self.name in names
 
     def open(self) -> None:
