@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,48 +24,6 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-RAY = str(BIN / "ray")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ray(*args: str, env: dict) -> None:
-    subprocess.run([RAY, *args], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=120)
-
-
-def start_cluster(nodes: int, tmp: Path, env: dict) -> str:
-    port = free_port()
-    common = ["--num-gpus=8", "--num-cpus=2", "--object-store-memory=200000000", "--disable-usage-stats"]
-    ray("start", "--head", "--node-ip-address=127.0.0.2", f"--port={port}", "--include-dashboard=false",
-        f"--temp-dir={tmp / 'ray'}", *common, env=env)
-    if nodes == 2:
-        ray("start", f"--address=127.0.0.2:{port}", "--node-ip-address=127.0.0.3",
-            f"--dashboard-agent-listen-port={free_port()}", *common, env=env)
-    return f"127.0.0.2:{port}"
-
-
-def stop_cluster(temp_dir: Path) -> None:
-    """Kill this cluster's processes only (`ray stop` would stop every Ray instance on the machine)."""
-    import signal
-
-    needle = str(temp_dir).encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if needle in cmd:
-            try:
-                os.kill(int(entry), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def experiment(tmp: Path, trials: int) -> Path:
@@ -95,11 +51,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=12)
     args = ap.parse_args()
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_ray_cluster import LoopbackCluster  # the tests' real `ray start` cluster on loopback
+
     results = {}
     for nodes in (1, 2):
         tmp = Path(tempfile.mkdtemp(prefix=f"scaling{nodes}-"))
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-        address = start_cluster(nodes, tmp, env)
+        cluster = LoopbackCluster(tmp, worker=nodes == 2)
+        cluster.start()
+        env, address = cluster.env, cluster.address
         try:
             exp = experiment(tmp, args.trials)
             t0 = time.time()
@@ -113,7 +73,7 @@ def main() -> None:
             print(f"{nodes} node(s): {n} trials, {tph:.0f} trials/hour (sweep wall {wall:.0f}s), "
                   f"ran on {len(node_ids)} node(s)")
         finally:
-            stop_cluster(tmp / "ray")
+            cluster.stop()
             shutil.rmtree(tmp, ignore_errors=True)
     ratio = results[2]["trials_per_hour"] / results[1]["trials_per_hour"]
     print(f"scaling 1 -> 2 nodes: {ratio:.2f}x")

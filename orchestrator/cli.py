@@ -156,7 +156,7 @@ def plan(
 # ---------------------------------------------------------------------------- run
 
 
-def _progress_printer(budget: int):
+def _progress_printer():
     from orchestrator.records import TrialStatus
 
     start = time.time()
@@ -178,6 +178,9 @@ def _progress_printer(budget: int):
             else:
                 kind_txt = o.failure_kind.value if o.failure_kind else o.status.value
                 out.print(f"[red]✘ trial {o.number:>3}[/] {kind_txt}: {o.reason}", soft_wrap=True)
+        elif kind == "tracking_wait":
+            out.print(f"[yellow]MLflow unreachable: {data['pending']} result(s) in the outbox; waiting up to "
+                      f"{data['wait_s']:.0f}s before promoting (`sweep sync` sends them later)[/]")
         elif kind == "confirm":
             out.print(f"[magenta]⇄ confirmation {data['round']}/{data['of']}: {data['who']}[/]")
         elif kind == "interrupt":
@@ -216,13 +219,12 @@ def run(
         raise UserError(f"--timeout: {exc}") from None
     wd = _workdir(workdir, s)
     sweep = Sweep(s, wd, ray_address=ray_address, storage=storage, resume=resume, n_trials=n_trials, timeout_s=timeout_s,
-                  on_event=_progress_printer(n_trials or s.budget.trials))
+                  on_event=_progress_printer())
     out.print(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
               f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
     summary = sweep.run()
     _print_summary(s, summary, wd)
-    if summary.get("stop_reason", "").startswith(("the baseline failed", "interrupted")) or \
-            "failed in a row" in summary.get("stop_reason", "") or "max_failure_rate" in summary.get("stop_reason", ""):
+    if summary.get("stopped_by_failure"):
         raise typer.Exit(1)
 
 

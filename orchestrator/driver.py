@@ -74,6 +74,9 @@ class Progress:
     best_params: dict[str, Any] = field(default_factory=dict)
     baselines: list[tuple[float, float]] = field(default_factory=list)
     stop_reason: str = ""
+    stopped_by_failure: bool = False
+    """True when the sweep ended on a failure rule, a failed baseline or an interruption (exit code 1),
+    not on a budget."""
 
 
 @dataclass(frozen=True)
@@ -442,13 +445,15 @@ class Sweep:
         while self._announced < min(self._stop, 2):
             self._announced += 1
             if self._announced == 1:
+                self.progress.stopped_by_failure = True
                 self.progress.stop_reason = (
                     f"interrupted ({self._signal}): no new trials launched, the trials in flight finished; "
-                    f"continue with `sweep run EXPERIMENT --workdir {self.paths.root} --resume`")
+                    f"continue with `sweep run {self.spec.source or 'EXPERIMENT'} --workdir {self.paths.root} --resume`")
             else:
+                self.progress.stopped_by_failure = True
                 self.progress.stop_reason = (
                     f"interrupted twice ({self._signal}): the trials in flight were aborted and will be measured "
-                    f"again; continue with `sweep run EXPERIMENT --workdir {self.paths.root} --resume`")
+                    f"again; continue with `sweep run {self.spec.source or 'EXPERIMENT'} --workdir {self.paths.root} --resume`")
                 self._abort_in_flight(f"aborted by a second {self._signal}")
             self.on_event("interrupt", {"press": self._announced})
 
@@ -677,6 +682,7 @@ class Sweep:
                 self._keys.setdefault(sp.key(outcome.params), (outcome.number, "FAIL"))
             log.warning("trial %d failed: %s: %s", outcome.number, kind, outcome.reason)
             if outcome.role is TrialRole.baseline:
+                p.stopped_by_failure = True
                 p.stop_reason = (f"the baseline failed ({kind}: {outcome.reason}); nothing can be compared "
                                  f"against it: fix the server set-up first (see {tdir / 'server.log'})")
                 self._abort_in_flight("aborted: the baseline failed")
@@ -711,10 +717,12 @@ class Sweep:
         if p.stop_reason:  # the first reason to stop is the one to report; trials in flight still finish
             return
         if p.consecutive_failures >= b.max_consecutive_failures:
+            p.stopped_by_failure = True
             p.stop_reason = (f"{p.consecutive_failures} trials failed in a row "
                              f"(budget.max_consecutive_failures={b.max_consecutive_failures}); "
                              f"failures by kind: {dict(p.failures)}")
         elif p.finished >= b.min_trials_for_failure_rate and p.failed / max(p.finished, 1) > b.max_failure_rate:
+            p.stopped_by_failure = True
             p.stop_reason = (f"{p.failed} of {p.finished} trials failed, above budget.max_failure_rate="
                              f"{b.max_failure_rate:g}; failures by kind: {dict(p.failures)}")
 
@@ -734,7 +742,8 @@ class Sweep:
         summary: dict[str, Any] = {"workdir": str(self.paths.root), "stop_reason": p.stop_reason,
                                    "parent_run_id": self.parent_run_id, "launched": p.launched,
                                    "complete": p.complete, "failed": p.failed, "failures": dict(p.failures),
-                                   "skipped": p.skipped, "champion": None, "promoted": False}
+                                   "skipped": p.skipped, "champion": None, "promoted": False,
+                                   "stopped_by_failure": p.stopped_by_failure}
         if not self._stop and p.stop_reason and "baseline failed" not in p.stop_reason:
             summary.update(self._promote())
         # After the promotion gate: its interleaved baselines are the end-of-sweep measurement.
@@ -770,7 +779,7 @@ class Sweep:
         if run_id is None:
             return {"verdict": f"not promoted: trial {champion.number} is not in MLflow yet ({self.tracker.pending()} "
                                f"result(s) wait in the outbox); when MLflow is reachable run `sweep sync` and "
-                               f"`sweep run EXPERIMENT --workdir {self.paths.root} --resume` to promote"}
+                               f"`sweep run {self.spec.source or 'EXPERIMENT'} --workdir {self.paths.root} --resume` to promote"}
         metric = self.spec.objective.metric
         champ_samples = [getattr(m, metric) for m in champion.repeats or (champion.metrics,)]
         base_samples = [getattr(m, metric) for m in baseline.repeats or (baseline.metrics,)]

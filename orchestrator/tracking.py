@@ -588,7 +588,10 @@ class Tracker:
         raise ValueError(f"unknown outbox op {op!r}")
 
     def _queue(self, line: dict[str, Any], error: BaseException | str) -> None:
-        self._mark_down()
+        if isinstance(error, BaseException):
+            # A real failed call lengthens the back-off; queueing *because of* the back-off must not,
+            # or a few trials would push the next attempt ten minutes out.
+            self._mark_down()
         line = {**line, "queued_at": _now_iso(), "error": _short(error)}
         log.warning("%s unreachable, %s queued in %s: %s", self._where(), line["op"],
                     self.outbox_path, line["error"])

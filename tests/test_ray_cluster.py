@@ -45,8 +45,9 @@ class LoopbackCluster:
     end every Ray instance of the user on the machine).
     """
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, *, worker: bool = True):
         self.root = root
+        self.worker = worker
         self.marker = uuid.uuid4().hex
         # A short temp dir: Ray's unix socket paths must stay under 107 characters.
         self.temp_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")
@@ -71,6 +72,8 @@ class LoopbackCluster:
                              f"--dashboard-agent-listen-port={_free_port(ip2)}",
                              f"--node-manager-port={_free_port(ip2)}", f"--object-manager-port={_free_port(ip2)}",
                              f"--metrics-export-port={_free_port(ip2)}", f"--runtime-env-agent-port={_free_port(ip2)}"])
+        if not self.worker:  # a one-node cluster (bench/two_node_scaling.py compares the two)
+            return
         self._start("worker", [f"--address={self.address}", f"--node-ip-address={ip3}",
                                f"--dashboard-agent-listen-port={_free_port(ip3)}",
                                f"--node-manager-port={_free_port(ip3)}", f"--object-manager-port={_free_port(ip3)}",
