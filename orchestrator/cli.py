@@ -138,8 +138,15 @@ def plan(
     for rule, n in reasons.most_common():
         out.print(f"  {n:>6} infeasible: {rule}")
     swept_env = {n: "" for n in s.space.params if n.startswith(("NCCL_", "SGLANG_"))}
+    hardware = planner.hardware(s)
+    if hardware is None:  # a GPU host: its own topology tells NVLink from PCIe (sweep plan runs on the head)
+        hardware = observe.fingerprint().get("topology")
+        if hardware is None and swept_env:
+            out.print("[dim]note: no nvidia-smi here, so the interconnect is unknown; on NVLink hosts SGLang's custom "
+                      "all-reduce carries decode/verify all-reduces and NCCL variables only matter with "
+                      "all_reduce_path: nccl (--disable-custom-all-reduce)[/]", soft_wrap=True)
     seen_warnings: set[str] = set(observe.plan_warnings(swept_env, {**s.server.flags, "tp-size": s.server.tp},
-                                                        planner.hardware(s)))
+                                                        hardware))
     for w in sorted(seen_warnings):
         out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     for lp in plans:

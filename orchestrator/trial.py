@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,26 @@ def run_trial(spec: TrialSpec, *, gpu_ids: list[str] | None = None, node: str = 
     outcome = outcome.model_copy(update={"finished_at": time.time(), "timings": runner.timings})
     write_json(trial_dir / "outcome.json", outcome.model_dump(mode="json"))
     return outcome
+
+
+class _UnderLoad:
+    """nvidia-smi's per-GPU readings taken on a timer while the benchmark runs (the field report's
+    engineers checked clocks, power, temperature and PCIe link width under load by hand)."""
+
+    def __init__(self, delay_s: float):
+        self._gpus: list[dict[str, Any]] | None = None
+        self._timer = threading.Timer(delay_s, self._read)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _read(self) -> None:
+        fp = observe.fingerprint()
+        self._gpus = fp.get("gpus") if fp.get("nvidia_smi") == "ok" else None
+
+    def result(self) -> list[dict[str, Any]] | None:
+        self._timer.cancel()
+        self._timer.join(timeout=15)
+        return self._gpus
 
 
 class _Runner:
@@ -245,8 +266,13 @@ class _Runner:
                             warmup_requests=b.warmup_requests, **common) if b.warmup_requests else []
         before = self._metrics_text()
         if all(r.ok for r in records):
+            # Clocks, power, temperature and PCIe link are read under load, once, a second into the run.
+            sample = _UnderLoad(delay_s=1.0) if repeat == 0 and self.sweep.engine == "sglang" else None
             records += bench.run(self.server.base_url, requests=b.requests, concurrency=b.concurrency,
                                  warmup_requests=0, **common)
+            if sample is not None and (gpus := sample.result()):
+                self.found["fingerprint"] = {**self.found.get("fingerprint", {}), "gpus_under_load": gpus}
+                write_json(self.dir / "fingerprint.json", self.found["fingerprint"])
         self._timed("bench", t0)
         records = [r.model_copy(update={"repeat": repeat}) for r in records]
         with open(self.dir / "bench.jsonl", "a", encoding="utf-8") as f:
