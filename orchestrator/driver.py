@@ -48,6 +48,17 @@ _NOT_THE_PARAMETERS = frozenset({FailureKind.worker_lost, FailureKind.port_in_us
 """Failure kinds that say nothing about the configuration: never blacklisted, measured again once."""
 
 
+class _RedactSecrets(logging.Filter):
+    """sweep.log never holds a secret from the environment, whatever a message quotes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from orchestrator import redact
+
+        record.msg = redact.redact_text(record.getMessage())
+        record.args = ()
+        return True
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1].strip()[:300] if lines else "an exception"
@@ -205,9 +216,12 @@ class Sweep:
 
     def _setup_logging(self) -> None:
         handler = logging.FileHandler(self.paths.root / "sweep.log", encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(_RedactSecrets())
+        # The driver's own log and the package's modules (tracking's outbox warnings among them).
+        for logger in (log, logging.getLogger("orchestrator")):
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
         self._log_handler = handler
 
     def _open(self) -> None:
@@ -390,6 +404,7 @@ class Sweep:
             self.paths.ray_processes.unlink(missing_ok=True)
             if hasattr(self, "_log_handler"):
                 log.removeHandler(self._log_handler)
+                logging.getLogger("orchestrator").removeHandler(self._log_handler)
                 self._log_handler.close()
 
     def _baseline_measured(self) -> bool:

@@ -226,7 +226,8 @@ class BudgetSpec(Strict):
     max_consecutive_failures: Annotated[int, Field(ge=1)] = 8
     min_trials_for_failure_rate: Annotated[int, Field(ge=1)] = 6
     baseline_every: Annotated[int, Field(ge=0)] = 0
-    """Measure the baseline again every K finished trials (0: only at the start and the end)."""
+    """Measure the baseline again every K finished trials (0: only at the start). The promotion gate's
+    interleaved runs measure it again at the end; every baseline measurement feeds the drift check."""
     baseline_drift_threshold: Annotated[float, Field(gt=0)] = 0.05
 
     @field_validator("wall_time", mode="before")
