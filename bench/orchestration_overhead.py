@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
+from demo_sweep import write_demo_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVER_PARTS = ("ask_s", "mlflow_start_s", "dispatch_s", "return_s", "files_s", "tell_s", "mlflow_log_s")
@@ -30,13 +30,7 @@ WORKER_PARTS = ("observe", "shutdown")
 
 
 def run_sweep(trials: int, workdir: Path) -> None:
-    data = yaml.safe_load((REPO / "experiments" / "demo.yaml").read_text())
-    data["name"] = "overhead"
-    data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
-    data["budget"].update(trials=trials, concurrent_trials=2)
-    data["promotion"]["confirm_repeats"] = 0
-    exp = workdir.parent / "overhead.yaml"
-    exp.write_text(yaml.safe_dump(data))
+    exp = write_demo_experiment(workdir.parent / "overhead.yaml", "overhead", trials)
     subprocess.run([str(Path(sys.executable).parent / "sweep"), "run", str(exp), "--workdir", str(workdir)],
                    check=True, stdout=subprocess.DEVNULL)
 

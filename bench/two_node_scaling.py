@@ -20,21 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
+from demo_sweep import write_demo_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
 def experiment(tmp: Path, trials: int) -> Path:
-    data = yaml.safe_load((REPO / "experiments" / "demo.yaml").read_text())
-    data["name"] = "scaling"
-    data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
-    data["budget"].update(trials=trials, concurrent_trials=2)
-    data["promotion"]["confirm_repeats"] = 0
-    path = tmp / "scaling.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return write_demo_experiment(tmp / "scaling.yaml", "scaling", trials)
 
 
 def trials_per_hour(workdir: Path) -> tuple[float, int, list[str]]:
