@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator import observe  # noqa: E402
+from orchestrator.trial import observe  # noqa: E402
 
 REQUESTED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "4", "NCCL_BUFFSIZE": "4194304",
              "NCCL_NTHREADS": "256"}

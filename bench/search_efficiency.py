@@ -23,9 +23,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator import space as sp, spec as spec_mod, truth  # noqa: E402
-from orchestrator import study as study_mod  # noqa: E402
-from orchestrator.study import Study  # noqa: E402
+from orchestrator.search import space as sp
+from orchestrator.config import experiment as spec_mod
+from orchestrator.results import truth  # noqa: E402
+from orchestrator.search import study as study_mod  # noqa: E402
+from orchestrator.search.study import Study  # noqa: E402
 
 
 class MemoryStudy(Study):

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator import spec as spec_mod
-from orchestrator.spec import SpecError
+from orchestrator.config import experiment as spec_mod
+from orchestrator.config.experiment import SpecError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest way to serve a model with SGLang: NCCL and speculative-decoding sweeps.")
@@ -51,8 +51,8 @@ def _guard(fn):
             raise _fail("interrupted", 130) from None
         except Exception as exc:
             # Imported only here: the driver pulls in Ray and MLflow, which `validate` never needs.
-            from orchestrator.driver import SweepError
-            from orchestrator.tracking import TrackingError
+            from orchestrator.sweep.driver import SweepError
+            from orchestrator.tracking.tracker import TrackingError
 
             if isinstance(exc, SweepError):
                 raise _fail(str(exc)) from None
@@ -95,7 +95,7 @@ def _state(workdir: Path) -> dict[str, Any]:
 @_guard
 def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> None:
     """Check an experiment and its search spaces; print what it would sweep."""
-    from orchestrator import space as sp
+    from orchestrator.search import space as sp
 
     s = _load(experiment)
     total, feasible, _ = sp.census(s.space)
@@ -112,7 +112,9 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of {params, argv, env}"),
 ) -> None:
     """Dry run: space size, infeasible combinations and why, the first launch commands. Starts nothing."""
-    from orchestrator import observe, plan as planner, space as sp
+    from orchestrator.trial import observe
+    from orchestrator.trial import plan as planner
+    from orchestrator.search import space as sp
 
     s = _load(experiment)
     import random
@@ -213,7 +215,7 @@ def run(
     """Run (or resume) a sweep: trials on Ray, Optuna proposing, MLflow recording, champion promoted."""
     import logging
 
-    from orchestrator.driver import Sweep
+    from orchestrator.sweep.driver import Sweep
 
     # The sweep prints its own progress; MLflow's schema-migration chatter is not news to a user.
     for name in ("mlflow", "alembic"):
@@ -277,7 +279,7 @@ def status(
                                           help="the Optuna RDB URL the sweep used, when not its sqlite file"),
 ) -> None:
     """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage."""
-    from orchestrator.driver import status_report
+    from orchestrator.sweep.driver import status_report
 
     wd = _workdir(workdir)
     rep = status_report(wd, storage)
@@ -309,7 +311,7 @@ def status(
 @_guard
 def sync(workdir: Optional[Path] = typer.Option(None, "--workdir")) -> None:
     """Replay results queued in the outbox while MLflow was unreachable."""
-    from orchestrator.tracking import Tracker
+    from orchestrator.tracking.tracker import Tracker
 
     wd = _workdir(workdir)
     st = _state(wd)
@@ -328,7 +330,7 @@ def ui(
     host: str = typer.Option("127.0.0.1", "--host", help="keep 127.0.0.1 unless you know who can reach it"),
 ) -> None:
     """Start the MLflow UI on the sweep's tracking store and print its URL."""
-    from orchestrator.tracking import Tracker
+    from orchestrator.tracking.tracker import Tracker
 
     wd = _workdir(workdir).resolve()
     st = _state(wd)
@@ -362,8 +364,8 @@ def export(
     alias: str = typer.Option("champion", "--alias"),
 ) -> None:
     """Write the configuration registered under models:/<name>@<alias> as an env, json or sglang-args file."""
-    from orchestrator import export as exp
-    from orchestrator.tracking import Tracker
+    from orchestrator.results import export as exp
+    from orchestrator.tracking.tracker import Tracker
 
     if fmt not in ("env", "json", "sglang-args"):
         raise UserError(f"--format must be one of env, json, sglang-args, but got {fmt!r}")
@@ -390,7 +392,7 @@ def truth(
     workdir: Optional[Path] = typer.Option(None, "--workdir", help="also rank this sweep's best trial"),
 ) -> None:
     """Evaluate the simulator's noise-free model on every feasible point: the true optimum and ranks."""
-    from orchestrator import truth as truth_mod
+    from orchestrator.results import truth as truth_mod
 
     s = _load(experiment)
     if s.engine != "simulator":
@@ -410,11 +412,11 @@ def truth(
                       ", ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "engine defaults")
     out.print(table)
     if workdir is not None:
-        from orchestrator.driver import status_report
+        from orchestrator.sweep.driver import status_report
 
         best = status_report(workdir).get("best")
         if best:
-            from orchestrator import space as sp
+            from orchestrator.search import space as sp
 
             value = truth_mod.evaluator(s)(sp.complete(s.space, best["params"]))
             ratio = value / t.optimum if t.maximize else t.optimum / value

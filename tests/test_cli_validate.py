@@ -21,8 +21,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from orchestrator import space as sp
-from orchestrator import spec as spec_mod
+from orchestrator.search import space as sp
+from orchestrator.config import experiment as spec_mod
 from orchestrator.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]

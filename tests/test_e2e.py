@@ -9,8 +9,8 @@ import shlex
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator import export
-from orchestrator.study import read_only
+from orchestrator.results import export
+from orchestrator.search.study import read_only
 from e2e_helpers import REPO, demo_experiment, sweep, write_experiment
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator import export
+from orchestrator.results import export
 
 ENTRYPOINT = Path(__file__).resolve().parents[1] / "docker" / "entrypoint.sh"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import export
+from orchestrator.results import export
 
 TRICKY_VALUES = [
     "0",

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from orchestrator.metrics import (
+from orchestrator.trial.metrics import (
     MetricMissing,
     compute,
     metrics_from_bench_serving,

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator.study import read_only
+from orchestrator.search.study import read_only
 from e2e_helpers import demo_experiment, sweep, write_experiment
 from mlflow_fixtures import MlflowServer, sqlite_store_template  # noqa: F401 (fixture)
 from test_resume import start_sweep, trial_files, wait_for, wait_until_gone

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from orchestrator.observe import (
+from orchestrator.trial.observe import (
     RANK_WORKER_RULE,
     ProcessSnapshot,
     allreduce_path,

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator import knobs
-from orchestrator import plan as planner
-from orchestrator import space as sp
-from orchestrator import spec as spec_mod
-from orchestrator.spec import ParamSpec, SearchSpace, SweepSpec
+from orchestrator.config import knobs
+from orchestrator.trial import plan as planner
+from orchestrator.search import space as sp
+from orchestrator.config import experiment as spec_mod
+from orchestrator.config.experiment import ParamSpec, SearchSpace, SweepSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 HELP = ROOT / "orchestrator" / "reference" / "sglang_0_5_23" / "launch_server_help.txt"
@@ -261,7 +261,7 @@ def test_fixed_nccl_debug_is_not_reported_as_swept() -> None:
 
 
 def test_bench_serving_argv_uses_only_flags_of_its_help_dump() -> None:
-    from orchestrator import bench
+    from orchestrator.trial import bench
 
     help_text = (ROOT / "orchestrator" / "reference" / "sglang_0_5_23" / "bench_serving_help.txt").read_text()
     known = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", help_text))

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import space as sp
-from orchestrator.spec import ParamSpec, SamplerSpec, SearchSpace
-from orchestrator.study import Study
+from orchestrator.search import space as sp
+from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
+from orchestrator.search.study import Study
 from e2e_helpers import REPO, demo_experiment, sweep, write_experiment
 from test_resume import MARKER, marked_processes, trial_files
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import report, spec as spec_mod
+from orchestrator.results import report
+from orchestrator.config import experiment as spec_mod
 from orchestrator.records import Metrics, TrialOutcome, TrialRole, TrialStatus
 
 DEMO = Path(__file__).resolve().parents[1] / "experiments" / "demo.yaml"

@@ -21,10 +21,10 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from orchestrator import space as sp
-from orchestrator import spec as spec_mod
+from orchestrator.search import space as sp
+from orchestrator.config import experiment as spec_mod
 from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus
-from orchestrator.study import read_only
+from orchestrator.search.study import read_only
 from e2e_helpers import REPO, SWEEP, demo_experiment, sweep, write_experiment
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
@@ -210,7 +210,7 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
 def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlite_store_template):
     """The driver died after the worker wrote outcome.json but before Optuna was told: on resume the
     trial is told from the file (not measured again); a trial without one is interrupted."""
-    from orchestrator.driver import Sweep
+    from orchestrator.sweep.driver import Sweep
 
     spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="recover")))
     wd = new_workdir(tmp_path, sqlite_store_template)

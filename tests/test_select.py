@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus
-from orchestrator.select import (
+from orchestrator.results.select import (
     GateResult,
     bootstrap_ci,
     drift,

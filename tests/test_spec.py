@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import knobs
-from orchestrator import spec as spec_mod
-from orchestrator.spec import SpecError
+from orchestrator.config import knobs
+from orchestrator.config import experiment as spec_mod
+from orchestrator.config.experiment import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "experiments" / "demo.yaml"

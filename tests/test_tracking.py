@@ -19,11 +19,11 @@ from mlflow_fixtures import (  # noqa: F401 (fixtures are used by name)
     MlflowServer, copy_store, sqlite_store_template,
 )
 
-from orchestrator import export
+from orchestrator.results import export
 from orchestrator.records import (
     FailureKind, LaunchPlan, MeasurementSummary, Metrics, TrialOutcome, TrialRole, TrialStatus,
 )
-from orchestrator.tracking import OUTBOX_FILE, REJECTED_FILE, Tracker, TrackingError
+from orchestrator.tracking.tracker import OUTBOX_FILE, REJECTED_FILE, Tracker, TrackingError
 
 matplotlib.use("Agg")
 

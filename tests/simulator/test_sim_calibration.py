@@ -13,7 +13,8 @@ import concurrent.futures
 import httpx
 import pytest
 
-from orchestrator import bench, metrics
+from orchestrator.trial import bench
+from orchestrator.trial import metrics
 from orchestrator.simulator import evaluate, load_hardware, load_model
 
 from sim_helpers import TUNED

@@ -166,7 +166,7 @@ class TrialActor:
                 "pid": os.getpid()}
 
     def run(self, spec: TrialSpec) -> tuple[TrialOutcome, dict[str, bytes]]:
-        from orchestrator.trial import run_trial  # imported in the worker, after Ray set the GPUs
+        from orchestrator.trial.runner import run_trial  # imported in the worker, after Ray set the GPUs
 
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
@@ -212,7 +212,7 @@ class TrialActor:
         A trial may be between steps (its server not started yet, or a port retry starting another
         one), so this keeps killing whatever server the trial starts until run() returns.
         """
-        from orchestrator.server import reap_orphan
+        from orchestrator.trial.server import reap_orphan
 
         with self._lock:
             target = self._current

@@ -14,10 +14,10 @@ import sys
 from collections.abc import Mapping
 from importlib import resources
 
-from orchestrator import knobs
-from orchestrator import space as sp
+from orchestrator.config import knobs
+from orchestrator.search import space as sp
 from orchestrator.records import LaunchPlan, ParamValue
-from orchestrator.spec import SweepSpec
+from orchestrator.config.experiment import SweepSpec
 
 # Flags the sweep sets itself; an experiment may not fix them in server.flags.
 MANAGED_FLAGS = {
@@ -172,7 +172,7 @@ def hardware(spec: SweepSpec) -> str | None:
 
 def warnings(spec: SweepSpec, params: Mapping[str, ParamValue]) -> list[str]:
     """What would make this plan measure something other than what it says (see observe.plan_warnings)."""
-    from orchestrator import observe
+    from orchestrator.trial import observe
 
     flags: dict[str, object] = {**spec.server.flags, "tp-size": spec.server.tp}
     flags.update(observe.flags_from_argv(tuned_flags(spec, params)))

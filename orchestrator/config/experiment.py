@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchestrator import knobs, redact
+from orchestrator.config import knobs
+from orchestrator import redact
 
 Scalar = str | int | float | bool | None
 
@@ -524,7 +525,7 @@ def _check_objective(spec: SweepSpec, where: str) -> None:
 
 
 def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
-    from orchestrator import plan  # the planner owns the flag tables
+    from orchestrator.trial import plan  # the planner owns the flag tables
 
     algo = spec.space.params.get("speculative_algorithm")
     if algo is not None and any(v is not None for v in algo.values()) and not spec.server.draft_model:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from orchestrator.records import ParamValue
-from orchestrator.spec import ParamSpec, SearchSpace
+from orchestrator.config.experiment import ParamSpec, SearchSpace
 
 EAGLE_KNOBS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 

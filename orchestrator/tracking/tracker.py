@@ -60,7 +60,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import export, redact
+from orchestrator.results import export
+from orchestrator import redact
 from orchestrator.records import FailureKind, TrialOutcome, TrialStatus
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from orchestrator import space as sp
+from orchestrator.search import space as sp
 from orchestrator.records import ParamValue
-from orchestrator.spec import SamplerSpec, SearchSpace
+from orchestrator.config.experiment import SamplerSpec, SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

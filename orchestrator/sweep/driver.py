@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import actor as ray_actor
-from orchestrator import plan as planner
-from orchestrator import select, server as srv, space as sp
+from orchestrator.execute import ray_actor
+from orchestrator.trial import plan as planner
+from orchestrator.results import select
+from orchestrator.trial import server as srv
+from orchestrator.search import space as sp
 from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialSpec, TrialStatus
-from orchestrator.spec import SweepSpec
-from orchestrator.study import StorageError, Study, TrialView
-from orchestrator.trial import write_json
+from orchestrator.config.experiment import SweepSpec
+from orchestrator.search.study import StorageError, Study, TrialView
+from orchestrator.trial.runner import write_json
 
 log = logging.getLogger("sweep")
 
@@ -225,7 +227,7 @@ class Sweep:
         self._log_handler = handler
 
     def _open(self) -> None:
-        from orchestrator.tracking import Tracker
+        from orchestrator.tracking.tracker import Tracker
 
         try:
             existed = self.study.exists()
@@ -364,7 +366,7 @@ class Sweep:
 
     def _reconcile_mlflow(self, trials: list[TrialView]) -> None:
         """Log the finished trials MLflow lacks: a driver killed between telling Optuna and logging."""
-        from orchestrator.tracking import TrackingError
+        from orchestrator.tracking.tracker import TrackingError
 
         try:
             runs = self.tracker.child_runs(self.parent_run_id)
@@ -749,7 +751,7 @@ class Sweep:
     # ------------------------------------------------------------------ the end
 
     def _finish(self) -> dict[str, Any]:
-        from orchestrator import report
+        from orchestrator.results import report
 
         p = self.progress
         self._act_on_interrupts()
@@ -829,7 +831,7 @@ class Sweep:
                                        "baseline_" + metric: float(sum(base_samples) / len(base_samples)),
                                        "gain": gate.gain}.items()},
             fingerprint_hash=champion.fingerprint_hash)
-        from orchestrator.tracking import TrackingError
+        from orchestrator.tracking.tracker import TrackingError
 
         try:
             version = self.tracker.promote(run_id, model_name=self.spec.promotion.model_name, serving_config=config,
@@ -839,7 +841,7 @@ class Sweep:
             result["verdict"] = f"{gate.reason}; but not promoted: {exc}"
             return result
         config["model_version"] = version
-        from orchestrator import export
+        from orchestrator.results import export
 
         env_path = self.paths.root / "champion.env"
         export.write_atomic(env_path, export.render(config, "env"))
@@ -922,7 +924,7 @@ class Sweep:
 def fingerprint_changes(outcomes: list[TrialOutcome]) -> list[str]:
     """Hosts whose stable fingerprint changed during the sweep (a driver update, another NCCL...),
     one line per change. Different hosts of a cluster differ by nature and are not a change."""
-    from orchestrator import observe
+    from orchestrator.trial import observe
 
     first: dict[str, TrialOutcome] = {}
     changes: list[str] = []
@@ -953,7 +955,7 @@ def _pid_alive(pid: int | None) -> bool:
 
 def status_report(workdir: Path, storage: str | None = None) -> dict[str, Any]:
     """Progress of the sweep in `workdir`, read from sweep.json and the Optuna storage (no MLflow needed)."""
-    from orchestrator.study import read_only
+    from orchestrator.search.study import read_only
 
     workdir = Path(workdir)
     try:

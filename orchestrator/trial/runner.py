@@ -18,7 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator import bench, metrics, observe, plan as planner, redact, server as srv
+from orchestrator.trial import bench
+from orchestrator.trial import metrics
+from orchestrator.trial import observe
+from orchestrator.trial import plan as planner
+from orchestrator import redact
+from orchestrator.trial import server as srv
 from orchestrator.records import (
     BenchRecord,
     FailureKind,
@@ -28,8 +33,8 @@ from orchestrator.records import (
     TrialSpec,
     TrialStatus,
 )
-from orchestrator.space import infeasible_reason
-from orchestrator.spec import SweepSpec, from_dict
+from orchestrator.search.space import infeasible_reason
+from orchestrator.config.experiment import SweepSpec, from_dict
 
 _OOM_MARKERS = ("out of memory", "outofmemoryerror", "not enough memory")
 _PORT_MARKERS = ("address already in use", "errno 98")

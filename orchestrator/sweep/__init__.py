@@ -1,0 +1,4 @@
+"""The overnight loop.
+
+- `driver`: the sweep: work directory, resume, scheduling, recording, promotion; `status_report`.
+"""

@@ -1,0 +1,4 @@
+"""Where results are recorded (the only MLflow importer).
+
+- `tracker`: runs, outbox, registry.
+"""
