@@ -20,16 +20,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.config import experiment as spec_mod
-from orchestrator.config.experiment import SpecError
+from orchestrator.errors import SweepToolError, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest way to serve a model with SGLang: NCCL and speculative-decoding sweeps.")
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
-
-
-class UserError(Exception):
-    """Anything the user can fix; printed as one message, exit code 2."""
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -45,20 +41,10 @@ def _guard(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (SpecError, UserError) as exc:
-            raise _fail(str(exc)) from None
+        except SweepToolError as exc:
+            raise _fail(str(exc), exc.exit_code) from None
         except KeyboardInterrupt:
             raise _fail("interrupted", 130) from None
-        except Exception as exc:
-            # Imported only here: the driver pulls in Ray and MLflow, which `validate` never needs.
-            from orchestrator.sweep.driver import SweepError
-            from orchestrator.tracking.tracker import TrackingError
-
-            if isinstance(exc, SweepError):
-                raise _fail(str(exc)) from None
-            if isinstance(exc, TrackingError):
-                raise _fail(str(exc), 1) from None
-            raise
     return wrapper
 
 

@@ -19,12 +19,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from orchestrator.config import knobs
 from orchestrator import redact
+from orchestrator.errors import SpecError
 
 Scalar = str | int | float | bool | None
 
 
-class SpecError(Exception):
-    """A user error in an experiment or search-space file: one clear message, exit code 2."""
 
 
 class Strict(BaseModel):

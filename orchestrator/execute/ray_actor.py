@@ -21,6 +21,7 @@ from typing import Any
 import ray
 
 from orchestrator.records import TrialOutcome, TrialSpec
+from orchestrator.errors import ClusterUnreachable
 
 _MAX_FILE_BYTES = 8_000_000
 
@@ -46,8 +47,6 @@ def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: in
     return {"address": ctx.address_info.get("address"), "node_ip": node_ip}
 
 
-class ClusterUnreachable(Exception):
-    """`connect` could not join the Ray cluster; the message says why and what to do."""
 
 
 def connect(address: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 from orchestrator.search import space as sp
 from orchestrator.records import ParamValue
 from orchestrator.config.experiment import SamplerSpec, SearchSpace
+from orchestrator.errors import StorageError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -55,8 +56,6 @@ def _sampler(cfg: SamplerSpec, multi: bool) -> optuna.samplers.BaseSampler:
         )
 
 
-class StorageError(Exception):
-    """The Optuna storage cannot be used (driver missing, database unreachable): a user-facing problem."""
 
 
 def _safe_url(url: str) -> str:

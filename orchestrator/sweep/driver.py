@@ -35,6 +35,7 @@ from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialSpec
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.search.study import StorageError, Study, TrialView
 from orchestrator.trial.runner import write_json
+from orchestrator.errors import SweepError
 
 log = logging.getLogger("sweep")
 
@@ -66,8 +67,6 @@ def _last_line(text: str) -> str:
     return lines[-1].strip()[:300] if lines else "an exception"
 
 
-class SweepError(Exception):
-    """A user-facing problem that stops the sweep before it starts (exit code 2)."""
 
 
 @dataclass

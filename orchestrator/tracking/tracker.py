@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.results import export
 from orchestrator import redact
 from orchestrator.records import FailureKind, TrialOutcome, TrialStatus
+from orchestrator.errors import TrackingError
 
 if TYPE_CHECKING:
     import pandas
@@ -108,8 +109,6 @@ _ROLE_RUN_PREFIX = {"search": "trial"}
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-class TrackingError(Exception):
-    """MLflow could not do what was asked; the message says what, where and how to fix it."""
 
 
 class Tracker:

@@ -1,0 +1,39 @@
+"""The exception tree. Every error a user can meet derives from `SweepToolError` and carries the exit
+code the CLI returns for it; the CLI maps by class and prints one message, never a traceback.
+
+Expected trial failures are values (`records.TrialOutcome`), not exceptions: these are for the edges.
+"""
+
+from __future__ import annotations
+
+
+class SweepToolError(Exception):
+    """A problem the tool explains in one message (what, where, how to fix)."""
+
+    exit_code: int = 1
+
+
+class UserError(SweepToolError):
+    """Anything the user can fix by changing a file or an argument: exit code 2."""
+
+    exit_code = 2
+
+
+class SpecError(UserError):
+    """An experiment or search-space file breaks a rule; the message names the field, rule and fix."""
+
+
+class SweepError(UserError):
+    """The sweep cannot start or continue as asked (work directory in use, nothing to resume, ...)."""
+
+
+class StorageError(UserError):
+    """The Optuna storage cannot be opened or read."""
+
+
+class ClusterUnreachable(UserError):
+    """The Ray cluster named by --ray-address cannot be reached or lacks the GPUs a trial needs."""
+
+
+class TrackingError(SweepToolError):
+    """MLflow refused a request in a way no retry fixes (exit code 1); outages queue in the outbox instead."""
