@@ -156,3 +156,27 @@ class TrialOutcome(Frozen):
     timings: dict[str, float] = Field(default_factory=dict)
     """Seconds spent per phase: server_start, bench, shutdown, observe."""
     warnings: tuple[str, ...] = ()
+
+
+class ServingConfig(Frozen):
+    """What a deployment needs to reproduce a trial: its environment and the SGLang flags it ran with.
+
+    Stored as `serving_config/serving_config.json` on the trial's MLflow run, registered as the
+    champion model version, and rendered by `results.export`.
+    """
+
+    experiment: str
+    trial_number: int
+    run_id: str
+    model_version: str | None = None
+    engine: str
+    sglang_version: str
+    params: dict[str, ParamValue]
+    env: dict[str, str]
+    """Environment variables of the trial (NCCL_*, SGLANG_*), exactly as the ranks received them."""
+    sglang_args: tuple[str, ...]
+    """SGLang flags the trial was launched with, beyond the model path, host and port."""
+    metrics: dict[str, float]
+    fingerprint_hash: str
+    created_at: str
+    """ISO-8601 UTC time the config was made."""
