@@ -23,9 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.search import space as sp
-from orchestrator.config import experiment as spec_mod
+from orchestrator.config import experiment as spec_mod  # noqa: E402
 from orchestrator.results import truth  # noqa: E402
+from orchestrator.search import space as sp  # noqa: E402
 from orchestrator.search import study as study_mod  # noqa: E402
 from orchestrator.search.study import Study  # noqa: E402
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -52,7 +52,7 @@ def _load(path: Path) -> spec_mod.SweepSpec:
     return spec_mod.load(path)
 
 
-def _workdir(workdir: Optional[Path], experiment: Optional[spec_mod.SweepSpec] = None) -> Path:
+def _workdir(workdir: Path | None, experiment: spec_mod.SweepSpec | None = None) -> Path:
     if workdir is not None:
         return workdir
     if experiment is not None:
@@ -98,9 +98,9 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of {params, argv, env}"),
 ) -> None:
     """Dry run: space size, infeasible combinations and why, the first launch commands. Starts nothing."""
+    from orchestrator.search import space as sp
     from orchestrator.trial import observe
     from orchestrator.trial import plan as planner
-    from orchestrator.search import space as sp
 
     s = _load(experiment)
     import random
@@ -190,11 +190,11 @@ def _progress_printer():
 @_guard
 def run(
     experiment: Path = typer.Argument(..., help="experiment YAML"),
-    n_trials: Optional[int] = typer.Option(None, "--n-trials", min=1, help="override budget.trials"),
-    timeout: Optional[str] = typer.Option(None, "--timeout", help="wall-time budget, e.g. 8h, 90m"),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="default runs/<experiment name>/"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="existing Ray cluster, e.g. auto"),
-    storage: Optional[str] = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
+    n_trials: int | None = typer.Option(None, "--n-trials", min=1, help="override budget.trials"),
+    timeout: str | None = typer.Option(None, "--timeout", help="wall-time budget, e.g. 8h, 90m"),
+    workdir: Path | None = typer.Option(None, "--workdir", help="default runs/<experiment name>/"),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="existing Ray cluster, e.g. auto"),
+    storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
                                           help="Optuna RDB URL (e.g. postgresql://...); default sqlite in the work directory"),
     resume: bool = typer.Option(False, "--resume", help="continue the sweep in the work directory"),
 ) -> None:
@@ -260,8 +260,8 @@ def _print_summary(s: spec_mod.SweepSpec, summary: dict[str, Any], wd: Path) -> 
 @app.command()
 @_guard
 def status(
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="the sweep's work directory"),
-    storage: Optional[str] = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
+    workdir: Path | None = typer.Option(None, "--workdir", help="the sweep's work directory"),
+    storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
                                           help="the Optuna RDB URL the sweep used, when not its sqlite file"),
 ) -> None:
     """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage."""
@@ -295,7 +295,7 @@ def status(
 
 @app.command()
 @_guard
-def sync(workdir: Optional[Path] = typer.Option(None, "--workdir")) -> None:
+def sync(workdir: Path | None = typer.Option(None, "--workdir")) -> None:
     """Replay results queued in the outbox while MLflow was unreachable."""
     from orchestrator.tracking.tracker import Tracker
 
@@ -311,7 +311,7 @@ def sync(workdir: Optional[Path] = typer.Option(None, "--workdir")) -> None:
 @app.command()
 @_guard
 def ui(
-    workdir: Optional[Path] = typer.Option(None, "--workdir"),
+    workdir: Path | None = typer.Option(None, "--workdir"),
     port: int = typer.Option(5000, "--port"),
     host: str = typer.Option("127.0.0.1", "--host", help="keep 127.0.0.1 unless you know who can reach it"),
 ) -> None:
@@ -344,9 +344,9 @@ def ui(
 def export(
     output: Path = typer.Option(..., "-o", "--output", help="file to write (atomically)"),
     fmt: str = typer.Option("env", "--format", help="env | json | sglang-args"),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="the sweep's work directory"),
-    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (instead of --workdir)"),
-    model: Optional[str] = typer.Option(None, "--model", help="registered model name (with --tracking-uri)"),
+    workdir: Path | None = typer.Option(None, "--workdir", help="the sweep's work directory"),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (instead of --workdir)"),
+    model: str | None = typer.Option(None, "--model", help="registered model name (with --tracking-uri)"),
     alias: str = typer.Option("champion", "--alias"),
 ) -> None:
     """Write the configuration registered under models:/<name>@<alias> as an env, json or sglang-args file."""
@@ -375,7 +375,7 @@ def export(
 def truth(
     experiment: Path = typer.Argument(..., help="experiment YAML (engine: simulator)"),
     top: int = typer.Option(10, "--top", help="how many of the best points to list"),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="also rank this sweep's best trial"),
+    workdir: Path | None = typer.Option(None, "--workdir", help="also rank this sweep's best trial"),
 ) -> None:
     """Evaluate the simulator's noise-free model on every feasible point: the true optimum and ranks."""
     from orchestrator.results import truth as truth_mod

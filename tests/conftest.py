@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from e2e_helpers import demo_experiment, sweep, write_experiment
 
 

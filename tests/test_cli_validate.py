@@ -21,9 +21,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from orchestrator.search import space as sp
-from orchestrator.config import experiment as spec_mod
 from orchestrator.cli import app
+from orchestrator.config import experiment as spec_mod
+from orchestrator.search import space as sp
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "experiments" / "demo.yaml"

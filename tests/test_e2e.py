@@ -7,11 +7,11 @@ import json
 import shlex
 
 import pytest
+from e2e_helpers import REPO, sweep
 from mlflow.tracking import MlflowClient
 
 from orchestrator.results import export
 from orchestrator.search.study import read_only
-from e2e_helpers import REPO, demo_experiment, sweep, write_experiment
 
 pytestmark = pytest.mark.slow
 

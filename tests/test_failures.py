@@ -10,7 +10,6 @@ import uuid
 
 import pytest
 import yaml
-
 from e2e_helpers import demo_experiment, sweep, write_experiment
 
 pytestmark = pytest.mark.slow

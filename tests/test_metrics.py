@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from orchestrator.records import BenchRecord, Metrics
 from orchestrator.trial.metrics import (
     MetricMissing,
     compute,
@@ -18,7 +19,6 @@ from orchestrator.trial.metrics import (
     summarize,
     verify_ms_from_metrics,
 )
-from orchestrator.records import BenchRecord, Metrics
 
 T0 = 1_800_000_000.0
 

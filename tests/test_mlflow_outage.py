@@ -10,12 +10,12 @@ import time
 import uuid
 
 import pytest
-from mlflow.tracking import MlflowClient
-
-from orchestrator.search.study import read_only
 from e2e_helpers import demo_experiment, sweep, write_experiment
+from mlflow.tracking import MlflowClient
 from mlflow_fixtures import MlflowServer, sqlite_store_template  # noqa: F401 (fixture)
 from test_resume import start_sweep, trial_files, wait_for, wait_until_gone
+
+from orchestrator.search.study import read_only
 
 pytestmark = pytest.mark.slow
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import knobs
-from orchestrator.trial import plan as planner
-from orchestrator.search import space as sp
 from orchestrator.config import experiment as spec_mod
+from orchestrator.config import knobs
 from orchestrator.config.experiment import ParamSpec, SearchSpace, SweepSpec
+from orchestrator.search import space as sp
+from orchestrator.trial import plan as planner
 
 ROOT = Path(__file__).resolve().parents[1]
 HELP = ROOT / "orchestrator" / "reference" / "sglang_0_5_23" / "launch_server_help.txt"

@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from orchestrator.search import space as sp
-from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
-from orchestrator.search.study import Study
 from e2e_helpers import REPO, demo_experiment, sweep, write_experiment
 from test_resume import MARKER, marked_processes, trial_files
+
+from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
+from orchestrator.search import space as sp
+from orchestrator.search.study import Study
 
 pytestmark = pytest.mark.slow
 

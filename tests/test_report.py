@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.results import report
 from orchestrator.config import experiment as spec_mod
 from orchestrator.records import Metrics, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.results import report
 
 DEMO = Path(__file__).resolve().parents[1] / "experiments" / "demo.yaml"
 

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from e2e_helpers import REPO, SWEEP, demo_experiment, sweep, write_experiment
 from mlflow.tracking import MlflowClient
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
-from orchestrator.search import space as sp
 from orchestrator.config import experiment as spec_mod
 from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.search import space as sp
 from orchestrator.search.study import read_only
-from e2e_helpers import REPO, SWEEP, demo_experiment, sweep, write_experiment
-from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,6 @@ from orchestrator.results.select import (
     speedup,
 )
 
-
 # --- bootstrap_ci ---------------------------------------------------------------------------
 
 def test_bootstrap_ci_of_one_sample_is_that_sample():

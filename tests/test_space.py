@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from orchestrator.search import space as sp
 from orchestrator.config import experiment as spec_mod
 from orchestrator.config.experiment import SearchSpace
+from orchestrator.search import space as sp
 
 ROOT = Path(__file__).resolve().parents[1]
 EAGLE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")

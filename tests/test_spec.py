@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.config import knobs
 from orchestrator.config import experiment as spec_mod
+from orchestrator.config import knobs
 from orchestrator.config.experiment import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,13 +16,21 @@ import pytest
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 from mlflow_fixtures import (  # noqa: F401 (fixtures are used by name)
-    MlflowServer, copy_store, sqlite_store_template,
+    MlflowServer,
+    copy_store,
+    sqlite_store_template,
 )
 
-from orchestrator.results import export
 from orchestrator.records import (
-    FailureKind, LaunchPlan, MeasurementSummary, Metrics, TrialOutcome, TrialRole, TrialStatus,
+    FailureKind,
+    LaunchPlan,
+    MeasurementSummary,
+    Metrics,
+    TrialOutcome,
+    TrialRole,
+    TrialStatus,
 )
+from orchestrator.results import export
 from orchestrator.tracking.tracker import OUTBOX_FILE, REJECTED_FILE, Tracker, TrackingError
 
 matplotlib.use("Agg")

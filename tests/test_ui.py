@@ -12,7 +12,6 @@ import time
 
 import httpx
 import pytest
-
 from e2e_helpers import SWEEP
 
 pytestmark = pytest.mark.slow

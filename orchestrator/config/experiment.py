@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchestrator.config import knobs
 from orchestrator import redact
+from orchestrator.config import knobs
 from orchestrator.errors import SpecError
 
 Scalar = str | int | float | bool | None

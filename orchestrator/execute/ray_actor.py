@@ -20,8 +20,8 @@ from typing import Any
 
 import ray
 
-from orchestrator.records import TrialOutcome, TrialSpec
 from orchestrator.errors import ClusterUnreachable
+from orchestrator.records import TrialOutcome, TrialSpec
 
 _MAX_FILE_BYTES = 8_000_000
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.results import select
-from orchestrator.records import TrialOutcome, TrialRole, TrialStatus
 from orchestrator.config.experiment import SweepSpec
+from orchestrator.records import TrialOutcome, TrialRole, TrialStatus
+from orchestrator.results import select
 
 _METRIC_COLUMNS = ("decode_tok_s", "output_tok_s", "accept_length", "accept_rate", "verify_ms", "cycle_ms",
                    "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99")

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.config.experiment import SweepSpec
 from orchestrator.search import space as sp
 from orchestrator.simulator import model as sim_model
 from orchestrator.simulator import profiles
-from orchestrator.config.experiment import SweepSpec
 
 
 @dataclass(frozen=True)

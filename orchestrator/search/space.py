@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from orchestrator.records import ParamValue
 from orchestrator.config.experiment import ParamSpec, SearchSpace
+from orchestrator.records import ParamValue
 
 EAGLE_KNOBS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 

@@ -17,10 +17,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from orchestrator.search import space as sp
-from orchestrator.records import ParamValue
 from orchestrator.config.experiment import SamplerSpec, SearchSpace
 from orchestrator.errors import StorageError
+from orchestrator.records import ParamValue
+from orchestrator.search import space as sp
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 from orchestrator.simulator import cli, failures, ranks
 from orchestrator.simulator import model as perf
-from orchestrator.simulator.profiles import ProfileError, load_hardware, load_model
 from orchestrator.simulator.logs import Log
+from orchestrator.simulator.profiles import ProfileError, load_hardware, load_model
 
 _WARMUP_PROMPT = "The capital city of France is"
 

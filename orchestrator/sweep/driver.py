@@ -26,16 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.execute import ray_actor
-from orchestrator.trial import plan as planner
-from orchestrator.results import select
-from orchestrator.trial import server as srv
-from orchestrator.search import space as sp
-from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialSpec, TrialStatus
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.search.study import StorageError, Study, TrialView
-from orchestrator.trial.runner import write_json
 from orchestrator.errors import SweepError
+from orchestrator.execute import ray_actor
+from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialSpec, TrialStatus
+from orchestrator.results import select
+from orchestrator.search import space as sp
+from orchestrator.search.study import StorageError, Study, TrialView
+from orchestrator.trial import plan as planner
+from orchestrator.trial import server as srv
+from orchestrator.trial.runner import write_json
 
 log = logging.getLogger("sweep")
 

@@ -60,10 +60,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.results import export
 from orchestrator import redact
-from orchestrator.records import FailureKind, TrialOutcome, TrialStatus
 from orchestrator.errors import TrackingError
+from orchestrator.records import FailureKind, TrialOutcome, TrialStatus
+from orchestrator.results import export
 
 if TYPE_CHECKING:
     import pandas

@@ -15,7 +15,6 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Sequence
 
 import httpx
 

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from importlib import resources
 
 from orchestrator.config import knobs
-from orchestrator.search import space as sp
-from orchestrator.records import LaunchPlan, ParamValue
 from orchestrator.config.experiment import SweepSpec
+from orchestrator.records import LaunchPlan, ParamValue
+from orchestrator.search import space as sp
 
 # Flags the sweep sets itself; an experiment may not fix them in server.flags.
 MANAGED_FLAGS = {

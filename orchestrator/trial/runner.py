@@ -18,12 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.trial import bench
-from orchestrator.trial import metrics
-from orchestrator.trial import observe
-from orchestrator.trial import plan as planner
 from orchestrator import redact
-from orchestrator.trial import server as srv
+from orchestrator.config.experiment import SweepSpec, from_dict
 from orchestrator.records import (
     BenchRecord,
     FailureKind,
@@ -34,7 +30,9 @@ from orchestrator.records import (
     TrialStatus,
 )
 from orchestrator.search.space import infeasible_reason
-from orchestrator.config.experiment import SweepSpec, from_dict
+from orchestrator.trial import bench, metrics, observe
+from orchestrator.trial import plan as planner
+from orchestrator.trial import server as srv
 
 _OOM_MARKERS = ("out of memory", "outofmemoryerror", "not enough memory")
 _PORT_MARKERS = ("address already in use", "errno 98")

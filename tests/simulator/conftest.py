@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from sim_helpers import Sim, descendants, wait_gone
 
 

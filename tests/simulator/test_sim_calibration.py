@@ -12,12 +12,10 @@ import concurrent.futures
 
 import httpx
 import pytest
-
-from orchestrator.trial import bench
-from orchestrator.trial import metrics
-from orchestrator.simulator import evaluate, load_hardware, load_model
-
 from sim_helpers import TUNED
+
+from orchestrator.simulator import evaluate, load_hardware, load_model
+from orchestrator.trial import bench, metrics
 
 
 def eagle(steps: int) -> tuple[str, ...]:

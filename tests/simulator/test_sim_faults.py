@@ -7,7 +7,6 @@ import time
 
 import httpx
 import pytest
-
 from sim_helpers import descendants, environ_of, wait_gone
 
 SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "2",

@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
 from sim_helpers import Sim, descendants, environ_of, wait_gone
 
 METRIC_NAMES = set((Path(__file__).resolve().parents[2] / "orchestrator/reference/sglang_0_5_23/metric_names.txt")

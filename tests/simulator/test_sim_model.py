@@ -9,11 +9,10 @@ import statistics
 from pathlib import Path
 
 import pytest
+from sim_helpers import TUNED
 
 from orchestrator.simulator import evaluate, load_hardware, load_model, params_from_launch, truth
 from orchestrator.simulator.model import NcclSettings, nccl_all_reduce
-
-from sim_helpers import TUNED
 
 MEASUREMENTS = Path(__file__).resolve().parents[2] / "orchestrator/reference/measurements/h200x2-nvlink-allreduce.json"
 PCIE, KIMI = load_hardware("pcie-rtxpro6000-x8"), load_model("kimi-k2.5")
@@ -59,7 +58,7 @@ def test_h200_profile_follows_the_measured_cuda_graph_all_reduce_latencies():
     data = json.loads(MEASUREMENTS.read_text())
     h200 = load_hardware("h200-nvlink")
     errors = []
-    for name, config in data["run_2_graph"]["configs"].items():
+    for _name, config in data["run_2_graph"]["configs"].items():
         settings = NcclSettings.from_env(config["env"])
         for row in config["rows"]:
             modelled = nccl_all_reduce(h200, settings, 2, row["bytes"], True).us
