@@ -144,7 +144,7 @@ class _DeprecatedStoreTrue(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=False, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"WARNING: {option_string} is deprecated. {self.help.removeprefix('Deprecated. ')}", flush=True)
+        print(f"WARNING: {option_string} is deprecated. {(self.help or '').removeprefix('Deprecated. ')}", flush=True)
         setattr(namespace, self.dest, True)
 
 

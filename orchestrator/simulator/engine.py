@@ -32,6 +32,7 @@ import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from orchestrator.simulator import failures
 from orchestrator.simulator import model as perf
@@ -92,7 +93,7 @@ class Request:
     def meta_info(self, draft_tokens: int) -> dict:
         """SGLang's /generate meta_info for the request as it stands."""
         now = self.finished_at or time.perf_counter()
-        meta = {
+        meta: dict[str, Any] = {
             "id": self.rid,
             "finish_reason": self.finish_reason,
             "prompt_tokens": len(self.input_ids),
@@ -315,7 +316,7 @@ class Engine:
         self.cycles += 1
         if self.metrics:
             if cfg.speculative:
-                seconds = {"target_verify": pred.verify_ms * factor / 1e3,
+                seconds = {"target_verify": (pred.verify_ms or 0.0) * factor / 1e3,
                            "eagle_draft": pred.draft_ms * factor / 1e3,
                            "eagle_draft_extend": pred.draft_extend_ms * factor / 1e3}
             else:

@@ -57,7 +57,8 @@ class _Reader:
     """Takes keys out of a mapping and complains about missing and left-over ones."""
 
     def __init__(self, source: str, data: Mapping[str, Any], where: str = ""):
-        self.source, self.data, self.where, self.used = source, data, where, set()
+        self.source, self.data, self.where = source, data, where
+        self.used: set[str] = set()
 
     def __call__(self, key: str, default: Any = ...) -> Any:
         self.used.add(key)
@@ -136,6 +137,13 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE) -> HardwareProfile:
     return hw
 
 
+def _spec_triple(source: str, value: Any) -> tuple[int, int, int]:
+    """`default_spec`: (steps, topk, draft tokens), three integers."""
+    if not isinstance(value, (list, tuple)) or len(value) != 3:
+        raise ProfileError(f"{source}: default_spec must be [steps, topk, draft_tokens], got {value!r}")
+    return int(value[0]), int(value[1]), int(value[2])
+
+
 @functools.lru_cache(maxsize=32)
 def load_model(name_or_path: str = DEFAULT_MODEL) -> ModelProfile:
     """The model profile `name_or_path` (built-in name, or path to a YAML/JSON file)."""
@@ -164,7 +172,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL) -> ModelProfile:
         draft_step_ms=float(r("draft_step_ms")), draft_extend_ms=float(r("draft_extend_ms")),
         draft_per_token_ms=float(r("draft_per_token_ms")), draft_collectives=int(r("draft_collectives")),
         prefill_fixed_ms=float(r("prefill_fixed_ms")), prefill_per_token_ms=float(r("prefill_per_token_ms")),
-        drafters=drafters, default_spec=tuple(int(x) for x in r("default_spec")),
+        drafters=drafters, default_spec=_spec_triple(source, r("default_spec")),
     )
     r("calibration", None)
     r.done()

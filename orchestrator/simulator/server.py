@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 from orchestrator.simulator import cli, failures, ranks
 from orchestrator.simulator import model as perf
@@ -62,7 +63,7 @@ class _Process:
         self.log = log
         self.workers: list[subprocess.Popen] = []
 
-    def fatal(self, traceback_text: str, launcher_line: str) -> None:
+    def fatal(self, traceback_text: str, launcher_line: str) -> NoReturn:
         """A scheduler died: print what SGLang prints, take the workers down, exit 1 now."""
         first, _, rest = traceback_text.partition("\n")
         self.log.scheduler(first, level=40)
@@ -96,8 +97,9 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
     # with a feasible tree until then.
     topk_crash = isinstance(cfg, str) and "selected index k out of range" in cfg
     if topk_crash:
-        cfg = dataclasses.replace(perf.resolve({**params, "speculative_num_draft_tokens": 2}, hw, md),
-                                  draft_tokens=args["speculative_num_draft_tokens"])
+        feasible = perf.resolve({**params, "speculative_num_draft_tokens": 2}, hw, md)
+        if not isinstance(feasible, str):
+            cfg = dataclasses.replace(feasible, draft_tokens=args["speculative_num_draft_tokens"])
     if isinstance(cfg, str):
         if tp > hw.gpus:
             proc.fatal(*failures.invalid_device_ordinal(tp, hw.gpus))
@@ -147,7 +149,7 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
                   f"available_gpu_mem={mem * 0.087:.2f} GB")
 
     disable_created_metrics()  # SGLang runs prometheus_client in multiprocess mode: no *_created series
-    served = args.get("served_model_name") or args.get("model_path")
+    served = str(args.get("served_model_name") or args.get("model_path"))
     metrics = None
     if args.get("enable_metrics"):
         metrics = Metrics(served, speculative=cfg.speculative,
