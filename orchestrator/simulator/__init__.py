@@ -9,6 +9,7 @@ model. The demo, CI and the tests run it instead of a GPU server, through the sa
 Pieces:
     model.py      the performance model: pure equations, `evaluate`, `truth` (no I/O)
     profiles.py   hardware/model profiles from YAML/JSON (profiles/*.yaml built in)
+    cost.py       real-scale seconds of one trial (load, warm-up, benchmark x repeats): `trial_cost`
     cli.py        SGLang's parser rebuilt from the 0.5.23 --help dump, resolution rules,
                   `params_from_launch` (argv + env -> model params: what a launch runs)
     engine.py     the scheduler loop: batching, real-time cycles, acceptance sampling, counters
@@ -25,6 +26,9 @@ Simulator flags (never abbreviated, unlike SGLang's):
                                    per-cycle jitter is a quarter of it; 0 makes timing exact
     --sim-drift FRACTION_PER_HOUR  host slow-down per hour since --sim-drift-epoch (default 0)
     --sim-drift-epoch UNIX_TS      shared by the server processes of one sweep
+    --sim-time-scale FRACTION      sleep this fraction of the model profile's real load + graph-capture
+                                   seconds at start-up (default 0: fast starts; `cost.trial_cost` keeps
+                                   the real-scale accounting)
     --sim-fault SPEC               repeatable; also SWEEP_SIM_FAULTS="SPEC;SPEC"
 
 Fault specs (details in faults.py):
@@ -35,7 +39,17 @@ A port already in use fails like uvicorn: "[Errno 98] error while attempting to 
 """
 
 from orchestrator.simulator.cli import params_from_launch
-from orchestrator.simulator.model import Prediction, Ranked, evaluate, truth
-from orchestrator.simulator.profiles import load_hardware, load_model
+from orchestrator.simulator.cost import TrialCost, trial_cost
+from orchestrator.simulator.model import (
+           AllReduceChoice,
+           NcclSettings,
+           Prediction,
+           Ranked,
+           evaluate,
+           nccl_all_reduce,
+           truth,
+)
+from orchestrator.simulator.profiles import ProfileError, load_hardware, load_model
 
-__all__ = ["Prediction", "Ranked", "evaluate", "load_hardware", "load_model", "params_from_launch", "truth"]
+__all__ = ["AllReduceChoice", "NcclSettings", "Prediction", "ProfileError", "Ranked", "TrialCost", "evaluate",
+           "load_hardware", "load_model", "nccl_all_reduce", "params_from_launch", "trial_cost", "truth"]

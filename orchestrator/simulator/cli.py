@@ -202,6 +202,9 @@ def simulator_parser() -> argparse.ArgumentParser:
                    help="slow host drift: cycle time grows by this fraction per hour since --sim-drift-epoch")
     p.add_argument("--sim-drift-epoch", type=float, default=None,
                    help="UNIX time the drift counts from (default: this process's start)")
+    p.add_argument("--sim-time-scale", type=float, default=0.0, metavar="FRACTION",
+                   help="sleep this fraction of the model profile's real load and graph-capture seconds at "
+                        "start-up (default 0: start at once; 1: real-scale)")
     p.add_argument("--sim-fault", action="append", default=[], metavar="SPEC",
                    help="inject a fault (repeatable; also env SWEEP_SIM_FAULTS, ';'-separated); "
                         "see `python -m orchestrator.simulator --help`")
@@ -217,6 +220,8 @@ class SimOptions:
     drift_per_hour: float
     drift_epoch: float | None
     faults: Faults
+    time_scale: float = 0.0
+    """Fraction of the model profile's real start-up seconds slept at start-up."""
 
 
 def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[argparse.Namespace, SimOptions]:
@@ -230,9 +235,11 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[argparse.Namespa
         simulator_parser().error(str(exc))
     if sim_ns.sim_noise < 0 or sim_ns.sim_noise >= 0.5:
         simulator_parser().error(f"--sim-noise must be in [0, 0.5), but got {sim_ns.sim_noise}")
+    if not 0 <= sim_ns.sim_time_scale <= 1:
+        simulator_parser().error(f"--sim-time-scale must be in [0, 1], but got {sim_ns.sim_time_scale}")
     ns = sglang_parser().parse_args(rest)
     return ns, SimOptions(sim_ns.hardware_profile, sim_ns.model_profile, sim_ns.sim_seed, sim_ns.sim_noise,
-                          sim_ns.sim_drift, sim_ns.sim_drift_epoch, faults)
+                          sim_ns.sim_drift, sim_ns.sim_drift_epoch, faults, sim_ns.sim_time_scale)
 
 
 # ------------------------------------------------------------------------------------- resolution

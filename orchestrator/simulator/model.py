@@ -174,6 +174,10 @@ class ModelProfile:
     drafters: Mapping[str, Drafter] = field(default_factory=dict)
     default_spec: tuple[int, int, int] = (3, 1, 4)
     """SGLang's automatic (steps, topk, draft tokens) for this architecture."""
+    load_weights_s: float = 0.0
+    """Real seconds from process start to weights in GPU memory (the profile's `load.source` says why)."""
+    graph_capture_s: float = 0.0
+    """Real seconds of CUDA-graph capture after loading (decode batch sizes, target and drafter)."""
 
 
 # ------------------------------------------------------------------------------------- all-reduce

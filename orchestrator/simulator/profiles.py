@@ -137,6 +137,13 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE) -> HardwareProfile:
     return hw
 
 
+def _seconds(source: str, r: _Reader, key: str) -> float:
+    value = r(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ProfileError(f"{source}: {r.where}{key} must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
 def _spec_triple(source: str, value: Any) -> tuple[int, int, int]:
     """`default_spec`: (steps, topk, draft tokens), three integers."""
     if not isinstance(value, (list, tuple)) or len(value) != 3:
@@ -157,6 +164,11 @@ def load_model(name_or_path: str = DEFAULT_MODEL) -> ModelProfile:
                                               width_exponent=float(dr("width_exponent")))
         dr("doc", None)
         dr.done()
+    ld = r.sub("load")
+    load_weights_s, graph_capture_s = _seconds(source, ld, "weights_s"), _seconds(source, ld, "graph_capture_s")
+    if not str(ld("source", "")).strip():
+        raise ProfileError(f"{source}: load.source must say where the load-time figures come from")
+    ld.done()
     model = ModelProfile(
         name=str(r("name")), description=str(r("description", "")),
         architectures=tuple(r("architectures")), model_type=str(r("model_type")),
@@ -173,6 +185,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL) -> ModelProfile:
         draft_per_token_ms=float(r("draft_per_token_ms")), draft_collectives=int(r("draft_collectives")),
         prefill_fixed_ms=float(r("prefill_fixed_ms")), prefill_per_token_ms=float(r("prefill_per_token_ms")),
         drafters=drafters, default_spec=_spec_triple(source, r("default_spec")),
+        load_weights_s=load_weights_s, graph_capture_s=graph_capture_s,
     )
     r("calibration", None)
     r.done()

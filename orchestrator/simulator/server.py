@@ -56,6 +56,17 @@ def _tuning_lines(hw: perf.HardwareProfile, model: perf.ModelProfile, cfg: perf.
     return out
 
 
+async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
+    """Sleep `seconds` (a slow start, a scaled model load) unless SIGTERM comes first: True if it did."""
+    if seconds <= 0:
+        return False
+    try:
+        await asyncio.wait_for(stopping.wait(), seconds)
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
 class _Process:
     """The server's own resources that every exit path must release."""
 
@@ -124,14 +135,11 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
     mem = hw.gpu_memory_gib
     log.scheduler("Init torch distributed ends. elapsed=0.21 s, mem usage=0.56 GB")
     log.scheduler(f"Load weight begin. avail mem={mem - 0.6:.2f} GB")
-    if sim.faults.slow_start_s:
-        try:
-            await asyncio.wait_for(stopping.wait(), sim.faults.slow_start_s)
-            return 0
-        except asyncio.TimeoutError:
-            pass
+    load_s = md.load_weights_s * sim.time_scale
+    if await _stopped_within(stopping, sim.faults.slow_start_s + load_s):
+        return 0
     weights = mem * 0.62
-    log.scheduler(f"Load weight end. elapsed=0.42 s, type={md.architectures[0]}, dtype=torch.bfloat16, "
+    log.scheduler(f"Load weight end. elapsed={0.42 + load_s:.2f} s, type={md.architectures[0]}, dtype=torch.bfloat16, "
                   f"avail mem={mem - 0.6 - weights:.2f} GB, mem usage={weights:.2f} GB.")
     max_total = int(args.get("max_total_tokens") or hw.kv_cache_tokens)
     log.scheduler(f"KV Cache is allocated. #tokens: {max_total}, KV size: {mem * 0.25:.2f} GB")
@@ -142,7 +150,10 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
         log.scheduler(f"Capture cuda graph begin. This can take up to several minutes. avail mem={mem * 0.1:.2f} GB")
         if topk_crash:
             proc.fatal(*failures.draft_topk_out_of_range(at_capture=True))
-        log.scheduler(f"Capture cuda graph end. Time elapsed: 0.31 s. mem usage=1.21 GB. avail mem={mem * 0.087:.2f} GB.")
+        capture_s = md.graph_capture_s * sim.time_scale
+        if await _stopped_within(stopping, capture_s):
+            return 0
+        log.scheduler(f"Capture cuda graph end. Time elapsed: {0.31 + capture_s:.2f} s. mem usage=1.21 GB. avail mem={mem * 0.087:.2f} GB.")
     max_running = int(args.get("max_running_requests") or 1024)
     log.scheduler(f"max_total_num_tokens={max_total}, chunked_prefill_size={args.get('chunked_prefill_size') or 8192}, "
                   f"max_prefill_tokens=16384, max_running_requests={max_running}, context_len={md.context_length}, "
