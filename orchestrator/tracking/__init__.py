@@ -1,4 +1,16 @@
 """Where results are recorded (the only MLflow importer).
 
-- `tracker`: runs, outbox, registry.
+- `tracker`: `Tracker`, the thin facade the driver and the CLI use.
+- `runs`: the parent run per sweep, a child run per trial, the summary, reading child runs back.
+- `outbox`: typed outbox lines (`OutboxEntry`), the back-off after an outage, replay.
+- `outage`: tells an outage (queued) from a refusal by MLflow and from a bug (raised).
+- `registry`: promote a serving config to a model version with an alias; resolve it back.
+- `convert`: pure conversions of params, metrics, tags and names to what MLflow stores.
+- `_client`: the MLflow client and experiment of one store, created on first use.
+
+Importing this package does not import MLflow; the first call that needs it does.
 """
+
+from orchestrator.tracking.tracker import Tracker
+
+__all__ = ["Tracker"]

@@ -18,20 +18,25 @@ from mlflow.tracking import MlflowClient
 from mlflow_fixtures import (  # noqa: F401 (fixtures are used by name)
     MlflowServer,
     copy_store,
+    free_port,
     sqlite_store_template,
 )
 
+from orchestrator.errors import TrackingError
 from orchestrator.records import (
     FailureKind,
     LaunchPlan,
     MeasurementSummary,
     Metrics,
+    ServingConfig,
     TrialOutcome,
     TrialRole,
     TrialStatus,
 )
 from orchestrator.results import export
-from orchestrator.tracking.tracker import OUTBOX_FILE, REJECTED_FILE, Tracker, TrackingError
+from orchestrator.tracking import convert
+from orchestrator.tracking.outbox import OUTBOX_FILE, REJECTED_FILE
+from orchestrator.tracking.tracker import Tracker
 
 matplotlib.use("Agg")
 
@@ -240,9 +245,8 @@ def test_changed_params_are_flagged_not_fatal(tracker: Tracker, workdir: Path) -
     assert tracker.pending() == 0
 
 
-def test_resume_reopens_the_parent_and_closes_interrupted_trials(tracker: Tracker) -> None:
+def test_resume_reopens_the_parent_and_keeps_its_params(tracker: Tracker) -> None:
     parent = tracker.start_sweep(run_name="s", params={"n_trials": 20}, tags={})
-    running = tracker.start_trial(parent, number=5, params=KNOBS, role="search", tags={})
     tracker.end_sweep(parent, "KILLED")
     again = tracker.start_sweep(run_name="s", params={"n_trials": 30, "seed": 1}, tags={},
                                 resume_run_id=parent)
@@ -251,11 +255,7 @@ def test_resume_reopens_the_parent_and_closes_interrupted_trials(tracker: Tracke
     run = client.get_run(parent)
     assert run.info.status == "RUNNING"
     assert run.data.params == {"n_trials": "20", "seed": "1"}, "params already logged stay"
-    assert tracker.find_parent() == parent
-    assert tracker.find_parent(status="RUNNING") == parent
-    assert tracker.find_parent(run_name="other") is None
-    assert tracker.kill_running_trials(parent) == [5]
-    assert client.get_run(running).info.status == "KILLED"
+    assert "sweep.resumed_at" in run.data.tags
 
 
 def test_child_runs_table_for_sweep_status(tracker: Tracker, workdir: Path) -> None:
@@ -367,6 +367,71 @@ def test_resolve_says_what_is_missing_and_how_to_fix_it(tracker: Tracker, tmp_pa
                     serving_config=serving_config(run_id, 1, 150.0))
     with pytest.raises(TrackingError, match="has no alias 'champion' \\(it has: staging\\)"):
         tracker.resolve("demo-serving")
+
+
+def test_promote_takes_the_serving_config_model_and_stores_the_same_json(
+        tracker: Tracker, workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    tracker.log_trial(parent, write_trial(workdir, 1), run_id=None, extra_metrics={},
+                      extra_tags={})
+    run_id = tracker.find_trial(parent, 1)
+    as_dict = serving_config(run_id, 1, 150.0)
+    assert tracker.promote(run_id, model_name="demo-serving",
+                           serving_config=ServingConfig.model_validate(as_dict)) == "1"
+    resolved = tracker.resolve("demo-serving")
+    assert resolved == {**as_dict, "model_version": "1"}
+    assert isinstance(resolved, dict), "export and the CLI take the dict, as before"
+    stored = Path(client_of(tracker).download_artifacts(
+        run_id, "serving_config/serving_config.json", str(workdir / "dl")))
+    assert json.loads(stored.read_text()) == as_dict
+
+
+def test_a_bug_of_ours_raises_and_is_not_queued_as_an_outage(
+        tracker: Tracker, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+
+    def broken(outcome: TrialOutcome) -> dict[str, str]:
+        raise KeyError("sweep.status")
+
+    monkeypatch.setattr(convert, "outcome_tags", broken)
+    with pytest.raises(KeyError, match="sweep.status"):
+        tracker.log_trial(parent, write_trial(workdir, 1), run_id=None, extra_metrics={},
+                          extra_tags={})
+    assert tracker.pending() == 0
+    assert not (workdir / OUTBOX_FILE).exists()
+    # No back-off either: the next trial goes to MLflow at once.
+    assert tracker.start_trial(parent, number=2, params=KNOBS, role="search", tags={}) is not None
+
+
+def test_mlflow_refusing_a_write_raises_tracking_error_and_queues_nothing(
+        tracker: Tracker, workdir: Path) -> None:
+    tracker.start_sweep(run_name="s", params={}, tags={})
+    with pytest.raises(TrackingError, match="refused to log trial 1: .*Fix: \\(1\\)"):
+        tracker.log_trial("0" * 32, write_trial(workdir, 1), run_id=None, extra_metrics={},
+                          extra_tags={})
+    assert tracker.pending() == 0
+
+
+def test_an_unreachable_server_queues_writes_at_once(tmp_path: Path) -> None:
+    workdir = tmp_path / "runs" / "demo"
+    nobody = f"http://127.0.0.1:{free_port()}"
+    tracker = Tracker(nobody, "demo", outbox_dir=workdir)
+    t0 = time.monotonic()
+    with pytest.raises(TrackingError, match=f"Could not start the sweep run in MLflow at {nobody}"):
+        tracker.start_sweep(run_name="s", params={}, tags={})
+    assert tracker.start_trial("p" * 32, number=1, params=KNOBS, role="search", tags={}) is None
+    tracker.log_trial("p" * 32, write_trial(workdir, 1), run_id=None,
+                      extra_metrics={"speedup_vs_baseline": 1.5}, extra_tags={"sweep.x": "y"})
+    tracker.end_sweep("p" * 32, "FAILED")
+    assert time.monotonic() - t0 < 5
+    lines = [json.loads(line) for line in (workdir / OUTBOX_FILE).read_text().splitlines()]
+    assert [line["op"] for line in lines] == ["log_trial", "end_sweep"]
+    assert {k: v for k, v in lines[0].items() if k not in ("queued_at", "error")} == {
+        "op": "log_trial", "parent_run_id": "p" * 32, "run_id": None,
+        "outcome_path": str((workdir / "trials" / "1" / "outcome.json").resolve()),
+        "extra_metrics": {"speedup_vs_baseline": 1.5}, "extra_tags": {"sweep.x": "y"}}
+    assert lines[1]["status"] == "FAILED" and lines[1]["queued_at"]
+    assert tracker.replay_outbox() == (0, 2)
 
 
 def test_unreadable_outbox_lines_are_set_aside(tracker: Tracker, workdir: Path) -> None:

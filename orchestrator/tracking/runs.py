@@ -1,0 +1,214 @@
+"""The sweep's runs in MLflow: the parent run per sweep, a nested child run per trial, the summary
+on the parent, and the child runs read back as a table.
+
+Each function does its MLflow calls and lets their errors through; the `Tracker` decides whether a
+failure is queued (an outage) or raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.records import TrialOutcome
+from orchestrator.tracking import convert
+from orchestrator.tracking._client import Store
+from orchestrator.tracking.convert import KIND_TAG, PARENT_TAG, ROLE_TAG, TRIAL_DIR_TAG, TRIAL_TAG
+from orchestrator.tracking.outage import Failure, classify
+
+if TYPE_CHECKING:
+    import pandas
+    from matplotlib.figure import Figure
+    from mlflow.entities import Run
+
+log = logging.getLogger(__name__)
+
+
+def start_sweep(store: Store, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any],
+                resume_run_id: str | None = None) -> str:
+    """Create the sweep's parent run (or mark `resume_run_id` RUNNING again); return its id.
+
+    On resume, params already on the run are kept (MLflow params cannot change); new ones are added.
+    """
+    run_tags = {**convert.tags(tags), KIND_TAG: "sweep"}
+    run_params = convert.params(params)
+    client = store.client()
+    if resume_run_id is None:
+        run = client.create_run(store.experiment_id(), run_name=run_name, tags=run_tags)
+        store.log_batch(run.info.run_id, params=run_params)
+        return str(run.info.run_id)
+    run = client.get_run(resume_run_id)
+    client.update_run(resume_run_id, status="RUNNING")
+    new = {k: v for k, v in run_params.items() if k not in run.data.params}
+    store.log_batch(resume_run_id, params=new, tags={**run_tags, "sweep.resumed_at": convert.now_iso()})
+    return resume_run_id
+
+
+def open_trial(store: Store, parent_run_id: str, *, number: int, role: str,
+               params: Mapping[str, Any], tags: Mapping[str, Any]) -> str:
+    """The trial's child run, found (and set RUNNING again) or created, with every knob as a param."""
+    run_id = find_trial(store, parent_run_id, number, role)
+    if run_id is None:
+        run_id = _create_trial(store, parent_run_id, number, role, convert.tags(tags))
+    else:
+        store.client().update_run(run_id, status="RUNNING")
+    new, clash_tags = convert.param_diff(convert.params(params),
+                                         store.client().get_run(run_id).data.params)
+    store.log_batch(run_id, params=new, tags=clash_tags)
+    return run_id
+
+
+def write_trial(store: Store, parent_run_id: str, outcome: TrialOutcome, run_id: str | None,
+                extra_metrics: Mapping[str, float], extra_tags: Mapping[str, str]) -> str:
+    """Log a finished trial on its child run (`run_id`, else the one found, else a new one), upload
+    its folder under `trial/` and close the run; return the run id. Idempotent."""
+    role = convert.role_text(outcome.role)
+    metrics = {**convert.outcome_metrics(outcome), **extra_metrics}
+    tags = {**convert.outcome_tags(outcome), **extra_tags}
+    existing: dict[str, str] | None = None
+    if run_id is not None:
+        existing = store.params_of(run_id)
+        if existing is None:
+            log.warning("MLflow run %s of trial %s is gone; logging to a new run", run_id, outcome.number)
+            run_id = None
+    if run_id is None:
+        run_id = find_trial(store, parent_run_id, outcome.number, role, trial_dir=outcome.trial_dir)
+        existing = None if run_id is None else store.params_of(run_id)
+    if run_id is None:
+        run_id = _create_trial(store, parent_run_id, outcome.number, role,
+                               convert.tags({TRIAL_DIR_TAG: outcome.trial_dir or None}))
+    new_params, clash_tags = convert.param_diff(convert.params(outcome.params), existing or {})
+    # A fixed timestamp and step make a repeated log of the same outcome a no-op in MLflow.
+    when = outcome.finished_at or outcome.started_at or time.time()
+    store.log_batch(run_id, metrics=metrics, params=new_params, tags={**tags, **clash_tags},
+                    timestamp_ms=convert.ms(when))
+    client = store.client()
+    trial_dir = Path(outcome.trial_dir) if outcome.trial_dir else None
+    if trial_dir is not None and trial_dir.is_dir():
+        client.log_artifacts(run_id, str(trial_dir), "trial")
+    end = convert.ms(outcome.finished_at) if outcome.finished_at else None
+    client.set_terminated(run_id, convert.run_status(outcome), end_time=end)
+    return run_id
+
+
+def _create_trial(store: Store, parent_run_id: str, number: int, role: str,
+                  tags: dict[str, str]) -> str:
+    run = store.client().create_run(
+        store.experiment_of(parent_run_id),
+        run_name=convert.trial_run_name(role, number, tags.get(TRIAL_DIR_TAG, "")),
+        tags={**tags, PARENT_TAG: parent_run_id, KIND_TAG: "trial", TRIAL_TAG: str(number),
+              ROLE_TAG: role},
+    )
+    return str(run.info.run_id)
+
+
+def find_trial(store: Store, parent_run_id: str, number: int, role: str,
+               trial_dir: str | None = None) -> str | None:
+    """The child run of this trial number and role (and, when given, trial folder), or None.
+
+    A run without a trial-folder tag (opened by `open_trial`) matches any folder; a run with
+    another folder is another measurement (a confirmation round) and does not match.
+    """
+    runs = store.client().search_runs(
+        [store.experiment_of(parent_run_id)],
+        filter_string=convert.trial_filter(parent_run_id, number, role),
+        max_results=1000,
+        order_by=["attributes.start_time ASC"],
+    )
+    if not trial_dir:
+        return str(runs[0].info.run_id) if runs else None
+    wanted = convert.tags({TRIAL_DIR_TAG: trial_dir})[TRIAL_DIR_TAG]  # as it was stored
+    for run in runs:
+        if run.data.tags.get(TRIAL_DIR_TAG) == wanted:
+            return str(run.info.run_id)
+    for run in runs:
+        if TRIAL_DIR_TAG not in run.data.tags:
+            return str(run.info.run_id)
+    return None
+
+
+def stage_summary(stage: Path, table: pandas.DataFrame, figures: Mapping[str, Figure]) -> None:
+    """Write the summary's files into `stage`: results.csv, results.html, figures/<name>.png."""
+    shutil.rmtree(stage, ignore_errors=True)
+    (stage / "figures").mkdir(parents=True)
+    table.to_csv(stage / "results.csv", index=False)
+    (stage / "results.html").write_text(table.to_html(index=False, na_rep=""), encoding="utf-8")
+    for name, figure in figures.items():
+        filename = convert.safe_name(name.removesuffix(".png")) + ".png"
+        figure.savefig(stage / "figures" / filename, dpi=120, bbox_inches="tight")
+
+
+def write_summary(store: Store, parent_run_id: str, stage: Path, metrics: Mapping[str, float],
+                  tags: Mapping[str, str], table: pandas.DataFrame | None = None) -> None:
+    """Put the staged summary on the parent run: metrics, tags, the files, and the table as an
+    MLflow table (`results.json`)."""
+    client = store.client()
+    store.log_batch(parent_run_id, metrics=metrics, tags=tags, timestamp_ms=convert.ms(time.time()))
+    figures = stage / "figures"
+    if figures.is_dir() and not any(figures.iterdir()):
+        figures.rmdir()
+    client.log_artifacts(parent_run_id, str(stage))
+    if table is None:
+        import pandas as pd  # deferred: pandas is heavy and only needed on a replay
+
+        table = pd.read_csv(stage / "results.csv")
+    try:
+        client.log_table(parent_run_id, table, "results.json")
+    except Exception as e:
+        if classify(e) is Failure.bug:
+            raise
+        # The CSV and HTML are already there; the table view is a bonus.
+        log.warning("results table not logged as an MLflow table: %s", convert.short(e))
+
+
+def child_runs(store: Store, parent_run_id: str) -> pandas.DataFrame:
+    """The parent's trial runs as a DataFrame, one row per run ordered by trial number.
+
+    Columns: run_id, run_name, status, start_time, end_time, trial_number, role, then
+    `metrics.<name>`, `params.<knob>` and `tags.<key>` as in `mlflow.search_runs`.
+    """
+    import pandas as pd  # deferred: pandas is heavy
+
+    rows = []
+    for run in _child_run_objects(store, parent_run_id):
+        info, data = run.info, run.data
+        row: dict[str, Any] = {
+            "run_id": info.run_id,
+            "run_name": info.run_name,
+            "status": info.status,
+            "start_time": pd.Timestamp(info.start_time, unit="ms", tz="UTC") if info.start_time else pd.NaT,
+            "end_time": pd.Timestamp(info.end_time, unit="ms", tz="UTC") if info.end_time else pd.NaT,
+            "trial_number": int(data.tags.get(TRIAL_TAG, -1)),
+            "role": data.tags.get(ROLE_TAG, ""),
+        }
+        row.update({f"metrics.{k}": v for k, v in data.metrics.items()})
+        row.update({f"params.{k}": v for k, v in data.params.items()})
+        row.update({f"tags.{k}": v for k, v in data.tags.items() if not k.startswith("mlflow.")})
+        rows.append(row)
+    columns = ["run_id", "run_name", "status", "start_time", "end_time", "trial_number", "role"]
+    frame = pd.DataFrame(rows, columns=None if rows else columns)
+    if rows:
+        frame = frame.sort_values(["trial_number", "start_time"], kind="stable")
+        frame = frame.reset_index(drop=True)
+    return frame
+
+
+def _child_run_objects(store: Store, parent_run_id: str) -> list[Run]:
+    store.require_store()
+    with store.reading(f"read the trial runs of sweep run {parent_run_id}"):
+        client = store.client()
+        experiment_id = client.get_run(parent_run_id).info.experiment_id
+        runs: list[Run] = []
+        token = None
+        while True:
+            page = client.search_runs(
+                [experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'",
+                max_results=1000, page_token=token)
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
