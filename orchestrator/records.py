@@ -51,6 +51,8 @@ class LaunchPlan(Frozen):
     """Exactly what is started: argv list and the environment additions, nothing implicit."""
 
     argv: tuple[str, ...]
+    flags: dict[str, str | bool] = Field(default_factory=dict)
+    """The SGLang flags of argv as data: `--flag` -> value, True for a switch (argv is rendered from it)."""
     env: dict[str, str] = Field(default_factory=dict)
     """Variables this plan sets on top of the inherited environment (NCCL_*, SGLANG_*, ...)."""
     host: str = "127.0.0.1"
@@ -125,8 +127,9 @@ class TrialSpec(Frozen):
     seed: int = 0
     sweep_started_at: float = 0.0
     """Shared epoch of the sweep (the simulator's host drift is a function of time since it)."""
-    experiment: dict[str, Any]
-    """The validated experiment (SweepSpec.model_dump(mode="json")), so a worker needs no files."""
+    experiment: Any
+    """The validated experiment, a config.SweepSpec (it pickles through Ray as it is, so a worker needs no
+    files and validates nothing again); a dict of it (SweepSpec.model_dump) is validated on arrival."""
 
 
 class TrialOutcome(Frozen):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import urlsplit, urlunsplit
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -172,3 +173,12 @@ def redact_env_tree(tree: Any, env: Mapping[str, str] | None = None) -> Any:
     if isinstance(tree, str):
         return redact_text(tree, env)
     return tree
+
+
+def mask_url_password(url: str) -> str:
+    """A URL safe to write down: postgresql://user:secret@host/db -> postgresql://user:***@host/db."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -8,6 +8,7 @@ what is validated here.
 from __future__ import annotations
 
 import difflib
+import graphlib
 import os
 import re
 import types
@@ -18,7 +19,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator import redact
-from orchestrator.config import knobs
+from orchestrator.config import flags, knobs
 from orchestrator.errors import SpecError
 
 Scalar = str | int | float | bool | None
@@ -499,15 +500,27 @@ def _check_links(space: SearchSpace, origin: dict[str, str], where: str) -> None
                     raise SpecError(f"{at}: {dep} never takes the value {w!r} (its values: "
                                     f"{', '.join(map(str, values))}), so {name} would never be swept; "
                                     f"fix the value")
-    done: set[str] = set()
-    todo = list(space.params)
-    while todo:
-        ready = [n for n in todo if all(d in done for d in space.params[n].when)]
-        if not ready:
-            raise SpecError(f"{origin[todo[0]]}: params.{todo[0]}.when: the `when` conditions of "
-                            f"{', '.join(todo)} depend on each other in a cycle; break the cycle")
-        done.update(ready)
-        todo = [n for n in todo if n not in done]
+    try:
+        when_order(space)
+    except graphlib.CycleError as cycle:
+        todo = [n for n in space.params if n in set(cycle.args[1])]
+        raise SpecError(f"{origin[todo[0]]}: params.{todo[0]}.when: the `when` conditions of "
+                        f"{', '.join(todo)} depend on each other in a cycle; break the cycle") from None
+
+
+def when_order(space: SearchSpace) -> list[str]:
+    """Parameter names with every `when` dependency before its dependents, otherwise in space order
+    (the sampler draws in this order, so it is kept stable); graphlib.CycleError on a cycle.
+
+    Names go in rounds: a name joins the first round in which all its dependencies come before it
+    (an earlier round, or earlier in the space in the same round).
+    """
+    index = {name: i for i, name in enumerate(space.params)}
+    deps = {name: [d for d in param.when if d in index] for name, param in space.params.items()}
+    rounds: dict[str, int] = {}
+    for name in graphlib.TopologicalSorter(deps).static_order():
+        rounds[name] = max((rounds[d] + (index[d] > index[name]) for d in deps[name]), default=0)
+    return sorted(space.params, key=lambda n: (rounds[n], index[n]))
 
 
 # Metrics the baseline (no speculation) cannot have: an objective must be defined for every trial.
@@ -524,8 +537,6 @@ def _check_objective(spec: SweepSpec, where: str) -> None:
 
 
 def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
-    from orchestrator.trial import plan  # the planner owns the flag tables
-
     algo = spec.space.params.get("speculative_algorithm")
     if algo is not None and any(v is not None for v in algo.values()) and not spec.server.draft_model:
         raise SpecError(f"{where}: server.draft_model: required field is missing: the search space turns "
@@ -541,8 +552,8 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
         if name in spec.space.params:
             raise SpecError(f"{where}: server.env.{name}: also swept by the search space ({origin[name]}), so the "
                             f"baseline would not run the engine defaults; remove it from server.env")
-    known = plan.known_flags(spec.sglang_version)
-    by_knob = plan.knob_flags(spec.sglang_version)
+    known = flags.known_flags(spec.sglang_version)
+    by_knob = flags.knob_flags(spec.sglang_version)
     for name in spec.server.flags:
         flag = "--" + name.lstrip("-")
         at = f"{where}: server.flags.{name}"
@@ -550,8 +561,8 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
             raise SpecError(f"{at}: looks like a secret, and experiments, launch plans, MLflow and the exported "
                             f"env file are all written to disk; pass it to the server through its deployment "
                             f"environment instead")
-        if flag in plan.MANAGED_FLAGS:
-            raise SpecError(f"{at}: set by the sweep itself from {plan.MANAGED_FLAGS[flag]}; "
+        if flag in flags.MANAGED_FLAGS:
+            raise SpecError(f"{at}: set by the sweep itself from {flags.MANAGED_FLAGS[flag]}; "
                             f"remove it from server.flags")
         if known is not None and flag not in known:
             raise SpecError(f"{at}: not a flag of sglang {spec.sglang_version} (launch_server --help); "

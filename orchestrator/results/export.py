@@ -1,13 +1,9 @@
-"""Render a champion's serving configuration as an env file, JSON or an SGLang argument line.
+"""Render a champion's serving configuration (records.ServingConfig) as an env file, JSON or an SGLang
+argument line.
 
-The serving configuration is a plain dict (it is stored as `serving_config/serving_config.json`
-on the trial's MLflow run and registered as a model version):
-
-    {"experiment": str, "trial_number": int, "run_id": str, "model_version": str | None,
-     "engine": "sglang" | "simulator", "sglang_version": str,
-     "params": {knob: value | None}, "env": {"NCCL_PROTO": "LL", ...},
-     "sglang_args": ["--speculative-algorithm", "EAGLE3", ...],
-     "metrics": {name: float}, "fingerprint_hash": str, "created_at": ISO-8601 str}
+The serving configuration is stored as `serving_config/serving_config.json` on the trial's MLflow run
+and registered as a model version; what is read back from there is a dict, which `validate_serving_config`
+turns into the model (or refuses, naming the field).
 
 The env format is meant for `set -a; . champion.env; set +a`: a provenance header of `#` lines,
 one `VAR=value` line per environment variable (sorted, shell-quoted only where needed) and a last
@@ -15,18 +11,25 @@ line `SGLANG_SWEEP_ARGS=...` holding the tuned SGLang flags as one shell-quoted 
 (`shlex.join`), which a launcher appends to `python -m sglang.launch_server --model-path ...`.
 `parse_env` reads such a file back exactly.
 
-Everything here is pure except `write_atomic`.
+Everything here is pure (files are written with fsio.write_atomic, re-exported here for its callers).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import tempfile
-from pathlib import Path
-from typing import Any, Literal, NoReturn
+import types
+from collections.abc import Mapping
+from typing import Any, Literal, NoReturn, Union, get_args, get_origin
+
+from pydantic import ValidationError
+
+from orchestrator.fsio import write_atomic
+from orchestrator.records import ServingConfig
+
+__all__ = ["ARGS_VAR", "FORMATS", "Format", "parse_env", "render", "split_args", "validate_serving_config",
+           "write_atomic"]
 
 ARGS_VAR = "SGLANG_SWEEP_ARGS"
 """The variable of the env file that holds the tuned SGLang flags, `shlex.join`-ed."""
@@ -34,39 +37,27 @@ ARGS_VAR = "SGLANG_SWEEP_ARGS"
 Format = Literal["env", "json", "sglang-args"]
 FORMATS: tuple[str, ...] = ("env", "json", "sglang-args")
 
-_REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "experiment": str,
-    "trial_number": int,
-    "run_id": str,
-    "model_version": (str, type(None)),
-    "engine": str,
-    "sglang_version": str,
-    "params": dict,
-    "env": dict,
-    "sglang_args": list,
-    "metrics": dict,
-    "fingerprint_hash": str,
-    "created_at": str,
-}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _ASSIGNMENT = re.compile(r"(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)\Z")
 
 
-def validate_serving_config(config: dict[str, Any]) -> None:
-    """Raise ValueError naming the first field that does not have the serving-config shape."""
-    if not isinstance(config, dict):
+def validate_serving_config(config: ServingConfig | Mapping[str, Any]) -> ServingConfig:
+    """The config as a ServingConfig; ValueError naming the first field that does not have the
+    serving-config shape (types are checked strictly: "7" is not a trial number)."""
+    if isinstance(config, ServingConfig):
+        model = config
+    elif not isinstance(config, Mapping):
         raise ValueError(f"serving config must be a dict, but got {type(config).__name__}")
-    for key, kind in _REQUIRED.items():
-        if key not in config:
-            raise ValueError(f"serving config is missing the field {key!r}")
-        value = config[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ValueError(
-                f"serving config field {key!r} must be {_kind_name(kind)}, "
-                f"but got {type(value).__name__} ({value!r})"
-            )
-    for name, value in config["env"].items():
-        if not isinstance(name, str) or not _NAME.match(name):
+    else:
+        data = dict(config)
+        if isinstance(data.get("sglang_args"), list):  # JSON has no tuples
+            data["sglang_args"] = tuple(data["sglang_args"])
+        try:
+            model = ServingConfig.model_validate(data, strict=True)
+        except ValidationError as err:
+            raise ValueError(_first_problem(err)) from None
+    for name in model.env:
+        if not _NAME.match(name):
             raise ValueError(
                 f"serving config env: {name!r} is not a valid variable name "
                 "(letters, digits and '_', not starting with a digit)"
@@ -75,34 +66,55 @@ def validate_serving_config(config: dict[str, Any]) -> None:
             raise ValueError(
                 f"serving config env: {ARGS_VAR} is reserved for the SGLang flags (sglang_args)"
             )
-        if not isinstance(value, str):
-            raise ValueError(
-                f"serving config env[{name!r}] must be a str, but got {type(value).__name__} "
-                f"({value!r})"
-            )
-    for i, arg in enumerate(config["sglang_args"]):
-        if not isinstance(arg, str):
-            raise ValueError(
-                f"serving config sglang_args[{i}] must be a str, but got {type(arg).__name__} "
-                f"({arg!r})"
-            )
+    return model
 
 
-def render(config: dict[str, Any], fmt: Format) -> str:
+def _first_problem(err: ValidationError) -> str:
+    """pydantic's first error in the words of a serving config: the field, the type it must have, what came."""
+    e = err.errors()[0]
+    loc, value = e["loc"], e.get("input")
+    field = str(loc[0])
+    if e["type"] == "missing":
+        return f"serving config is missing the field {field!r}"
+    if e["type"] == "extra_forbidden":
+        return f"serving config has the unknown field {field!r}"
+    annotation = ServingConfig.model_fields[field].annotation
+    if len(loc) == 1:
+        return (f"serving config field {field!r} must be {_kind_name(annotation)}, "
+                f"but got {type(value).__name__} ({value!r})")
+    # Inside a mapping or a list: the type of one value (env['X'], sglang_args[3]).
+    inner = get_args(annotation)[-1 if get_origin(annotation) is dict else 0]
+    where = "".join(f"[{p!r}]" for p in loc[1:])
+    return (f"serving config {field}{where} must be a {_kind_name(inner)}, "
+            f"but got {type(value).__name__} ({value!r})")
+
+
+def _kind_name(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_kind_name(a) for a in get_args(annotation))
+    if origin in (tuple, list):
+        return "list"
+    if origin is dict:
+        return "dict"
+    return "None" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))
+
+
+def render(config: ServingConfig | Mapping[str, Any], fmt: Format) -> str:
     """Render a serving config as `env`, `json` or `sglang-args` text (ends with a newline)."""
-    validate_serving_config(config)
+    model = validate_serving_config(config)
     if fmt == "json":
-        return json.dumps(config, indent=2, sort_keys=True) + "\n"
+        return json.dumps(model.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
     if fmt == "sglang-args":
-        return shlex.join(config["sglang_args"]) + "\n"
+        return shlex.join(model.sglang_args) + "\n"
     if fmt == "env":
-        return _render_env(config)
+        return _render_env(model)
     raise ValueError(f"format must be one of {', '.join(FORMATS)}, but got {fmt!r}")
 
 
-def _render_env(config: dict[str, Any]) -> str:
-    values = dict(sorted(config["env"].items()))
-    values[ARGS_VAR] = shlex.join(config["sglang_args"])
+def _render_env(config: ServingConfig) -> str:
+    values = dict(sorted(config.env.items()))
+    values[ARGS_VAR] = shlex.join(config.sglang_args)
     for name, value in values.items():
         # A newline inside a value would need a multi-line quoted string, which a line-based
         # reader (ours, docker's --env-file, systemd's EnvironmentFile) cannot take back.
@@ -121,9 +133,9 @@ def _needs_quoting(value: str) -> bool:
     return value == "" or shlex.quote(value) != value
 
 
-def _header(config: dict[str, Any]) -> list[str]:
-    metrics = ", ".join(f"{k}={_number(v)}" for k, v in sorted(config["metrics"].items()))
-    if all(not _needs_quoting(a) for a in config["sglang_args"]):
+def _header(config: ServingConfig) -> list[str]:
+    metrics = ", ".join(f"{k}={_number(v)}" for k, v in sorted(config.metrics.items()))
+    if all(not _needs_quoting(a) for a in config.sglang_args):
         launch = f"python -m sglang.launch_server --model-path MODEL ... ${ARGS_VAR}"
     else:
         # Some flag holds a space or a shell character: plain $VAR word splitting would break
@@ -131,14 +143,14 @@ def _header(config: dict[str, Any]) -> list[str]:
         launch = f'eval "python -m sglang.launch_server --model-path MODEL ... ${ARGS_VAR}"'
     header = [
         "sglang-sweep serving configuration",
-        f"experiment: {config['experiment']}",
-        f"trial: {config['trial_number']}",
-        f"run id: {config['run_id']}",
-        f"model version: {config['model_version'] if config['model_version'] is not None else '-'}",
-        f"engine: {config['engine']} (sglang {config['sglang_version']})",
+        f"experiment: {config.experiment}",
+        f"trial: {config.trial_number}",
+        f"run id: {config.run_id}",
+        f"model version: {config.model_version if config.model_version is not None else '-'}",
+        f"engine: {config.engine} (sglang {config.sglang_version})",
         f"metrics: {metrics or '-'}",
-        f"fingerprint: {config['fingerprint_hash'] or '-'}",
-        f"created: {config['created_at']}",
+        f"fingerprint: {config.fingerprint_hash or '-'}",
+        f"created: {config.created_at}",
         "load it with:",
         "  set -a; . champion.env; set +a",
         f"  {launch}",
@@ -236,45 +248,7 @@ def _refuse(text: str, number: int, what: str) -> NoReturn:
     )
 
 
-def split_args(parsed: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+def split_args(parsed: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """Split a parsed env file into (environment variables, SGLang flag list)."""
     env = {k: v for k, v in parsed.items() if k != ARGS_VAR}
     return env, shlex.split(parsed.get(ARGS_VAR, ""))
-
-
-def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write text to path so that readers see the old file or the new one, never a partial one.
-
-    A temporary file in the same directory is written and fsynced, then `os.replace`d over path.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp creates the file 0600; keep the mode of the file being replaced, if any.
-        os.chmod(tmp, target.stat().st_mode & 0o777 if target.exists() else 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-    except OSError:
-        return target
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-    return target
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    if isinstance(kind, tuple):
-        return " or ".join("None" if k is type(None) else k.__name__ for k in kind)
-    return kind.__name__

@@ -7,13 +7,14 @@ Everything here is pure: numbers and outcomes in, a decision (with its reason in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.records import Metrics, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.stats import as_array
 
 Direction = Literal["maximize", "minimize"]
 
@@ -26,53 +27,6 @@ METRIC_NAMES: tuple[str, ...] = tuple(
 def _check_direction(direction: str) -> None:
     if direction not in ("maximize", "minimize"):
         raise ValueError(f"direction must be 'maximize' or 'minimize', but got {direction!r}")
-
-
-def _as_array(samples: Sequence[float], what: str) -> np.ndarray:
-    values = np.asarray(list(samples), dtype=float)
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError(f"{what} needs at least one sample, but got {len(values)}")
-    if not np.all(np.isfinite(values)):
-        raise ValueError(f"{what} must be finite numbers, but got {list(samples)!r}")
-    return values
-
-
-def _apply_rows(stat: Callable[..., float], boot: np.ndarray) -> np.ndarray:
-    try:
-        out = np.asarray(stat(boot, axis=1), dtype=float)
-        if out.shape == (boot.shape[0],):
-            return out
-    except TypeError:
-        pass
-    return np.asarray([stat(row) for row in boot], dtype=float)
-
-
-def bootstrap_ci(
-    samples: Sequence[float],
-    *,
-    stat: Callable[..., float] = np.median,
-    n_boot: int = 2000,
-    seed: int = 0,
-    level: float = 0.95,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of `stat` over `samples` (same seed -> same interval).
-
-    With a single sample the interval collapses to that sample.
-    """
-    values = _as_array(samples, "bootstrap_ci")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must lie in (0, 1), but got {level}")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, but got {n_boot}")
-    if values.size == 1:
-        v = float(stat(values))
-        return v, v
-    rng = np.random.default_rng(seed)
-    boot = values[rng.integers(0, values.size, size=(n_boot, values.size))]
-    stats = _apply_rows(stat, boot)
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(stats, [alpha, 1.0 - alpha])
-    return float(low), float(high)
 
 
 def speedup(value: float, baseline: float, *, direction: Direction = "maximize") -> float:
@@ -261,8 +215,8 @@ def promotion_gate(
     gate passes only if the gain is at least `min_gain` and the whole interval lies above zero.
     """
     _check_direction(direction)
-    c = _as_array(champion, "promotion_gate champion")
-    b = _as_array(baseline, "promotion_gate baseline")
+    c = as_array(champion, "promotion_gate champion")
+    b = as_array(baseline, "promotion_gate baseline")
     if not np.all(b > 0) or not np.all(c > 0):
         raise ValueError("promotion_gate needs positive measurements (tok/s or ms)")
     paired = c.size == b.size

@@ -15,14 +15,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
+from orchestrator.config import eagle
 from orchestrator.config.experiment import SamplerSpec, SearchSpace
 from orchestrator.errors import StorageError
 from orchestrator.records import ParamValue
+from orchestrator.redact import mask_url_password
 from orchestrator.search import space as sp
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+_DIRECTIONS = {"maximize": StudyDirection.MAXIMIZE, "minimize": StudyDirection.MINIMIZE}
 
 
 @dataclass(frozen=True)
@@ -56,15 +61,6 @@ def _sampler(cfg: SamplerSpec, multi: bool) -> optuna.samplers.BaseSampler:
         )
 
 
-
-
-def _safe_url(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    return url.replace(f":{parts.password}@", ":***@", 1) if parts.password else url
-
-
 class Study:
     """An Optuna study in RDB storage driven by ask/tell."""
 
@@ -86,23 +82,23 @@ class Study:
         try:
             names = optuna.study.get_all_study_names(storage=self.storage_url)
         except ImportError as exc:
-            raise StorageError(f"Optuna storage {_safe_url(self.storage_url)}: its database driver is not installed "
+            raise StorageError(f"Optuna storage {mask_url_password(self.storage_url)}: its database driver is not installed "
                                f"({str(exc).splitlines()[0][:200]}); for PostgreSQL: pip install 'sglang-sweep[postgres]'") from None
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy's many connection errors
             if self.storage_url.startswith("sqlite"):
                 return False  # a fresh sqlite file has no schema yet
-            raise StorageError(f"Optuna storage {_safe_url(self.storage_url)} is unreachable: "
+            raise StorageError(f"Optuna storage {mask_url_password(self.storage_url)} is unreachable: "
                                f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from None
         return self.name in names
 
     def open(self) -> None:
         storage = optuna.storages.RDBStorage(self.storage_url, engine_kwargs=_engine_kwargs(self.storage_url))
         self._study = optuna.create_study(
-            study_name=self.name, storage=storage, directions=self.directions,
+            study_name=self.name, storage=storage, directions=[_DIRECTIONS[d] for d in self.directions],
             sampler=_sampler(self.sampler_cfg, len(self.directions) > 1), load_if_exists=True,
         )
         if self.sampler_cfg.kind == "grid":
-            order = [p for p in sp.points(self.space) if sp.infeasible_reason(p) is None]
+            order = [p for p in sp.points(self.space) if eagle.infeasible(p) is None]
             random.Random(self.sampler_cfg.seed).shuffle(order)
             self._grid = iter(order)
 

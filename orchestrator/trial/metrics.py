@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from orchestrator.records import BenchRecord, MeasurementSummary, Metrics
-from orchestrator.results.select import bootstrap_ci
+from orchestrator.stats import bootstrap_ci
 
 
 class MetricMissing(ValueError):

@@ -1,7 +1,7 @@
 """What really ran: the environment each rank worker got, NCCL's own account of its settings, which
 all-reduce carried the decode/verify messages, and the host's fingerprint.
 
-Thin shells read /proc and run nvidia-smi; everything they read goes through pure functions
+Thin shells read the process tree (procs) and run nvidia-smi; everything they read goes through pure functions
 (evaluate_env, parse_nccl_log, check_env_applied, allreduce_path, plan_warnings, fingerprint_hash)
 that the tests drive with text in the real formats.
 
@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.redact import redact_env, redact_text
+from orchestrator.trial import procs
 
 
 class _Frozen(BaseModel):
@@ -37,83 +38,7 @@ class _Frozen(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------
-# /proc
-
-def _proc_stat_ppid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: ppid follows the last ')'.
-    rest = stat[stat.rfind(")") + 2:].split()
-    try:
-        return int(rest[1])
-    except (IndexError, ValueError):
-        return None
-
-
-def descendants(pid: int) -> list[int]:
-    """All live descendants of `pid` (children, grandchildren, ...), sorted, from /proc/*/stat."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        ppid = _proc_stat_ppid(int(entry))
-        if ppid is not None:
-            children.setdefault(ppid, []).append(int(entry))
-    found: list[int] = []
-    stack = list(children.get(pid, []))
-    while stack:
-        child = stack.pop()
-        if child in found or child == pid:
-            continue
-        found.append(child)
-        stack.extend(children.get(child, []))
-    return sorted(found)
-
-
-def _split_nul(data: bytes) -> list[str]:
-    return [part.decode("utf-8", "surrogateescape") for part in data.split(b"\0") if part]
-
-
-def read_environ(pid: int) -> dict[str, str] | None:
-    """The environment `pid` was started with, or None if it cannot be read (gone, not ours)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    env: dict[str, str] = {}
-    for item in _split_nul(data):
-        key, sep, value = item.partition("=")
-        if sep:
-            env[key] = value
-    return env
-
-
-def read_cmdline(pid: int) -> tuple[str, ...] | None:
-    """The argv of `pid` (or its process title when it set one), or None if it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    parts = _split_nul(data)
-    # setproctitle leaves the title padded with spaces in argv[0].
-    return tuple(p.strip() for p in parts if p.strip())
-
-
-def _read_exe(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return None
-
+# The server's process tree
 
 @dataclass(frozen=True)
 class ProcessSnapshot:
@@ -128,14 +53,14 @@ class ProcessSnapshot:
 
 
 def snapshot_tree(server_pid: int) -> list[ProcessSnapshot]:
-    """The server process and all its descendants, read from /proc now."""
+    """The server process and all its descendants, read now."""
     snaps = []
-    for pid in [server_pid, *descendants(server_pid)]:
-        cmdline = read_cmdline(pid)
-        if cmdline is None and not os.path.exists(f"/proc/{pid}"):
+    for pid in [server_pid, *procs.descendants(server_pid)]:
+        cmdline = procs.cmdline(pid)
+        if cmdline is None and not procs.alive(pid):
             continue  # exited between listing and reading
-        snaps.append(ProcessSnapshot(pid=pid, ppid=_proc_stat_ppid(pid), cmdline=cmdline or (),
-                                     exe=_read_exe(pid), environ=read_environ(pid)))
+        snaps.append(ProcessSnapshot(pid=pid, ppid=procs.parent(pid), cmdline=cmdline or (),
+                                     exe=procs.exe(pid), environ=procs.environ(pid)))
     return snaps
 
 
@@ -276,7 +201,7 @@ def evaluate_env(
                                 f"{p.mismatched[name]!r}, requested {shown[name]!r}")
     return EnvObservation(
         server_pid=server_pid, requested=shown, expected_ranks=expected_ranks,
-        processes=tuple(processes), workers={p.pid: p.rank for p in workers},
+        processes=tuple(processes), workers={p.pid: p.rank for p in workers if p.rank is not None},
         ok=not problems, problems=tuple(problems),
     )
 
@@ -384,7 +309,7 @@ def check_env_applied(
     ranks = len(observation.workers)
     reason = (f"all {len(requested)} requested variable(s) reached all {ranks} rank worker(s)"
               if requested else f"no variables requested; {ranks} rank worker(s) found")
-    if confirmed:
+    if confirmed and nccl_info:
         reason += f"; NCCL confirmed {', '.join(confirmed)} on {len(nccl_info)} device(s)"
     return True, reason
 
@@ -394,25 +319,6 @@ def check_env_applied(
 
 def _flag_key(name: str) -> str:
     return name.lstrip("-").replace("-", "_").lower()
-
-
-def flags_from_argv(argv: Sequence[str]) -> dict[str, str | bool]:
-    """`--flag value` / `--flag=value` / `--switch` from an argv list -> {'flag': 'value', 'switch': True}."""
-    flags: dict[str, str | bool] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--"):
-            name, eq, value = arg.partition("=")
-            if eq:
-                flags[_flag_key(name)] = value
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                flags[_flag_key(name)] = argv[i + 1]
-                i += 1
-            else:
-                flags[_flag_key(name)] = True
-        i += 1
-    return flags
 
 
 def _flags(flags: Mapping[str, Any]) -> dict[str, Any]:

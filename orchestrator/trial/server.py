@@ -15,12 +15,14 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from orchestrator.records import LaunchPlan
+from orchestrator.trial import procs
 
 
 class Phase(str, enum.Enum):
@@ -37,18 +39,6 @@ class ReadyResult:
     exited: bool = False
     returncode: int | None = None
     waited_s: float = 0.0
-
-
-def describe_returncode(code: int | None) -> str:
-    """'exit code 1' or 'killed by signal 9 (SIGKILL)', the distinction a user needs."""
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -166,7 +156,7 @@ class ServerProcess:
         return tail(self.log_path, lines)
 
 
-def kill_group(pgid: int, grace_s: float, *, wait=None) -> list[str]:
+def kill_group(pgid: int, grace_s: float, *, wait: Callable[..., object] | None = None) -> list[str]:
     """Terminate then kill process group `pgid`; collect problems instead of raising the first."""
     problems: list[str] = []
     try:
@@ -182,7 +172,7 @@ def kill_group(pgid: int, grace_s: float, *, wait=None) -> list[str]:
                 wait(timeout=0.1)
         else:
             time.sleep(0.1)
-        if not _group_alive(pgid):
+        if not procs.group_alive(pgid):
             return problems
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -195,27 +185,6 @@ def kill_group(pgid: int, grace_s: float, *, wait=None) -> list[str]:
     return problems
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # Zombies still count for killpg(…, 0); look for a member that is not a zombie.
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            return True
-    return False
-
-
 def reap_orphan(trial_dir: Path) -> str | None:
     """Kill a server left behind by a killed driver (pid file present, same command); say what was done."""
     pid_file = Path(trial_dir) / "server.pid"
@@ -224,10 +193,7 @@ def reap_orphan(trial_dir: Path) -> str | None:
         pid = int(pid_s)
     except (OSError, ValueError):
         return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        cmdline = ""
+    cmdline = " ".join(procs.cmdline(pid) or ())
     msg = None
     if cmdline and cmdline.startswith(cmd.strip()):
         kill_group(pid, 5.0)

@@ -12,7 +12,7 @@ from orchestrator.config import experiment as spec_mod
 from orchestrator.config import knobs
 from orchestrator.config.experiment import SpecError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "experiments" / "demo.yaml"
 
 

@@ -10,24 +10,26 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from orchestrator.config import experiment as spec_mod
+from orchestrator.search import space as sp
+from orchestrator.trial import plan as planner
+from orchestrator.trial import procs
 from orchestrator.trial.observe import (
     RANK_WORKER_RULE,
     ProcessSnapshot,
     allreduce_path,
     check_env_applied,
-    descendants,
     evaluate_env,
     fingerprint,
     fingerprint_diff,
     fingerprint_hash,
-    flags_from_argv,
     observe_env,
     parse_nccl_log,
     plan_warnings,
-    read_environ,
 )
 
 REQUESTED = {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "4"}
@@ -120,8 +122,8 @@ def server():
 
 def test_real_workers_that_got_everything(server):
     pid = server(TEST_NAMED="1")
-    assert len(descendants(pid)) == 2
-    assert read_environ(pid)["NCCL_PROTO"] == "LL"
+    assert len(procs.descendants(pid)) == 2
+    assert procs.environ(pid)["NCCL_PROTO"] == "LL"
     obs = observe_env(pid, REQUESTED, expected_ranks=2)
     assert obs.ok, obs.problems
     assert sorted(obs.workers.values()) == [0, 1]
@@ -313,13 +315,13 @@ def test_allreduce_path(flags, log, hardware, path):
     assert allreduce_path(flags, log, hardware) == path
 
 
-def test_flags_from_argv():
-    argv = ["python", "-m", "sglang.launch_server", "--tp-size", "8", "--disable-custom-all-reduce",
-            "--speculative-algorithm=EAGLE3", "--enable-metrics"]
-    flags = flags_from_argv(argv)
-    assert flags == {"tp_size": "8", "disable_custom_all_reduce": True, "speculative_algorithm": "EAGLE3",
-                     "enable_metrics": True}
-    assert allreduce_path(flags, "", "nvlink") == "nccl"
+def test_the_plans_flags_decide_the_allreduce_path():
+    s = spec_mod.load(Path(__file__).resolve().parents[2] / "experiments" / "kimi-k2.5-tp8.yaml")
+    base = sp.baseline_params(s.space)
+    nccl = planner.make(s, {**base, "all_reduce_path": "nccl"}, port=30000)
+    assert nccl.flags["--disable-custom-all-reduce"] is True and nccl.flags["--tp-size"] == "8"
+    assert allreduce_path(nccl.flags, "", "nvlink") == "nccl"
+    assert allreduce_path(planner.make(s, base, port=30000).flags, "", "nvlink") == "custom"
 
 
 WARN_CASES = [

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.results import export
 
-ENTRYPOINT = Path(__file__).resolve().parents[1] / "docker" / "entrypoint.sh"
+ENTRYPOINT = Path(__file__).resolve().parents[2] / "docker" / "entrypoint.sh"
 
 RECORDER = """#!{python}
 import json, os, sys

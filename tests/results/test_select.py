@@ -8,7 +8,6 @@ import pytest
 from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results.select import (
     GateResult,
-    bootstrap_ci,
     drift,
     nearest_baseline,
     pareto_front,
@@ -16,6 +15,7 @@ from orchestrator.results.select import (
     promotion_gate,
     speedup,
 )
+from orchestrator.stats import bootstrap_ci
 
 # --- bootstrap_ci ---------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from orchestrator.config import experiment as spec_mod
 from orchestrator.config.experiment import SearchSpace
 from orchestrator.search import space as sp
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EAGLE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from orchestrator.config import experiment as spec_mod
-from orchestrator.config import knobs
+from orchestrator.config import flags, knobs
 from orchestrator.config.experiment import ParamSpec, SearchSpace, SweepSpec
 from orchestrator.search import space as sp
 from orchestrator.trial import plan as planner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HELP = ROOT / "orchestrator" / "reference" / "sglang_0_5_23" / "launch_server_help.txt"
 USAGE = HELP.read_text().partition("\n\n")[0]
 
@@ -99,7 +99,7 @@ def test_every_flag_of_every_plan_is_in_the_0_5_23_help() -> None:
 
 
 def test_known_flags_are_the_declared_options_and_their_aliases() -> None:
-    known = planner.known_flags("0.5.23")
+    known = flags.known_flags("0.5.23")
     assert known is not None
     aliases = set(re.findall(r", (--[a-z0-9-]+)", "\n".join(re.findall(r"(?m)^  -.*$", HELP.read_text()))))
     assert USAGE_FLAGS - {"--help"} <= known <= USAGE_FLAGS | aliases
@@ -198,10 +198,10 @@ def test_serving_config_has_env_and_tuned_args_but_no_per_host_args() -> None:
               "speculative_num_draft_tokens": 6, "all_reduce_path": "nccl"}
     cfg = planner.serving_config(s, params, trial_number=7, run_id="r1", metrics={"decode_tok_s": 123},
                                  fingerprint_hash="fp")
-    json.dumps(cfg)  # what the registry stores must be plain JSON
+    json.dumps(cfg.model_dump(mode="json"))  # what the registry stores must be plain JSON
     lp = make(s, params)
-    assert cfg["env"] == lp.env and cfg["env"]["NCCL_PROTO"] == "LL" and cfg["env"]["NCCL_BUFFSIZE"] == "4194304"
-    args = cfg["sglang_args"]
+    assert cfg.env == lp.env and cfg.env["NCCL_PROTO"] == "LL" and cfg.env["NCCL_BUFFSIZE"] == "4194304"
+    args = list(cfg.sglang_args)
     assert not {"--model-path", "--model", "--port", "--host"} & set(args)
     for flag, value in [("--speculative-num-steps", "3"), ("--speculative-eagle-topk", "2"),
                         ("--speculative-num-draft-tokens", "6"), ("--tp-size", "8")]:

@@ -11,7 +11,7 @@ from orchestrator.config import experiment as spec_mod
 from orchestrator.records import Metrics, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import report
 
-DEMO = Path(__file__).resolve().parents[1] / "experiments" / "demo.yaml"
+DEMO = Path(__file__).resolve().parents[2] / "experiments" / "demo.yaml"
 
 
 def _outcome(number: int, role: TrialRole, tok_s: float, ttft_p99: float, t: float) -> TrialOutcome:

@@ -25,7 +25,7 @@ from orchestrator.cli import app
 from orchestrator.config import experiment as spec_mod
 from orchestrator.search import space as sp
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "experiments" / "demo.yaml"
 KIMI = ROOT / "experiments" / "kimi-k2.5-tp8.yaml"
 SWEEP = Path(sys.executable).with_name("sweep")

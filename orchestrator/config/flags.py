@@ -1,0 +1,65 @@
+"""SGLang's flag tables per version: the options `launch_server --help` declares, the flags a tuned
+knob emits, and the flags the sweep sets itself (an experiment may not fix those in server.flags)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from importlib import resources
+
+from orchestrator.config import knobs
+
+MANAGED_FLAGS: Mapping[str, str] = {
+    "--model-path": "server.model",
+    "--tp-size": "server.tp",
+    "--host": "server.host",
+    "--port": "server.port_range",
+    "--speculative-algorithm": "the speculative_algorithm knob",
+    "--speculative-draft-model-path": "server.draft_model",
+    "--speculative-num-steps": "the speculative_num_steps knob",
+    "--speculative-eagle-topk": "the speculative_eagle_topk knob",
+    "--speculative-num-draft-tokens": "the speculative_num_draft_tokens knob",
+}
+"""Flag -> where its value comes from."""
+
+_HELP_FILES = {"0.5.23": "sglang_0_5_23/launch_server_help.txt"}
+
+
+def parse_help(text: str) -> frozenset[str]:
+    """Every option string an argparse `--help` text declares (aliases included, `--help` left out)."""
+    usage, _, options = text.partition("\n\n")
+    # The usage block lists each option once; the option lines ("  --tp-size TP_SIZE, --tensor-parallel-size
+    # TP_SIZE") add the aliases. Flags merely mentioned in help prose are not options.
+    flags = set(re.findall(r"(?<=[\[ |])(--[a-z0-9][a-z0-9-]*[a-z0-9])", usage))
+    for line in options.splitlines():
+        if m := re.match(r"^  (--?\w.*?)(?:\s{2,}|$)", line):
+            flags.update(tok for part in m.group(1).split(", ") if (tok := part.split(" ")[0]).startswith("--"))
+    flags.discard("--help")
+    return frozenset(flags)
+
+
+@functools.cache
+def known_flags(version: str) -> frozenset[str] | None:
+    """Every option string `sglang.launch_server --help` of `version` declares (aliases included),
+    or None when no dump of that version ships."""
+    rel = _HELP_FILES.get(version)
+    if rel is None:
+        return None
+    return parse_help(resources.files("orchestrator.reference").joinpath(rel).read_text(encoding="utf-8"))
+
+
+def knob_flags(version: str) -> dict[str, str]:
+    """Flags that a tuned knob emits (or that would fight it), flag -> knob, for `version`'s spelling."""
+    names = knobs.FLAG_NAMES[version]
+    table = {
+        "--speculative-attention-mode": "speculative_attention_mode",
+        "--disable-custom-all-reduce": "all_reduce_path",
+        "--disable-cuda-graph": "cuda_graph",
+        names.disable_cuda_graph[0]: "cuda_graph",
+        names.cuda_graph_max_bs: "cuda_graph_max_bs",
+        "--max-running-requests": "max_running_requests",
+    }
+    if version not in ("0.5.9",):
+        table["--disable-decode-cuda-graph"] = "cuda_graph"
+    return table

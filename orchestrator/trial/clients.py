@@ -1,0 +1,172 @@
+"""The benchmark clients behind one interface: the builtin load generator (bench.py) and SGLang's own
+`python -m sglang.bench_serving`. A client measures one repeat against a ready server and returns a
+Measurement, or raises failures.TrialFailed with the kind and reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator.config.experiment import SweepSpec
+from orchestrator.records import FailureKind, Metrics
+from orchestrator.trial import bench, metrics, observe
+from orchestrator.trial import server as srv
+from orchestrator.trial.failures import Failure, TrialFailed, classify_exit, classify_records, describe_returncode
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a client measures: the ready server, the experiment, and where the trial keeps its files."""
+
+    server: srv.ServerProcess
+    sweep: SweepSpec
+    trial_dir: Path
+    seed: int
+    num_draft_tokens: int | None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One repeat's metrics, with what the client noticed on the way."""
+
+    metrics: Metrics
+    bench_s: float
+    """Seconds the load itself took (the trial's `bench` phase)."""
+    warnings: tuple[str, ...] = ()
+    gpus_under_load: list[dict[str, Any]] | None = None
+
+
+class BenchmarkClient(Protocol):
+    def run(self, target: Target, repeat: int, remaining_s: float) -> Measurement:
+        """Measure repeat number `repeat` within `remaining_s` seconds."""
+        ...
+
+
+def _metrics_text(server: srv.ServerProcess) -> str | None:
+    resp = server.get("/metrics")
+    return resp.text if resp is not None and resp.status_code == 200 else None
+
+
+def _server_log(target: Target) -> str:
+    return srv.tail(target.trial_dir / "server.log", 5000, max_bytes=2_000_000)
+
+
+class _UnderLoad:
+    """nvidia-smi's per-GPU readings taken on a timer while the benchmark runs (the field report's
+    engineers checked clocks, power, temperature and PCIe link width under load by hand)."""
+
+    def __init__(self, delay_s: float):
+        self._gpus: list[dict[str, Any]] | None = None
+        self._timer = threading.Timer(delay_s, self._read)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _read(self) -> None:
+        fp = observe.fingerprint()
+        self._gpus = fp.get("gpus") if fp.get("nvidia_smi") == "ok" else None
+
+    def result(self) -> list[dict[str, Any]] | None:
+        self._timer.cancel()
+        self._timer.join(timeout=15)
+        return self._gpus
+
+
+class Builtin:
+    """bench.py's streaming /generate client; records go to bench.jsonl, metrics.compute turns them into numbers."""
+
+    def run(self, target: Target, repeat: int, remaining_s: float) -> Measurement:
+        b, server = target.sweep.benchmark, target.server
+        t0 = time.monotonic()
+        common: dict[str, Any] = dict(input_len=b.input_len, output_len=b.output_len,
+                                      seed=target.seed * 1000 + repeat, timeout_s=min(b.timeout_s, remaining_s),
+                                      request_timeout_s=b.stall_timeout_s)
+        # Warm-up first and on its own, so the /metrics window below holds the measured requests only.
+        records = bench.run(server.base_url, requests=0, concurrency=1,
+                            warmup_requests=b.warmup_requests, **common) if b.warmup_requests else []
+        before = _metrics_text(server)
+        gpus = None
+        if all(r.ok for r in records):
+            # Clocks, power, temperature and PCIe link are read under load, once, a second into the run.
+            sample = _UnderLoad(delay_s=1.0) if repeat == 0 and target.sweep.engine == "sglang" else None
+            records += bench.run(server.base_url, requests=b.requests, concurrency=b.concurrency,
+                                 warmup_requests=0, **common)
+            gpus = sample.result() if sample is not None else None
+        bench_s = time.monotonic() - t0
+        records = [r.model_copy(update={"repeat": repeat}) for r in records]
+        with open(target.trial_dir / "bench.jsonl", "a", encoding="utf-8") as f:
+            for r in records:
+                f.write(r.model_dump_json() + "\n")
+        after = _metrics_text(server)
+        warnings: tuple[str, ...] = ()
+        if not all(r.ok for r in records):
+            rc = server.returncode()
+            if rc is not None:
+                died = classify_exit(srv.tail(target.trial_dir / "server.log", 200), rc)
+                raise TrialFailed(Failure(died.kind, f"{died.reason} during the benchmark after "
+                                                     f"{sum(r.completion_tokens for r in records)} tokens"))
+            verdict = classify_records(records, stall_timeout_s=b.stall_timeout_s)
+            if isinstance(verdict, Failure):
+                raise TrialFailed(verdict)
+            if verdict is not None:  # some requests failed while others worked: keep the measurement, say so
+                warnings = (verdict,)
+        try:
+            m = metrics.compute(records, num_draft_tokens=target.num_draft_tokens, metrics_before=before,
+                                metrics_after=after, log_text=_server_log(target))
+        except metrics.MetricMissing as exc:
+            raise TrialFailed(Failure(FailureKind.metric_missing, str(exc))) from None
+        return Measurement(m, bench_s, warnings, gpus)
+
+
+class BenchServing:
+    """One run of `python -m sglang.bench_serving` against the server; its JSONL row is the measurement."""
+
+    def __init__(self, env: dict[str, str] | None):
+        self.env = env
+        """The benchmark's environment (the server's), or None to inherit the worker's."""
+
+    def run(self, target: Target, repeat: int, remaining_s: float) -> Measurement:
+        b, srv_spec, server = target.sweep.benchmark, target.sweep.server, target.server
+        out_file = target.trial_dir / f"bench_serving-{repeat}.jsonl"
+        argv = bench.bench_serving_argv(
+            srv_spec.python or sys.executable, server.base_url, model=srv_spec.model, tokenizer=b.tokenizer,
+            dataset_path=b.dataset_path, requests=b.requests, concurrency=b.concurrency, input_len=b.input_len,
+            output_len=b.output_len, warmup_requests=b.warmup_requests, seed=target.seed * 1000 + repeat,
+            output_file=str(out_file))
+        before = _metrics_text(server)
+        t0 = time.monotonic()
+        rc: int | None
+        with open(target.trial_dir / f"bench_serving-{repeat}.log", "wb") as log:
+            try:
+                rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    timeout=min(b.timeout_s, remaining_s), env=self.env).returncode
+            except subprocess.TimeoutExpired:
+                rc = None
+        bench_s = time.monotonic() - t0
+        after = _metrics_text(server)
+        if server.returncode() is not None:
+            died = classify_exit(srv.tail(target.trial_dir / "server.log", 200), server.returncode())
+            raise TrialFailed(Failure(died.kind, f"{died.reason} during sglang.bench_serving"))
+        if rc != 0 or not out_file.exists():
+            why = "timed out" if rc is None else f"exited with {describe_returncode(rc)}"
+            raise TrialFailed(Failure(FailureKind.bench_error,
+                                      f"sglang.bench_serving {why}; see bench_serving-{repeat}.log"))
+        rows = metrics.read_bench_serving_jsonl(out_file.read_text())
+        try:
+            m = metrics.metrics_from_bench_serving(rows[-1])
+        except (metrics.MetricMissing, IndexError) as exc:
+            raise TrialFailed(Failure(FailureKind.metric_missing, f"sglang.bench_serving output: {exc}")) from None
+        verify = metrics.verify_ms_from_metrics(before, after) if before and after else None
+        if verify is not None:
+            m = m.model_copy(update={"verify_ms": verify, "sources": {**m.sources, "verify_ms": "device_timer"}})
+        return Measurement(m, bench_s)
+
+
+def client_for(sweep: SweepSpec, server_env: dict[str, str] | None) -> BenchmarkClient:
+    """The client the experiment's `benchmark.engine` names."""
+    clients: dict[str, BenchmarkClient] = {"builtin": Builtin(), "bench_serving": BenchServing(server_env)}
+    return clients[sweep.benchmark.engine]
