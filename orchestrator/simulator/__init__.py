@@ -19,7 +19,7 @@ Pieces:
     server.py     start-up, serving, shutdown
 
 Simulator flags (never abbreviated, unlike SGLang's):
-    --hardware-profile NAME|PATH   default pcie-rtxpro6000-x8 (also: h200-nvlink)
+    --hardware-profile NAME|PATH   default pcie-rtxpro6000-x8 (also: pcie-rtxpro6000-x8-turin, h200-nvlink)
     --model-profile NAME|PATH      default kimi-k2.5
     --sim-seed INT                 seeds the run-to-run noise factor and acceptance sampling
     --sim-noise FRACTION           run-to-run multiplicative noise on cycle time (default 0.03);
