@@ -27,6 +27,7 @@ from orchestrator.config import experiment as spec_mod  # noqa: E402
 from orchestrator.results import truth  # noqa: E402
 from orchestrator.search import space as sp  # noqa: E402
 from orchestrator.search import study as study_mod  # noqa: E402
+from orchestrator.search.proposal import Proposal, ProposalPolicy  # noqa: E402
 from orchestrator.search.study import Study  # noqa: E402
 
 
@@ -62,29 +63,26 @@ def run_one(space_file: Path, sampler: str, seed: int, target: float, max_trials
     study = MemoryStudy("memory", "bench", spec.space, spec.sampler, ["maximize"])
     study.open()
     rng = random.Random(seed)
-    measured: dict[str, float] = {}
+    policy = ProposalPolicy(study)  # the driver's: infeasible points and repeats cost no trial
+    measured = 0
     best_true = 0.0
     asks = 0
-    while len(measured) < max_trials and asks < 50 * max_trials:
+    while measured < max_trials and asks < 50 * max_trials:
         asks += 1
-        asked = study.ask()
-        if asked is None:
+        proposal = policy.next()
+        if proposal is None:
             break
-        number, params, _ = asked
-        if sp.infeasible_reason(params) is not None:
-            study.tell_failed(number, {"failure_kind": "infeasible", "skipped": True})
+        if not isinstance(proposal, Proposal):
             continue
-        key = sp.key(params)
-        if key in measured:
-            study.tell_complete(number, [measured[key]], {"skipped": True})
-            continue
+        number, params = proposal.number, proposal.params
         true = value_of(params)
         observed = true * (1 + rng.gauss(0, noise)) if noise else true
-        measured[key] = observed
+        measured += 1
         study.tell_complete(number, [observed], {})
+        policy.remember(params, number, [observed])
         best_true = max(best_true, true)  # judged by truth: what the champion really does
         if best_true >= target:
-            return len(measured), best_true
+            return measured, best_true
     return None, best_true
 
 

@@ -5,14 +5,18 @@ Exit codes: 0 success, 2 user error (bad experiment, bad arguments, nothing to r
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
+import random
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,6 +25,20 @@ from rich.table import Table
 
 from orchestrator.config import experiment as spec_mod
 from orchestrator.errors import SweepToolError, UserError
+from orchestrator.records import TrialStatus
+from orchestrator.results import export as exp
+from orchestrator.results import truth as truth_mod
+from orchestrator.search import space as sp
+from orchestrator.sweep import state as st
+from orchestrator.sweep.status import read_state, status_report
+from orchestrator.trial import observe
+from orchestrator.trial import plan as planner
+
+if TYPE_CHECKING:  # the tracker imports MLflow: `status`, `validate` and `plan` must start without it
+    from orchestrator.tracking.tracker import Tracker
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest way to serve a model with SGLang: NCCL and speculative-decoding sweeps.")
@@ -33,12 +51,11 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _guard(fn):
-    """Run a command body; user errors become one message and exit code 2, never a traceback."""
-    import functools
+def _guard(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run a command body; a SweepToolError becomes one message and its exit code, never a traceback."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except SweepToolError as exc:
@@ -67,11 +84,11 @@ def _workdir(workdir: Path | None, experiment: spec_mod.SweepSpec | None = None)
     raise UserError(f"several sweeps under ./runs ({names}); pass --workdir DIR to choose one")
 
 
-def _state(workdir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((workdir / "sweep.json").read_text())
-    except FileNotFoundError:
-        raise UserError(f"{workdir}: no sweep here (sweep.json missing); pass the --workdir `sweep run` used") from None
+def _tracker(uri: str, experiment: str, outbox_dir: Path) -> Tracker:
+    # MLflow is imported by the commands that talk to it only.
+    from orchestrator.tracking.tracker import Tracker
+
+    return Tracker(uri, experiment, outbox_dir=outbox_dir)
 
 
 # ---------------------------------------------------------------------------- validate / plan
@@ -81,8 +98,6 @@ def _state(workdir: Path) -> dict[str, Any]:
 @_guard
 def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> None:
     """Check an experiment and its search spaces; print what it would sweep."""
-    from orchestrator.search import space as sp
-
     s = _load(experiment)
     total, feasible, _ = sp.census(s.space)
     out.print(f"[green]OK[/] {experiment}: experiment [bold]{s.name}[/], engine {s.engine}, "
@@ -98,13 +113,7 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of {params, argv, env}"),
 ) -> None:
     """Dry run: space size, infeasible combinations and why, the first launch commands. Starts nothing."""
-    from orchestrator.search import space as sp
-    from orchestrator.trial import observe
-    from orchestrator.trial import plan as planner
-
     s = _load(experiment)
-    import random
-
     rng = random.Random(s.sampler.seed)
     points = [sp.baseline_params(s.space)]
     seen = {sp.key(points[0])}
@@ -151,35 +160,33 @@ def plan(
 # ---------------------------------------------------------------------------- run
 
 
-def _progress_printer():
-    from orchestrator.records import TrialStatus
-
+def _progress_printer() -> Callable[[st.Event], None]:
     start = time.time()
 
-    def on_event(kind: str, data: dict[str, Any]) -> None:
-        if kind == "ray":
-            out.print(f"[dim]Ray at {data['address']}: {data['gpus']:g} GPUs, {data['slots']} trial(s) at a time[/]")
-        elif kind == "launch":
-            knobs = ", ".join(f"{k}={v}" for k, v in data["params"].items() if v is not None) or "engine defaults"
-            out.print(f"[cyan]▶ trial {data['number']:>3}[/] {data['role']:<8} {knobs}", soft_wrap=True)
-        elif kind == "finish":
-            o = data["outcome"]
+    def on_event(event: st.Event) -> None:
+        if isinstance(event, st.ExecutorReady):
+            out.print(f"[dim]Ray at {event.address}: {event.gpus:g} GPUs, {event.slots} trial(s) at a time[/]")
+        elif isinstance(event, st.TrialLaunched):
+            knobs = ", ".join(f"{k}={v}" for k, v in event.params.items() if v is not None) or "engine defaults"
+            out.print(f"[cyan]▶ trial {event.number:>3}[/] {event.role:<8} {knobs}", soft_wrap=True)
+        elif isinstance(event, st.TrialFinished):
+            o = event.outcome
             elapsed = time.time() - start
             if o.status is TrialStatus.COMPLETE and o.metrics is not None:
-                sp_txt = f" ({(data['speedup'] - 1) * 100:+.1f}% vs baseline)" if data.get("speedup") else ""
+                sp_txt = f" ({(event.speedup - 1) * 100:+.1f}% vs baseline)" if event.speedup else ""
                 al = f", accept len {o.metrics.accept_length:.2f}" if o.metrics.accept_length else ""
                 out.print(f"[green]✔ trial {o.number:>3}[/] {o.metrics.decode_tok_s:7.1f} tok/s{sp_txt}{al}"
                           f"  [dim]{elapsed:5.0f}s[/]")
             else:
                 kind_txt = o.failure_kind.value if o.failure_kind else o.status.value
                 out.print(f"[red]✘ trial {o.number:>3}[/] {kind_txt}: {o.reason}", soft_wrap=True)
-        elif kind == "tracking_wait":
-            out.print(f"[yellow]MLflow unreachable: {data['pending']} result(s) in the outbox; waiting up to "
-                      f"{data['wait_s']:.0f}s before promoting (`sweep sync` sends them later)[/]")
-        elif kind == "confirm":
-            out.print(f"[magenta]⇄ confirmation {data['round']}/{data['of']}: {data['who']}[/]")
-        elif kind == "interrupt":
-            msg = ("stopping after the trials in flight (Ctrl-C again to abort them)" if data["press"] == 1
+        elif isinstance(event, st.TrackingWait):
+            out.print(f"[yellow]MLflow unreachable: {event.pending} result(s) in the outbox; waiting up to "
+                      f"{event.wait_s:.0f}s before promoting (`sweep sync` sends them later)[/]")
+        elif isinstance(event, st.ConfirmationRun):
+            out.print(f"[magenta]⇄ confirmation {event.round}/{event.of}: {event.who}[/]")
+        elif isinstance(event, st.Interrupted):
+            msg = ("stopping after the trials in flight (Ctrl-C again to abort them)" if event.press == 1
                    else "aborting the trials in flight")
             out.print(f"[yellow]{msg}[/]")
 
@@ -199,8 +206,7 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="continue the sweep in the work directory"),
 ) -> None:
     """Run (or resume) a sweep: trials on Ray, Optuna proposing, MLflow recording, champion promoted."""
-    import logging
-
+    # The driver stack imports Ray and MLflow: only `sweep run` needs them.
     from orchestrator.sweep.driver import Sweep
 
     # The sweep prints its own progress; MLflow's schema-migration chatter is not news to a user.
@@ -219,38 +225,38 @@ def run(
               f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
     summary = sweep.run()
     _print_summary(s, summary, wd)
-    if summary.get("stopped_by_failure"):
+    if summary.stopped_by_failure:
         raise typer.Exit(1)
 
 
-def _print_summary(s: spec_mod.SweepSpec, summary: dict[str, Any], wd: Path) -> None:
+def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) -> None:
     out.rule("summary")
-    out.print(f"stopped: {summary['stop_reason'] or 'done'}")
-    kinds = ", ".join(f"{k} {v}" for k, v in sorted((summary.get("failures") or {}).items()))
-    out.print(f"trials: {summary['complete']} complete, {summary['failed']} failed"
-              f"{f' ({kinds})' if kinds else ''}, {summary['skipped']} proposals skipped (infeasible or repeated)")
-    drift = summary.get("baseline_drift") or {}
-    if drift.get("flagged"):
-        out.print(f"[yellow]baseline drifted by {drift['max_relative_change'] * 100:.1f}% during the sweep[/]")
-    champ = summary.get("champion")
+    out.print(f"stopped: {summary.stop_reason or 'done'}")
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.failures.items()))
+    out.print(f"trials: {summary.complete} complete, {summary.failed} failed"
+              f"{f' ({kinds})' if kinds else ''}, {summary.skipped} proposals skipped (infeasible or repeated)")
+    drift = summary.baseline_drift
+    if drift.flagged and drift.max_relative_change is not None:
+        out.print(f"[yellow]baseline drifted by {drift.max_relative_change * 100:.1f}% during the sweep[/]")
+    champ = summary.champion
+    gate = summary.gate or {}
     if champ:
         knobs = "\n".join(f"    {k} = {v}" for k, v in champ["params"].items()) or "    (engine defaults)"
         out.print(f"champion: trial {champ['number']}\n{knobs}")
         metric = s.objective.metric
-        gate = summary.get("gate") or {}
-        out.print(f"  {metric}: {champ[metric]:.1f}; confirmation: {summary.get('verdict', '')}", soft_wrap=True)
+        out.print(f"  {metric}: {champ[metric]:.1f}; confirmation: {summary.verdict or ''}", soft_wrap=True)
         if gate:
             out.print(f"  speed-up over the baseline: {gate['gain'] * 100:+.1f}% "
                       f"(95% interval {gate['ci_low'] * 100:+.1f}% to {gate['ci_high'] * 100:+.1f}%)")
-    elif summary.get("verdict"):
-        out.print(f"no champion: {summary['verdict']}")
-    if summary.get("promoted"):
-        out.print(f"[green]promoted[/] {s.promotion.model_name}@{s.promotion.alias} (version {summary['model_version']})")
-        out.print(f"env file: [bold]{summary['env_file']}[/]")
-    elif champ and not (summary.get("gate") or {}).get("passed"):
+    elif summary.verdict:
+        out.print(f"no champion: {summary.verdict}")
+    if summary.promoted:
+        out.print(f"[green]promoted[/] {s.promotion.model_name}@{s.promotion.alias} (version {summary.model_version})")
+        out.print(f"env file: [bold]{summary.env_file}[/]")
+    elif champ and not gate.get("passed"):
         out.print("[yellow]not promoted: no configuration beat the baseline by the required margin[/]")
     elif champ:
-        out.print(f"[red]not promoted[/]: {escape(summary.get('verdict', ''))}", soft_wrap=True)
+        out.print(f"[red]not promoted[/]: {escape(summary.verdict or '')}", soft_wrap=True)
     out.print(f"browse the results: [bold]sweep ui --workdir {wd}[/]")
 
 
@@ -265,8 +271,6 @@ def status(
                                           help="the Optuna RDB URL the sweep used, when not its sqlite file"),
 ) -> None:
     """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage."""
-    from orchestrator.sweep.driver import status_report
-
     wd = _workdir(workdir)
     rep = status_report(wd, storage)
     out.print(f"[bold]{rep['experiment']}[/] in {wd}: {rep['status']}"
@@ -297,13 +301,10 @@ def status(
 @_guard
 def sync(workdir: Path | None = typer.Option(None, "--workdir")) -> None:
     """Replay results queued in the outbox while MLflow was unreachable."""
-    from orchestrator.tracking.tracker import Tracker
-
     wd = _workdir(workdir)
-    st = _state(wd)
-    tracker = Tracker(st["tracking_uri"], st.get("mlflow_experiment", st["experiment"]), outbox_dir=wd)
-    replayed, pending = tracker.replay_outbox()
-    out.print(f"replayed {replayed} result(s) to {st['tracking_uri']}; {pending} still pending")
+    state = read_state(wd)
+    replayed, pending = _tracker(state.tracking_uri, state.experiment_in_mlflow, wd).replay_outbox()
+    out.print(f"replayed {replayed} result(s) to {state.tracking_uri}; {pending} still pending")
     if pending:
         raise typer.Exit(1)
 
@@ -316,16 +317,13 @@ def ui(
     host: str = typer.Option("127.0.0.1", "--host", help="keep 127.0.0.1 unless you know who can reach it"),
 ) -> None:
     """Start the MLflow UI on the sweep's tracking store and print its URL."""
-    from orchestrator.tracking.tracker import Tracker
-
     wd = _workdir(workdir).resolve()
-    st = _state(wd)
-    uri = st["tracking_uri"]
+    state = read_state(wd)
+    uri = state.tracking_uri
+    exp_id = _tracker(uri, state.experiment_in_mlflow, wd).experiment_id()
     if not uri.startswith("sqlite:"):
-        exp_id = Tracker(uri, st.get("mlflow_experiment", st["experiment"]), outbox_dir=wd).experiment_id()
         out.print(f"this sweep logs to the MLflow server {uri}: open {uri.rstrip('/')}/#/experiments/{exp_id}/runs")
         return
-    exp_id = Tracker(uri, st.get("mlflow_experiment", st["experiment"]), outbox_dir=wd).experiment_id()
     mlflow_bin = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
     if mlflow_bin is None:
         raise UserError("the `mlflow` command is not installed in this environment; run `make install`")
@@ -350,20 +348,17 @@ def export(
     alias: str = typer.Option("champion", "--alias"),
 ) -> None:
     """Write the configuration registered under models:/<name>@<alias> as an env, json or sglang-args file."""
-    from orchestrator.results import export as exp
-    from orchestrator.tracking.tracker import Tracker
-
     if fmt not in ("env", "json", "sglang-args"):
         raise UserError(f"--format must be one of env, json, sglang-args, but got {fmt!r}")
     if tracking_uri:
         if not model:
             raise UserError("--tracking-uri needs --model NAME (the registered model name)")
-        tracker = Tracker(tracking_uri, "sglang-sweep", outbox_dir=Path.cwd())
+        tracker = _tracker(tracking_uri, "sglang-sweep", Path.cwd())
     else:
         wd = _workdir(workdir)
-        st = _state(wd)
-        tracker = Tracker(st["tracking_uri"], st.get("mlflow_experiment", st["experiment"]), outbox_dir=wd)
-        model = model or st["model_name"]
+        state = read_state(wd)
+        tracker = _tracker(state.tracking_uri, state.experiment_in_mlflow, wd)
+        model = model or state.model_name
     config = tracker.resolve(model, alias)
     exp.write_atomic(output, exp.render(config, fmt))  # type: ignore[arg-type]
     out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.get('trial_number')}, "
@@ -378,8 +373,6 @@ def truth(
     workdir: Path | None = typer.Option(None, "--workdir", help="also rank this sweep's best trial"),
 ) -> None:
     """Evaluate the simulator's noise-free model on every feasible point: the true optimum and ranks."""
-    from orchestrator.results import truth as truth_mod
-
     s = _load(experiment)
     if s.engine != "simulator":
         raise UserError(f"{experiment}: `sweep truth` needs engine: simulator (the model is the simulator's)")
@@ -398,12 +391,8 @@ def truth(
                       ", ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "engine defaults")
     out.print(table)
     if workdir is not None:
-        from orchestrator.sweep.driver import status_report
-
         best = status_report(workdir).get("best")
         if best:
-            from orchestrator.search import space as sp
-
             value = truth_mod.evaluator(s)(sp.complete(s.space, best["params"]))
             ratio = value / t.optimum if t.maximize else t.optimum / value
             out.print(f"sweep best (trial {best['number']}): true {s.objective.metric} {value:.2f} = "

@@ -210,19 +210,21 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
 def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlite_store_template):
     """The driver died after the worker wrote outcome.json but before Optuna was told: on resume the
     trial is told from the file (not measured again); a trial without one is interrupted."""
+    from orchestrator.sweep import _resume
     from orchestrator.sweep.driver import Sweep
 
     spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="recover")))
     wd = new_workdir(tmp_path, sqlite_store_template)
     first = Sweep(spec, wd)
-    first._lock()
-    first._open()
-    told_later, lost, unlogged = [first.study.ask() for _ in range(3)]
+    first._lock.acquire()
+    first.open()
+    study, tracker = first.ctx.study, first.ctx.track
+    told_later, lost, unlogged = [study.ask() for _ in range(3)]
     run_ids = {}
     for number, params, _ in (told_later, lost):
-        run_ids[number] = first.tracker.start_trial(first.parent_run_id, number=number, params=params,
-                                                    role="search", tags={})
-        first.study.set_trial_attrs(number, {"role": "search", "mlflow_run_id": run_ids[number]})
+        run_ids[number] = tracker.start_trial(first.parent_run_id, number=number, params=params,
+                                              role="search", tags={})
+        study.set_trial_attrs(number, {"role": "search", "mlflow_run_id": run_ids[number]})
         (wd / "trials" / f"{number:04d}").mkdir(parents=True)
     number, params, _ = told_later
     now = time.time()
@@ -236,14 +238,14 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlit
     u_dir.mkdir(parents=True)
     (u_dir / "outcome.json").write_text(done.model_copy(update={
         "number": u_number, "params": u_params, "trial_dir": str(u_dir)}).model_dump_json())
-    first.study.tell_complete(u_number, [55.5], {"role": "search"})
-    first._lock_file.close()  # the driver "dies": its lock goes with it
+    study.tell_complete(u_number, [55.5], {"role": "search"})
+    first._lock.release()  # the driver "dies": its lock goes with it
 
     second = Sweep(spec, wd, resume=True)
-    second._lock()
-    second._open()
-    second._recover()
-    second._lock_file.close()
+    second._lock.acquire()
+    second.open()
+    _resume.recover(second.ctx)
+    second._lock.release()
 
     trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "recover")
     by_number = {t.number: t for t in trials}
@@ -269,10 +271,10 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlit
 
     # A second resume settles nothing again: no second re-measure of the same interruption.
     third = Sweep(spec, wd, resume=True)
-    third._lock()
-    third._open()
-    third._recover()
-    third._lock_file.close()
+    third._lock.acquire()
+    third.open()
+    _resume.recover(third.ctx)
+    third._lock.release()
     trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "recover")
     assert len([t for t in trials if t.attrs.get("remeasure_of") == lost_number]) == 1
 

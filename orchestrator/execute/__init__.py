@@ -1,4 +1,9 @@
 """Where trials run.
 
-- `ray_actor`: a Ray actor per trial holding `tp` GPUs (the only Ray importer).
+- `base`: the `Executor` interface (start, submit, wait, abort, close) and `Finished`.
+- `ray_actor`: `RayExecutor`, a Ray actor per slot holding `tp` GPUs (the only Ray importer).
+- `inline`: `InlineExecutor`, trials in threads of this process (no Ray), for in-process tests.
+- `processes`: what a killed driver leaves running, found and ended through /proc.
 """
+
+__all__ = ["base", "inline", "processes", "ray_actor"]

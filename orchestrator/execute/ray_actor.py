@@ -1,4 +1,4 @@
-"""The Ray actor around trial.py; the only module that imports Ray.
+"""Trials on Ray: the actor around the trial runner and `RayExecutor`; the only module that imports Ray.
 
 An actor holds `num_gpus = tp` for its lifetime and runs trials one after another, so a Ray cluster
 of K GPU hosts keeps K trials in flight without paying actor start-up per trial. A trial goes in as
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -21,9 +21,12 @@ from typing import Any
 import ray
 
 from orchestrator.errors import ClusterUnreachable
-from orchestrator.records import TrialOutcome, TrialSpec
+from orchestrator.execute.base import ExecutorInfo, Finished, last_line, made_outcome
+from orchestrator.execute.processes import kill_server_now
+from orchestrator.records import FailureKind, TrialOutcome, TrialSpec
 
 _MAX_FILE_BYTES = 8_000_000
+log = logging.getLogger("sweep")
 
 
 def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: int | None = None) -> dict[str, Any]:
@@ -83,69 +86,6 @@ def shutdown() -> None:
         ray.shutdown()
 
 
-# ---------------------------------------------------------------------- what a killed driver leaves
-
-
-def _start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (tells a live pid from a reused one)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def local_processes() -> list[dict[str, Any]]:
-    """Every process descending from this one (the local Ray instance: GCS, raylet, agents, workers).
-
-    `ray.init(address="local")` makes GCS and raylet die with the driver, but when the driver is
-    SIGKILLed the raylet's agents (DashboardAgent, RuntimeEnvAgent) outlive it for a minute or more.
-    The driver writes this list to its work directory so a resumed driver can end them
-    (`reap_processes`).
-    """
-    parents: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    parents[int(entry.name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = [], [os.getpid()]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent:
-                frontier.append(pid)
-                start = _start_time(pid)
-                if start is not None:
-                    found.append({"pid": pid, "start": start, "cmd": _cmdline(pid)[:200]})
-    return found
-
-
-def reap_processes(recorded: list[dict[str, Any]], grace_s: float = 3.0) -> list[str]:
-    """End the recorded processes that still run (same pid and start time); say which."""
-    alive = [r for r in recorded if _start_time(int(r["pid"])) == int(r["start"])]
-    for r in alive:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(int(r["pid"]), signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_start_time(int(r["pid"])) == int(r["start"]) for r in alive):
-        time.sleep(0.1)
-    for r in alive:
-        if _start_time(int(r["pid"])) == int(r["start"]):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(r["pid"]), signal.SIGKILL)
-    return [f"{r['pid']} ({r['cmd'][:60]})" for r in alive]
-
-
 def cluster_gpus() -> float:
     return float(ray.cluster_resources().get("GPU", 0.0))
 
@@ -200,7 +140,7 @@ class TrialActor:
             with self._lock:
                 current = self._current
             if current is not None:
-                _kill_server_now(current)
+                kill_server_now(current)
             os._exit(1)  # before run() can take the killed server for a crash and write an outcome
 
         threading.Thread(target=watch, name="raylet-watch", daemon=True).start()
@@ -227,18 +167,6 @@ class TrialActor:
         return done
 
 
-def _kill_server_now(trial_dir: Path) -> None:
-    """SIGKILL the process group of the trial's server (server.pid), if it is still that server."""
-    try:
-        pid_s, cmd = (trial_dir / "server.pid").read_text().split("\n", 1)
-        pid = int(pid_s)
-    except (OSError, ValueError):
-        return
-    if _cmdline(pid).startswith(cmd.strip()):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-
-
 def _collect(trial_dir: Path) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     for p in sorted(trial_dir.iterdir()) if trial_dir.is_dir() else []:
@@ -251,24 +179,78 @@ def _collect(trial_dir: Path) -> dict[str, bytes]:
     return files
 
 
-def new_actor(tp: int):
-    """One trial actor holding `tp` GPUs (logical ones with the simulator)."""
-    return TrialActor.options(num_gpus=tp, num_cpus=0).remote()
+class RayExecutor:
+    """Trials on Ray: one TrialActor per slot, each holding `tp` GPUs, reused trial after trial.
 
+    Without an address a private local instance is started on a loopback address; `logical_gpus`
+    gives it GPUs that need no hardware (the simulator).
+    """
 
-def wait(refs: list, timeout_s: float) -> tuple[list, list]:
-    return ray.wait(refs, num_returns=1, timeout=timeout_s)
+    def __init__(self, *, tp: int, concurrent: int, address: str | None = None,
+                 logical_gpus: int | None = None):
+        self.tp = tp
+        self.concurrent = concurrent
+        self.address = address
+        self.logical_gpus = logical_gpus
+        self._idle: list[Any] = []
+        self._running: dict[Any, tuple[int, Any, TrialSpec]] = {}  # ObjectRef -> (handle, actor, spec)
+        self._next = 0
 
+    def start(self) -> ExecutorInfo:
+        info = connect(self.address) if self.address else init_local(num_gpus=self.logical_gpus)
+        gpus = float(ray.cluster_resources().get("GPU", 0.0))
+        if gpus < self.tp:
+            raise ClusterUnreachable(f"the Ray cluster has {gpus:g} GPUs but one trial needs server.tp={self.tp}; "
+                                     f"add GPUs/hosts or lower server.tp")
+        slots = min(self.concurrent, int(gpus // self.tp))
+        self._idle = [self._new_actor() for _ in range(slots)]
+        return ExecutorInfo(address=info.get("address"), gpus=gpus, slots=slots)
 
-def get(ref) -> Any:
-    return ray.get(ref)
+    def _new_actor(self) -> Any:
+        return TrialActor.options(num_gpus=self.tp, num_cpus=0).remote()  # type: ignore[attr-defined]
 
+    def idle(self) -> int:
+        return len(self._idle)
 
-def kill(actor) -> None:
-    ray.kill(actor, no_restart=True)
+    def submit(self, spec: TrialSpec) -> int:
+        actor = self._idle.pop()
+        self._next += 1
+        self._running[actor.run.remote(spec)] = (self._next, actor, spec)
+        return self._next
 
+    def wait(self, timeout_s: float) -> list[Finished]:
+        if not self._running:
+            return []
+        done, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout_s)
+        return [self._collect(ref) for ref in done]
 
-ActorDiedError = ray.exceptions.RayActorError
-RayError = ray.exceptions.RayError
-TaskError = ray.exceptions.RayTaskError
-"""The trial code raised (a bug); RayError otherwise means the worker or its node was lost."""
+    def _collect(self, ref: Any) -> Finished:
+        handle, actor, spec = self._running.pop(ref)
+        try:
+            outcome, files = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            # A bug in the trial code, not a lost machine: keep the traceback, keep the actor.
+            log.error("trial %d raised inside its worker:\n%s", spec.number, exc)
+            self._idle.append(actor)
+            return Finished(handle, spec, made_outcome(
+                spec, FailureKind.internal_error,
+                f"the trial raised {last_line(str(exc))} (traceback in sweep.log)", time.time()),
+                lost=str(exc))
+        except ray.exceptions.RayError as exc:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+            self._idle.append(self._new_actor())
+            return Finished(handle, spec, made_outcome(
+                spec, FailureKind.worker_lost,
+                f"the Ray worker running this trial was lost: {type(exc).__name__}", time.time()), lost=str(exc))
+        self._idle.append(actor)
+        return Finished(handle, spec, outcome, files)
+
+    def abort(self, handle: int) -> None:
+        for h, actor, _ in self._running.values():
+            if h == handle:
+                actor.abort.remote()  # runs beside run() in the actor (max_concurrency=2); not awaited
+
+    def close(self) -> None:
+        self._idle, self._running = [], {}
+        shutdown()

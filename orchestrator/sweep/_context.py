@@ -1,0 +1,121 @@
+"""What the sweep's verbs share: the experiment, the work directory, the study, the tracker, the
+executor and the running counters. A plain record; the behaviour lives in the verb modules."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.config.experiment import SweepSpec
+from orchestrator.execute.base import Executor
+from orchestrator.records import ParamValue, TrialOutcome, TrialSpec
+from orchestrator.search.proposal import ProposalPolicy
+from orchestrator.search.study import Study
+from orchestrator.sweep._signals import Interrupts
+from orchestrator.sweep._workdir import Paths, without_password, write_json
+from orchestrator.sweep.state import Best, Event, StopReason, SweepState
+
+if TYPE_CHECKING:  # the tracker imports MLflow; only its type is needed here
+    from orchestrator.tracking.tracker import Tracker
+
+
+@dataclass
+class Progress:
+    """Counters the terminal display, sweep.json and the summary show."""
+
+    launched: int = 0
+    finished: int = 0
+    complete: int = 0
+    failed: int = 0
+    consecutive_failures: int = 0
+    skipped: int = 0
+    consecutive_skips: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    best_number: int | None = None
+    best_value: float | None = None
+    best_params: dict[str, ParamValue] = field(default_factory=dict)
+    baselines: list[tuple[float, float]] = field(default_factory=list)
+    stop: StopReason | None = None
+    """The first reason to stop launching (an interruption or a failed baseline replaces it)."""
+
+    @property
+    def stop_text(self) -> str:
+        return self.stop.text if self.stop else ""
+
+    @property
+    def stopped_by_failure(self) -> bool:
+        return self.stop is not None and self.stop.is_failure
+
+
+@dataclass(frozen=True)
+class InFlight:
+    spec: TrialSpec
+    run_id: str | None
+
+
+@dataclass
+class Context:
+    spec: SweepSpec
+    paths: Paths
+    study: Study
+    budget_trials: int
+    timeout_s: float
+    emit: Callable[[Event], None]
+    resume: bool
+    ray_address: str | None
+    policy: ProposalPolicy
+    tracker: Tracker | None = None
+    parent_run_id: str | None = None
+    executor: Executor | None = None
+    progress: Progress = field(default_factory=Progress)
+    interrupts: Interrupts = field(default_factory=Interrupts)
+    started_at: float = field(default_factory=time.time)
+    """When the sweep first started (kept across --resume): the simulator's drift epoch, `sweep status`."""
+    run_started: float = field(default_factory=time.monotonic)
+    """When this invocation started: the wall-time budget counts from here."""
+    abort_reason: str = ""
+    """Set once the trials in flight are being aborted, and why."""
+    in_flight: dict[int, InFlight] = field(default_factory=dict)
+    outcomes: list[TrialOutcome] = field(default_factory=list)
+    waiting_for_baseline: list[tuple[TrialOutcome, str | None]] = field(default_factory=list)
+    overhead: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Per-trial orchestration timings (bench/orchestration_overhead.py reads overhead.jsonl)."""
+    requeued: set[int] = field(default_factory=set)
+
+    @property
+    def tracking_uri(self) -> str:
+        """The experiment's tracking.uri, else MLFLOW_TRACKING_URI, else sqlite in the work directory."""
+        return self.spec.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or self.paths.mlflow_url
+
+    @property
+    def track(self) -> Tracker:
+        if self.tracker is None:
+            raise RuntimeError("the sweep's tracker is opened by Sweep.run() first")
+        return self.tracker
+
+    @property
+    def resume_hint(self) -> str:
+        return f"`sweep run {self.spec.source or 'EXPERIMENT'} --workdir {self.paths.root} --resume`"
+
+    def deadline_passed(self) -> bool:
+        return time.monotonic() - self.run_started >= self.timeout_s
+
+    def write_state(self, status: str) -> None:
+        p = self.progress
+        state = SweepState(
+            experiment=self.spec.name, status=status, pid=os.getpid(), updated_at=time.time(),
+            started_at=self.started_at, budget_trials=self.budget_trials, timeout_s=self.timeout_s,
+            optuna_storage=without_password(self.paths.optuna_url), direction=self.spec.objective.direction,
+            parent_run_id=self.parent_run_id, tracking_uri=without_password(self.tracking_uri),
+            mlflow_experiment=self.spec.tracking.experiment or self.spec.name,
+            model_name=self.spec.promotion.model_name, alias=self.spec.promotion.alias,
+            in_flight=sorted(f.spec.number for f in self.in_flight.values()),
+            launched=p.launched, finished=p.finished, complete=p.complete, failed=p.failed, skipped=p.skipped,
+            failures=dict(p.failures), best=Best(number=p.best_number, value=p.best_value, params=p.best_params),
+            stop_reason=p.stop_text, stop_kind=p.stop.kind if p.stop else None, baselines=p.baselines,
+            objective=self.spec.objective.metric)
+        write_json(self.paths.state, state.model_dump(mode="json"))

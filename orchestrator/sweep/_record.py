@@ -1,0 +1,185 @@
+"""Recording a finished trial (Optuna first, then MLflow), and the rules that follow from it: the
+failure budget, best so far, the baseline re-measured every k trials, when to stop launching."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.results import select
+from orchestrator.search import space as sp
+from orchestrator.sweep._context import Context
+from orchestrator.sweep._workdir import write_json
+from orchestrator.sweep.state import StopKind, StopReason, TrialFinished
+
+log = logging.getLogger("sweep")
+
+NOT_THE_PARAMETERS = frozenset({FailureKind.worker_lost, FailureKind.port_in_use, FailureKind.internal_error})
+"""Failure kinds that say nothing about the configuration: never blacklisted, measured again once."""
+
+
+def objective_values(ctx: Context, outcome: TrialOutcome) -> list[float] | None:
+    """The values Optuna is told (objective, then the secondary one), or None if any is missing."""
+    m = outcome.metrics
+    if m is None:
+        return None
+    objective = ctx.spec.objective
+    names = [objective.metric] + ([objective.secondary] if objective.secondary else [])
+    values = [getattr(m, n) for n in names]
+    return None if any(v is None for v in values) else [float(v) for v in values]
+
+
+def duration(seconds: float) -> str:
+    """30 s, 45 min, 8.0 h: a budget the way a user wrote it, roughly."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def should_launch(ctx: Context) -> bool:
+    """Whether another trial may start; on the trial or wall-time budget, say why not (once)."""
+    p = ctx.progress
+    if ctx.interrupts.pressed or p.stop:
+        return False
+    if p.launched >= ctx.budget_trials:
+        p.stop = StopReason(StopKind.trial_budget, f"trial budget reached ({ctx.budget_trials})")
+        return False
+    if ctx.deadline_passed():
+        p.stop = StopReason(StopKind.wall_time, f"wall-time budget reached ({duration(ctx.timeout_s)}); "
+                                                f"trials in flight finished")
+        return False
+    return True
+
+
+def abort_in_flight(ctx: Context, reason: str) -> None:
+    """Kill the servers of the trials in flight; their outcomes come back as interrupted."""
+    if ctx.abort_reason or ctx.executor is None:
+        return
+    ctx.abort_reason = reason
+    for handle, flight in ctx.in_flight.items():
+        log.warning("aborting trial %d: %s", flight.spec.number, reason)
+        ctx.executor.abort(handle)
+
+
+def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: bool = True) -> None:
+    """Tell Optuna, then MLflow (or its outbox). `written`: outcome.json holds this outcome already
+    (the trial runner wrote it); otherwise, or when the objective is missing, it is written here first."""
+    p = ctx.progress
+    tdir = Path(outcome.trial_dir) if outcome.trial_dir else ctx.paths.trial_dir(outcome.number)
+    values = objective_values(ctx, outcome) if outcome.status is TrialStatus.COMPLETE else None
+    if outcome.status is TrialStatus.COMPLETE and values is None:  # objective missing from a measurement
+        outcome = outcome.model_copy(update={"status": TrialStatus.FAILED,
+                                             "failure_kind": FailureKind.metric_missing,
+                                             "reason": f"objective {ctx.spec.objective.metric} missing"})
+        written = False
+    if not written:
+        tdir.mkdir(parents=True, exist_ok=True)
+        write_json(tdir / "outcome.json", outcome.model_dump(mode="json"))
+    t_tell = time.perf_counter()
+    extra: dict[str, float] = {}
+    attrs: dict[str, Any] = {"role": outcome.role.value, "status": outcome.status.value,
+                             "fingerprint_hash": outcome.fingerprint_hash, "node": outcome.node}
+    if values is not None:
+        _told_complete(ctx, outcome, values, attrs, extra)
+    elif outcome.failure_kind is FailureKind.interrupted:
+        # Not a verdict on the parameters: nothing counts, they are measured again (once per interruption).
+        ctx.study.tell_failed(outcome.number, {**attrs, "failure_kind": FailureKind.interrupted.value,
+                                               "reason": outcome.reason[:500]})
+        ctx.study.enqueue(outcome.params, {"role": outcome.role.value, "remeasure_of": outcome.number})
+        log.warning("trial %d interrupted (%s); its parameters are queued to be measured again",
+                    outcome.number, outcome.reason)
+    else:
+        _told_failed(ctx, outcome, attrs, tdir)
+    if outcome.failure_kind is not FailureKind.interrupted:
+        p.finished += 1
+        ctx.outcomes.append(outcome)
+    tell_s = time.perf_counter() - t_tell
+    t_log = time.perf_counter()
+    ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=run_id or None, extra_metrics=extra,
+                        extra_tags={"sweep.engine": ctx.spec.engine})
+    timing = ctx.overhead.pop(outcome.number, None)
+    if timing is not None and "dispatch_s" in timing:
+        timing.update(tell_s=tell_s, mlflow_log_s=time.perf_counter() - t_log)
+        with open(ctx.paths.overhead, "a", encoding="utf-8") as f:
+            f.write(json.dumps(timing) + "\n")
+    _check_failure_budget(ctx)
+    _maybe_remeasure_baseline(ctx)
+    ctx.emit(TrialFinished(outcome=outcome, speedup=extra.get("speedup_vs_baseline")))
+    ctx.write_state("running")
+
+
+def _told_complete(ctx: Context, outcome: TrialOutcome, values: list[float], attrs: dict[str, Any],
+                   extra: dict[str, float]) -> None:
+    p = ctx.progress
+    if outcome.role is TrialRole.baseline:
+        p.baselines.append((outcome.finished_at, values[0]))
+    base = select.nearest_baseline(outcome.finished_at, p.baselines)
+    if base:
+        extra["speedup_vs_baseline"] = select.speedup(values[0], base, direction=ctx.spec.objective.direction)
+        attrs["speedup_vs_baseline"] = extra["speedup_vs_baseline"]
+    ctx.study.tell_complete(outcome.number, values, attrs)
+    p.complete += 1
+    p.consecutive_failures = 0
+    ctx.policy.remember(outcome.params, outcome.number, values)
+    update_best(ctx, outcome.number, values[0], outcome.params, outcome.role.value)
+
+
+def _told_failed(ctx: Context, outcome: TrialOutcome, attrs: dict[str, Any], tdir: Path) -> None:
+    p = ctx.progress
+    kind = outcome.failure_kind.value if outcome.failure_kind else FailureKind.metric_missing.value
+    ctx.study.tell_failed(outcome.number, {**attrs, "failure_kind": kind, "reason": outcome.reason[:500]})
+    p.failed += 1
+    p.consecutive_failures += 1
+    p.failures[kind] += 1
+    if outcome.failure_kind in NOT_THE_PARAMETERS:
+        # The machine, not the configuration, failed: measure these parameters again once.
+        if outcome.number not in ctx.requeued and outcome.role is TrialRole.search:
+            ctx.requeued.add(outcome.number)
+            ctx.study.enqueue(outcome.params, {"role": outcome.role.value, "remeasure_of": outcome.number})
+    else:
+        ctx.policy.remember(outcome.params, outcome.number, None)
+    log.warning("trial %d failed: %s: %s", outcome.number, kind, outcome.reason)
+    if outcome.role is TrialRole.baseline:
+        p.stop = StopReason(StopKind.baseline_failed,
+                            f"the baseline failed ({kind}: {outcome.reason}); nothing can be compared "
+                            f"against it: fix the server set-up first (see {tdir / 'server.log'})")
+        abort_in_flight(ctx, "aborted: the baseline failed")
+
+
+def update_best(ctx: Context, number: int, value: float | None, params: dict[str, Any], role: str) -> None:
+    p = ctx.progress
+    if value is None or role != TrialRole.search.value:
+        return
+    better = (p.best_value is None or (value > p.best_value if ctx.spec.objective.direction == "maximize"
+                                       else value < p.best_value))
+    if better:
+        p.best_number, p.best_value, p.best_params = number, value, dict(params)
+
+
+def _check_failure_budget(ctx: Context) -> None:
+    p, b = ctx.progress, ctx.spec.budget
+    if p.stop:  # the first reason to stop is the one to report; trials in flight still finish
+        return
+    if p.consecutive_failures >= b.max_consecutive_failures:
+        p.stop = StopReason(StopKind.consecutive_failures,
+                            f"{p.consecutive_failures} trials failed in a row "
+                            f"(budget.max_consecutive_failures={b.max_consecutive_failures}); "
+                            f"failures by kind: {dict(p.failures)}")
+    elif p.finished >= b.min_trials_for_failure_rate and p.failed / max(p.finished, 1) > b.max_failure_rate:
+        p.stop = StopReason(StopKind.failure_rate,
+                            f"{p.failed} of {p.finished} trials failed, above budget.max_failure_rate="
+                            f"{b.max_failure_rate:g}; failures by kind: {dict(p.failures)}")
+
+
+def _maybe_remeasure_baseline(ctx: Context) -> None:
+    k = ctx.spec.budget.baseline_every
+    if k and ctx.progress.finished and ctx.progress.finished % k == 0 and should_launch(ctx):
+        ctx.study.enqueue(sp.baseline_params(ctx.spec.space), {"role": TrialRole.baseline.value})
+
+
+def baseline_measured(ctx: Context) -> bool:
+    return any(o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE for o in ctx.outcomes)

@@ -1,0 +1,120 @@
+"""--resume: end what a killed driver left running, rebuild the counters from the study, settle the
+trials it left RUNNING, and log to MLflow what never got there."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+from orchestrator.errors import TrackingError
+from orchestrator.execute.processes import reap_processes
+from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.search import space as sp
+from orchestrator.search.study import TrialView
+from orchestrator.sweep._context import Context
+from orchestrator.sweep._record import record, update_best
+from orchestrator.sweep._workdir import Paths
+from orchestrator.trial import server as srv
+
+log = logging.getLogger("sweep")
+
+
+def reap_previous_driver(paths: Paths) -> None:
+    """End what a killed driver left behind: its local Ray processes and its trial servers.
+
+    We hold the work directory's lock, so the driver that wrote these records is gone.
+    """
+    if paths.ray_processes.exists():
+        try:
+            data = json.loads(paths.ray_processes.read_text())
+        except ValueError:
+            data = {}
+        if data.get("driver_pid") != os.getpid():
+            ended = reap_processes(data.get("processes", []))
+            if ended:
+                log.info("ended %d Ray process(es) the previous driver left: %s", len(ended), ", ".join(ended))
+        paths.ray_processes.unlink(missing_ok=True)
+    pid_files = [*paths.root.glob("trials/*/server.pid"), *paths.root.glob("confirm/*/server.pid")]
+    for pid_file in sorted(pid_files):
+        if reaped := srv.reap_orphan(pid_file.parent):
+            log.info(reaped)
+
+
+def recover(ctx: Context) -> None:
+    """Rebuild counters from the storage, then settle the trials a killed driver left RUNNING."""
+    trials = ctx.study.trials()
+    for t in trials:
+        if t.state in ("COMPLETE", "FAIL"):
+            _count_existing(ctx, t)
+    replayed, pending = ctx.track.replay_outbox()
+    if replayed or pending:
+        log.info("MLflow outbox: replayed %d, still pending %d", replayed, pending)
+    if not pending:
+        _reconcile_mlflow(ctx, trials)
+    for t in trials:
+        if t.state == "RUNNING":
+            _recover_running(ctx, t)
+
+
+def _recover_running(ctx: Context, t: TrialView) -> None:
+    """A trial the killed driver never settled: told from its outcome.json if the worker wrote
+    one, else closed as interrupted (Optuna FAIL, MLflow KILLED) and queued to be measured again."""
+    tdir = ctx.paths.trial_dir(t.number)
+    run_id = t.attrs.get("mlflow_run_id") or None
+    outcome_file = tdir / "outcome.json"
+    if outcome_file.exists():
+        outcome = TrialOutcome.model_validate_json(outcome_file.read_text())
+        log.info("trial %d finished before the driver died; telling it from outcome.json", t.number)
+        ctx.progress.launched += 1
+        record(ctx, outcome, run_id)
+        return
+    log.info("trial %d was running when the driver died: closing it as interrupted", t.number)
+    record(ctx, TrialOutcome(
+        number=t.number, params=sp.complete(ctx.spec.space, t.params), role=TrialRole(t.role),
+        status=TrialStatus.FAILED, failure_kind=FailureKind.interrupted,
+        reason="the driver stopped while this trial ran; its parameters are measured again",
+        trial_dir=str(tdir), started_at=t.start or 0.0, finished_at=time.time()), run_id, written=False)
+
+
+def _count_existing(ctx: Context, t: TrialView) -> None:
+    p = ctx.progress
+    kind = t.attrs.get("failure_kind")
+    if t.attrs.get("skipped") or kind == FailureKind.interrupted.value:
+        return
+    params = sp.complete(ctx.spec.space, t.params)
+    if t.role == TrialRole.baseline.value and t.state == "COMPLETE" and t.values:
+        p.baselines.append(((t.end or 0.0), float(t.values[0])))
+    if t.state == "COMPLETE":
+        p.complete += 1
+        ctx.policy.remember(params, t.number, t.values or ())
+        update_best(ctx, t.number, float(t.values[0]) if t.values else None, t.params, t.role)
+    else:
+        p.failed += 1
+        p.failures[kind or "unknown"] += 1
+        ctx.policy.remember(params, t.number, None)
+    p.launched += 1
+    p.finished += 1
+    outcome_file = ctx.paths.trial_dir(t.number) / "outcome.json"
+    if outcome_file.exists():
+        ctx.outcomes.append(TrialOutcome.model_validate_json(outcome_file.read_text()))
+
+
+def _reconcile_mlflow(ctx: Context, trials: list[TrialView]) -> None:
+    """Log the finished trials MLflow lacks: a driver killed between telling Optuna and logging."""
+    try:
+        runs = ctx.track.child_runs(ctx.parent_run_id or "")
+    except TrackingError as exc:
+        log.warning("cannot compare MLflow with the study: %s", exc)
+        return
+    logged = {(int(n), str(r)) for n, r, st in zip(runs.get("trial_number", []), runs.get("role", []),
+                                                   runs.get("status", [])) if st != "RUNNING"}
+    speedups = {t.number: t.attrs.get("speedup_vs_baseline") for t in trials}
+    for o in ctx.outcomes:
+        if (o.number, o.role.value) not in logged:
+            log.info("trial %d is in the study but not in MLflow: logging it now", o.number)
+            speedup = speedups.get(o.number)
+            extra = {"speedup_vs_baseline": float(speedup)} if speedup else {}
+            ctx.track.log_trial(ctx.parent_run_id or "", o, run_id=None, extra_metrics=extra,
+                                extra_tags={"sweep.engine": ctx.spec.engine})

@@ -1,0 +1,88 @@
+"""`sweep status` from another shell: progress read from sweep.json and the Optuna storage.
+
+Imports neither Ray nor MLflow, so it answers in a moment while a sweep runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.errors import SweepError
+from orchestrator.records import TrialRole
+from orchestrator.search.study import read_only
+from orchestrator.sweep._workdir import Paths
+from orchestrator.sweep.state import SweepState
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_state(workdir: Path) -> SweepState:
+    """The sweep's sweep.json; SweepError when the directory holds no sweep."""
+    try:
+        return SweepState.model_validate_json((Path(workdir) / "sweep.json").read_text())
+    except FileNotFoundError:
+        raise SweepError(f"{workdir}: no sweep here (sweep.json missing); pass the --workdir `sweep run` used") from None
+    except ValidationError as exc:
+        raise SweepError(f"{workdir}/sweep.json is not a sweep state file: {exc.errors()[0]['msg']}") from None
+
+
+def status_report(workdir: Path, storage: str | None = None) -> dict[str, Any]:
+    """Progress of the sweep in `workdir`, read from sweep.json and the Optuna storage (no MLflow needed)."""
+    workdir = Path(workdir)
+    state = read_state(workdir)
+    url = storage or state.optuna_storage or Paths(workdir.resolve()).optuna_url
+    if ":***@" in url:
+        raise SweepError(f"{workdir}: the sweep's Optuna storage needs a password that is never written down; "
+                         f"pass --storage URL or set SWEEP_OPTUNA_STORAGE")
+    read = read_only(url, state.experiment)
+    trials, _ = read if read else ([], {})
+    counted = [t for t in trials if not t.attrs.get("skipped") and t.attrs.get("failure_kind") != "interrupted"
+               and t.role != TrialRole.confirm.value]
+    finished = [t for t in counted if t.state in ("COMPLETE", "FAIL")]
+    failures = Counter(t.attrs.get("failure_kind", "unknown") for t in finished if t.state == "FAIL")
+    complete = [t for t in finished if t.state == "COMPLETE" and t.values]
+    running = [t for t in trials if t.state == "RUNNING"]
+    sign = 1.0 if state.direction == "maximize" else -1.0
+    searched = [t for t in complete if t.role == TrialRole.search.value and not t.attrs.get("skipped")]
+    best = max(searched, key=lambda t: sign * t.values[0] if t.values else 0.0, default=None)
+    baselines = [(t.end or 0.0, t.values[0]) for t in complete if t.role == TrialRole.baseline.value and t.values]
+    budget = state.budget_trials
+    elapsed = (state.updated_at if state.status != "running" else time.time()) - state.started_at
+    eta = None
+    if finished and state.status == "running" and budget:
+        per_trial = elapsed / max(len(finished), 1)
+        eta = max(budget - len(finished), 0) * per_trial
+    per_node: dict[str, set[str]] = {}
+    for t in finished:
+        if t.attrs.get("fingerprint_hash"):
+            per_node.setdefault(str(t.attrs.get("node", "")).split("/")[0], set()).add(t.attrs["fingerprint_hash"])
+    fps = {node: sorted(h) for node, h in per_node.items() if len(h) > 1}  # only real changes, per host
+    return {
+        "experiment": state.experiment, "status": state.status,
+        "driver_alive": _pid_alive(state.pid) and state.status == "running",
+        "budget_trials": budget, "launched": len(finished) + len(running), "complete": len(complete),
+        "failed": len(finished) - len(complete), "running": len(running),
+        "skipped": sum(1 for t in trials if t.attrs.get("skipped")),
+        "failures": dict(failures), "objective": state.objective,
+        "best": None if best is None or not best.values else {
+            "number": best.number, "value": best.values[0], "speedup": best.attrs.get("speedup_vs_baseline"),
+            "params": {k: v for k, v in best.params.items() if v is not None}},
+        "baseline": baselines[-1][1] if baselines else None, "baselines": baselines,
+        "elapsed_s": elapsed, "eta_s": eta, "fingerprints": fps, "stop_reason": state.stop_reason,
+    }

@@ -1,0 +1,134 @@
+"""The sweep's loop in-process: the inline executor (threads, no Ray) and the simulator, real Optuna
+and MLflow sqlite stores. Each test is a whole small sweep in seconds."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import yaml
+from e2e_helpers import demo_experiment, write_experiment
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
+
+from orchestrator.config import experiment as spec_mod
+from orchestrator.execute.inline import InlineExecutor
+from orchestrator.search.study import read_only
+from orchestrator.sweep import state as st
+from orchestrator.sweep.driver import Sweep
+from orchestrator.sweep.status import status_report
+
+
+class CountingExecutor(InlineExecutor):
+    """The inline executor, noting how many trials ran at once."""
+
+    def __init__(self, slots: int):
+        super().__init__(slots)
+        self.running_now = 0
+        self.most_at_once = 0
+        self.submitted: list[int] = []
+        self._count = threading.Lock()
+
+    def submit(self, spec):  # type: ignore[no-untyped-def]
+        with self._count:
+            self.submitted.append(spec.number)
+            self.running_now += 1
+            self.most_at_once = max(self.most_at_once, self.running_now)
+        return super().submit(spec)
+
+    def wait(self, timeout_s):  # type: ignore[no-untyped-def]
+        done = super().wait(timeout_s)
+        with self._count:
+            self.running_now -= len(done)
+        return done
+
+
+def run_sweep(tmp_path: Path, template: Path, data: dict, slots: int = 2) -> tuple[Path, st.SweepSummary,
+                                                                                  CountingExecutor, list]:
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "wd"
+    copy_store(template, wd)
+    events: list = []
+    executor = CountingExecutor(slots)
+    summary = Sweep(spec, wd, executor=executor, on_event=events.append).run()
+    return wd, summary, executor, events
+
+
+def tiny_space(tmp_path: Path) -> Path:
+    space = tmp_path / "tiny.yaml"
+    space.write_text(yaml.safe_dump({"name": "tiny", "params": {
+        "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
+        "NCCL_ALGO": {"choices": [None, "Tree"]},
+    }}))
+    return space
+
+
+def test_keeps_two_trials_in_flight_and_writes_what_status_reads(tmp_path, sqlite_store_template):
+    data = demo_experiment(name="inline", budget={"trials": 5, "concurrent_trials": 2},
+                           promotion={"confirm_repeats": 0})
+    wd, summary, executor, events = run_sweep(tmp_path, sqlite_store_template, data)
+
+    assert executor.most_at_once == 2
+    assert summary.launched == 5 and summary.complete == 5 and summary.failed == 0
+    assert summary.stop_kind is st.StopKind.trial_budget and not summary.stopped_by_failure
+    launched = [e.number for e in events if isinstance(e, st.TrialLaunched)]
+    finished = [e.outcome.number for e in events if isinstance(e, st.TrialFinished)]
+    assert sorted(launched) == sorted(finished) == sorted(executor.submitted)
+    # One writer per file: the runner's spec.json (with its node and GPUs) and outcome.json are kept.
+    for n in launched:
+        spec_json = json.loads((wd / "trials" / f"{n:04d}" / "spec.json").read_text())
+        assert spec_json["number"] == n and "node" in spec_json
+        assert json.loads((wd / "trials" / f"{n:04d}" / "outcome.json").read_text())["status"] == "COMPLETE"
+    state = json.loads((wd / "sweep.json").read_text())
+    assert state["status"] == "finished" and state["launched"] == 5 and state["stop_kind"] == "trial_budget"
+    assert json.loads((wd / "summary.json").read_text())["stop_reason"] == "trial budget reached (5)"
+    report = status_report(wd)
+    assert (report["launched"], report["complete"], report["running"]) == (5, 5, 0)
+
+
+def test_a_failure_is_recorded_as_data_and_its_parameters_are_settled_without_a_launch(
+        tmp_path, sqlite_store_template):
+    data = demo_experiment(
+        name="failing", sampler={"kind": "random", "seed": 0},
+        simulator={"faults": [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL128", "Simple"]}}]},
+        budget={"trials": 8, "concurrent_trials": 2, "max_failure_rate": 0.9},
+        promotion={"confirm_repeats": 0})
+    data["search_space"] = [str(tiny_space(tmp_path))]
+    wd, summary, executor, _ = run_sweep(tmp_path, sqlite_store_template, data)
+
+    assert summary.failures == {"server_crash": 4} and summary.failed == 4
+    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "failing")
+    failed = [t for t in trials if t.state == "FAIL" and not t.attrs.get("skipped")]
+    assert {t.attrs["failure_kind"] for t in failed} == {"server_crash"}
+    for t in failed:
+        outcome = json.loads((wd / "trials" / f"{t.number:04d}" / "outcome.json").read_text())
+        assert outcome["failure_kind"] == "server_crash" and outcome["log_tail"]
+    repeats = [t for t in trials if t.attrs.get("skipped") and str(t.attrs.get("failure_kind", "")).startswith(
+        "duplicate_of")]
+    assert repeats, "the sampler never proposed a measured point again (unlikely in 8 points)"
+    assert not set(t.number for t in repeats) & set(executor.submitted)  # settled, never launched
+    assert len(executor.submitted) == len(set(executor.submitted)) == 8
+
+
+def test_a_failed_baseline_stops_the_sweep_with_its_kind(tmp_path, sqlite_store_template):
+    data = demo_experiment(name="nobase", budget={"trials": 4, "concurrent_trials": 1},
+                           simulator={"faults": [{"fault": "never_ready"}]},
+                           server={"startup_timeout_s": 2}, promotion={"confirm_repeats": 0})
+    started = time.monotonic()
+    wd, summary, executor, _ = run_sweep(tmp_path, sqlite_store_template, data, slots=1)
+    assert time.monotonic() - started < 60
+    assert summary.stop_kind is st.StopKind.baseline_failed and summary.stopped_by_failure
+    assert "baseline failed" in summary.stop_reason and summary.verdict is None  # no promotion attempted
+    assert executor.submitted == [0]
+
+
+def test_confirmation_runs_go_through_the_executor(tmp_path, sqlite_store_template):
+    data = demo_experiment(name="confirm", budget={"trials": 3, "concurrent_trials": 2},
+                           promotion={"confirm_repeats": 1, "min_gain": 0.0})
+    wd, summary, executor, events = run_sweep(tmp_path, sqlite_store_template, data)
+    runs = [e for e in events if isinstance(e, st.ConfirmationRun)]
+    assert [(e.who, e.round) for e in runs] == [("champion", 1), ("baseline", 1)]
+    assert executor.submitted[-1] == -1  # the baseline's confirmation run came last, on the executor
+    assert summary.confirmations and {r["status"] for r in summary.confirmations} == {"COMPLETE"}
+    assert (wd / "confirm" / "00-champion" / "outcome.json").exists()
