@@ -434,6 +434,33 @@ def test_an_unreachable_server_queues_writes_at_once(tmp_path: Path) -> None:
     assert tracker.replay_outbox() == (0, 2)
 
 
+def test_outbox_lines_of_the_previous_version_replay(tracker: Tracker, workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="s", params={}, tags={})
+    running = tracker.start_trial(parent, number=5, params=KNOBS, role="search", tags={})
+    stage = workdir / "outbox-files" / f"summary-{parent}"
+    stage.mkdir(parents=True)
+    pd.DataFrame({"trial": [5], "decode_tok_s": [150.5]}).to_csv(stage / "results.csv", index=False)
+    (stage / "results.html").write_text("<table></table>")
+    lines = [  # as the single-class Tracker wrote them: dicts dumped with sorted keys
+        {"error": "e", "op": "kill_trial", "queued_at": "t", "run_id": running},
+        {"error": "e", "metrics": {"best_decode_tok_s": 150.5}, "op": "log_sweep_summary",
+         "parent_run_id": parent, "queued_at": "t", "summary_dir": str(stage.resolve()),
+         "tags": {"sweep.champion_trial": "5"}},
+        {"error": "e", "op": "end_sweep", "parent_run_id": parent, "queued_at": "t",
+         "status": "FINISHED"},
+    ]
+    (workdir / OUTBOX_FILE).write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+    assert tracker.replay_outbox() == (3, 0)
+    client = client_of(tracker)
+    assert client.get_run(running).info.status == "KILLED"
+    run = client.get_run(parent)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["best_decode_tok_s"] == 150.5
+    assert run.data.tags["sweep.champion_trial"] == "5"
+    assert {"results.csv", "results.html", "results.json"} <= {f.path for f in client.list_artifacts(parent)}
+    assert not stage.exists(), "sent files are cleaned up"
+
+
 def test_unreadable_outbox_lines_are_set_aside(tracker: Tracker, workdir: Path) -> None:
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
     good = write_trial(workdir, 1)

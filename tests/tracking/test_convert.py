@@ -1,0 +1,167 @@
+"""What MLflow stores for the sweep's values: params, metrics, tags, names and filters (no store needed)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.records import FailureKind, LaunchPlan, Metrics, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.tracking import convert
+
+
+@pytest.mark.parametrize(("role", "number", "trial_dir", "name"), [
+    ("search", 7, "", "trial-0007"),
+    (TrialRole.search, 12345, "", "trial-12345"),
+    ("baseline", 0, "", "baseline-0000"),
+    (TrialRole.confirm, 7, "/w/confirm/00-champion", "confirm-00-champion"),
+    ("confirm", 7, "", "confirm-0007"),
+])
+def test_trial_run_names(role: Any, number: int, trial_dir: str, name: str) -> None:
+    assert convert.trial_run_name(role, number, trial_dir) == name
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ({"NCCL_PROTO": "LL", "NCCL_ALGO": None}, {"NCCL_PROTO": "LL", "NCCL_ALGO": "unset"}),
+    ({"speculative_num_steps": 3, "ratio": 0.5, "flag": True},
+     {"speculative_num_steps": "3", "ratio": "0.5", "flag": "True"}),
+    ({"role": TrialRole.baseline}, {"role": "baseline"}),
+    ({"HF_TOKEN": "hf_abcdef", "API_KEY": None}, {"HF_TOKEN": "***", "API_KEY": "***"}),
+    ({"uri": "postgresql://me:hunter2@db/optuna"}, {"uri": "postgresql://me:***@db/optuna"}),
+])
+def test_params(values: dict[str, Any], expected: dict[str, str]) -> None:
+    assert convert.params(values) == expected
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ({"a": None, "b": 1}, {"b": "1"}),
+    ({"sweep.role": TrialRole.search}, {"sweep.role": "search"}),
+    ({"MLFLOW_TRACKING_PASSWORD": "x"}, {"MLFLOW_TRACKING_PASSWORD": "***"}),
+    ({"long": "x" * 6000}, {"long": "x" * convert.TAG_MAX}),
+])
+def test_tags(values: dict[str, Any], expected: dict[str, str]) -> None:
+    assert convert.tags(values) == expected
+
+
+def test_metrics_keep_numbers_only() -> None:
+    out = convert.metrics({"tok_s": 150, "ratio": 1.5, "ok": True, "none": None, "text": "1",
+                           "nan": float("nan")})
+    assert set(out) == {"tok_s", "ratio", "nan"}
+    assert out["tok_s"] == 150.0 and isinstance(out["tok_s"], float)
+    assert math.isnan(out["nan"])
+
+
+def _outcome(**update: Any) -> TrialOutcome:
+    values: dict[str, Any] = dict(
+        number=3, params={"NCCL_PROTO": "LL"}, role=TrialRole.search, status=TrialStatus.COMPLETE,
+        metrics=Metrics(decode_tok_s=150.0, output_tok_s=290.0, accept_length=2.5, sources={"accept_length": "meta_info"}),
+        launch=LaunchPlan(argv=("python",), port=1, engine="simulator"), trial_dir="/w/trials/3",
+        started_at=100.0, finished_at=160.0, timings={"bench": 20.0})
+    values.update(update)
+    return TrialOutcome(**values)
+
+
+@pytest.mark.parametrize(("update", "status"), [
+    ({}, "FINISHED"),
+    ({"status": TrialStatus.FAILED, "failure_kind": FailureKind.oom, "metrics": None}, "FAILED"),
+    ({"status": TrialStatus.FAILED, "failure_kind": FailureKind.interrupted, "metrics": None}, "KILLED"),
+    ({"status": TrialStatus.INFEASIBLE, "failure_kind": FailureKind.infeasible, "metrics": None}, "FAILED"),
+])
+def test_run_status(update: dict[str, Any], status: str) -> None:
+    assert convert.run_status(_outcome(**update)) == status
+
+
+def test_outcome_metrics_and_tags() -> None:
+    outcome = _outcome()
+    metrics = convert.outcome_metrics(outcome)
+    assert metrics["decode_tok_s"] == 150.0 and metrics["accept_length"] == 2.5
+    assert metrics["time_bench_s"] == 20.0 and metrics["time_total_s"] == 60.0
+    assert "verify_ms" not in metrics, "a metric nobody measured is not logged"
+    tags = convert.outcome_tags(outcome)
+    assert tags["sweep.status"] == "COMPLETE" and tags["sweep.engine"] == "simulator"
+    assert tags["sweep.trial_number"] == "3" and tags["sweep.role"] == "search"
+    assert tags["sweep.metric_sources"] == '{"accept_length": "meta_info"}'
+    assert "sweep.failure_kind" not in tags and convert.NOTE_TAG not in tags
+
+
+def test_a_failed_outcome_describes_itself_in_the_run_note() -> None:
+    outcome = _outcome(status=TrialStatus.FAILED, failure_kind=FailureKind.oom, metrics=None,
+                       reason="CUDA out of memory " * 50, log_tail="x" * 9000)
+    tags = convert.outcome_tags(outcome)
+    assert tags["sweep.failure_kind"] == "oom"
+    assert len(tags["sweep.reason"]) == convert.REASON_MAX
+    assert tags[convert.NOTE_TAG].startswith("oom: CUDA out of memory")
+    assert tags[convert.NOTE_TAG].count("x") == convert.NOTE_MAX
+
+
+@pytest.mark.parametrize(("new", "existing", "fresh", "flag"), [
+    ({"a": "1", "b": "2"}, {}, {"a": "1", "b": "2"}, {}),
+    ({"a": "1", "b": "2"}, {"a": "1"}, {"b": "2"}, {}),
+    ({"a": "1", "b": "2"}, {"a": "9", "b": "8"}, {}, {"sweep.param_mismatch": "a,b"}),
+])
+def test_param_diff(new: dict[str, str], existing: dict[str, str], fresh: dict[str, str],
+                    flag: dict[str, str]) -> None:
+    assert convert.param_diff(new, existing) == (fresh, flag)
+
+
+@pytest.mark.parametrize(("uri", "path"), [
+    ("sqlite:///runs/demo/mlflow.db", Path("runs/demo/mlflow.db")),
+    ("sqlite:////abs/mlflow.db", Path("/abs/mlflow.db")),
+    ("sqlite:///mlflow.db?timeout=5", Path("mlflow.db")),
+    ("sqlite:///:memory:", None),
+    ("sqlite:///", None),
+    ("http://127.0.0.1:5000", None),
+    ("postgresql://u:p@db/mlflow", None),
+])
+def test_sqlite_path(uri: str, path: Path | None) -> None:
+    assert convert.sqlite_path(uri) == path
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    ("plain", "plain"), ("it's", "it\\'s"), ("a\\b", "a\\\\b"),
+])
+def test_quote_filter(value: str, text: str) -> None:
+    assert convert.quote_filter(value) == text
+
+
+def test_filters() -> None:
+    assert convert.parent_filters(None, None) == ["tags.`sweep.kind` = 'sweep'"]
+    assert convert.parent_filters("it's", "RUNNING")[1:] == [
+        "attributes.run_name = 'it\\'s'", "attributes.status = 'RUNNING'"]
+    assert convert.trial_filter("abc", 7, "search") == (
+        "tags.`mlflow.parentRunId` = 'abc' and tags.`sweep.trial_number` = '7' and "
+        "tags.`sweep.role` = 'search'")
+
+
+@pytest.mark.parametrize(("name", "safe"), [
+    ("tok_s by trial", "tok_s_by_trial"), ("a/b\\c", "a_b_c"), ("...", "figure"), ("ok-1.2", "ok-1.2"),
+])
+def test_safe_name(name: str, safe: str) -> None:
+    assert convert.safe_name(name) == safe
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (160.0, "160"), (1.23456789, "1.23457"), (float("inf"), "inf"), (3, "3"), ("x", "x"),
+])
+def test_number_text(value: Any, text: str) -> None:
+    assert convert.number_text(value) == text
+
+
+def test_version_tags() -> None:
+    config = {"trial_number": 2, "experiment": "demo", "engine": "simulator", "fingerprint_hash": "fp",
+              "metrics": {"decode_tok_s": 160.0, "gain": 0.125}}
+    assert convert.version_tags(config) == {
+        "sweep.trial_number": "2", "sweep.experiment": "demo", "sweep.engine": "simulator",
+        "sweep.fingerprint_hash": "fp", "metric.decode_tok_s": "160", "metric.gain": "0.125"}
+
+
+@pytest.mark.parametrize(("error", "text"), [
+    (ValueError("a\n  b"), "a b"),
+    (RuntimeError(), "RuntimeError"),
+    ("x" * 400, "x" * 297 + "..."),
+    (ConnectionError("http://u:secret@host/ refused"), "http://u:***@host/ refused"),
+])
+def test_short(error: BaseException | str, text: str) -> None:
+    assert convert.short(error) == text
