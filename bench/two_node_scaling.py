@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=12)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO / "tests"))
-    from test_ray_cluster import LoopbackCluster  # the tests' real `ray start` cluster on loopback
+    from e2e_helpers import LoopbackCluster  # the tests' real `ray start` cluster on loopback
 
     results = {}
     for nodes in (1, 2):

@@ -1,15 +1,29 @@
-"""Shared set-up for the end-to-end tests: small experiments derived from the demo, the CLI as a subprocess."""
+"""Shared set-up for the end-to-end tests: small experiments derived from the demo, the CLI as a subprocess,
+the processes a sweep starts (told apart by a marker in their environment), a real Ray cluster on loopback.
+
+Every process a driver starts (local Ray, trial actors, simulator servers and their rank workers)
+inherits the marker, so tests count exactly the processes of their own sweeps even while other sweeps
+run on the machine."""
 
 from __future__ import annotations
 
 import copy
+import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from mlflow_fixtures import copy_store
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = [sys.executable, "-m", "orchestrator.cli"]
@@ -47,3 +61,156 @@ def sweep(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict |
     """Run the `sweep` CLI as a real process (argv list, output captured)."""
     return subprocess.run([*SWEEP, *args], cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {}), "COLUMNS": "200"})
+
+
+MARKER = "SWEEP_TEST_MARKER"
+
+
+def marked_processes(marker: str) -> dict[int, str]:
+    """pid -> command line of every live process whose environment carries `marker`."""
+    needle = f"{MARKER}={marker}".encode()
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle not in Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0"):
+                continue
+            found[int(entry.name)] = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+    return found
+
+
+def wait_until_gone(marker: str, timeout_s: float = 10.0) -> dict[int, str]:
+    deadline = time.monotonic() + timeout_s
+    while (left := marked_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def new_workdir(tmp_path: Path, template: Path) -> Path:
+    """A work directory whose MLflow store already has its schema (creating one costs seconds)."""
+    wd = tmp_path / "wd"
+    copy_store(template, wd)
+    return wd
+
+
+def start_sweep(exp: Path, wd: Path, marker: str, log: Path, *extra: str) -> subprocess.Popen:
+    """`sweep run` as a real process in its own session (so a test can signal it like a terminal)."""
+    with open(log, "w") as out:
+        return subprocess.Popen([*SWEEP, "run", str(exp), "--workdir", str(wd), *extra], cwd=REPO,
+                                env={**os.environ, "COLUMNS": "200", MARKER: marker}, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def trial_files(wd: Path) -> tuple[dict[int, dict], set[int]]:
+    """(finished trials: number -> outcome.json, launched trials still without an outcome)."""
+    finished, running = {}, set()
+    for d in sorted((wd / "trials").glob("*")) if (wd / "trials").is_dir() else []:
+        if (d / "outcome.json").exists():
+            try:
+                finished[int(d.name)] = json.loads((d / "outcome.json").read_text())
+            except ValueError:  # written atomically, but be safe against a partial read
+                continue
+        elif (d / "spec.json").exists():
+            running.add(int(d.name))
+    return finished, running
+
+
+def wait_for(condition, proc: subprocess.Popen, log: Path, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (value := condition()):
+            return value
+        if proc.poll() is not None:
+            pytest.fail(f"the sweep ended early ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting:\n{log.read_text()[-3000:]}")
+
+
+def mlflow_runs(wd: Path, experiment: str) -> dict[int, list]:
+    """Trial number -> the child runs of searched and baseline trials."""
+    from mlflow.tracking import MlflowClient  # heavy: only the tests that read MLflow import it
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    runs: dict[int, list] = {}
+    for r in client.search_runs([exp.experiment_id], max_results=1000):
+        if r.data.tags.get("sweep.kind") == "trial" and r.data.tags.get("sweep.role") in ("search", "baseline"):
+            runs.setdefault(int(r.data.tags["sweep.trial_number"]), []).append(r)
+    return runs
+
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class LoopbackCluster:
+    """`ray start` head on 127.0.0.2 and one worker on 127.0.0.3, every port chosen free.
+
+    Each `ray start` runs in its own session, and everything it spawns carries a marker in its
+    environment, so teardown ends exactly this cluster's processes (never `ray stop`, which would
+    end every Ray instance of the user on the machine).
+    """
+
+    def __init__(self, root: Path, *, worker: bool = True):
+        self.root = root
+        self.worker = worker
+        self.marker = uuid.uuid4().hex
+        # A short temp dir: Ray's unix socket paths must stay under 107 characters.
+        self.temp_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")
+        self.port = _free_port("127.0.0.2")
+        self.address = f"127.0.0.2:{self.port}"
+        self.env = {**os.environ, MARKER: self.marker, "RAY_AUTH_MODE": "token",
+                    "RAY_USAGE_STATS_ENABLED": "0"}
+
+    def _start(self, name: str, args: list[str]) -> None:
+        with open(self.root / f"ray-{name}.log", "w") as log:
+            proc = subprocess.run([RAY, "start", *args, "--num-gpus=8", "--num-cpus=1",
+                                   "--object-store-memory", "200000000", "--disable-usage-stats"],
+                                  env=self.env, stdout=log, stderr=subprocess.STDOUT, timeout=120,
+                                  start_new_session=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ray start ({name}) failed:\n{(self.root / f'ray-{name}.log').read_text()[-3000:]}")
+
+    def start(self) -> None:
+        ip2, ip3 = "127.0.0.2", "127.0.0.3"
+        self._start("head", ["--head", f"--node-ip-address={ip2}", f"--port={self.port}", "--include-dashboard=false",
+                             f"--temp-dir={self.temp_dir}",
+                             f"--dashboard-agent-listen-port={_free_port(ip2)}",
+                             f"--node-manager-port={_free_port(ip2)}", f"--object-manager-port={_free_port(ip2)}",
+                             f"--metrics-export-port={_free_port(ip2)}", f"--runtime-env-agent-port={_free_port(ip2)}"])
+        if not self.worker:  # a one-node cluster (bench/two_node_scaling.py compares the two)
+            return
+        self._start("worker", [f"--address={self.address}", f"--node-ip-address={ip3}",
+                               f"--dashboard-agent-listen-port={_free_port(ip3)}",
+                               f"--node-manager-port={_free_port(ip3)}", f"--object-manager-port={_free_port(ip3)}",
+                               f"--metrics-export-port={_free_port(ip3)}", f"--runtime-env-agent-port={_free_port(ip3)}"])
+
+    def stop(self) -> dict[int, str]:
+        """End every process of this cluster; return those that needed SIGKILL."""
+        for pid in marked_processes(self.marker):
+            with _quiet():
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 3  # GCS and raylet take their time over SIGTERM; no need to wait
+        while (left := marked_processes(self.marker)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in left:
+            with _quiet():
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        return left
+
+
+class _quiet:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        return kind in (ProcessLookupError, PermissionError)

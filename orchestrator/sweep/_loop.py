@@ -78,7 +78,7 @@ def _launch_next(ctx: Context) -> bool:
     tdir = ctx.paths.trial_dir(number)
     spec = TrialSpec(number=number, params=params, role=role, repeats=ctx.spec.benchmark.repeats,
                      trial_dir=str(tdir), seed=ctx.spec.sampler.seed * 100_003 + number,
-                     sweep_started_at=ctx.started_at, experiment=ctx.spec.model_dump(mode="json"))
+                     sweep_started_at=ctx.started_at, experiment=ctx.spec)
     tdir.mkdir(parents=True, exist_ok=True)  # spec.json is the trial runner's to write
     t_mlflow = time.perf_counter()
     run_id = ctx.track.start_trial(ctx.parent_run_id or "", number=number, params=params, role=role.value,

@@ -170,7 +170,7 @@ def _confirm(ctx: Context, champion: TrialOutcome, n: int) -> tuple[list[float],
             spec = TrialSpec(number=champion.number if who == "champion" else -1, params=params,
                              role=TrialRole.confirm, repeats=ctx.spec.benchmark.repeats, trial_dir=str(tdir),
                              seed=ctx.spec.sampler.seed * 7919 + i * 2 + (who == "baseline"),
-                             sweep_started_at=ctx.started_at, experiment=ctx.spec.model_dump(mode="json"))
+                             sweep_started_at=ctx.started_at, experiment=ctx.spec)
             ctx.emit(ConfirmationRun(round=i + 1, of=n, who=who))
             finished = _run_one(ctx, spec)
             if finished.lost is not None:

@@ -12,14 +12,24 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import REPO, SWEEP, demo_experiment, sweep, write_experiment
+from e2e_helpers import (
+    MARKER,
+    demo_experiment,
+    marked_processes,
+    mlflow_runs,
+    new_workdir,
+    start_sweep,
+    sweep,
+    trial_files,
+    wait_for,
+    wait_until_gone,
+    write_experiment,
+)
 from mlflow.tracking import MlflowClient
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
@@ -29,83 +39,6 @@ from orchestrator.search import space as sp
 from orchestrator.search.study import read_only
 
 pytestmark = pytest.mark.slow
-
-MARKER = "SWEEP_TEST_MARKER"
-
-
-def marked_processes(marker: str) -> dict[int, str]:
-    """pid -> command line of every live process whose environment carries `marker`."""
-    needle = f"{MARKER}={marker}".encode()
-    found = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle not in Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0"):
-                continue
-            found[int(entry.name)] = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-    return found
-
-
-def wait_until_gone(marker: str, timeout_s: float = 10.0) -> dict[int, str]:
-    deadline = time.monotonic() + timeout_s
-    while (left := marked_processes(marker)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
-
-
-def new_workdir(tmp_path: Path, template: Path) -> Path:
-    """A work directory whose MLflow store already has its schema (creating one costs seconds)."""
-    wd = tmp_path / "wd"
-    copy_store(template, wd)
-    return wd
-
-
-def start_sweep(exp: Path, wd: Path, marker: str, log: Path, *extra: str) -> subprocess.Popen:
-    """`sweep run` as a real process in its own session (so a test can signal it like a terminal)."""
-    with open(log, "w") as out:
-        return subprocess.Popen([*SWEEP, "run", str(exp), "--workdir", str(wd), *extra], cwd=REPO,
-                                env={**os.environ, "COLUMNS": "200", MARKER: marker}, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def trial_files(wd: Path) -> tuple[dict[int, dict], set[int]]:
-    """(finished trials: number -> outcome.json, launched trials still without an outcome)."""
-    finished, running = {}, set()
-    for d in sorted((wd / "trials").glob("*")) if (wd / "trials").is_dir() else []:
-        if (d / "outcome.json").exists():
-            try:
-                finished[int(d.name)] = json.loads((d / "outcome.json").read_text())
-            except ValueError:  # written atomically, but be safe against a partial read
-                continue
-        elif (d / "spec.json").exists():
-            running.add(int(d.name))
-    return finished, running
-
-
-def wait_for(condition, proc: subprocess.Popen, log: Path, timeout_s: float = 120.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if (value := condition()):
-            return value
-        if proc.poll() is not None:
-            pytest.fail(f"the sweep ended early ({proc.returncode}):\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting:\n{log.read_text()[-3000:]}")
-
-
-def mlflow_runs(wd: Path, experiment: str) -> dict[int, list]:
-    """Trial number -> the child runs of searched and baseline trials."""
-    client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(experiment)
-    runs: dict[int, list] = {}
-    for r in client.search_runs([exp.experiment_id], max_results=1000):
-        if r.data.tags.get("sweep.kind") == "trial" and r.data.tags.get("sweep.role") in ("search", "baseline"):
-            runs.setdefault(int(r.data.tags["sweep.trial_number"]), []).append(r)
-    return runs
-
 
 def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(tmp_path, sqlite_store_template):
     budget = 8

@@ -7,100 +7,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from e2e_helpers import REPO, demo_experiment, sweep, write_experiment
-from test_resume import MARKER, marked_processes, trial_files
+from e2e_helpers import REPO, LoopbackCluster, demo_experiment, marked_processes, sweep, trial_files, write_experiment
 
 from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
 from orchestrator.search import space as sp
 from orchestrator.search.study import Study
 
 pytestmark = pytest.mark.slow
-
-RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-class LoopbackCluster:
-    """`ray start` head on 127.0.0.2 and one worker on 127.0.0.3, every port chosen free.
-
-    Each `ray start` runs in its own session, and everything it spawns carries a marker in its
-    environment, so teardown ends exactly this cluster's processes (never `ray stop`, which would
-    end every Ray instance of the user on the machine).
-    """
-
-    def __init__(self, root: Path, *, worker: bool = True):
-        self.root = root
-        self.worker = worker
-        self.marker = uuid.uuid4().hex
-        # A short temp dir: Ray's unix socket paths must stay under 107 characters.
-        self.temp_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")
-        self.port = _free_port("127.0.0.2")
-        self.address = f"127.0.0.2:{self.port}"
-        self.env = {**os.environ, MARKER: self.marker, "RAY_AUTH_MODE": "token",
-                    "RAY_USAGE_STATS_ENABLED": "0"}
-
-    def _start(self, name: str, args: list[str]) -> None:
-        with open(self.root / f"ray-{name}.log", "w") as log:
-            proc = subprocess.run([RAY, "start", *args, "--num-gpus=8", "--num-cpus=1",
-                                   "--object-store-memory", "200000000", "--disable-usage-stats"],
-                                  env=self.env, stdout=log, stderr=subprocess.STDOUT, timeout=120,
-                                  start_new_session=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"ray start ({name}) failed:\n{(self.root / f'ray-{name}.log').read_text()[-3000:]}")
-
-    def start(self) -> None:
-        ip2, ip3 = "127.0.0.2", "127.0.0.3"
-        self._start("head", ["--head", f"--node-ip-address={ip2}", f"--port={self.port}", "--include-dashboard=false",
-                             f"--temp-dir={self.temp_dir}",
-                             f"--dashboard-agent-listen-port={_free_port(ip2)}",
-                             f"--node-manager-port={_free_port(ip2)}", f"--object-manager-port={_free_port(ip2)}",
-                             f"--metrics-export-port={_free_port(ip2)}", f"--runtime-env-agent-port={_free_port(ip2)}"])
-        if not self.worker:  # a one-node cluster (bench/two_node_scaling.py compares the two)
-            return
-        self._start("worker", [f"--address={self.address}", f"--node-ip-address={ip3}",
-                               f"--dashboard-agent-listen-port={_free_port(ip3)}",
-                               f"--node-manager-port={_free_port(ip3)}", f"--object-manager-port={_free_port(ip3)}",
-                               f"--metrics-export-port={_free_port(ip3)}", f"--runtime-env-agent-port={_free_port(ip3)}"])
-
-    def stop(self) -> dict[int, str]:
-        """End every process of this cluster; return those that needed SIGKILL."""
-        for pid in marked_processes(self.marker):
-            with _quiet():
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 3  # GCS and raylet take their time over SIGTERM; no need to wait
-        while (left := marked_processes(self.marker)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for pid in left:
-            with _quiet():
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
-        return left
-
-
-class _quiet:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        return kind in (ProcessLookupError, PermissionError)
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[LoopbackCluster]:

@@ -14,9 +14,19 @@ import uuid
 
 import pytest
 import yaml
-from e2e_helpers import demo_experiment, sweep, write_experiment
+from e2e_helpers import (
+    MARKER,
+    demo_experiment,
+    mlflow_runs,
+    new_workdir,
+    start_sweep,
+    sweep,
+    trial_files,
+    wait_for,
+    wait_until_gone,
+    write_experiment,
+)
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
-from test_resume import MARKER, mlflow_runs, new_workdir, start_sweep, trial_files, wait_for, wait_until_gone
 
 from orchestrator.search.study import read_only
 
