@@ -16,68 +16,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from orchestrator import redact
 from orchestrator.config import flags, knobs
+from orchestrator.config.space import ParamSpec, Scalar, SearchSpace, Strict, when_order
 from orchestrator.errors import SpecError
-
-Scalar = str | int | float | bool | None
-
-
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-# ---------------------------------------------------------------- search space
-
-
-class ParamSpec(Strict):
-    """One dimension: either `choices` or an integer range `low`..`high` (optionally `step`, `log`)."""
-
-    choices: tuple[Scalar, ...] | None = None
-    low: int | None = None
-    high: int | None = None
-    step: int = 1
-    log: bool = False
-    when: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
-    """Active only when these knobs have these values, e.g. {speculative_algorithm: EAGLE3}."""
-
-    @model_validator(mode="after")
-    def _one_form(self) -> ParamSpec:
-        if self.choices is not None:
-            if self.low is not None or self.high is not None:
-                raise ValueError("give either `choices` or `low`/`high`, not both; keep one form")
-            if not self.choices:
-                raise ValueError("`choices` must not be empty")
-            if len(set(map(repr, self.choices))) != len(self.choices):
-                raise ValueError(f"`choices` has duplicates: {list(self.choices)}; list each value once")
-        else:
-            if self.low is None or self.high is None:
-                raise ValueError("give `choices: [...]` or both `low` and `high`")
-            if self.low > self.high:
-                raise ValueError(f"`low <= high` must hold, but got (low={self.low}, high={self.high}); swap them")
-            if self.step < 1:
-                raise ValueError(f"`step` must be >= 1, but got {self.step}")
-            if self.log and (self.low < 1 or self.step != 1):
-                raise ValueError(f"`log: true` needs low >= 1 and step 1, but got (low={self.low}, step={self.step})")
-        return self
-
-    def values(self) -> tuple[Scalar, ...]:
-        """Every value this dimension can take (ranges expanded)."""
-        if self.choices is not None:
-            return self.choices
-        assert self.low is not None and self.high is not None  # guaranteed by _one_form
-        return tuple(range(self.low, self.high + 1, self.step))
-
-
-class SearchSpace(Strict):
-    name: str = "space"
-    description: str = ""
-    params: dict[str, ParamSpec]
-
 
 # ---------------------------------------------------------------- experiment
 
@@ -354,7 +299,7 @@ def _walk(model: type[BaseModel], loc: tuple) -> tuple[tuple, Any]:
     return tuple(clean), next((m for m in members if _is_model(m)), members[0] if len(members) == 1 else None)
 
 
-def _message(e: dict, model: type[BaseModel], loc: tuple) -> str:
+def _message(e: ErrorDetails, model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     """One error of pydantic's in our words: the rule, the value received, the fix."""
     kind, value, ctx = e["type"], e.get("input"), e.get("ctx") or {}
     if kind == "extra_forbidden":
@@ -390,7 +335,7 @@ def _message(e: dict, model: type[BaseModel], loc: tuple) -> str:
 
 def _format_errors(err: ValidationError, model: type[BaseModel], where: str) -> str:
     """One line per wrong field: `file: field.path: rule, but got value; fix`."""
-    by_path: dict[tuple, list[tuple[dict, bool]]] = {}
+    by_path: dict[tuple[Any, ...], list[tuple[ErrorDetails, bool]]] = {}
     for e in err.errors():
         loc = tuple(e["loc"])
         is_key = bool(loc) and loc[-1] == "[key]"
@@ -508,21 +453,6 @@ def _check_links(space: SearchSpace, origin: dict[str, str], where: str) -> None
                         f"{', '.join(todo)} depend on each other in a cycle; break the cycle") from None
 
 
-def when_order(space: SearchSpace) -> list[str]:
-    """Parameter names with every `when` dependency before its dependents, otherwise in space order
-    (the sampler draws in this order, so it is kept stable); graphlib.CycleError on a cycle.
-
-    Names go in rounds: a name joins the first round in which all its dependencies come before it
-    (an earlier round, or earlier in the space in the same round).
-    """
-    index = {name: i for i, name in enumerate(space.params)}
-    deps = {name: [d for d in param.when if d in index] for name, param in space.params.items()}
-    rounds: dict[str, int] = {}
-    for name in graphlib.TopologicalSorter(deps).static_order():
-        rounds[name] = max((rounds[d] + (index[d] > index[name]) for d in deps[name]), default=0)
-    return sorted(space.params, key=lambda n: (rounds[n], index[n]))
-
-
 # Metrics the baseline (no speculation) cannot have: an objective must be defined for every trial.
 _SPECULATION_ONLY = ("accept_length", "accept_rate", "verify_ms")
 
@@ -619,8 +549,3 @@ def load(path: str | Path) -> SweepSpec:
     _check_server(spec, origin, where)
     _check_objective(spec, where)
     return spec
-
-
-def from_dict(data: dict[str, Any]) -> SweepSpec:
-    """Rebuild a SweepSpec that was validated before (e.g. sent to a worker as JSON)."""
-    return SweepSpec.model_validate(data)

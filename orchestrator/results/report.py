@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,10 +61,10 @@ def parent_metrics(summary: dict[str, Any], outcomes: Sequence[TrialOutcome]) ->
 
 def figures(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequence[tuple[float, float]]) -> dict:
     """Objective over trials (with the running best and the baselines) and, if two objectives, the Pareto front."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib is slow to import and only the end of a sweep draws
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred, after the headless backend is chosen
 
     metric = spec.objective.metric
     done = sorted((o for o in outcomes if o.status is TrialStatus.COMPLETE and o.metrics is not None
@@ -74,11 +75,12 @@ def figures(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequen
     ys = [getattr(o.metrics, metric) for o in done]
     colors = ["tab:gray" if o.role is TrialRole.baseline else "tab:blue" for o in done]
     ax.scatter(xs, ys, c=colors, s=18, label="trials (grey: baseline)")
-    best, running = None, []
+    best: float | None = None
+    running: list[float] = []
     for y in ys:
         if y is not None:
             best = y if best is None else (max(best, y) if spec.objective.direction == "maximize" else min(best, y))
-        running.append(best)
+        running.append(math.nan if best is None else best)  # not drawn before the first value
     ax.step(xs, running, where="post", color="tab:orange", label="best so far")
     failed = [o.number for o in outcomes if o.status is TrialStatus.FAILED]
     if failed and ys:
@@ -115,6 +117,7 @@ def _pareto(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> list[TrialOutc
     metric, sec = spec.objective.metric, spec.objective.secondary
     done = [o for o in outcomes if o.status is TrialStatus.COMPLETE and o.metrics is not None
             and o.role is TrialRole.search]
-    pts = [{metric: getattr(o.metrics, metric), sec: getattr(o.metrics, sec)} for o in done]
+    pts: list[dict[str, float | None]] = [{metric: getattr(o.metrics, metric), sec: getattr(o.metrics, sec)}
+                                          for o in done]
     front = select.pareto_front(pts, [(metric, spec.objective.direction), (sec, spec.objective.secondary_direction)])
     return [done[i] for i in front]

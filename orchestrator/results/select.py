@@ -164,9 +164,9 @@ class GateResult(BaseModel):
     reason: str
 
 
-def _relative_gain(champion: np.ndarray, baseline: np.ndarray, direction: str, axis=None):
-    c = np.median(champion, axis=axis)
-    b = np.median(baseline, axis=axis)
+def _relative_gain(champion: np.ndarray, baseline: np.ndarray, direction: str) -> float:
+    c = float(np.median(champion))
+    b = float(np.median(baseline))
     return (c - b) / b if direction == "maximize" else (b - c) / b
 
 
@@ -183,7 +183,7 @@ def _log_ratio_interval(c: np.ndarray, b: np.ndarray, direction: str, paired: bo
     "interval" from two pairs is just their min and max, this stays honest at n = 2 or 3: the
     t quantile (12.7 at 1 degree of freedom) makes the interval wide unless the rounds agree.
     """
-    from scipy import stats
+    from scipy import stats  # deferred: scipy is slow to import and only the promotion gate needs it
 
     sign = 1.0 if direction == "maximize" else -1.0
     if paired:
@@ -263,11 +263,11 @@ def pareto_front(
     rows: list[tuple[int, tuple[float, ...]]] = []
     for i, point in enumerate(points):
         values = [point.get(name) for name, _ in objectives]
-        if any(v is None or not math.isfinite(float(v)) for v in values):
+        numbers = [float(v) for v in values if v is not None]
+        if len(numbers) < len(values) or not all(math.isfinite(v) for v in numbers):
             continue
         # Orient every objective so that larger is better.
-        rows.append((i, tuple(float(v) if d == "maximize" else -float(v)
-                              for v, (_, d) in zip(values, objectives))))
+        rows.append((i, tuple(v if d == "maximize" else -v for v, (_, d) in zip(numbers, objectives))))
     front = []
     for i, vi in rows:
         dominated = any(

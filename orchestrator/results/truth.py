@@ -7,12 +7,13 @@ truth known, "trials needed to reach 98% of the optimum" is a measurement, not a
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.config import eagle
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.search import space as sp
+from orchestrator.config.space import points
 from orchestrator.simulator import model as sim_model
 from orchestrator.simulator import profiles
 
@@ -41,7 +42,7 @@ MODELLED = ("decode_tok_s", "output_tok_s", "cycle_ms")
 and noise, which the noise-free model does not have)."""
 
 
-def evaluator(spec: SweepSpec):
+def evaluator(spec: SweepSpec) -> Callable[[Mapping[str, Any]], float]:
     """A function params -> noise-free objective value for the experiment's simulator profiles.
 
     A point SGLang would refuse scores worst (0 tok/s, or infinite time for a minimized metric).
@@ -55,7 +56,7 @@ def evaluator(spec: SweepSpec):
     worst = 0.0 if spec.objective.direction == "maximize" else float("inf")
 
     def value(params: Mapping[str, Any]) -> float:
-        pred = sim_model.evaluate({**sp.effective(params), "tp": spec.server.tp}, hw, model,
+        pred = sim_model.evaluate({**eagle.effective(params), "tp": spec.server.tp}, hw, model,
                                   concurrency=concurrency)
         return float(getattr(pred, metric)) if pred.ok else worst
 
@@ -63,7 +64,8 @@ def evaluator(spec: SweepSpec):
 
 
 def feasible_points(spec: SweepSpec) -> Iterable[dict[str, Any]]:
-    return (p for p in sp.points(spec.space) if sp.infeasible_reason(p) is None)
+    """Every point of the space SGLang would run as asked."""
+    return (p for p in points(spec.space) if eagle.infeasible(p) is None)
 
 
 def compute(spec: SweepSpec, points: Iterable[Mapping[str, Any]] | None = None) -> Truth:

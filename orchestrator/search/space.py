@@ -1,18 +1,24 @@
-"""The search space as Optuna distributions: enumeration, random points, size and the census of
-infeasible points (SGLang's EAGLE rules themselves are config.eagle's)."""
+"""The search space as Optuna distributions: random points, size and the census of infeasible points.
+
+The space's models and its enumeration (`points`, `complete`, `is_active`, `ordered`) are config.space's
+and SGLang's EAGLE rules config.eagle's; they are re-exported here for the search's callers.
+"""
 
 from __future__ import annotations
 
 import math
 import random
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from orchestrator.config import eagle
-from orchestrator.config.experiment import ParamSpec, SearchSpace, when_order
+from orchestrator.config.space import ParamSpec, SearchSpace, complete, is_active, points, when_order
 from orchestrator.records import ParamValue
+
+__all__ = ["baseline_params", "census", "complete", "distribution", "distributions", "infeasible_reason",
+           "is_active", "key", "ordered", "points", "random_point", "size"]
 
 
 def distribution(param: ParamSpec) -> CategoricalDistribution | IntDistribution:
@@ -28,23 +34,8 @@ def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
     return {name: distribution(p) for name, p in space.params.items()}
 
 
-def is_active(param: ParamSpec, chosen: Mapping[str, ParamValue]) -> bool:
-    """A conditional parameter exists only when every `when` knob has one of the given values."""
-    for knob, wanted in param.when.items():
-        options = wanted if isinstance(wanted, list) else [wanted]
-        if chosen.get(knob) not in options:
-            return False
-    return True
-
-
-def ordered(space: SearchSpace) -> list[str]:
-    """Parameter names with every `when` dependency before its dependents (stable otherwise)."""
-    return when_order(space)
-
-
-def complete(space: SearchSpace, chosen: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
-    """Every knob of the space, inactive ones as None (not set), in space order."""
-    return {name: chosen.get(name) for name in space.params}
+ordered = when_order
+"""Parameter names with every `when` dependency before its dependents (stable otherwise)."""
 
 
 def baseline_params(space: SearchSpace) -> dict[str, ParamValue]:
@@ -57,29 +48,6 @@ def infeasible_reason(params: Mapping[str, ParamValue]) -> str | None:
     sentence, for callers that only show it)."""
     why = eagle.infeasible(params)
     return why.detail if why is not None else None
-
-
-def points(space: SearchSpace) -> Iterator[dict[str, ParamValue]]:
-    """Every distinct point of the space (inactive knobs None), feasible or not."""
-    names = ordered(space)
-    seen: set[tuple[tuple[str, str], ...]] = set()
-
-    def expand(i: int, chosen: dict[str, ParamValue]) -> Iterator[dict[str, ParamValue]]:
-        if i == len(names):
-            key = tuple(sorted((k, repr(v)) for k, v in chosen.items()))
-            if key not in seen:
-                seen.add(key)
-                yield complete(space, chosen)
-            return
-        name = names[i]
-        param = space.params[name]
-        if not is_active(param, chosen):
-            yield from expand(i + 1, {**chosen, name: None})
-            return
-        for v in param.values():
-            yield from expand(i + 1, {**chosen, name: v})
-
-    yield from expand(0, {})
 
 
 def random_point(space: SearchSpace, rng: random.Random) -> dict[str, ParamValue]:

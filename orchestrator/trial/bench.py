@@ -15,6 +15,7 @@ import asyncio
 import json
 import random
 import time
+from typing import Any
 
 import httpx
 
@@ -57,7 +58,7 @@ async def _one_request(
     t0 = time.perf_counter()
     chunk_times: list[float] = []
     chunk_tokens: list[int] = []
-    meta: dict = {}
+    meta: dict[str, Any] = {}
     seen = 0
     try:
         async with client.stream("POST", url, json=body) as resp:
@@ -173,7 +174,7 @@ async def run_async(
     return sorted(records, key=lambda r: r.index)
 
 
-def run(base_url: str, **kwargs) -> list[BenchRecord]:
+def run(base_url: str, **kwargs: Any) -> list[BenchRecord]:
     """Synchronous wrapper of run_async (see there for the arguments)."""
     return asyncio.run(run_async(base_url, **kwargs))
 

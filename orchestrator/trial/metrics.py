@@ -303,19 +303,26 @@ def _spec(record: BenchRecord) -> tuple[int, int] | None:
     return int(ct), int(vct)
 
 
+def _numbers(values: Sequence[Any]) -> list[float] | None:
+    """The values as floats when every one is a number (JSON's meta_info may lack or null a field)."""
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return [float(v) for v in values]
+    return None
+
+
 def _accept_rate(spec_records: Sequence[BenchRecord], num_draft_tokens: int | None) -> tuple[float | None, str]:
     metas = [r.meta_info for r in spec_records]
     vct = [float(m["spec_verify_ct"]) for m in metas]
-    correct = [m.get("spec_num_correct_drafts") for m in metas]
-    proposed = [m.get("spec_num_proposed_drafts") for m in metas]
-    if all(isinstance(c, (int, float)) for c in correct):
-        if all(isinstance(p, (int, float)) for p in proposed) and sum(proposed) > 0:
+    correct = _numbers([m.get("spec_num_correct_drafts") for m in metas])
+    proposed = _numbers([m.get("spec_num_proposed_drafts") for m in metas])
+    if correct is not None:
+        if proposed is not None and sum(proposed) > 0:
             return sum(correct) / sum(proposed), "meta_info:sum_correct/sum_proposed"
         if num_draft_tokens is not None and num_draft_tokens > 1:
             return (sum(correct) / (sum(vct) * (num_draft_tokens - 1)),
                     "meta_info:sum_correct/(sum_verify_ct*(num_draft_tokens-1))")
-    rates = [m.get("spec_accept_rate") for m in metas]
-    if all(isinstance(r, (int, float)) for r in rates):
+    rates = _numbers([m.get("spec_accept_rate") for m in metas])
+    if rates is not None:
         # SGLang's per-request rate is correct / (verify_ct * (ndt - 1)); with one ndt per server,
         # weighting by verify_ct gives exactly sum(correct) / sum(verify_ct * (ndt - 1)).
         return (sum(r * v for r, v in zip(rates, vct)) / sum(vct),
@@ -328,11 +335,11 @@ def _log_accept_length(log_text: str, start: float, end: float) -> float | None:
     #running-req (each line covers the same number of iterations; the count is per request)."""
     lines = [ln for ln in parse_decode_log(log_text) if ln.accept_len is not None]
     # Log timestamps are local wall time with 1 s resolution: allow 1 s on either side.
-    window = [ln for ln in lines if start - 1.0 <= ln.timestamp.timestamp() <= end + 1.0]
-    weights = [max(ln.running_req, 1) for ln in window]
+    window = [(ln.accept_len, max(ln.running_req, 1)) for ln in lines
+              if ln.accept_len is not None and start - 1.0 <= ln.timestamp.timestamp() <= end + 1.0]
     if not window:
         return None
-    return sum(ln.accept_len * w for ln, w in zip(window, weights)) / sum(weights)
+    return sum(length * w for length, w in window) / sum(w for _, w in window)
 
 
 def _pctl(values: Sequence[float], q: float) -> float | None:
@@ -365,9 +372,10 @@ def compute(
             f"{len(records) - len(measured)} warmup, {failed} failed"
             + (f" (first error: {first_error})" if first_error else ""))
 
-    timed = [r for r in ok if r.latency_s is not None and r.ttft_s is not None]
     decode_rates, tpots = [], []
-    for r in timed:
+    for r in ok:
+        if r.latency_s is None or r.ttft_s is None:
+            continue
         decode_s = r.latency_s - r.ttft_s
         if r.completion_tokens >= 2 and decode_s > 0:
             decode_rates.append((r.completion_tokens - 1) / decode_s)
@@ -378,11 +386,11 @@ def compute(
             f"none of the {len(ok)} ok requests qualifies")
     decode_tok_s = float(np.median(decode_rates))
 
-    ended = [r for r in ok if r.latency_s is not None]
-    span = (max(r.start_s + r.latency_s for r in ended) - min(r.start_s for r in ended)) if ended else 0.0
+    ended = [(r.start_s, r.latency_s, r.completion_tokens) for r in ok if r.latency_s is not None]
+    span = (max(start + latency for start, latency, _ in ended) - min(start for start, _, _ in ended)) if ended else 0.0
     if span <= 0:
         raise MetricMissing("output throughput needs request start and end times; the measured span is 0")
-    output_tok_s = sum(r.completion_tokens for r in ended) / span
+    output_tok_s = sum(tokens for _, _, tokens in ended) / span
 
     ttfts = [r.ttft_s * 1000.0 for r in ok if r.ttft_s is not None]
     itls = [v * 1000.0 for r in ok for v in _itl_values(r)]
@@ -395,15 +403,18 @@ def compute(
         "tpot_ms": "client",
     }
 
-    spec_records = [r for r in ok if _spec(r) is not None]
-    accept_length = accept_rate = cycle_ms = verify_ms = None
-    if spec_records:
-        pairs = [_spec(r) for r in spec_records]
-        accept_length = sum(ct for ct, _ in pairs) / sum(v for _, v in pairs)
+    spec_pairs = [(r, pair) for r in ok if (pair := _spec(r)) is not None]
+    spec_records = [r for r, _ in spec_pairs]
+    accept_length: float | None = None
+    accept_rate: float | None = None
+    cycle_ms: float | None = None
+    verify_ms: float | None = None
+    if spec_pairs:
+        accept_length = sum(ct for _, (ct, _) in spec_pairs) / sum(v for _, (_, v) in spec_pairs)
         sources["accept_length"] = "meta_info:sum_completion_tokens/sum_spec_verify_ct"
         accept_rate, sources["accept_rate"] = _accept_rate(spec_records, num_draft_tokens)
-        cycles = [(r.latency_s - r.ttft_s) / _spec(r)[1] * 1000.0
-                  for r in spec_records
+        cycles = [(r.latency_s - r.ttft_s) / verify_ct * 1000.0
+                  for r, (_, verify_ct) in spec_pairs
                   if r.latency_s is not None and r.ttft_s is not None and r.latency_s > r.ttft_s]
         if cycles:
             cycle_ms = float(np.median(cycles))
@@ -480,11 +491,11 @@ def summarize(repeats: Sequence[Metrics], *, seed: int = 0, n_boot: int = 2000) 
     if len(repeats) > 1:
         sources["summary"] = f"median_of_{len(repeats)}_repeats"
 
-    median_metrics = Metrics(
+    median_metrics = Metrics.model_validate({
         **{name: medians.get(name) for name in SUMMARY_FIELDS},
-        requests_ok=sum(m.requests_ok for m in repeats),
-        requests_failed=sum(m.requests_failed for m in repeats),
-        sources=sources,
-    )
+        "requests_ok": sum(m.requests_ok for m in repeats),
+        "requests_failed": sum(m.requests_failed for m in repeats),
+        "sources": sources,
+    })
     summary = MeasurementSummary(repeats=len(repeats), median=medians, ci95_low=lows, ci95_high=highs)
     return median_metrics, summary

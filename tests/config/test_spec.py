@@ -83,7 +83,7 @@ def test_demo_loads_into_one_merged_space() -> None:
 
 def test_round_trip_through_json() -> None:
     s = spec_mod.load(DEMO)
-    assert spec_mod.from_dict(s.model_dump(mode="json")) == s
+    assert spec_mod.SweepSpec.model_validate(s.model_dump(mode="json")) == s
 
 
 def test_models_are_frozen() -> None:
