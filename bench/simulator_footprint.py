@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
+
+from orchestrator.trial import procs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,31 +35,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _tree(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry))
-    out, todo = [pid], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def _kib(pid: int, field: str, path: str) -> int:
+def _mib(pid: int, which: str) -> float:
+    """Resident (rss) or proportional (pss) memory of one process in MiB; 0 once it is gone."""
     try:
-        for line in Path(f"/proc/{pid}/{path}").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+        info = psutil.Process(pid).memory_full_info()
+    except psutil.Error:
+        return 0.0
+    return float(getattr(info, which)) / (1 << 20)
 
 
 def one_run(tp: int) -> dict[str, float]:
@@ -80,10 +65,10 @@ def one_run(tp: int) -> dict[str, float]:
         ready_s = time.monotonic() - t0
         httpx.post(url + "/generate", json={"text": "hello", "sampling_params": {"max_new_tokens": 64},
                                             "stream": True}, timeout=30)
-        pids = _tree(proc.pid)
-        rss = sum(_kib(p, "VmRSS", "status") for p in pids) / 1024
-        pss = sum(_kib(p, "Pss", "smaps_rollup") for p in pids) / 1024
-        server_rss = _kib(proc.pid, "VmRSS", "status") / 1024
+        pids = [proc.pid, *procs.descendants(proc.pid)]
+        rss = sum(_mib(p, "rss") for p in pids)
+        pss = sum(_mib(p, "pss") for p in pids)
+        server_rss = _mib(proc.pid, "rss")
         return {"ready_s": ready_s, "processes": len(pids), "rss_mb": rss, "pss_mb": pss, "server_rss_mb": server_rss}
     finally:
         proc.send_signal(signal.SIGTERM)

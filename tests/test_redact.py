@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from orchestrator.redact import MASK, is_secret_name, redact_argv, redact_env, redact_env_tree, redact_text
+from orchestrator.redact import (
+    MASK,
+    is_secret_name,
+    mask_url_password,
+    redact_argv,
+    redact_env,
+    redact_env_tree,
+    redact_text,
+)
 
 HF = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3f"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -122,3 +130,15 @@ def test_redact_env_tree_for_json_artifacts():
     assert out["processes"][0]["cmdline"] == "python serve.py --api-key *** ***"
     assert out["nccl_env"] == {"NCCL_PROTO": "LL"}
     assert "zz-top-secret" not in json.dumps(out)
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("postgresql://sweep:s3cr%40t@db.example:5432/optuna", "postgresql://sweep:***@db.example:5432/optuna"),
+    ("postgresql+psycopg2://u:pw@host/db?sslmode=require", "postgresql+psycopg2://u:***@host/db?sslmode=require"),
+    ("http://user:pw@127.0.0.1:5000", "http://user:***@127.0.0.1:5000"),
+    ("postgresql://sweep@db/optuna", "postgresql://sweep@db/optuna"),
+    ("sqlite:////runs/demo/optuna.db", "sqlite:////runs/demo/optuna.db"),
+    ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
+])
+def test_mask_url_password(url, shown):
+    assert mask_url_password(url) == shown

@@ -240,22 +240,3 @@ def test_sglang_args_format_is_one_shell_line() -> None:
     text = export.render(config, "sglang-args")
     assert text.endswith("\n") and text.count("\n") == 1
     assert shlex.split(text) == ["--a", "x y", "--b", ""]
-
-
-def test_write_atomic_replaces_whole_file_and_leaves_no_temp(tmp_path: Path) -> None:
-    target = tmp_path / "out" / "champion.env"
-    export.write_atomic(target, "A=1\n")
-    target.chmod(0o640)
-    export.write_atomic(target, "A=2\n")
-    assert target.read_text() == "A=2\n"
-    assert target.stat().st_mode & 0o777 == 0o640, "the replaced file's mode is kept"
-    assert sorted(p.name for p in target.parent.iterdir()) == ["champion.env"]
-
-
-def test_write_atomic_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> None:
-    target = tmp_path / "champion.env"
-    export.write_atomic(target, "A=1\n")
-    with pytest.raises(UnicodeEncodeError):
-        export.write_atomic(target, "A=\udcff\n")  # a lone surrogate cannot be encoded
-    assert target.read_text() == "A=1\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["champion.env"]

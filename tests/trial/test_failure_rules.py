@@ -1,0 +1,61 @@
+"""Failure classification: what a user reads as the kind and reason of a failed trial, from the
+server's exit status, its log and the benchmark's records."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.records import BenchRecord, FailureKind
+from orchestrator.trial.failures import Failure, classify_exit, classify_records, describe_returncode
+
+
+@pytest.mark.parametrize(("code", "words"), [
+    (None, "still running"),
+    (0, "exit code 0"),
+    (1, "exit code 1"),
+    (-9, "killed by signal 9 (SIGKILL)"),
+    (-15, "killed by signal 15 (SIGTERM)"),
+    (-200, "killed by signal 200"),
+])
+def test_describe_returncode(code: int | None, words: str) -> None:
+    assert describe_returncode(code) == words
+
+
+@pytest.mark.parametrize(("log", "code", "kind", "reason"), [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", 1,
+     FailureKind.oom, "server ran out of GPU memory (exit code 1)"),
+    ("RuntimeError: Not enough memory to capture CUDA graphs", -6,
+     FailureKind.oom, "server ran out of GPU memory (killed by signal 6 (SIGABRT))"),
+    ("OSError: [Errno 98] Address already in use", 1,
+     FailureKind.port_in_use, "server could not bind its port (exit code 1)"),
+    ("ERROR: [Errno 98] error while attempting to bind on address", 1,
+     FailureKind.port_in_use, "server could not bind its port (exit code 1)"),
+    ("Traceback (most recent call last):\nAssertionError", 1, FailureKind.server_crash, "server died (exit code 1)"),
+    ("", -9, FailureKind.server_crash, "server died (killed by signal 9 (SIGKILL))"),
+])
+def test_classify_exit(log: str, code: int, kind: FailureKind, reason: str) -> None:
+    assert classify_exit(log, code) == Failure(kind, reason)
+
+
+def rec(index: int, ok: bool = True, error: str | None = None, warmup: bool = False) -> BenchRecord:
+    return BenchRecord(index=index, ok=ok, error=error, warmup=warmup, completion_tokens=10 if ok else 0)
+
+
+STALL = "ReadTimeout: timed out"
+RECORD_CASES = [
+    ("all requests worked", [rec(-1, warmup=True), rec(0), rec(1)], None),
+    ("a stalled request after good ones is a hang", [rec(0), rec(1, False, STALL)],
+     Failure(FailureKind.nccl_hang, "server alive but no token for 20s (benchmark.stall_timeout_s) after 1 good "
+                                    "request(s): a collective is hung")),
+    ("a failed warm-up", [rec(-1, False, "HTTP 500: boom", warmup=True)],
+     Failure(FailureKind.bench_error, "the warm-up request failed: HTTP 500: boom")),
+    ("every measured request failed", [rec(0, False, "HTTP 500: a"), rec(1, False, "HTTP 500: b")],
+     Failure(FailureKind.bench_error, "all 2 requests failed; first error: HTTP 500: a")),
+    ("some failed: the measurement stands, with a warning", [rec(0), rec(1, False, "HTTP 503: busy"), rec(2)],
+     "1 of 3 requests failed: HTTP 503: busy"),
+]
+
+
+@pytest.mark.parametrize(("records", "verdict"), [c[1:] for c in RECORD_CASES], ids=[c[0] for c in RECORD_CASES])
+def test_classify_records(records: list[BenchRecord], verdict: Failure | str | None) -> None:
+    assert classify_records(records, stall_timeout_s=20) == verdict
