@@ -1,0 +1,255 @@
+"""The champion's serving configuration in the form each place that loads it reads, and readers of
+those same rules, so every format round-trips through a parser of its own semantics.
+
+- `env`: a shell file for `set -a; . champion.env` (results.export renders and parses it).
+- `docker-env`: docker's `--env-file` rules, which `kubectl create configmap --from-env-file` shares:
+  one `NAME=value` a line, the value taken literally (no quotes, no `$`, no escapes, no inline
+  comments), whole-line `#` comments only. The SGLang flags travel as a JSON array of strings in
+  `SGLANG_SWEEP_ARGS_JSON` (written without outer quotes, which docker would keep), and
+  `SGLANG_SWEEP_ENV_NAMES` lists the variables the configuration sets, so a container that got them
+  through its environment can still tell them from stray ones.
+- `k8s`: a ConfigMap manifest whose data is exactly what `kubectl create configmap --from-env-file`
+  makes of the docker-env file, for `envFrom`.
+- `json`, `sglang-args`: as results.export renders them.
+
+Production by default: the variables and flags the sweep sets only to observe a trial (NCCL's debug
+log, SGLang's device timer and step records, /metrics) are left out and named in the header;
+`keep_observation=True` keeps them. Everything here is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from orchestrator.records import ServingConfig
+from orchestrator.results import export
+
+__all__ = ["ARGS_JSON_VAR", "CARRIERS", "CONFIGMAP_NAME", "ENV_NAMES_VAR", "FORMATS", "OBSERVATION_ENV",
+           "OBSERVATION_SWITCHES", "deployment", "parse_docker_env", "parse_k8s", "production", "render_for"]
+
+FORMATS: tuple[str, ...] = ("env", "docker-env", "k8s", "json", "sglang-args")
+
+ARGS_JSON_VAR = "SGLANG_SWEEP_ARGS_JSON"
+"""docker-env / k8s: the tuned SGLang flags as a one-line JSON array of strings."""
+ENV_NAMES_VAR = "SGLANG_SWEEP_ENV_NAMES"
+"""docker-env / k8s: comma-separated names of the variables the configuration sets (may be empty)."""
+CARRIERS: frozenset[str] = frozenset({export.ARGS_VAR, ARGS_JSON_VAR, ENV_NAMES_VAR})
+"""Variables that carry the configuration to the entrypoint; SGLang itself never sees them."""
+CONFIGMAP_NAME = "sglang-champion"
+
+OBSERVATION_ENV: frozenset[str] = frozenset({
+    "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",  # NCCL's log proves which settings took effect
+    "SGLANG_ENABLE_METRICS_DEVICE_TIMER",  # the verify-latency source of /metrics
+    "SGLANG_RECORD_STEP_TIME",  # step_time_dict in /server_info
+    "SGLANG_LOG_MS",  # millisecond log timestamps, for reading timings off the log
+})
+"""Variables a sweep sets to observe a trial; they change no result and cost a production server."""
+OBSERVATION_SWITCHES: frozenset[str] = frozenset({"--enable-metrics", "--enable-metrics-for-all-schedulers"})
+"""SGLang switches the sweep adds to read /metrics (config.render.fixed_flags); no value follows them."""
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def production(config: ServingConfig | Mapping[str, Any], *,
+               keep_observation: bool = False) -> tuple[ServingConfig, list[str]]:
+    """The config without its observation-only variables and switches, and what was left out
+    (`NAME=value` and `--switch` words, in order). ValueError names a field of a malformed config."""
+    model = export.validate_serving_config(config)
+    if keep_observation:
+        return model, []
+    left_out = [f"{name}={value}" for name, value in sorted(model.env.items()) if name in OBSERVATION_ENV]
+    left_out += [arg for arg in model.sglang_args if arg in OBSERVATION_SWITCHES]
+    kept = model.model_copy(update={
+        "env": {name: value for name, value in model.env.items() if name not in OBSERVATION_ENV},
+        "sglang_args": tuple(arg for arg in model.sglang_args if arg not in OBSERVATION_SWITCHES),
+    })
+    return kept, left_out
+
+
+def render_for(config: ServingConfig | Mapping[str, Any], fmt: str, *, keep_observation: bool = False) -> str:
+    """Render a serving config in one of FORMATS (text ending with a newline); production by default.
+
+    ValueError names the problem: an unknown format, a malformed config, or a value the format cannot
+    hold (a newline, or for docker-env a carriage return at the end of a value).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, but got {fmt!r}")
+    model, left_out = production(config, keep_observation=keep_observation)
+    if fmt == "docker-env":
+        return _render_docker_env(model, left_out)
+    if fmt == "k8s":
+        return _render_k8s(model, left_out)
+    text = export.render(model, fmt)  # type: ignore[arg-type]  # fmt is one of export.FORMATS here
+    if fmt == "env" and left_out:
+        # After export's own header, before the first variable: the file stays one comment block.
+        lines = text.splitlines(keepends=True)
+        at = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+        text = "".join(lines[:at] + [f"# {line}\n" for line in _left_out_lines(left_out)] + lines[at:])
+    return text
+
+
+def _left_out_lines(left_out: list[str]) -> list[str]:
+    if not left_out:
+        return ["production export: no observation-only variable or flag was set"]
+    return [f"production export: left out as observation only: {' '.join(left_out)}",
+            "(sweep export --keep-observation keeps them; extra SGLang flags can follow the image's command)"]
+
+
+def _variables(config: ServingConfig) -> dict[str, str]:
+    """The docker-env / k8s variables: the environment, then the two carriers."""
+    for name in config.env:
+        if name in CARRIERS:
+            raise ValueError(f"serving config env: {name} is reserved for carrying the configuration")
+    values = dict(sorted(config.env.items()))
+    values[ENV_NAMES_VAR] = ",".join(sorted(config.env))
+    # ASCII-only JSON: every control character is escaped, so the array is always one line.
+    values[ARGS_JSON_VAR] = json.dumps(list(config.sglang_args), separators=(",", ":"))
+    for name, value in values.items():
+        if "\n" in value or "\0" in value or value.endswith("\r"):
+            # docker and kubectl read line by line and drop a final carriage return.
+            raise ValueError(f"env value of {name} cannot be held by an env file "
+                             f"(a newline, NUL, or a carriage return at its end): {value!r}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"env value of {name} is not valid UTF-8, which docker refuses: {value!r}") from None
+    return values
+
+
+def _provenance(config: ServingConfig) -> list[str]:
+    metrics = ", ".join(f"{k}={v:.6g}" for k, v in sorted(config.metrics.items()))
+    lines = [
+        f"experiment: {config.experiment}; trial: {config.trial_number}; run id: {config.run_id}; "
+        f"model version: {config.model_version if config.model_version is not None else '-'}",
+        f"engine: {config.engine} (sglang {config.sglang_version}); fingerprint: {config.fingerprint_hash or '-'}; "
+        f"created: {config.created_at}",
+        f"metrics: {metrics or '-'}",
+    ]
+    # A newline in a free-text field would end the comment and start a variable.
+    return [" ".join(line.splitlines()) for line in lines]
+
+
+def _render_docker_env(config: ServingConfig, left_out: list[str]) -> str:
+    values = _variables(config)
+    header = [
+        "sglang-sweep serving configuration, docker-env format",
+        *_provenance(config),
+        "Values are literal (docker --env-file and kubectl --from-env-file rules): add no quotes.",
+        f"{ARGS_JSON_VAR}: the SGLang flags as a JSON array; {ENV_NAMES_VAR}: the variables set here.",
+        "Serve it with the worker image (docker/Dockerfile.worker), which reads it without a shell:",
+        "  docker run --gpus all --ipc host --env-file champion.env -e MODEL_PATH=/models/M "
+        "-v /models:/models:ro IMAGE",
+        "  or mount it as a file: -v $PWD/champion.env:/config/champion.env:ro",
+        "Kubernetes: kubectl create configmap sglang-champion --from-env-file=champion.env, then envFrom.",
+        *_left_out_lines(left_out),
+    ]
+    lines = [f"# {line}" for line in header] + [f"{name}={value}" for name, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def parse_docker_env(text: str) -> dict[str, str]:
+    """Read a docker-env file by docker's `--env-file` rules, refusing what docker would read differently
+    from what was meant: a name with whitespace or an invalid name, a line without `=` (docker would
+    copy that variable from the caller's environment), or a name set twice. Values stay literal."""
+    result: dict[str, str] = {}
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw[:-1] if raw.endswith("\r") else raw  # as Go's line scanner
+        line = line.lstrip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"line {number}: expected NAME=value, but got {raw!r} (a bare NAME would make "
+                             "docker copy the variable from the environment it runs in)")
+        if not _NAME.match(name):
+            raise ValueError(f"line {number}: {name!r} is not a valid variable name "
+                             "(letters, digits and '_', not starting with a digit)")
+        if name in result:
+            raise ValueError(f"line {number}: {name} is set twice (first value {result[name]!r})")
+        result[name] = value
+    return result
+
+
+def _render_k8s(config: ServingConfig, left_out: list[str]) -> str:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": CONFIGMAP_NAME,
+            "labels": {"app.kubernetes.io/managed-by": "sglang-sweep"},
+            "annotations": {
+                "sglang-sweep/experiment": config.experiment,
+                "sglang-sweep/trial": str(config.trial_number),
+                "sglang-sweep/run-id": config.run_id,
+                "sglang-sweep/model-version": config.model_version or "",
+                "sglang-sweep/created": config.created_at,
+            },
+        },
+        "data": _variables(config),
+    }
+    header = [
+        "sglang-sweep serving configuration, a Kubernetes ConfigMap",
+        *_provenance(config),
+        "Apply it (kubectl apply -f), then in the worker container: envFrom: [{configMapRef: "
+        f"{{name: {CONFIGMAP_NAME}}}}}] and env MODEL_PATH; the entrypoint reads these variables.",
+        "The same data: kubectl create configmap sglang-champion --from-env-file=champion.env "
+        "(sweep export --format docker-env)",
+        *_left_out_lines(left_out),
+    ]
+    body = yaml.safe_dump(manifest, sort_keys=False, allow_unicode=False, width=1 << 16)
+    return "".join(f"# {line}\n" for line in header) + body
+
+
+def parse_k8s(text: str) -> dict[str, str]:
+    """The data of a ConfigMap manifest (YAML), checked to be a ConfigMap of string values."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"the manifest is not YAML: {e}") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "ConfigMap":
+        raise ValueError("the manifest must be one object of kind ConfigMap")
+    data = doc.get("data") or {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise ValueError("the ConfigMap's data must map names to strings")
+    return dict(data)
+
+
+def deployment(variables: Mapping[str, str], *, whole_file: bool) -> tuple[dict[str, str], list[str]]:
+    """(environment, SGLang flags) carried by docker-env / k8s variables; ValueError names what is wrong.
+
+    With `whole_file` the variables are a parsed file, and every one of them besides the carriers must
+    be listed in SGLANG_SWEEP_ENV_NAMES (so the file means the same mounted or passed with --env-file);
+    otherwise they are a container's whole environment, of which only the listed names are the
+    configuration's. Every listed name must be present.
+    """
+    if ARGS_JSON_VAR not in variables:
+        raise ValueError(f"{ARGS_JSON_VAR} is not set (export with sweep export --format docker-env)")
+    try:
+        args = json.loads(variables[ARGS_JSON_VAR])
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{ARGS_JSON_VAR} is not JSON ({e}); it must be an unquoted JSON array of strings, "
+                         'e.g. ["--tp-size","8"]') from None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ValueError(f"{ARGS_JSON_VAR} must be a JSON array of strings, but got {variables[ARGS_JSON_VAR]!r}")
+    names_text = variables.get(ENV_NAMES_VAR)
+    if names_text is None:
+        raise ValueError(f"{ENV_NAMES_VAR} is not set (it lists the variables the configuration sets)")
+    names = [n for n in names_text.split(",") if n]
+    for name in names:
+        if not _NAME.match(name) or name in CARRIERS:
+            raise ValueError(f"{ENV_NAMES_VAR}: {name!r} is not a variable the configuration can set")
+        if name not in variables:
+            raise ValueError(f"{ENV_NAMES_VAR} names {name}, but it is not set")
+    if whole_file:
+        unlisted = sorted(set(variables) - set(names) - CARRIERS)
+        if unlisted:
+            raise ValueError(f"{', '.join(unlisted)} set but not listed in {ENV_NAMES_VAR}; add "
+                             f"{'it' if len(unlisted) == 1 else 'them'} there (comma-separated) or remove the line")
+    return {name: variables[name] for name in names}, args
