@@ -207,7 +207,8 @@ def run(
 ) -> None:
     """Run (or resume) a sweep: trials on Ray, Optuna proposing, MLflow recording, champion promoted."""
     # The driver stack imports Ray and MLflow: only `sweep run` needs them.
-    from orchestrator.sweep.driver import Sweep
+    from orchestrator.execute.ray_actor import RayExecutor
+    from orchestrator.sweep.driver import Sweep  # deferred with Ray: MLflow
 
     # The sweep prints its own progress; MLflow's schema-migration chatter is not news to a user.
     for name in ("mlflow", "alembic"):
@@ -219,8 +220,8 @@ def run(
     except ValueError as exc:
         raise UserError(f"--timeout: {exc}") from None
     wd = _workdir(workdir, s)
-    sweep = Sweep(s, wd, ray_address=ray_address, storage=storage, resume=resume, n_trials=n_trials, timeout_s=timeout_s,
-                  on_event=_progress_printer())
+    sweep = Sweep(s, wd, executor=RayExecutor.for_sweep(s, ray_address), storage=storage, resume=resume,
+                  n_trials=n_trials, timeout_s=timeout_s, on_event=_progress_printer())
     out.print(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
               f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
     summary = sweep.run()

@@ -19,6 +19,9 @@ class ExecutorInfo:
     address: str | None
     gpus: float
     slots: int
+    owns_processes: bool = False
+    """This process started the workers' runtime (a local Ray instance): its child processes are
+    recorded in the work directory so that a resumed driver can end them if this one is killed."""
 
 
 @dataclass(frozen=True)

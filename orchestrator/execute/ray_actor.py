@@ -20,10 +20,13 @@ from typing import Any
 
 import ray
 
+from orchestrator.config.experiment import SweepSpec
 from orchestrator.errors import ClusterUnreachable
 from orchestrator.execute.base import ExecutorInfo, Finished, last_line, made_outcome
 from orchestrator.execute.processes import kill_server_now
 from orchestrator.records import FailureKind, TrialOutcome, TrialSpec
+from orchestrator.trial.runner import run_trial
+from orchestrator.trial.server import reap_orphan
 
 _MAX_FILE_BYTES = 8_000_000
 log = logging.getLogger("sweep")
@@ -44,10 +47,10 @@ def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: in
         include_dashboard=False,
         object_store_memory=200_000_000,
         log_to_driver=False,
-        logging_level="WARNING",
+        logging_level=logging.WARNING,
         configure_logging=True,
     )
-    return {"address": ctx.address_info.get("address"), "node_ip": node_ip}
+    return {"address": _address(ctx), "node_ip": node_ip}
 
 
 
@@ -64,9 +67,10 @@ def connect(address: str) -> dict[str, Any]:
         if ipaddress.ip_address(host).is_loopback:
             extra["_node_ip_address"] = host
     try:
-        ctx = ray.init(address=address, log_to_driver=False, logging_level="WARNING", **extra)
+        ctx = ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, **extra)
     except (ConnectionError, RuntimeError) as exc:
-        chain, cause = [], exc
+        chain: list[str] = []
+        cause: BaseException | None = exc
         while cause is not None:
             chain.append(f"{type(cause).__name__}: {cause}")
             cause = cause.__cause__ or cause.__context__
@@ -78,7 +82,12 @@ def connect(address: str) -> dict[str, Any]:
                 f"(~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN)") from None
         raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: {exc}; check that "
                                  f"`ray start --head` runs there and the address is HOST:PORT (or `auto`)") from None
-    return {"address": ctx.address_info.get("address")}
+    return {"address": _address(ctx)}
+
+
+def _address(ctx: Any) -> str | None:
+    """The cluster address of a ray.init() context (typed BaseContext in Ray's stubs, a RayContext at run time)."""
+    return ctx.address_info.get("address")
 
 
 def shutdown() -> None:
@@ -90,7 +99,7 @@ def cluster_gpus() -> float:
     return float(ray.cluster_resources().get("GPU", 0.0))
 
 
-@ray.remote(max_restarts=0, max_concurrency=2)
+@ray.remote(max_restarts=0, max_concurrency=2)  # type: ignore[call-overload]  # the stubs lack actor options
 class TrialActor:
     """Runs trials on the GPUs Ray gave it. Stores nothing but the config; work happens in run()."""
 
@@ -105,8 +114,6 @@ class TrialActor:
                 "pid": os.getpid()}
 
     def run(self, spec: TrialSpec) -> tuple[TrialOutcome, dict[str, bytes]]:
-        from orchestrator.trial.runner import run_trial  # imported in the worker, after Ray set the GPUs
-
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
         self._watch_raylet()
@@ -151,8 +158,6 @@ class TrialActor:
         A trial may be between steps (its server not started yet, or a port retry starting another
         one), so this keeps killing whatever server the trial starts until run() returns.
         """
-        from orchestrator.trial.server import reap_orphan
-
         with self._lock:
             target = self._current
         done: list[str] = []
@@ -196,6 +201,12 @@ class RayExecutor:
         self._running: dict[Any, tuple[int, Any, TrialSpec]] = {}  # ObjectRef -> (handle, actor, spec)
         self._next = 0
 
+    @classmethod
+    def for_sweep(cls, spec: SweepSpec, address: str | None) -> RayExecutor:
+        """`budget.concurrent_trials` slots of `server.tp` GPUs; logical GPUs for the simulator."""
+        tp, n = spec.server.tp, spec.budget.concurrent_trials
+        return cls(tp=tp, concurrent=n, address=address, logical_gpus=tp * n if spec.engine == "simulator" else None)
+
     def start(self) -> ExecutorInfo:
         info = connect(self.address) if self.address else init_local(num_gpus=self.logical_gpus)
         gpus = float(ray.cluster_resources().get("GPU", 0.0))
@@ -204,7 +215,8 @@ class RayExecutor:
                                      f"add GPUs/hosts or lower server.tp")
         slots = min(self.concurrent, int(gpus // self.tp))
         self._idle = [self._new_actor() for _ in range(slots)]
-        return ExecutorInfo(address=info.get("address"), gpus=gpus, slots=slots)
+        # A local instance is this process's children; a cluster's processes are not ours to end.
+        return ExecutorInfo(address=info.get("address"), gpus=gpus, slots=slots, owns_processes=not self.address)
 
     def _new_actor(self) -> Any:
         return TrialActor.options(num_gpus=self.tp, num_cpus=0).remote()  # type: ignore[attr-defined]

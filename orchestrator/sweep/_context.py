@@ -66,11 +66,10 @@ class Context:
     timeout_s: float
     emit: Callable[[Event], None]
     resume: bool
-    ray_address: str | None
     policy: ProposalPolicy
+    executor: Executor
     tracker: Tracker | None = None
     parent_run_id: str | None = None
-    executor: Executor | None = None
     progress: Progress = field(default_factory=Progress)
     interrupts: Interrupts = field(default_factory=Interrupts)
     started_at: float = field(default_factory=time.time)

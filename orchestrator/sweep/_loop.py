@@ -41,7 +41,6 @@ def act_on_interrupts(ctx: Context) -> None:
 
 def run_loop(ctx: Context) -> None:
     """Launch while slots are free and budgets allow; record each trial as it ends."""
-    assert ctx.executor is not None, "the executor is started before the loop"
     while True:
         act_on_interrupts(ctx)
         while ctx.executor.idle() and should_launch(ctx):
@@ -59,7 +58,6 @@ def run_loop(ctx: Context) -> None:
 
 def _launch_next(ctx: Context) -> bool:
     """Ask for a point and launch it, or settle it without a launch; False when nothing can be asked."""
-    assert ctx.executor is not None
     p = ctx.progress
     t_ask = time.perf_counter()
     running = {sp.key(f.spec.params): f.spec.number for f in ctx.in_flight.values()

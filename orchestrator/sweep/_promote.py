@@ -191,7 +191,6 @@ def _confirm(ctx: Context, champion: TrialOutcome, n: int) -> tuple[list[float],
 def _run_one(ctx: Context, spec: TrialSpec) -> Finished:
     """Run one confirmation on the executor and wait for it; a second Ctrl-C aborts it like a trial."""
     executor = ctx.executor
-    assert executor is not None, "the executor is started before the confirmation runs"
     handle = executor.submit(spec)
     while True:
         for finished in executor.wait(WAIT_S):

@@ -57,7 +57,7 @@ def should_launch(ctx: Context) -> bool:
 
 def abort_in_flight(ctx: Context, reason: str) -> None:
     """Kill the servers of the trials in flight; their outcomes come back as interrupted."""
-    if ctx.abort_reason or ctx.executor is None:
+    if ctx.abort_reason:
         return
     ctx.abort_reason = reason
     for handle, flight in ctx.in_flight.items():

@@ -35,6 +35,7 @@ from orchestrator.sweep._context import Context, Progress
 from orchestrator.sweep._loop import run_loop
 from orchestrator.sweep._workdir import Paths, SweepLog, WorkdirLock, default_workdir, write_json
 from orchestrator.sweep.state import Event, ExecutorReady, SweepSummary
+from orchestrator.tracking.tracker import Tracker
 
 log = logging.getLogger("sweep")
 
@@ -51,8 +52,8 @@ def _directions(spec: SweepSpec) -> list[str]:
 class Sweep:
     """One sweep of one experiment in one work directory.
 
-    `executor` runs the trials; by default a Ray one (a local instance, or the cluster at
-    `ray_address`), made when the sweep starts.
+    `executor` runs the trials (`execute.ray_actor.RayExecutor` for `sweep run`); the sweep starts
+    it, and closes it at the end.
     """
 
     def __init__(
@@ -60,20 +61,18 @@ class Sweep:
         spec: SweepSpec,
         workdir: Path,
         *,
-        ray_address: str | None = None,
+        executor: Executor,
         storage: str | None = None,
         resume: bool = False,
         n_trials: int | None = None,
         timeout_s: float | None = None,
         on_event: Callable[[Event], None] | None = None,
-        executor: Executor | None = None,
     ):
         paths = Paths(Path(workdir).resolve(), storage)
         study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
         self.ctx = Context(spec=spec, paths=paths, study=study, budget_trials=n_trials or spec.budget.trials,
                            timeout_s=timeout_s or spec.budget.wall_time, emit=on_event or (lambda event: None),
-                           resume=resume, ray_address=ray_address, policy=ProposalPolicy(study),
-                           executor=executor)
+                           resume=resume, policy=ProposalPolicy(study), executor=executor)
         self._lock = WorkdirLock(paths.root)
         self._log = SweepLog(paths.root)
 
@@ -107,17 +106,13 @@ class Sweep:
             return _promote.finish(ctx)
         finally:
             ctx.interrupts.restore()
-            if ctx.executor is not None:
-                ctx.executor.close()
+            ctx.executor.close()
             ctx.paths.ray_processes.unlink(missing_ok=True)
             self._log.close()
             self._lock.release()
 
     def open(self) -> None:
         """Open (or, resuming, reopen) the study and the sweep's MLflow parent run; write sweep.json."""
-        # The tracker imports MLflow: deferred so that importing the driver stays light for the CLI.
-        from orchestrator.tracking.tracker import Tracker
-
         ctx, spec = self.ctx, self.ctx.spec
         try:
             existed = ctx.study.exists()
@@ -159,18 +154,10 @@ class Sweep:
     def _start_executor(self) -> None:
         ctx, spec = self.ctx, self.ctx.spec
         tp, n = spec.server.tp, spec.budget.concurrent_trials
-        if ctx.executor is None:
-            # Ray is imported only when the sweep runs trials on it (in-process tests use InlineExecutor).
-            from orchestrator.execute.ray_actor import RayExecutor
-
-            ctx.executor = RayExecutor(tp=tp, concurrent=n, address=ctx.ray_address,
-                                       logical_gpus=tp * n if spec.engine == "simulator" else None)
-            info = ctx.executor.start()
-            if not ctx.ray_address:
-                # GCS and raylet die with this process, but not all of their children do (processes.local_processes).
-                write_json(ctx.paths.ray_processes, {"driver_pid": os.getpid(), "processes": local_processes()})
-        else:
-            info = ctx.executor.start()
+        info = ctx.executor.start()
+        if info.owns_processes:
+            # GCS and raylet die with this process, but not all of their children do (processes.local_processes).
+            write_json(ctx.paths.ray_processes, {"driver_pid": os.getpid(), "processes": local_processes()})
         if info.slots < n:
             log.warning("budget.concurrent_trials=%d but the cluster fits %d trials of tp=%d", n, info.slots, tp)
         log.info("Ray %s: %g GPUs, %d trial slot(s)", info.address, info.gpus, info.slots)

@@ -143,12 +143,13 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
 def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlite_store_template):
     """The driver died after the worker wrote outcome.json but before Optuna was told: on resume the
     trial is told from the file (not measured again); a trial without one is interrupted."""
+    from orchestrator.execute.inline import InlineExecutor
     from orchestrator.sweep import _resume
     from orchestrator.sweep.driver import Sweep
 
     spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="recover")))
     wd = new_workdir(tmp_path, sqlite_store_template)
-    first = Sweep(spec, wd)
+    first = Sweep(spec, wd, executor=InlineExecutor(1))
     first._lock.acquire()
     first.open()
     study, tracker = first.ctx.study, first.ctx.track
@@ -174,7 +175,7 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlit
     study.tell_complete(u_number, [55.5], {"role": "search"})
     first._lock.release()  # the driver "dies": its lock goes with it
 
-    second = Sweep(spec, wd, resume=True)
+    second = Sweep(spec, wd, executor=InlineExecutor(1), resume=True)
     second._lock.acquire()
     second.open()
     _resume.recover(second.ctx)
@@ -203,7 +204,7 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlit
     assert [(r.info.status, r.data.metrics["decode_tok_s"]) for r in unlogged_runs] == [("FINISHED", 55.5)]
 
     # A second resume settles nothing again: no second re-measure of the same interruption.
-    third = Sweep(spec, wd, resume=True)
+    third = Sweep(spec, wd, executor=InlineExecutor(1), resume=True)
     third._lock.acquire()
     third.open()
     _resume.recover(third.ctx)
