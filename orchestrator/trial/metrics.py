@@ -64,12 +64,6 @@ def pick_samples(samples: Sequence[Sample], name: str, labels: Mapping[str, str]
             if s.name == name and all(s.labels.get(k) == v for k, v in want.items())]
 
 
-def sample_value(samples: Sequence[Sample], name: str, labels: Mapping[str, str] | None = None) -> float | None:
-    """Sum of the matching samples' values (one series normally), or None when none matches."""
-    found = pick_samples(samples, name, labels)
-    return float(sum(s.value for s in found)) if found else None
-
-
 def _rank0(samples: Sequence[Sample], name: str, labels: Mapping[str, str]) -> float | None:
     # Scheduler series carry tp_rank; with --enable-metrics-for-all-schedulers every rank exports
     # its own, and only rank 0's describe one pass of the model.

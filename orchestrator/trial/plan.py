@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from orchestrator.config import render
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.records import LaunchPlan, ParamValue, ServingConfig
-from orchestrator.trial import observe
+from orchestrator.trial.allreduce import plan_warnings
 
 
 def _simulator_args(spec: SweepSpec, params: Mapping[str, ParamValue], *, seed: int,
@@ -51,7 +51,7 @@ def make(
         argv += _simulator_args(spec, params, seed=seed, drift_epoch=drift_epoch)
     env = render.tuned_env(spec, params)
     # Only the variables this trial varies; fixed ones (NCCL_DEBUG, server.env) are not "swept".
-    warnings = observe.plan_warnings(env, flags, hardware(spec), swept=list(render.env_knobs(params)))
+    warnings = plan_warnings(env, flags, hardware(spec), swept=list(render.env_knobs(params)))
     return LaunchPlan(argv=tuple(argv), flags=flags, env=env, host=spec.server.host, port=port,
                       engine=spec.engine, warnings=tuple(warnings))
 

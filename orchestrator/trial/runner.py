@@ -22,6 +22,7 @@ from orchestrator.records import FailureKind, LaunchPlan, Metrics, TrialOutcome,
 from orchestrator.trial import clients, metrics, observe
 from orchestrator.trial import plan as planner
 from orchestrator.trial import server as srv
+from orchestrator.trial.allreduce import allreduce_path
 from orchestrator.trial.failures import Failure, TrialFailed, classify_exit
 
 __all__ = ["run_trial", "write_json"]
@@ -188,7 +189,7 @@ class _Runner:
             fingerprint=fp,
             fingerprint_hash=observe.fingerprint_hash(fp),
             effective_env=redact.redact_env_tree(observation.model_dump(mode="json")),
-            allreduce_path=observe.allreduce_path(plan.flags, log_text, hardware),
+            allreduce_path=allreduce_path(plan.flags, log_text, hardware),
         )
         write_json(self.dir / "fingerprint.json", fp)
         if info is not None and info.status_code == 200:

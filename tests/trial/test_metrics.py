@@ -14,8 +14,8 @@ from orchestrator.trial.metrics import (
     metrics_from_bench_serving,
     parse_decode_log,
     parse_prometheus,
+    pick_samples,
     read_bench_serving_jsonl,
-    sample_value,
     summarize,
     verify_ms_from_metrics,
 )
@@ -173,11 +173,14 @@ def test_no_verify_ms_without_timer_or_passes(before, after):
 
 def test_prometheus_sample_lookup_by_labels():
     samples = parse_prometheus(scrape(10.0, 99.0, 1000, 10))
-    assert sample_value(samples, "sglang:gen_throughput") == 812.4
-    assert sample_value(samples, "sglang:cuda_graph_passes_total", {"mode": "decode_none"}) == 10
-    assert sample_value(samples, "sglang:forward_execution_seconds_total",
-                        {"category": "target_verify", "tp_rank": "1"}) == 99.0
-    assert sample_value(samples, "sglang:spec_accept_length") is None
+
+    def values(name: str, labels: dict[str, str] | None = None) -> list[float]:
+        return [s.value for s in pick_samples(samples, name, labels)]
+
+    assert values("sglang:gen_throughput") == [812.4]
+    assert values("sglang:cuda_graph_passes_total", {"mode": "decode_none"}) == [10]
+    assert values("sglang:forward_execution_seconds_total", {"category": "target_verify", "tp_rank": "1"}) == [99.0]
+    assert values("sglang:spec_accept_length") == []
 
 
 def test_accept_length_from_the_decode_log_when_requests_carry_no_meta_info():

@@ -18,10 +18,10 @@ from orchestrator.config import experiment as spec_mod
 from orchestrator.search import space as sp
 from orchestrator.trial import plan as planner
 from orchestrator.trial import procs
+from orchestrator.trial.allreduce import allreduce_path, plan_warnings
 from orchestrator.trial.observe import (
     RANK_WORKER_RULE,
     ProcessSnapshot,
-    allreduce_path,
     check_env_applied,
     evaluate_env,
     fingerprint,
@@ -29,7 +29,6 @@ from orchestrator.trial.observe import (
     fingerprint_hash,
     observe_env,
     parse_nccl_log,
-    plan_warnings,
 )
 
 REQUESTED = {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "4"}
