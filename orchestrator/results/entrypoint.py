@@ -19,6 +19,7 @@ Bad input gets one message on stderr and exit code 2.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -109,6 +110,9 @@ def launch(environ: Mapping[str, str], extra: Sequence[str] = ()) -> tuple[list[
         if not replaced:
             notes.append("DRAFT_MODEL_PATH ignored: this configuration runs no draft model")
     python = environ.get("SGLANG_PYTHON") or "python3"
+    if shutil.which(python, path=environ.get("PATH", os.defpath)) is None:
+        raise DeployError(f"cannot start {python} (No such file or directory, or not executable); "
+                          "SGLANG_PYTHON names the interpreter that has sglang")
     argv = [python, "-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", port,
             *args, *extra]
     stray = sorted(k for k in environ if k.startswith("NCCL_") and k not in _KEPT_NCCL and k not in config_env)

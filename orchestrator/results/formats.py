@@ -80,6 +80,8 @@ def render_for(config: ServingConfig | Mapping[str, Any], fmt: str, *, keep_obse
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, but got {fmt!r}")
     model, left_out = production(config, keep_observation=keep_observation)
+    if fmt == "env":
+        _check_line_breaks(model)
     if fmt == "docker-env":
         return _render_docker_env(model, left_out)
     if fmt == "k8s":
@@ -91,6 +93,18 @@ def render_for(config: ServingConfig | Mapping[str, Any], fmt: str, *, keep_obse
         at = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
         text = "".join(lines[:at] + [f"# {line}\n" for line in _left_out_lines(left_out)] + lines[at:])
     return text
+
+
+_PYTHON_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+"""Characters str.splitlines breaks lines at besides \\n and \\r; export.parse_env reads with it."""
+
+
+def _check_line_breaks(config: ServingConfig) -> None:
+    """Refuse, for the env format, a value export.parse_env would split into two lines (no round trip)."""
+    for name, value in [*config.env.items(), *((export.ARGS_VAR, a) for a in config.sglang_args)]:
+        if any(c in _PYTHON_LINE_BREAKS for c in value):
+            raise ValueError(f"env value of {name} holds a line-break character the env format's reader splits "
+                             f"at: {value!r} (the docker-env format carries it)")
 
 
 def _left_out_lines(left_out: list[str]) -> list[str]:
