@@ -128,8 +128,8 @@ class TrialSpec(Frozen):
     sweep_started_at: float = 0.0
     """Shared epoch of the sweep (the simulator's host drift is a function of time since it)."""
     experiment: Any
-    """The validated experiment, a config.SweepSpec (it pickles through Ray as it is, so a worker needs no
-    files and validates nothing again); a dict of it (SweepSpec.model_dump) is validated on arrival."""
+    """The validated experiment, a config.SweepSpec (typed Any: a leaf cannot name config's types). It
+    pickles through Ray as it is, so a worker needs no files and validates nothing again."""
 
 
 class TrialOutcome(Frozen):

@@ -1,5 +1,11 @@
 """What the user wrote and what it means to SGLang (pure: no processes, no network).
 
-- `experiment`: the experiment and search-space models, loading and validation (`load`, `SweepSpec`).
+- `experiment`: the experiment models, loading and validation (`load`, `SweepSpec`); one message per mistake.
+- `space`: the search-space models and the pure walks over a space (order of its knobs, every point).
 - `knobs`: the typed catalogue of every knob (NCCL variables, SGLang flags) and the env allow-list.
+- `flags`: SGLang's flag tables per version (`launch_server --help`, flags a knob emits, flags the sweep sets).
+- `eagle`: SGLang's EAGLE feasibility rules, answering with a typed `Infeasible(rule, detail)`.
+- `render`: knob values -> SGLang flags (as data) and environment.
 """
+
+__all__ = ["eagle", "experiment", "flags", "knobs", "render", "space"]

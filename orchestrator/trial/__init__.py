@@ -1,8 +1,12 @@
 """One trial on one host; no Optuna, MLflow or Ray in here.
 
-- `plan`: trial parameters -> LaunchPlan (argv list + environment).
-- `server`: SGLang server process supervision (start, readiness, kill the group).
-- `bench`: the builtin load generator; `metrics`: bench records + /metrics -> Metrics.
-- `observe`: what really ran (environment per rank, NCCL's lines, all-reduce path, fingerprint).
+- `plan`: trial parameters -> LaunchPlan (flags and environment as data, the argv rendered from them).
+- `server`: server process supervision (start, readiness, kill the whole group).
+- `clients`: the benchmark clients behind one interface (builtin `bench`, SGLang's bench_serving).
+- `metrics`: bench records + /metrics -> Metrics; `failures`: exit status, log, records -> failure kind.
+- `observe`: what really ran (environment per rank, NCCL's lines, fingerprint); `allreduce`: which
+  all-reduce carried decode/verify, and plan warnings; `procs`: the one reader of other processes.
 - `runner`: the phases of one trial: TrialSpec in, TrialOutcome out.
 """
+
+__all__ = ["allreduce", "bench", "clients", "failures", "metrics", "observe", "plan", "procs", "runner", "server"]

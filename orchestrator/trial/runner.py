@@ -25,7 +25,7 @@ from orchestrator.trial import server as srv
 from orchestrator.trial.allreduce import allreduce_path
 from orchestrator.trial.failures import Failure, TrialFailed, classify_exit
 
-__all__ = ["run_trial", "write_json"]
+__all__ = ["run_trial"]
 
 
 def _launch_record(plan: LaunchPlan, extra_env: dict[str, str]) -> dict[str, Any]:
@@ -42,10 +42,10 @@ def _launch_record(plan: LaunchPlan, extra_env: dict[str, str]) -> dict[str, Any
 
 
 def _experiment(spec: TrialSpec) -> SweepSpec:
-    # The driver sends the validated model; a dict (a direct caller's model_dump) is validated here once.
-    if isinstance(spec.experiment, SweepSpec):
-        return spec.experiment
-    return SweepSpec.model_validate(spec.experiment)
+    # Validated once, at the edge (config.load); the trial takes the model as it is.
+    if not isinstance(spec.experiment, SweepSpec):
+        raise TypeError(f"TrialSpec.experiment must be the validated SweepSpec, but got {type(spec.experiment).__name__}")
+    return spec.experiment
 
 
 def run_trial(spec: TrialSpec, *, gpu_ids: list[str] | None = None, node: str = "") -> TrialOutcome:
