@@ -34,25 +34,16 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import TrackingError
 from orchestrator.records import ServingConfig, TrialOutcome
 from orchestrator.tracking import convert, registry, runs
-from orchestrator.tracking._client import MLFLOW_ENV_DEFAULTS, Store
-from orchestrator.tracking.convert import SWEEP_STATUSES, trial_run_name
+from orchestrator.tracking._client import Store
+from orchestrator.tracking.convert import SWEEP_STATUSES
 from orchestrator.tracking.outage import Failure, classify
-from orchestrator.tracking.outbox import (
-    OUTBOX_FILE,
-    REJECTED_FILE,
-    EndSweep,
-    LogSweepSummary,
-    LogTrial,
-    Outbox,
-    OutboxEntry,
-)
+from orchestrator.tracking.outbox import EndSweep, LogSweepSummary, LogTrial, Outbox, OutboxEntry
 
 if TYPE_CHECKING:
     import pandas
     from matplotlib.figure import Figure
 
-__all__ = ["MLFLOW_ENV_DEFAULTS", "OUTBOX_FILE", "REJECTED_FILE", "Tracker", "TrackingError",
-           "trial_run_name"]
+__all__ = ["Tracker", "TrackingError"]
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +65,6 @@ class Tracker:
         self.outbox_dir = Path(outbox_dir)
         self._store = Store(tracking_uri, experiment_name, artifact_location=artifact_location)
         self._outbox = Outbox(self.outbox_dir)
-
-    @property
-    def outbox_path(self) -> Path:
-        """The outbox file, `<outbox_dir>/outbox.jsonl`."""
-        return self._outbox.path
 
     def experiment_id(self) -> str:
         """The experiment's id, creating the experiment (or restoring a deleted one) if needed."""
