@@ -1,8 +1,8 @@
 """Search efficiency on the simulator's noise-free truth: measured trials needed to reach 98% of the
 true optimum, median over seeds, for TPE, random and grid (exhaustive in shuffled order).
 
-It drives the sweep's own Study (Optuna ask/tell in RDB storage, the same TPE settings the driver
-uses) with the driver's rules: infeasible proposals and repeats of a measured point cost no trial
+It drives the sweep's own Study (Optuna ask/tell, the same TPE settings the driver uses, in memory
+rather than sqlite) with the driver's rules: infeasible proposals and repeats of a measured point cost no trial
 (the repeat is told the earlier value). Only the server is replaced by the model's truth, optionally
 with multiplicative measurement noise.
 
@@ -20,39 +20,22 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from orchestrator.config import experiment as spec_mod  # noqa: E402
 from orchestrator.results import truth  # noqa: E402
-from orchestrator.search import space as sp  # noqa: E402
-from orchestrator.search import study as study_mod  # noqa: E402
 from orchestrator.search.proposal import Proposal, ProposalPolicy  # noqa: E402
-from orchestrator.search.study import Study  # noqa: E402
-
-
-class MemoryStudy(Study):
-    """The driver's Study (same sampler settings, same ask/tell) on Optuna's in-memory storage: the
-    benchmark measures the search, not sqlite round trips."""
-
-    def open(self) -> None:
-        import optuna
-
-        self._study = optuna.create_study(directions=self.directions,
-                                          sampler=study_mod._sampler(self.sampler_cfg, len(self.directions) > 1))
-        if self.sampler_cfg.kind == "grid":
-            order = [p for p in sp.points(self.space) if sp.infeasible_reason(p) is None]
-            random.Random(self.sampler_cfg.seed).shuffle(order)
-            self._grid = iter(order)
+from orchestrator.search.study import IN_MEMORY, Study  # noqa: E402
 
 
 def experiment(space_file: Path, sampler: str, seed: int) -> spec_mod.SweepSpec:
-    data = spec_mod._read_yaml(REPO / "experiments" / "demo.yaml", "experiment")
+    data = yaml.safe_load((REPO / "experiments" / "demo.yaml").read_text(encoding="utf-8"))
     data["search_space"] = [str(space_file.resolve())]
     data["sampler"] = {"kind": sampler, "seed": seed, "startup_trials": 8}
     tmp = Path(tempfile.mkdtemp()) / "exp.yaml"
-    import yaml
-
     tmp.write_text(yaml.safe_dump(data))
     return spec_mod.load(tmp)
 
@@ -60,7 +43,7 @@ def experiment(space_file: Path, sampler: str, seed: int) -> spec_mod.SweepSpec:
 def run_one(space_file: Path, sampler: str, seed: int, target: float, max_trials: int, noise: float,
             value_of) -> tuple[int | None, float]:
     spec = experiment(space_file, sampler, seed)
-    study = MemoryStudy("memory", "bench", spec.space, spec.sampler, ["maximize"])
+    study = Study(IN_MEMORY, "bench", spec.space, spec.sampler, ["maximize"])
     study.open()
     rng = random.Random(seed)
     policy = ProposalPolicy(study)  # the driver's: infeasible points and repeats cost no trial

@@ -27,6 +27,9 @@ from orchestrator.search import space as sp
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
+IN_MEMORY = "memory:"
+"""A storage URL that keeps the study in this process only (the search benchmark's: no sqlite round trips)."""
+
 _DIRECTIONS = {"maximize": StudyDirection.MAXIMIZE, "minimize": StudyDirection.MINIMIZE}
 
 
@@ -92,7 +95,8 @@ class Study:
         return self.name in names
 
     def open(self) -> None:
-        storage = optuna.storages.RDBStorage(self.storage_url, engine_kwargs=_engine_kwargs(self.storage_url))
+        storage = (None if self.storage_url == IN_MEMORY
+                   else optuna.storages.RDBStorage(self.storage_url, engine_kwargs=_engine_kwargs(self.storage_url)))
         self._study = optuna.create_study(
             study_name=self.name, storage=storage, directions=[_DIRECTIONS[d] for d in self.directions],
             sampler=_sampler(self.sampler_cfg, len(self.directions) > 1), load_if_exists=True,
