@@ -51,6 +51,10 @@ def load(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str], str]:
         except ValueError as e:
             raise DeployError(f"the configuration in the environment is unusable: {e}") from None
         return env, args, "the environment (docker-env variables)"
+    if "CHAMPION_ENV" not in environ and not Path(path).exists() and export.ARGS_VAR in environ:
+        raise DeployError(
+            f"the environment carries {export.ARGS_VAR}, the shell env format, whose quotes docker --env-file and "
+            f"kubectl keep as part of the values; export with sweep export --format docker-env instead")
     try:
         # newline="": a carriage return inside a value is part of it for docker's reader too.
         with open(path, encoding="utf-8", newline="") as f:

@@ -166,6 +166,15 @@ def test_no_configuration_anywhere(tmp_path: Path) -> None:
     assert "docker run --env-file" in line
 
 
+def test_shell_env_format_through_docker_env_file_is_explained(tmp_path: Path) -> None:
+    """The issue's case: the shell format given to docker --env-file keeps its quotes; say so, run nothing."""
+    delivered = _docker_environment(_write(tmp_path, "env"))
+    assert delivered["SGLANG_SWEEP_ARGS"].startswith("'")
+    line = _bad(tmp_path, None, **delivered)
+    assert "the environment carries SGLANG_SWEEP_ARGS, the shell env format" in line
+    assert "sweep export --format docker-env" in line
+
+
 def test_environment_configuration_must_be_whole(tmp_path: Path) -> None:
     delivered = formats.parse_docker_env(GOOD)
     del delivered["NCCL_PROTO"]
