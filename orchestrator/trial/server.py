@@ -75,7 +75,7 @@ def child_env(plan: LaunchPlan, base: dict[str, str], extra: dict[str, str] | No
 
 
 class ServerProcess:
-    """One supervised server. Use as a context manager so it is always stopped."""
+    """One supervised server: start, wait until ready, stop (whoever starts it stops it, whatever happened)."""
 
     def __init__(self, plan: LaunchPlan, log_path: Path, env: dict[str, str]):
         self.plan = plan
@@ -84,13 +84,6 @@ class ServerProcess:
         self.phase = Phase.created
         self.proc: subprocess.Popen | None = None
         self.base_url = f"http://{plan.host}:{plan.port}"
-
-    def __enter__(self) -> ServerProcess:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     @property
     def pid(self) -> int | None:
@@ -110,9 +103,6 @@ class ServerProcess:
 
     def returncode(self) -> int | None:
         return self.proc.poll() if self.proc else None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def wait_ready(self, timeout_s: float, *, poll_s: float = 0.25) -> ReadyResult:
         """Poll GET /health until 200, the process exits, or `timeout_s` passes."""
@@ -151,9 +141,6 @@ class ServerProcess:
         with contextlib.suppress(OSError):
             (self.log_path.parent / "server.pid").unlink()
         return problems
-
-    def log_tail(self, lines: int = 60) -> str:
-        return tail(self.log_path, lines)
 
 
 def kill_group(pgid: int, grace_s: float, *, wait: Callable[..., object] | None = None) -> list[str]:
