@@ -95,10 +95,6 @@ def shutdown() -> None:
         ray.shutdown()
 
 
-def cluster_gpus() -> float:
-    return float(ray.cluster_resources().get("GPU", 0.0))
-
-
 @ray.remote(max_restarts=0, max_concurrency=2)  # type: ignore[call-overload]  # the stubs lack actor options
 class TrialActor:
     """Runs trials on the GPUs Ray gave it. Stores nothing but the config; work happens in run()."""
