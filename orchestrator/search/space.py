@@ -6,19 +6,18 @@ and SGLang's EAGLE rules config.eagle's; they are re-exported here for the searc
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from collections.abc import Mapping
 
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from orchestrator.config import eagle
 from orchestrator.config.space import ParamSpec, SearchSpace, complete, is_active, points, when_order
 from orchestrator.records import ParamValue
 
-__all__ = ["baseline_params", "census", "complete", "distribution", "distributions", "infeasible_reason",
-           "is_active", "key", "ordered", "points", "random_point", "size"]
+__all__ = ["baseline_params", "census", "complete", "distribution", "infeasible_reason",
+           "is_active", "key", "ordered", "points", "random_point"]
 
 
 def distribution(param: ParamSpec) -> CategoricalDistribution | IntDistribution:
@@ -27,11 +26,6 @@ def distribution(param: ParamSpec) -> CategoricalDistribution | IntDistribution:
         return CategoricalDistribution(param.choices)
     assert param.low is not None and param.high is not None
     return IntDistribution(param.low, param.high, step=param.step, log=param.log)
-
-
-def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
-    """Every dimension's distribution, by knob name."""
-    return {name: distribution(p) for name, p in space.params.items()}
 
 
 ordered = when_order
@@ -57,11 +51,6 @@ def random_point(space: SearchSpace, rng: random.Random) -> dict[str, ParamValue
         param = space.params[name]
         chosen[name] = rng.choice(param.values()) if is_active(param, chosen) else None
     return complete(space, chosen)
-
-
-def size(space: SearchSpace) -> int:
-    """Upper bound of distinct points (product of dimension sizes), without enumerating."""
-    return math.prod(len(p.values()) for p in space.params.values())
 
 
 def _components(space: SearchSpace) -> list[list[str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections import Counter
 from pathlib import Path
@@ -162,7 +163,7 @@ def test_demo_census_is_consistent() -> None:
     assert total == others * len(eagle_points)
     assert feasible == others * sum(sp.infeasible_reason(p) is None for p in eagle_points)
     assert sum(reasons.values()) == total - feasible
-    assert 0 < feasible < total <= sp.size(s.space)
+    assert 0 < feasible < total <= math.prod(len(p.values()) for p in s.space.params.values())
     # top-k 1 takes no draft-token knob (SGLang forces steps + 1), so that rule never fires here
     assert s.space.params["speculative_num_draft_tokens"].when == {"speculative_eagle_topk": [2, 4]}
     assert reasons["top-k 1 forces draft tokens = steps + 1"] == 0
@@ -214,7 +215,8 @@ def test_baseline_is_all_none_and_a_feasible_point() -> None:
 
 
 def test_distributions() -> None:
-    dists = sp.distributions(_space(SMALL))
+    space = _space(SMALL)
+    dists = {name: sp.distribution(p) for name, p in space.params.items()}
     assert dists["NCCL_PROTO"] == CategoricalDistribution((None, "LL", "Simple"))
     assert dists["speculative_num_steps"] == IntDistribution(1, 3)
 
