@@ -45,13 +45,14 @@ class DeployError(UserError):
 def load(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str], str]:
     """The configuration's (environment, SGLang flags) and a description of where they came from."""
     path = environ.get("CHAMPION_ENV") or DEFAULT_ENV_FILE
-    if "CHAMPION_ENV" not in environ and not Path(path).exists() and formats.ARGS_JSON_VAR in environ:
+    no_file = "CHAMPION_ENV" not in environ and not Path(path).exists()
+    if no_file and formats.ARGS_JSON_VAR in environ:
         try:
             env, args = formats.deployment(environ, whole_file=False)
         except ValueError as e:
             raise DeployError(f"the configuration in the environment is unusable: {e}") from None
         return env, args, "the environment (docker-env variables)"
-    if "CHAMPION_ENV" not in environ and not Path(path).exists() and export.ARGS_VAR in environ:
+    if no_file and export.ARGS_VAR in environ:
         raise DeployError(
             f"the environment carries {export.ARGS_VAR}, the shell env format, whose quotes docker --env-file and "
             f"kubectl keep as part of the values; export with sweep export --format docker-env instead")
