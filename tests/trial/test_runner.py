@@ -48,3 +48,35 @@ def test_a_trial_on_the_simulator(tmp_path: Path) -> None:
     assert json.loads((folder / "outcome.json").read_text()) == outcome.model_dump(mode="json")
     launch = json.loads((folder / "launch.json").read_text())
     assert launch["env"]["NCCL_PROTO"] == "LL" and launch["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+FAKE_BENCH_SERVING = '''
+import argparse, json
+ap = argparse.ArgumentParser()
+ap.add_argument("--output-file")
+ap.add_argument("--num-prompts", type=int)
+args, _ = ap.parse_known_args()
+row = {"completed": args.num_prompts, "output_throughput": 250.0, "median_tpot_ms": 8.0, "median_ttft_ms": 30.0,
+       "p99_ttft_ms": 41.0, "median_itl_ms": 8.0, "p99_itl_ms": 9.5, "accept_length": 2.5, "errors": ["", ""]}
+with open(args.output_file, "a") as f:
+    f.write(json.dumps(row) + "\\n")
+'''
+
+
+def test_a_trial_measured_by_bench_serving(tmp_path: Path, monkeypatch) -> None:
+    """`benchmark.engine: bench_serving` runs `python -m sglang.bench_serving` (here a stand-in that writes
+    SGLang's JSONL row) against the server, and its row is the measurement."""
+    (tmp_path / "fake" / "sglang").mkdir(parents=True)
+    (tmp_path / "fake" / "sglang" / "__init__.py").write_text("")
+    (tmp_path / "fake" / "sglang" / "bench_serving.py").write_text(FAKE_BENCH_SERVING)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    s = small_demo()
+    s = s.model_copy(update={"benchmark": s.benchmark.model_copy(update={"engine": "bench_serving"})})
+    spec = TrialSpec(number=4, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0004"), experiment=s)
+    outcome = run_trial(spec)
+    assert outcome.status is TrialStatus.COMPLETE, (outcome.reason, outcome.log_tail)
+    assert outcome.metrics is not None
+    assert outcome.metrics.decode_tok_s == 125.0  # 1000 / median_tpot_ms
+    assert outcome.metrics.output_tok_s == 250.0 and outcome.metrics.requests_ok == 2
+    assert outcome.metrics.sources["decode_tok_s"] == "bench_serving:1000/median_tpot_ms"
+    assert (tmp_path / "0004" / "bench_serving-0.jsonl").exists()
