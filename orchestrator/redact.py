@@ -21,15 +21,17 @@ Hugging Face `hf_...`, AWS key ids `AKIA...`/`ASIA...`, GitHub `ghp_...`/`github
 OpenAI-style `sk-...`, Slack `xox?-...`, `Bearer ...`, the password in `scheme://user:password@host`,
 and the value in `SECRET_NAME=value`, `"SECRET_NAME": "value"`, `--api-key value` and an argv list
 serialised as `"--api-key", "value"`.
+
+A URL to show or keep (a storage or tracking URI) goes through mask_url_password.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from urllib.parse import urlsplit, urlunsplit
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
 

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 
 from orchestrator.config import knobs
 from orchestrator.config.eagle import EAGLE_KNOBS, effective
-from orchestrator.config.experiment import Scalar, SweepSpec
+from orchestrator.config.experiment import SweepSpec
+from orchestrator.config.space import Scalar
 from orchestrator.records import ParamValue
 
 Flags = dict[str, str | bool]
