@@ -174,8 +174,9 @@ def parse_env(text: str) -> dict[str, str]:
     words) is rejected with its line number rather than guessed at.
     """
     result: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    # A shell ends a line at "\n" only; str.splitlines() would also break at \x0b, \x1e, \u2028, ...
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip(" \t\r")
         if not line or line.startswith("#"):
             continue
         match = _ASSIGNMENT.match(line)

@@ -15,6 +15,7 @@ from orchestrator.results import export
 
 TRICKY_VALUES = [
     "0",
+    "vertical\x0btab", "record\x1esep", "line\u2028sep",  # line breaks to str.splitlines(), not to a shell
     "",
     " ",
     "two words",
