@@ -40,16 +40,20 @@ A port already in use fails like uvicorn: "[Errno 98] error while attempting to 
 
 from orchestrator.simulator.cli import params_from_launch
 from orchestrator.simulator.cost import TrialCost, trial_cost
+from orchestrator.simulator.faults import Faults, parse_faults
 from orchestrator.simulator.model import (
-           AllReduceChoice,
-           NcclSettings,
-           Prediction,
-           Ranked,
-           evaluate,
-           nccl_all_reduce,
-           truth,
+    AllReduceChoice,
+    HardwareProfile,
+    ModelProfile,
+    NcclSettings,
+    Prediction,
+    Ranked,
+    evaluate,
+    nccl_all_reduce,
+    truth,
 )
 from orchestrator.simulator.profiles import ProfileError, load_hardware, load_model
 
-__all__ = ["AllReduceChoice", "NcclSettings", "Prediction", "ProfileError", "Ranked", "TrialCost", "evaluate",
-           "load_hardware", "load_model", "nccl_all_reduce", "params_from_launch", "trial_cost", "truth"]
+__all__ = ["AllReduceChoice", "Faults", "HardwareProfile", "ModelProfile", "NcclSettings", "Prediction",
+           "ProfileError", "Ranked", "TrialCost", "evaluate", "load_hardware", "load_model", "nccl_all_reduce",
+           "params_from_launch", "parse_faults", "trial_cost", "truth"]

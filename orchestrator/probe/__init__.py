@@ -1,0 +1,74 @@
+"""The probe stage: the host's real tensor-parallel all-reduce per NCCL setting, without a model.
+
+`sweep probe EXP` measures, for NCCL settings taken from the experiment's space, the latency of
+all-reduces of the sizes decode, verify and prefill move, inside CUDA graphs (as decode runs) and
+eager, and ranks the settings by latency at the verify sizes. A sweep can then run full trials only
+over the settings within `keep_within` of the best (the NCCL defaults always kept).
+
+Pieces:
+    sizes.py      message sizes from the model profile and the experiment (decode, verify-n, prefill, large)
+    settings.py   the NCCL dimensions of the space; `SettingSearch` (enumerate a small space, search a large one)
+    tuning.py     parser of NCCL's NCCL_DEBUG=INFO lines (version, "set by environment", TUNING choices)
+    result.py     ProbeRow / SettingRecord / ProbeResult, probe.json (atomic), `rank_settings`
+    simulated.py  `engine: simulator`: the hardware profile's NCCL model with seeded noise
+    gpu.py        a GPU host: rank workers (_worker.py) forking one fresh process group per setting
+    tuner.py      `--format nccl-tuner`: per-size rules for NCCL's example tuner plugin, and their parser
+    run.py        the loop: ask, measure, score, tell, write probe.json
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from orchestrator.config.experiment import SweepSpec
+from orchestrator.probe.gpu import GpuHost, ProbeUnavailable, unavailable_reason
+from orchestrator.probe.result import (
+    PROBE_FILE,
+    ProbeResult,
+    ProbeRow,
+    RankedSetting,
+    SettingRecord,
+    rank_settings,
+    read_probe,
+    write_probe,
+)
+from orchestrator.probe.run import ProbeProgress, base_env, probe_on, probe_sizes
+from orchestrator.probe.settings import DEFAULT_BUDGET, DEFAULTS_LABEL, NcclSetting, SettingSearch, nccl_dimensions
+from orchestrator.probe.simulated import SimulatedHost
+from orchestrator.probe.sizes import ProbeSize
+from orchestrator.probe.tuner import TunerRule, parse_tuner_config, render_tuner_config, tuner_rules
+from orchestrator.probe.tuning import NcclChoice, parse_nccl_log
+
+__all__ = [
+    "DEFAULTS_LABEL", "DEFAULT_BUDGET", "PROBE_FILE", "GpuHost", "NcclChoice", "NcclSetting", "ProbeProgress",
+    "ProbeResult", "ProbeRow", "ProbeSize", "ProbeUnavailable", "RankedSetting", "SettingRecord", "SettingSearch",
+    "SimulatedHost", "TunerRule", "nccl_dimensions", "parse_nccl_log", "parse_tuner_config", "rank_settings",
+    "read_probe", "render_tuner_config", "run_probe", "tuner_rules", "write_probe",
+]
+
+
+def run_probe(spec: SweepSpec, workdir: Path, *, budget: int | None = None,
+              progress: Callable[[ProbeProgress], None] | None = None) -> ProbeResult:
+    """Probe `spec`'s NCCL settings on its engine and write `workdir/probe.json`.
+
+    On `engine: simulator` the hardware profile's model answers; on `engine: sglang` this host's
+    GPUs do. Where the GPU path cannot run (no torch, fewer GPUs than tp) the result has no
+    settings and says why in `skipped`; it is written all the same.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    sizes = probe_sizes(spec)
+    if spec.engine == "simulator":
+        return probe_on(SimulatedHost(spec, sizes), spec, sizes, workdir, budget=budget, progress=progress)
+    reason = unavailable_reason()
+    if reason is None:
+        try:
+            with GpuHost(sizes, workdir / "probe", tp=spec.server.tp, unset=tuple(nccl_dimensions(spec))) as host:
+                return probe_on(host, spec, sizes, workdir, budget=budget, progress=progress)
+        except ProbeUnavailable as exc:
+            reason = str(exc)
+    skipped = ProbeResult(experiment=spec.name, engine=spec.engine, host="this host", tp=spec.server.tp,
+                          nccl_version=None, base_env=base_env(spec), sizes=sizes, settings=(), rows=(),
+                          space_settings=0, searched=False, seconds=0.0, skipped=reason)
+    write_probe(skipped, workdir / PROBE_FILE)
+    return skipped

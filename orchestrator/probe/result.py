@@ -1,0 +1,145 @@
+"""What a probe found: one row per (setting, size, mode), written as probe.json, and the ranking.
+
+The same shape comes from a GPU host and from the simulator. A setting's score is its mean
+all-reduce latency over the verify sizes (inside CUDA graphs when measured there, as decode runs;
+eager otherwise): the verify pass is where NCCL settings move decode speed most.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.fsio import write_atomic
+from orchestrator.probe.settings import DEFAULTS_LABEL
+from orchestrator.probe.sizes import ProbeSize
+from orchestrator.probe.tuning import NcclChoice
+
+Mode = Literal["graph", "eager"]
+Status = Literal["ok", "hang", "error"]
+PROBE_FILE = "probe.json"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ProbeRow(_Frozen):
+    """One all-reduce size under one NCCL setting, in one mode."""
+
+    setting: str
+    """The setting's label: "NCCL defaults" or "NCCL_PROTO=LL NCCL_P2P_LEVEL=SYS"."""
+    env: dict[str, str]
+    """The NCCL variables the setting sets (the experiment's fixed environment comes on top)."""
+    size: str
+    nbytes: int
+    mode: Mode
+    median_us: float | None
+    """Median over the repeats of the per-call latency (microseconds); None unless status is ok."""
+    repeats: int
+    nccl_choice: NcclChoice | None = None
+    """What NCCL chose for this size (its TUNING line; the model's choice on the simulator)."""
+    status: Status = "ok"
+    reason: str = ""
+
+
+class SettingRecord(_Frozen):
+    """How probing one setting went as a whole."""
+
+    setting: str
+    env: dict[str, str]
+    status: Status
+    reason: str = ""
+    seconds: float
+    """Wall time of this setting (process group set-up, measurement, tear-down)."""
+    env_checked: str = ""
+    """How the environment was confirmed on every rank (what each rank's os.environ and NCCL said)."""
+
+
+class ProbeResult(_Frozen):
+    """A whole probe: where it ran, what it measured, what it cost."""
+
+    experiment: str
+    engine: Literal["simulator", "sglang"]
+    host: str
+    """Hardware profile name on the simulator; the GPUs found on a real host."""
+    tp: int
+    nccl_version: str | None
+    base_env: dict[str, str] = Field(default_factory=dict)
+    """The experiment's fixed NCCL environment, applied under every setting."""
+    sizes: tuple[ProbeSize, ...]
+    settings: tuple[SettingRecord, ...]
+    rows: tuple[ProbeRow, ...]
+    space_settings: int
+    """How many NCCL settings the space holds (probed: len(settings))."""
+    searched: bool
+    """True when the space was larger than the budget and was searched rather than enumerated."""
+    seconds: float
+    skipped: str = ""
+    """Why nothing was measured (e.g. no GPU here); empty when the probe ran."""
+
+    @property
+    def seconds_per_setting(self) -> float:
+        return self.seconds / len(self.settings) if self.settings else 0.0
+
+
+def write_probe(result: ProbeResult, path: str | Path) -> Path:
+    """probe.json, written atomically (temp file, fsync, replace)."""
+    return write_atomic(path, result.model_dump_json() + "\n")
+
+
+def read_probe(path: str | Path) -> ProbeResult:
+    return ProbeResult.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+def setting_score(rows: Iterable[ProbeRow], sizes: Iterable[ProbeSize]) -> float | None:
+    """Mean latency over the verify sizes (decode when the experiment has no verify sizes), graph
+    mode when measured, else eager; None when any of those rows failed or is missing."""
+    wanted = [s.label for s in sizes if s.kind == "verify"] or [s.label for s in sizes if s.kind == "decode"]
+    by_key = {(r.size, r.mode): r for r in rows}
+    mode: Mode = "graph" if any(m == "graph" for _, m in by_key) else "eager"
+    values = []
+    for label in wanted:
+        row = by_key.get((label, mode))
+        if row is None or row.status != "ok" or row.median_us is None:
+            return None
+        values.append(row.median_us)
+    return statistics.fmean(values) if values else None
+
+
+class RankedSetting(_Frozen):
+    rank: int
+    setting: str
+    env: dict[str, str]
+    score_us: float | None
+    """Mean verify-size latency (see setting_score); None for a setting that failed."""
+    relative: float | None
+    """score / best score (1.0 = the best)."""
+    kept: bool
+    """Within keep_within of the best, or the NCCL defaults (always a candidate)."""
+
+
+def rank_settings(result: ProbeResult, *, keep_within: float | None = None) -> tuple[RankedSetting, ...]:
+    """Every probed setting, fastest first (failed ones last), marked kept when within `keep_within`
+    of the best score (all working ones when None). The NCCL defaults are always kept."""
+    if keep_within is not None and keep_within < 1.0:
+        raise ValueError(f"keep_within is a ratio to the best latency and must be >= 1.0, but got {keep_within}")
+    scored = []
+    for record in result.settings:
+        rows = [r for r in result.rows if r.setting == record.setting]
+        score = setting_score(rows, result.sizes) if record.status == "ok" else None
+        scored.append((record, score))
+    scored.sort(key=lambda rs: (rs[1] is None, rs[1] if rs[1] is not None else 0.0, rs[0].setting))
+    best = next((s for _, s in scored if s is not None), None)
+    out = []
+    for i, (record, score) in enumerate(scored):
+        relative = score / best if score is not None and best else None
+        kept = record.setting == DEFAULTS_LABEL or (
+            relative is not None and (keep_within is None or relative <= keep_within))
+        out.append(RankedSetting(rank=i + 1, setting=record.setting, env=record.env, score_us=score,
+                                 relative=relative, kept=kept))
+    return tuple(out)
