@@ -274,28 +274,28 @@ def status(
     """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage."""
     wd = _workdir(workdir)
     rep = status_report(wd, storage)
-    out.print(f"[bold]{rep['experiment']}[/] in {wd}: {rep['status']}"
-              + ("" if rep["driver_alive"] or rep["status"] != "running" else " [red](driver not running: "
+    out.print(f"[bold]{rep.experiment}[/] in {wd}: {rep.status}"
+              + ("" if rep.driver_alive or rep.status != "running" else " [red](driver not running: "
                  "resume with `sweep run EXP --resume`)[/]"))
-    out.print(f"progress: {rep['launched']}/{rep['budget_trials']} trials launched, {rep['complete']} complete, "
-              f"{rep['failed']} failed, {rep['running']} running, {rep['skipped']} proposals skipped")
-    if rep.get("eta_s") is not None:
-        out.print(f"elapsed {rep['elapsed_s'] / 60:.1f} min, ETA {rep['eta_s'] / 60:.1f} min")
-    if rep["failures"]:
-        out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep["failures"].items())))
-    best = rep.get("best")
+    out.print(f"progress: {rep.launched}/{rep.budget_trials} trials launched, {rep.complete} complete, "
+              f"{rep.failed} failed, {rep.running} running, {rep.skipped} proposals skipped")
+    if rep.eta_s is not None:
+        out.print(f"elapsed {rep.elapsed_s / 60:.1f} min, ETA {rep.eta_s / 60:.1f} min")
+    if rep.failures:
+        out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.failures.items())))
+    best = rep.best
     if best:
-        sp_txt = f" ({(best['speedup'] - 1) * 100:+.1f}% vs baseline)" if best.get("speedup") else ""
-        out.print(f"best so far: trial {best['number']}: {rep['objective']} = {best['value']:.2f}{sp_txt}")
-        for k, v in best["params"].items():
+        sp_txt = f" ({(best.speedup - 1) * 100:+.1f}% vs baseline)" if best.speedup else ""
+        out.print(f"best so far: trial {best.number}: {rep.objective} = {best.value:.2f}{sp_txt}")
+        for k, v in best.params.items():
             out.print(f"    {k} = {v}")
-    if rep.get("baseline") is not None:
-        out.print(f"baseline: {rep['baseline']:.2f} ({len(rep['baselines'])} measurement(s))")
-    for node, hashes in rep["fingerprints"].items():
+    if rep.baseline is not None:
+        out.print(f"baseline: {rep.baseline:.2f} ({len(rep.baselines)} measurement(s))")
+    for node, hashes in rep.fingerprints.items():
         out.print(f"[yellow]warning: the fingerprint of {node or 'the host'} changed during the sweep "
                   f"({', '.join(hashes)}): compare fingerprint.json of its trials[/]")
-    if rep.get("stop_reason"):
-        out.print(f"stop reason: {rep['stop_reason']}")
+    if rep.stop_reason:
+        out.print(f"stop reason: {rep.stop_reason}")
 
 
 @app.command()
@@ -392,11 +392,11 @@ def truth(
                       ", ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "engine defaults")
     out.print(table)
     if workdir is not None:
-        best = status_report(workdir).get("best")
+        best = status_report(workdir).best
         if best:
-            value = truth_mod.evaluator(s)(sp.complete(s.space, best["params"]))
+            value = truth_mod.evaluator(s)(sp.complete(s.space, best.params))
             ratio = value / t.optimum if t.maximize else t.optimum / value
-            out.print(f"sweep best (trial {best['number']}): true {s.objective.metric} {value:.2f} = "
+            out.print(f"sweep best (trial {best.number}): true {s.objective.metric} {value:.2f} = "
                       f"{ratio * 100:.1f}% of the optimum, rank {t.rank_of_value(value)} of {len(t.values)}")
 
 

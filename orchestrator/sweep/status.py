@@ -8,16 +8,54 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from orchestrator.errors import SweepError
-from orchestrator.records import TrialRole
+from orchestrator.records import ParamValue, TrialRole
 from orchestrator.search.study import read_only
 from orchestrator.sweep._workdir import Paths
 from orchestrator.sweep.state import SweepState
+
+
+@dataclass(frozen=True)
+class BestSoFar:
+    number: int
+    value: float
+    speedup: float | None
+    """Over the nearest baseline, when one was measured."""
+    params: dict[str, ParamValue]
+    """The knobs that are set (None values left out)."""
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """What `sweep status` shows, counted from the Optuna storage (skipped proposals, interrupted
+    trials and confirmation runs are not trials)."""
+
+    experiment: str
+    status: str
+    driver_alive: bool
+    """The driver that wrote sweep.json still runs."""
+    budget_trials: int
+    launched: int
+    complete: int
+    failed: int
+    running: int
+    skipped: int
+    failures: dict[str, int]
+    objective: str
+    best: BestSoFar | None
+    baseline: float | None
+    """The latest baseline measurement."""
+    baselines: list[tuple[float, float]]
+    elapsed_s: float
+    eta_s: float | None
+    fingerprints: dict[str, list[str]]
+    """Hosts whose fingerprint changed during the sweep -> the hashes seen."""
+    stop_reason: str
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -42,7 +80,7 @@ def read_state(workdir: Path) -> SweepState:
         raise SweepError(f"{workdir}/sweep.json is not a sweep state file: {exc.errors()[0]['msg']}") from None
 
 
-def status_report(workdir: Path, storage: str | None = None) -> dict[str, Any]:
+def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
     """Progress of the sweep in `workdir`, read from sweep.json and the Optuna storage (no MLflow needed)."""
     workdir = Path(workdir)
     state = read_state(workdir)
@@ -73,16 +111,15 @@ def status_report(workdir: Path, storage: str | None = None) -> dict[str, Any]:
         if t.attrs.get("fingerprint_hash"):
             per_node.setdefault(str(t.attrs.get("node", "")).split("/")[0], set()).add(t.attrs["fingerprint_hash"])
     fps = {node: sorted(h) for node, h in per_node.items() if len(h) > 1}  # only real changes, per host
-    return {
-        "experiment": state.experiment, "status": state.status,
-        "driver_alive": _pid_alive(state.pid) and state.status == "running",
-        "budget_trials": budget, "launched": len(finished) + len(running), "complete": len(complete),
-        "failed": len(finished) - len(complete), "running": len(running),
-        "skipped": sum(1 for t in trials if t.attrs.get("skipped")),
-        "failures": dict(failures), "objective": state.objective,
-        "best": None if best is None or not best.values else {
-            "number": best.number, "value": best.values[0], "speedup": best.attrs.get("speedup_vs_baseline"),
-            "params": {k: v for k, v in best.params.items() if v is not None}},
-        "baseline": baselines[-1][1] if baselines else None, "baselines": baselines,
-        "elapsed_s": elapsed, "eta_s": eta, "fingerprints": fps, "stop_reason": state.stop_reason,
-    }
+    return StatusReport(
+        experiment=state.experiment, status=state.status,
+        driver_alive=_pid_alive(state.pid) and state.status == "running",
+        budget_trials=budget, launched=len(finished) + len(running), complete=len(complete),
+        failed=len(finished) - len(complete), running=len(running),
+        skipped=sum(1 for t in trials if t.attrs.get("skipped")), failures=dict(failures), objective=state.objective,
+        best=None if best is None or not best.values else BestSoFar(
+            number=best.number, value=best.values[0], speedup=best.attrs.get("speedup_vs_baseline"),
+            params={k: v for k, v in best.params.items() if v is not None}),
+        baseline=baselines[-1][1] if baselines else None, baselines=baselines,
+        elapsed_s=elapsed, eta_s=eta, fingerprints=fps, stop_reason=state.stop_reason,
+    )

@@ -84,7 +84,7 @@ def test_keeps_two_trials_in_flight_and_writes_what_status_reads(tmp_path, sqlit
     assert state["status"] == "finished" and state["launched"] == 5 and state["stop_kind"] == "trial_budget"
     assert json.loads((wd / "summary.json").read_text())["stop_reason"] == "trial budget reached (5)"
     report = status_report(wd)
-    assert (report["launched"], report["complete"], report["running"]) == (5, 5, 0)
+    assert (report.launched, report.complete, report.running, report.status) == (5, 5, 0, "finished")
 
 
 def test_a_failure_is_recorded_as_data_and_its_parameters_are_settled_without_a_launch(
