@@ -28,7 +28,8 @@ class InlineExecutor:
     def __init__(self, slots: int):
         self.slots = slots
         self._done: queue.Queue[Finished] = queue.Queue()
-        self._running: dict[int, TrialSpec] = {}
+        self._running: dict[int, tuple[TrialSpec, threading.Thread]] = {}
+        """Submitted and not yet returned by wait(): a slot is free once its outcome is collected, as on Ray."""
         self._lock = threading.Lock()
         self._next = 0
 
@@ -45,8 +46,9 @@ class InlineExecutor:
                 raise RuntimeError(f"submit() with all {self.slots} slots busy")
             self._next += 1
             handle = self._next
-            self._running[handle] = spec
-        threading.Thread(target=self._run, args=(handle, spec), name=f"trial-{spec.number}", daemon=True).start()
+            thread = threading.Thread(target=self._run, args=(handle, spec), name=f"trial-{spec.number}", daemon=True)
+            self._running[handle] = (spec, thread)
+        thread.start()
         return handle
 
     def _run(self, handle: int, spec: TrialSpec) -> None:
@@ -58,8 +60,6 @@ class InlineExecutor:
             finished = Finished(handle, spec, made_outcome(
                 spec, FailureKind.internal_error,
                 f"the trial raised {last_line(text)} (traceback in sweep.log)", time.time()), lost=repr(exc))
-        with self._lock:
-            self._running.pop(handle, None)
         self._done.put(finished)
 
     def wait(self, timeout_s: float) -> list[Finished]:
@@ -70,21 +70,23 @@ class InlineExecutor:
         found = [first]
         while not self._done.empty():
             found.append(self._done.get_nowait())
+        with self._lock:
+            for finished in found:
+                self._running.pop(finished.handle, None)
         return found
 
     def abort(self, handle: int) -> None:
         with self._lock:
-            spec = self._running.get(handle)
-        if spec is not None:
-            threading.Thread(target=self._kill_servers, args=(handle, Path(spec.trial_dir)), daemon=True).start()
+            running = self._running.get(handle)
+        if running is not None:
+            spec, trial = running
+            threading.Thread(target=self._kill_servers, args=(trial, Path(spec.trial_dir)), daemon=True).start()
 
-    def _kill_servers(self, handle: int, trial_dir: Path, watch_s: float = 60.0) -> None:
+    @staticmethod
+    def _kill_servers(trial: threading.Thread, trial_dir: Path, watch_s: float = 60.0) -> None:
         """Kill whatever server the trial starts until it returns (it may be between two starts)."""
         deadline = time.monotonic() + watch_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                if handle not in self._running:
-                    return
+        while trial.is_alive() and time.monotonic() < deadline:
             if msg := reap_orphan(trial_dir):
                 log.info(msg)
             time.sleep(0.1)
