@@ -28,6 +28,7 @@ from importlib import resources
 from typing import Any
 
 from orchestrator.simulator.faults import Faults, parse_faults
+from orchestrator.simulator.model import NCCL_PARAM_NAMES
 from orchestrator.simulator.profiles import DEFAULT_HARDWARE, DEFAULT_MODEL
 
 PROG = "sglang serve"
@@ -312,8 +313,6 @@ def cuda_graph_decode(args: Mapping[str, Any]) -> tuple[bool, int | None]:
 
 def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     """The model's knob dict for resolved server args and the environment NCCL runs in."""
-    from orchestrator.simulator.model import NCCL_PARAM_NAMES
-
     graph, max_bs = cuda_graph_decode(args)
     params: dict[str, Any] = {
         "tp": args.get("tp_size") or 1,

@@ -12,6 +12,7 @@ while serving writes the traceback, kills the workers and exits 1 at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -19,13 +20,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
-from orchestrator.simulator import cli, failures, ranks
+import uvicorn
+from prometheus_client import disable_created_metrics
+
+from orchestrator.simulator import api, cli, engine, failures, ranks
 from orchestrator.simulator import model as perf
 from orchestrator.simulator.logs import Log
 from orchestrator.simulator.profiles import ProfileError, load_hardware, load_model
+from orchestrator.simulator.telemetry import Metrics
 
 _WARMUP_PROMPT = "The capital city of France is"
 
@@ -120,13 +125,6 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
 
     log.scheduler("Init torch distributed begin.")
     proc.workers = ranks.start(tp, rank_env, nccl_version=hw.nccl.version, tuning=_tuning_lines(hw, md, cfg))
-    # The HTTP stack is imported while the rank workers start (start-up time matters on small CI hosts).
-    import uvicorn
-    from prometheus_client import disable_created_metrics
-
-    from orchestrator.simulator import api, engine
-    from orchestrator.simulator.telemetry import Metrics
-
     if tp > 1:
         if hw.custom_all_reduce_unavailable and not cfg.custom_all_reduce_disabled \
                 and not perf.custom_all_reduce_usable(hw, tp, False):
@@ -188,10 +186,9 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
         def install_signal_handlers(self) -> None:  # uvicorn < 0.29
             pass
 
-        def capture_signals(self):  # uvicorn >= 0.29: our loop handlers own SIGTERM/SIGINT
-            import contextlib
-
-            return contextlib.nullcontext()
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:  # uvicorn >= 0.29: our loop handlers own SIGTERM/SIGINT
+            yield
 
     http_level = (args.get("log_level_http") or args.get("log_level") or "info").lower()
     server = _Server(uvicorn.Config(api.build(state), host=args["host"], port=int(args["port"]), lifespan="off",

@@ -44,6 +44,11 @@ ROWS = [
 ]
 
 
+def _value(samples, name: str, labels: dict[str, str] | None = None) -> float:
+    """Sum of the matching /metrics samples (0 when none match)."""
+    return float(sum(x.value for x in metrics.pick_samples(samples, name, labels)))
+
+
 def _measure(sim, steps: int) -> dict[str, float]:
     sim.wait_ready(30)
     before = httpx.get(sim.url + "/metrics").text
@@ -56,10 +61,10 @@ def _measure(sim, steps: int) -> dict[str, float]:
         out["verify_ms"] = m.verify_ms
         b, a = metrics.parse_prometheus(before), metrics.parse_prometheus(after)
         name, draft = "sglang:forward_execution_seconds_total", {"category": "eagle_draft"}
-        passes = sum((metrics.sample_value(a, "sglang:cuda_graph_passes_total", {"mode": mode}) or 0)
-                     - (metrics.sample_value(b, "sglang:cuda_graph_passes_total", {"mode": mode}) or 0)
+        passes = sum(_value(a, "sglang:cuda_graph_passes_total", {"mode": mode})
+                     - _value(b, "sglang:cuda_graph_passes_total", {"mode": mode})
                      for mode in ("decode_cuda_graph", "decode_none"))
-        out["draft_step_ms"] = (metrics.sample_value(a, name, draft) - metrics.sample_value(b, name, draft)) \
+        out["draft_step_ms"] = (_value(a, name, draft) - _value(b, name, draft)) \
             / passes / steps * 1e3
     return out
 
