@@ -1,6 +1,6 @@
 """One rank of the GPU probe: imports torch once, then forks a fresh child per NCCL setting.
 
-Started by gpu.py as `python -m orchestrator.probe._worker RANK WORLD BACKEND`. NCCL reads its
+Started by gpu.py as `python .../probe/_worker.py RANK WORLD BACKEND` (a script: stdlib and torch only). NCCL reads its
 environment when a communicator is created and caches most variables for the life of the process
 (NCCL_PARAM), so a long-lived process cannot try a second setting; a fresh `torchrun` per setting
 pays ~5.5 s of torch import each time. This process imports torch (without touching CUDA, so forking

@@ -1,6 +1,6 @@
 """The probe on a GPU host: `tp` rank workers, one fresh NCCL process group per setting.
 
-Each rank is a `python -m orchestrator.probe._worker` process that imports torch once and forks a
+Each rank is a `python .../probe/_worker.py` process that imports torch once and forks a
 child per setting (see _worker.py for why). Per setting, every rank's child gets the same
 environment (the experiment's fixed NCCL variables, the setting's, NCCL_DEBUG=INFO with the INIT,
 ENV and TUNING subsystems; the space's other NCCL variables unset, so "NCCL defaults" means
@@ -12,7 +12,10 @@ A setting whose ranks have not all answered by the deadline (forced NCCL_ALGO/NC
 has its children killed by process group and is recorded as `hang`.
 
 Cost of one setting: fork, CUDA context and NCCL communicator set-up, then the timing itself;
-torch's import (~5.5 s on an H200 host) is paid once per rank for the whole probe, not per setting.
+measured on the lent H200 host (docs/measurements/h200-probe-worker-cost.json, one rank, 5 sizes
+graph + eager): 0.65-1.04 s per setting, after 5.75 s of worker start (torch's import), paid once
+for the whole probe. A fresh torchrun per setting costs 9-10 s, so a 48-setting probe takes about a
+minute instead of eight (more ranks add communicator set-up, not imports).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from orchestrator.probe.settings import NcclSetting
 from orchestrator.probe.sizes import ProbeSize
 from orchestrator.probe.tuning import DeviceLog, choice_for, env_problems, parse_nccl_log, version_of
 
+_WORKER = Path(__file__).with_name("_worker.py")
 NCCL_LOGGING = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
 
 
@@ -65,7 +69,8 @@ class _Rank:
         self.rank = rank
         self.log = log
         self._stderr = open(log, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator.probe._worker", str(rank), str(world), backend],
+        # The worker runs as a script (stdlib + torch): importing the package would add seconds per rank.
+        self.proc = subprocess.Popen([sys.executable, str(_WORKER), str(rank), str(world), backend],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                      env=dict(env), start_new_session=True, text=True)
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
