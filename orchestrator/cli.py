@@ -23,10 +23,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator import fsio
 from orchestrator.config import experiment as spec_mod
 from orchestrator.errors import SweepToolError, UserError
 from orchestrator.records import TrialStatus
-from orchestrator.results import export as exp
+from orchestrator.results import formats
 from orchestrator.results import truth as truth_mod
 from orchestrator.search import space as sp
 from orchestrator.sweep import state as st
@@ -342,15 +343,20 @@ def ui(
 @_guard
 def export(
     output: Path = typer.Option(..., "-o", "--output", help="file to write (atomically)"),
-    fmt: str = typer.Option("env", "--format", help="env | json | sglang-args"),
+    fmt: str = typer.Option("env", "--format", help="env | docker-env | k8s | json | sglang-args"),
+    keep_observation: bool = typer.Option(
+        False, "--keep-observation",
+        help="keep what the sweep set only to observe (NCCL_DEBUG*, the device timer, --enable-metrics)"),
     workdir: Path | None = typer.Option(None, "--workdir", help="the sweep's work directory"),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (instead of --workdir)"),
     model: str | None = typer.Option(None, "--model", help="registered model name (with --tracking-uri)"),
     alias: str = typer.Option("champion", "--alias"),
 ) -> None:
-    """Write the configuration registered under models:/<name>@<alias> as an env, json or sglang-args file."""
-    if fmt not in ("env", "json", "sglang-args"):
-        raise UserError(f"--format must be one of env, json, sglang-args, but got {fmt!r}")
+    """Write the configuration registered under models:/<name>@<alias> for where it is loaded: a shell env
+    file, a docker --env-file, a Kubernetes ConfigMap, json or an SGLang argument line. Production by
+    default: what the sweep set only to observe is left out and named in the header."""
+    if fmt not in formats.FORMATS:
+        raise UserError(f"--format must be one of {', '.join(formats.FORMATS)}, but got {fmt!r}")
     if tracking_uri:
         if not model:
             raise UserError("--tracking-uri needs --model NAME (the registered model name)")
@@ -361,7 +367,11 @@ def export(
         tracker = _tracker(state.tracking_uri, state.experiment_in_mlflow, wd)
         model = model or state.model_name
     config = tracker.resolve(model, alias)
-    exp.write_atomic(output, exp.render(config, fmt))  # type: ignore[arg-type]
+    try:
+        text = formats.render_for(config, fmt, keep_observation=keep_observation)
+    except ValueError as exc:
+        raise UserError(f"cannot export as {fmt}: {exc}") from None
+    fsio.write_atomic(output, text)
     out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.get('trial_number')}, "
               f"run {config.get('run_id')}")
 
