@@ -18,6 +18,7 @@ Pieces:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,20 +54,26 @@ def run_probe(spec: SweepSpec, workdir: Path, *, budget: int | None = None,
     """Probe `spec`'s NCCL settings on its engine and write `workdir/probe.json`.
 
     On `engine: simulator` the hardware profile's model answers; on `engine: sglang` this host's
-    GPUs do. Where the GPU path cannot run (no torch, fewer GPUs than tp) the result has no
-    settings and says why in `skipped`; it is written all the same.
+    GPUs do. Where the GPU path cannot run (no torch, fewer GPUs than tp, a rank worker gone) the
+    result says why in `skipped`, keeping what was measured before; it is written all the same.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     sizes = probe_sizes(spec)
     if spec.engine == "simulator":
         return probe_on(SimulatedHost(spec, sizes), spec, sizes, workdir, budget=budget, progress=progress)
     reason = unavailable_reason()
+    started = time.time()
     if reason is None:
         try:
             with GpuHost(sizes, workdir / "probe", tp=spec.server.tp, unset=tuple(nccl_dimensions(spec))) as host:
                 return probe_on(host, spec, sizes, workdir, budget=budget, progress=progress)
         except ProbeUnavailable as exc:
             reason = str(exc)
+    path = workdir / PROBE_FILE
+    if path.exists() and path.stat().st_mtime >= started:  # this run measured some settings before it stopped
+        partial = read_probe(path).model_copy(update={"skipped": reason})
+        write_probe(partial, path)
+        return partial
     skipped = ProbeResult(experiment=spec.name, engine=spec.engine, host="this host", tp=spec.server.tp,
                           nccl_version=None, base_env=base_env(spec), sizes=sizes, settings=(), rows=(),
                           space_settings=0, searched=False, seconds=0.0, skipped=reason)

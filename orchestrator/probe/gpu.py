@@ -165,6 +165,9 @@ class GpuHost:
                "modes": list(self.modes), "sizes": [{"label": s.label, "nbytes": s.nbytes} for s in self.sizes]}
         files = [(self.folder / f"setting-{self._count}.rank-{r.rank}.json",
                   self.folder / f"setting-{self._count}.rank-{r.rank}.log") for r in self.ranks]
+        gone = [r.rank for r in self.ranks if r.proc.poll() is not None]
+        if gone:
+            raise ProbeUnavailable(f"rank worker(s) {', '.join(map(str, gone))} exited; see {self.folder}/worker-*.log")
         children: dict[int, int] = {}
         for rank, (result, log) in zip(self.ranks, files):
             rank.send({"run": {**job, "result": str(result), "log": str(log)}})
@@ -191,8 +194,11 @@ class GpuHost:
         for rank in self.ranks:
             while rank.rank not in exits:
                 message = rank.next(time.monotonic() + 10.0)
-                if message is None or "exited" in message or "gone" in message:
-                    exits[rank.rank] = int(message.get("exited", -999)) if message else -999
+                if message is not None and "started" in message:  # it forked only after the deadline
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(int(message["started"]), signal.SIGKILL)
+                    continue
+                exits[rank.rank] = int(message.get("exited", -999)) if message else -999
         return self._collect(setting, env, files, hung, time.monotonic() - started)
 
     def _collect(self, setting: NcclSetting, env: Mapping[str, str], files: list[tuple[Path, Path]], hung: bool,

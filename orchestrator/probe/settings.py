@@ -27,7 +27,8 @@ from orchestrator.config.experiment import Scalar, SweepSpec
 
 DEFAULTS_LABEL = "NCCL defaults"
 DEFAULT_BUDGET = 48
-"""Settings probed when the experiment or the command line gives no budget (~2-3 minutes on a GPU host)."""
+"""Settings probed when the experiment or the command line gives no budget (about a minute on a GPU host
+at ~1 s per setting, see gpu.py)."""
 _NOT_TUNABLE = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"})
 
 

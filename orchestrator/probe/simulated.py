@@ -5,7 +5,7 @@ Each (setting, size, mode) is the model's all-reduce latency times seeded multip
 H200 host: small eager all-reduces vary 30-60% between runs, graph ones little), median over the
 repeats; NCCL's choice is the model's. The experiment's simulator faults apply as on a server: a
 setting matching `nccl_hang` / `nccl_hang_when` hangs (status hang, as the GPU path's deadline
-records it). Microseconds per setting, with the same output as a GPU host.
+records it). About 10 ms per setting, with the same output as a GPU host.
 """
 
 from __future__ import annotations

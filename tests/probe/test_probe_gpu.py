@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from conftest import write_spec
+from probe_helpers import write_spec
 
 from orchestrator.probe import GpuHost, NcclSetting, ProbeUnavailable, read_probe, run_probe
 from orchestrator.probe.sizes import message_sizes

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import write_spec
+from probe_helpers import write_spec
 
 from orchestrator.probe import (
     DEFAULTS_LABEL,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import write_spec
+from probe_helpers import write_spec
 
 from orchestrator.probe import DEFAULTS_LABEL, rank_settings, read_probe, run_probe
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from conftest import write_spec
+from probe_helpers import write_spec
 
 from orchestrator.probe.run import probe_sizes
 from orchestrator.probe.settings import DEFAULTS_LABEL, NcclSetting, SettingSearch, nccl_dimensions, space_size
