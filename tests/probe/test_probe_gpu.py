@@ -79,3 +79,10 @@ def test_real_all_reduce_inside_cuda_graphs_and_eager(tmp_path):
     assert record.status == "ok", record.reason
     assert {r.mode for r in rows} == {"graph", "eager"} and all(r.nccl_choice for r in rows)
     assert host.nccl_version
+
+
+def test_a_rank_worker_that_dies_stops_the_probe_with_the_reason(cpu_host):
+    cpu_host.ranks[1].proc.kill()
+    cpu_host.ranks[1].proc.wait()
+    with pytest.raises(ProbeUnavailable, match=r"rank worker\(s\) 1 exited; see .*worker-\*\.log"):
+        cpu_host.measure(NcclSetting.of({}), {})
