@@ -4,10 +4,11 @@ over it (the order of its knobs, which are active, every distinct point)."""
 from __future__ import annotations
 
 import graphlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.errors import SpecError
 from orchestrator.records import ParamValue
 
 Scalar = str | int | float | bool | None
@@ -50,12 +51,12 @@ class ParamSpec(Strict):
                 raise ValueError(f"`log: true` needs low >= 1 and step 1, but got (low={self.low}, step={self.step})")
         return self
 
-    def values(self) -> tuple[Scalar, ...]:
-        """Every value this dimension can take (ranges expanded)."""
+    def values(self) -> Sequence[Scalar]:
+        """Every value this dimension can take (a range stays a lazy `range`: it may hold a million)."""
         if self.choices is not None:
             return self.choices
         assert self.low is not None and self.high is not None  # guaranteed by _one_form
-        return tuple(range(self.low, self.high + 1, self.step))
+        return range(self.low, self.high + 1, self.step)
 
 
 class SearchSpace(Strict):
@@ -114,3 +115,77 @@ def points(space: SearchSpace) -> Iterator[dict[str, ParamValue]]:
             yield from expand(i + 1, {**chosen, name: v})
 
     yield from expand(0, {})
+
+
+MAX_ENUMERATED = 2_000_000
+"""Most points `points` walks (a grid sampler's order, the simulator's truth): beyond this, refuse."""
+MAX_CLASSES = 1_000_000
+"""Most classes of points `weighted_points` walks before it refuses the space as too entangled."""
+
+
+def _classes(space: SearchSpace, name: str, keep: Collection[str]) -> list[tuple[Scalar, int]]:
+    """The values of one knob as (representative, how many values it stands for): values no `when`
+    condition tells apart are one class, except for the knobs in `keep`, whose every value counts."""
+    values = space.params[name].values()
+    if name in keep:
+        return [(v, 1) for v in values]
+    wanted = [w if isinstance(w, list) else [w] for p in space.params.values() for d, w in p.when.items() if d == name]
+    if not wanted:
+        return [(values[0], len(values))]
+    if isinstance(values, range):  # only the values a condition names, each once; the rest is one class
+        flat = {int(v) for w in wanted for v in w if isinstance(v, (int, float)) and v in values}
+        candidates: Sequence[Scalar] = sorted(flat)
+    else:
+        candidates = values
+    classes: dict[tuple[bool, ...], list] = {}
+    for v in candidates:
+        sig = tuple(v in w for w in wanted)
+        if any(sig):
+            classes.setdefault(sig, [v, 0])[1] += 1
+    others = len(values) - sum(n for _, n in classes.values())
+    if others:
+        rep = next(v for v in values if not any(v in w for w in wanted))
+        classes[(False,) * len(wanted)] = [rep, others]
+    return [(v, n) for v, n in classes.values()]
+
+
+def weighted_points(space: SearchSpace, keep: Collection[str] = ()) -> Iterator[tuple[dict[str, ParamValue], int]]:
+    """The distinct points of the space in classes: (a representative point, how many points it stands
+    for). Values of a knob that no `when` condition tells apart form one class, so the walk is as long
+    as the conditions are many, not as the ranges are wide; the knobs in `keep` (those a rule reads)
+    are walked value by value. The weights sum to the number of distinct points."""
+    names = when_order(space)
+    classes = {name: _classes(space, name, keep) for name in names}
+    walked = 0
+
+    def expand(i: int, chosen: dict[str, ParamValue], weight: int) -> Iterator[tuple[dict[str, ParamValue], int]]:
+        nonlocal walked
+        if i == len(names):
+            walked += 1
+            if walked > MAX_CLASSES:
+                raise SpecError(f"space {space.name}: its `when` conditions split it into more than "
+                                f"{MAX_CLASSES:,} cases, too many to count; condition fewer knobs on "
+                                f"fewer distinct values")
+            yield complete(space, chosen), weight
+            return
+        name = names[i]
+        if not is_active(space.params[name], chosen):
+            yield from expand(i + 1, {**chosen, name: None}, weight)
+            return
+        for v, n in classes[name]:
+            yield from expand(i + 1, {**chosen, name: v}, weight * n)
+
+    yield from expand(0, {}, 1)
+
+
+def size(space: SearchSpace) -> int:
+    """The number of distinct points of the space, counted without enumerating them."""
+    return sum(n for _, n in weighted_points(space))
+
+
+def check_enumerable(space: SearchSpace, what: str) -> None:
+    """SpecError when walking every point (`what`: a grid, the simulator's truth) would exceed MAX_ENUMERATED."""
+    n = size(space)
+    if n > MAX_ENUMERATED:
+        raise SpecError(f"{what} walks every point of the space, but it has {n:.3g} points, more than "
+                         f"{MAX_ENUMERATED:,}; narrow the ranges (larger `step`, fewer choices) or use a sampler")

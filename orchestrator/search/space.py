@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from orchestrator.config import eagle
-from orchestrator.config.space import ParamSpec, SearchSpace, complete, is_active, points, when_order
+from orchestrator.config.space import ParamSpec, SearchSpace, complete, is_active, points, weighted_points, when_order
 from orchestrator.records import ParamValue
 
 __all__ = ["baseline_params", "census", "complete", "distribution", "infeasible_reason",
@@ -82,7 +82,8 @@ def census(space: SearchSpace) -> tuple[int, int, Counter[str]]:
     """(distinct points, feasible points, infeasible count per rule).
 
     Feasibility only involves the EAGLE knobs, so the space is split into independent groups and
-    only the group holding those knobs is enumerated; the other groups multiply the counts.
+    only the group holding those knobs is walked value by value; the other groups multiply the counts,
+    and values no condition tells apart are counted as one class (config.space.weighted_points).
     """
     total, feasible = 1, 1
     reasons: Counter[str] = Counter()
@@ -90,13 +91,13 @@ def census(space: SearchSpace) -> tuple[int, int, Counter[str]]:
         sub = SearchSpace(params={n: space.params[n] for n in names})
         n_total = n_feasible = 0
         sub_reasons: Counter[str] = Counter()
-        for p in points(sub):
-            n_total += 1
+        for p, n in weighted_points(sub, keep=eagle.RULE_KNOBS):
+            n_total += n
             why = eagle.infeasible(p)
             if why is None:
-                n_feasible += 1
+                n_feasible += n
             else:
-                sub_reasons[why.rule.value] += 1
+                sub_reasons[why.rule.value] += n
         total *= n_total
         feasible *= n_feasible
         reasons = Counter({rule: count * n_total for rule, count in reasons.items()})
