@@ -15,12 +15,11 @@ import types
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from orchestrator import redact
-from orchestrator.config import flags, knobs
+from orchestrator.config import flags, knobs, yamlfile
 from orchestrator.config.space import ParamSpec, Scalar, SearchSpace, Strict, when_order
 from orchestrator.errors import SpecError
 
@@ -255,7 +254,11 @@ def _did_you_mean(word: str, options: list[str], what: str = "known keys") -> st
 
 
 def _shown(value: Any) -> str:
-    return repr(value) if not isinstance(value, dict) else "a mapping"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return f"a list of {len(value)} items"
+    return yamlfile.shorten(repr(value))
 
 
 def _members(ann: Any) -> list[Any]:
@@ -368,24 +371,7 @@ def _format_errors(err: ValidationError, model: type[BaseModel], where: str) -> 
 
 
 def _read_yaml(path: Path, what: str, *, named_in: str | None = None) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        fix = (f"check `search_space` in {named_in} (relative paths start at the experiment's folder)"
-               if named_in else "check the path")
-        raise SpecError(f"{path}: {what} file not found; {fix}") from None
-    except IsADirectoryError:
-        raise SpecError(f"{path}: is a directory, not a {what} file; name the YAML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read the {what} file: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        line = f"line {mark.line + 1}" if mark else "the file"
-        raise SpecError(f"{path}{at}: not valid YAML: {problem}; fix the syntax at {line}") from None
+    data = yamlfile.parse(yamlfile.read_text(path, what, named_in=named_in), str(path))
     if data is None:
         raise SpecError(f"{path}: the {what} file is empty; it must be a YAML mapping (key: value)")
     if not isinstance(data, dict):
