@@ -1,4 +1,4 @@
-"""The `demo_spec` fixture: experiments/demo.yaml with its spaces, loaded."""
+"""The `demo_spec` fixture: a probe-sized experiment over the demo's spaces (probe_helpers.write_spec)."""
 
 from __future__ import annotations
 
