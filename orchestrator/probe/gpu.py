@@ -56,6 +56,17 @@ def unavailable_reason() -> str | None:
     return None
 
 
+_GONE = -999
+"""Exit code recorded for a child whose rank worker itself went away."""
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL a setting's child and its process group (the child may not have made its group yet)."""
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, signal.SIGKILL)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -185,20 +196,18 @@ class GpuHost:
                 elif "exited" in message:
                     exits[rank.rank] = int(message["exited"])
                 elif "gone" in message:
-                    exits[rank.rank] = -999
+                    exits[rank.rank] = _GONE
         hung = len(exits) < len(self.ranks)
         for r, pid in children.items():
-            if r not in exits:  # still running past the deadline: take its whole group down
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+            if r not in exits:  # still running past the deadline
+                _kill(pid)
         for rank in self.ranks:
             while rank.rank not in exits:
                 message = rank.next(time.monotonic() + 10.0)
                 if message is not None and "started" in message:  # it forked only after the deadline
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(int(message["started"]), signal.SIGKILL)
+                    _kill(int(message["started"]))
                     continue
-                exits[rank.rank] = int(message.get("exited", -999)) if message else -999
+                exits[rank.rank] = int(message.get("exited", _GONE)) if message else _GONE
         return self._collect(setting, env, files, hung, time.monotonic() - started)
 
     def _collect(self, setting: NcclSetting, env: Mapping[str, str], files: list[tuple[Path, Path]], hung: bool,
