@@ -15,6 +15,6 @@ def write_demo_experiment(path: Path, name: str, trials: int) -> Path:
     data["name"] = name
     data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
     data["budget"].update(trials=trials, concurrent_trials=2)
-    data["promotion"]["confirm_repeats"] = 0
+    data["promotion"]["max_rounds"] = 0
     path.write_text(yaml.safe_dump(data))
     return path

@@ -35,7 +35,7 @@ def demo_experiment(**overrides: Any) -> dict[str, Any]:
     data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
     data["benchmark"].update(requests=2, output_len=32, input_len=16, warmup_requests=1, stall_timeout_s=5)
     data["budget"].update(trials=6, concurrent_trials=2, trial_timeout_s=60)
-    data["promotion"].update(confirm_repeats=2, min_gain=0.0)
+    data["promotion"].update(min_rounds=3, max_rounds=6, min_gain=0.0, explain=False, concurrency=[])
     data["server"]["startup_timeout_s"] = 15
     return _merge(data, overrides)
 

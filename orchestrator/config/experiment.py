@@ -197,10 +197,38 @@ class TrackingSpec(Strict):
 class PromotionSpec(Strict):
     model_name: Slug
     alias: Slug = "champion"
-    min_gain: Annotated[float, Field(ge=0)] = 0.0
+    min_gain: Annotated[float, Field(ge=0, lt=10)] = 0.0
     """Relative gain over the baseline the champion must show (0.02 = 2%)."""
-    confirm_repeats: Annotated[int, Field(ge=0, le=20)] = 2
-    """Interleaved champion/baseline re-measurements (A B A B ...) before promotion; 0 skips the gate."""
+    min_rounds: Annotated[int, Field(ge=3, le=100)] = 3
+    """Interleaved champion/baseline rounds measured before the first look (an interval needs 3)."""
+    max_rounds: Annotated[int, Field(ge=0, le=100)] = 12
+    """Rounds after which an undecided confirmation stops; 0: no gate, the search-phase champion is
+    promoted unconfirmed (labelled so everywhere)."""
+    explain: bool = True
+    """Also measure, in the same rounds, the champion without speculation, its speculation with NCCL at
+    defaults and the best runner-up from another region: each part's contribution."""
+    concurrency: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = ()
+    """Concurrent requests at which champion and baseline are also compared before promotion (the
+    load you will serve), e.g. [1, 8, 32]; empty: only benchmark.concurrency."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "confirm_repeats" in data:
+            raise ValueError(
+                "`confirm_repeats` was replaced by sequential confirmation: interleaved rounds until the "
+                "evidence decides. Write `min_rounds: 3` and `max_rounds: 12` (at most that many rounds) "
+                "instead, or `max_rounds: 0` to promote the search-phase champion unconfirmed")
+        return data
+
+    @model_validator(mode="after")
+    def _can_decide(self) -> PromotionSpec:
+        if self.max_rounds and self.max_rounds < self.min_rounds:
+            raise ValueError(f"`min_rounds <= max_rounds` must hold (or max_rounds: 0 for no gate), but got "
+                             f"(min_rounds={self.min_rounds}, max_rounds={self.max_rounds})")
+        if len(set(self.concurrency)) != len(self.concurrency):
+            raise ValueError(f"`concurrency` lists a level twice: {list(self.concurrency)}")
+        return self
 
 
 class SweepSpec(Strict):

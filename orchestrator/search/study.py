@@ -184,6 +184,21 @@ class Study:
     def running(self) -> list[TrialView]:
         return [t for t in self.trials() if t.state == "RUNNING"]
 
+    def importances(self) -> dict[str, float]:
+        """Optuna's parameter importances for the first objective (fANOVA over the complete trials),
+        largest first; empty when too few trials completed to tell."""
+        complete = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+        if len(complete) < 2:
+            return {}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                found = optuna.importance.get_param_importances(
+                    self.study, target=lambda t: t.values[0], evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
+        except (ValueError, RuntimeError):  # e.g. no parameter shared by every complete trial
+            return {}
+        return {k: float(v) for k, v in found.items()}
+
 
 def _none_allowed(space: SearchSpace, name: str) -> bool:
     param = space.params.get(name)

@@ -8,14 +8,14 @@ import time
 from typing import Any
 
 from orchestrator.errors import TrackingError
-from orchestrator.execute.base import Finished
 from orchestrator.fsio import write_atomic, write_json
-from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialSpec, TrialStatus
-from orchestrator.results import export, report, select
+from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.results import contrib, formats, report, select, sequential
 from orchestrator.search import space as sp
+from orchestrator.sweep import _confirm
 from orchestrator.sweep._context import Context
-from orchestrator.sweep._loop import WAIT_S, act_on_interrupts, keep_files
-from orchestrator.sweep.state import BaselineDrift, ConfirmationRun, StopKind, SweepSummary, TrackingWait
+from orchestrator.sweep._loop import act_on_interrupts
+from orchestrator.sweep.state import BaselineDrift, Outcome, StopKind, SweepSummary, TrackingWait
 from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
 
@@ -35,17 +35,23 @@ def finish(ctx: Context) -> SweepSummary:
         "parent_run_id": ctx.parent_run_id, "launched": p.launched, "complete": p.complete, "failed": p.failed,
         "failures": dict(p.failures), "skipped": p.skipped, "champion": None, "promoted": False,
         "stopped_by_failure": p.stopped_by_failure}
-    if not ctx.interrupts.pressed and p.stop and p.stop.kind is not StopKind.baseline_failed:
+    previous = _previous_verdict(ctx)
+    if previous is not None:
+        fields.update(previous)
+    elif not ctx.interrupts.pressed and p.stop and p.stop.kind is not StopKind.baseline_failed:
         fields.update(promote(ctx))
+    fields["importances"] = ctx.study.importances()
     # After the promotion gate: its interleaved baselines are the end-of-sweep measurement.
     drift, flagged = select.drift(p.baselines, threshold=ctx.spec.budget.baseline_drift_threshold)
     fields["baseline_drift"] = BaselineDrift(max_relative_change=drift, flagged=flagged, baselines=p.baselines)
     changed = fingerprint_changes(ctx.outcomes)
     fields["fingerprint_changes"] = changed
     summary = SweepSummary(**fields)
+    confirmed = summary.confirmed.metrics() if summary.confirmed else {}
     ctx.track.log_sweep_summary(
-        ctx.parent_run_id or "", metrics=report.parent_metrics(summary.to_json(), ctx.outcomes),
+        ctx.parent_run_id or "", metrics={**report.parent_metrics(summary.to_json(), ctx.outcomes), **confirmed},
         tags={"sweep.stop_reason": p.stop_text[:250], "sweep.baseline_drift_flagged": str(flagged),
+              "sweep.verdict": summary.outcome.value if summary.outcome else "none",
               "sweep.status": status, "sweep.fingerprint_changed": str(bool(changed)),
               **({"sweep.fingerprint_changes": "; ".join(changed)[:1000]} if changed else {})},
         table=report.results_table(ctx.spec, ctx.outcomes, p.baselines),
@@ -57,67 +63,181 @@ def finish(ctx: Context) -> SweepSummary:
     return summary
 
 
+_PROMOTION_FIELDS = ("champion", "promoted", "verdict", "outcome", "confirmed", "search_value", "contributions",
+                     "promoted_config", "concurrency", "concurrency_verdict", "gate", "confirmations",
+                     "model_version", "env_file", "run_id")
+
+
+def _previous_verdict(ctx: Context) -> dict[str, Any] | None:
+    """Resuming a sweep that already reached a verdict, with nothing new measured since: that verdict,
+    neither measured again nor registered again (None otherwise)."""
+    if not ctx.resume or not ctx.paths.summary.exists():
+        return None
+    try:
+        before = SweepSummary.model_validate_json(ctx.paths.summary.read_text())
+    except ValueError:
+        return None
+    p = ctx.progress
+    if before.outcome is None or (before.launched, before.complete, before.failed) != (p.launched, p.complete, p.failed):
+        return None
+    log.info("the sweep had already reached its verdict and nothing new was measured: not confirmed or "
+             "registered again (%s)", before.outcome.value)
+    kept = before.model_dump(include=set(_PROMOTION_FIELDS), exclude_unset=True)
+    kept["verdict"] = (f"already decided before this --resume, nothing measured or registered again: "
+                       f"{before.verdict or before.outcome.value}")
+    return kept
+
+
 def promote(ctx: Context) -> dict[str, Any]:
-    """Champion -> interleaved confirmation against the baseline -> registry alias -> env file.
-    Returns the summary's promotion fields (verdict, champion, gate, confirmations, promoted, ...)."""
+    """Champion -> sequential interleaved confirmation against the baseline (with the arms that say
+    why it won and at which load) -> verdict -> registry alias -> env file.
+    Returns the summary's promotion fields (outcome, verdict, champion, confirmed, contributions, ...)."""
     spec = ctx.spec
+    metric, direction = spec.objective.metric, spec.objective.direction
     constraints: dict[str, tuple[float | None, float | None]] = {
         k: (b.min, b.max) for k, b in spec.objective.constraints.items()}
     feasible = [o for o in ctx.outcomes if o.role is TrialRole.search]
-    champion = select.pick_champion(feasible, metric=spec.objective.metric, direction=spec.objective.direction,
-                                    constraints=constraints)
+    champion = select.pick_champion(feasible, metric=metric, direction=direction, constraints=constraints)
     baseline = next((o for o in reversed(ctx.outcomes)
                      if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE), None)
     if champion is None or baseline is None:
-        return {"verdict": "no feasible trial to promote" if champion is None else "no baseline measured"}
+        why = ("no feasible trial to promote: every trial failed or broke a constraint; see `sweep status` and "
+               "widen the space or relax objective.constraints" if champion is None else "no baseline measured")
+        return {"verdict": why, "outcome": Outcome.no_champion}
     run_id = _run_id_of(ctx, champion)
     if run_id is None:
-        return {"verdict": f"not promoted: trial {champion.number} is not in MLflow yet ({ctx.track.pending()} "
+        return {"outcome": Outcome.no_champion,
+                "verdict": f"not promoted: trial {champion.number} is not in MLflow yet ({ctx.track.pending()} "
                            f"result(s) wait in the outbox); when MLflow is reachable run `sweep sync` and "
                            f"{ctx.resume_hint} to promote"}
-    metric = spec.objective.metric
-    champ_samples = [getattr(m, metric) for m in champion.repeats or (champion.metrics,)]
-    base_samples = [getattr(m, metric) for m in baseline.repeats or (baseline.metrics,)]
-    confirm_log: list[dict[str, Any]] = []
-    if spec.promotion.confirm_repeats:
-        champ_samples, base_samples, confirm_log = _confirm(ctx, champion, spec.promotion.confirm_repeats)
-        if ctx.interrupts.pressed:
-            act_on_interrupts(ctx)
-            return {"verdict": "not promoted: interrupted during the confirmation runs", "confirmations": confirm_log}
-    if len(champ_samples) < 2 or len(base_samples) < 2:
-        failed = sum(1 for r in confirm_log if r["status"] != "COMPLETE")
-        return {"verdict": f"not promoted: {failed} of {len(confirm_log)} confirmation runs failed or were "
-                           f"skipped, leaving {len(champ_samples)} champion and {len(base_samples)} baseline "
-                           f"measurement(s); see {ctx.paths.root / 'confirm'}",
-                "confirmations": confirm_log}
-    gate = select.promotion_gate(champ_samples, base_samples, min_gain=spec.promotion.min_gain,
-                                 direction=spec.objective.direction)
+    search_value = getattr(champion.metrics, metric)
     result: dict[str, Any] = {
         "champion": {"number": champion.number, "params": {k: v for k, v in champion.params.items() if v is not None},
-                     metric: getattr(champion.metrics, metric)},
-        "gate": gate.model_dump(mode="json"), "confirmations": confirm_log, "verdict": gate.reason,
-    }
-    if not gate.passed:
-        log.warning("no promotion: %s", gate.reason)
-        return result
+                     f"search_{metric}": search_value},
+        "search_value": search_value}
+    base_params = sp.baseline_params(spec.space)
+    if not spec.promotion.max_rounds:
+        base_value = getattr(baseline.metrics, metric)
+        figures = contrib.unconfirmed(search_value, base_value, metric, direction)
+        verdict = (f"UNCONFIRMED: promotion.max_rounds is 0, so the search-phase champion (one measurement, the "
+                   f"best of many: optimistic) is promoted without a gate; {figures.text()}")
+        log.warning(verdict)
+        return result | _register(ctx, champion, champion.params, run_id, figures, verdict, Outcome.unconfirmed,
+                                  "champion")
+    plan = sequential.RoundsPlan(spec.promotion.min_rounds, spec.promotion.max_rounds, spec.promotion.min_gain)
+    arms = _arms(ctx, champion, base_params, constraints)
+    measured = _confirm.run_rounds(ctx, arms, plan)
+    result["confirmations"] = measured.rows
+    if ctx.interrupts.pressed:
+        act_on_interrupts(ctx)
+        return result | {"outcome": Outcome.undecided,
+                         "verdict": f"not promoted: interrupted during the confirmation rounds; {ctx.resume_hint} "
+                                    f"measures them again"}
+    decision = measured.decision
+    if decision is None or decision.evidence is None:
+        failed = sum(1 for r in measured.rows if r["status"] != "COMPLETE")
+        return result | {"outcome": Outcome.undecided,
+                         "verdict": f"undecided: {failed} of {len(measured.rows)} confirmation runs failed, too few "
+                                    f"rounds for an interval; see {ctx.paths.root / 'confirm'}"}
+    result["gate"] = {"passed": decision.verdict is sequential.Verdict.promoted, "gain": decision.evidence.gain,
+                      "ci_low": decision.evidence.low, "ci_high": decision.evidence.high,
+                      "min_gain": plan.min_gain, "rounds": decision.evidence.rounds}
+    figures = contrib.confirmed(decision.evidence, metric)
+    speculation = str(champion.params.get("speculative_algorithm") or "speculation").replace("EAGLE3", "EAGLE-3")
+    parts = contrib.contributions(measured.values, speculation=speculation, direction=direction)
+    levels = [contrib.LevelGain(concurrency=c, interval=iv) for c, iv in _levels(ctx, measured, champion)]
+    what = f"{speculation} (with the champion's NCCL settings)" if contrib.speculates(champion.params) \
+        else "the champion"
+    result.update(confirmed=figures, contributions=parts, concurrency=levels,
+                  concurrency_verdict=contrib.stops_paying(levels, what) or None)
+    why = "; ".join(p.text() for p in parts)
+    verdict = decision.message + (f". Why: {why}" if why else "")
+    if result["concurrency_verdict"]:
+        verdict += f". By load: {result['concurrency_verdict']}"
+    if decision.verdict is not sequential.Verdict.promoted:
+        verdict_kind = Outcome(decision.verdict.value) if decision.verdict is not None else Outcome.undecided
+        log.warning("no promotion: %s", verdict)
+        return result | {"outcome": verdict_kind, "verdict": verdict}
+    promoted_params, chosen = dict(champion.params), "champion"
+    simpler = contrib.simpler_choice(measured.values, parts, plan, direction=direction)
+    if simpler is not None:
+        chosen, simple_decision = simpler
+        promoted_params = next(a.params for a in arms if a.name == chosen)
+        if simple_decision.evidence is not None:
+            figures = contrib.confirmed(simple_decision.evidence, metric)
+        left = "speculation" if chosen == "no_speculation" else "the NCCL settings"
+        verdict = (f"promoted the simpler configuration without {left}: it adds nothing significant "
+                   f"({next(p.text() for p in parts if p.b == chosen)}), and without it {simple_decision.message}. "
+                   f"Champion: {decision.message}. Why: {why}")
+        if result["concurrency_verdict"]:
+            verdict += f". By load: {result['concurrency_verdict']}"
+    return result | _register(ctx, champion, promoted_params, run_id, figures, verdict, Outcome.promoted, chosen)
+
+
+def _arms(ctx: Context, champion: TrialOutcome, base_params: dict[str, ParamValue],
+          constraints: dict[str, tuple[float | None, float | None]]) -> list[_confirm.Arm]:
+    """The champion and the baseline (the main pair), the ablations (promotion.explain) and the
+    pair at each other promotion.concurrency level."""
+    spec = ctx.spec
+    level = spec.benchmark.concurrency
+    arms = [_confirm.Arm("champion", dict(champion.params), champion.number, level, main=True),
+            _confirm.Arm("baseline", base_params, -1, level, main=True)]
+    if spec.promotion.explain:
+        set_knobs = {k for k, v in champion.params.items() if v != base_params.get(k)}
+        if contrib.speculates(champion.params) and any(not k.startswith(contrib.SPECULATION_PREFIX) for k in set_knobs):
+            arms.append(_confirm.Arm("no_speculation", contrib.without_speculation(champion.params, base_params),
+                                     champion.number, level))
+            arms.append(_confirm.Arm("default_communication",
+                                     contrib.with_default_communication(champion.params, base_params),
+                                     champion.number, level))
+        other = contrib.runner_up(ctx.outcomes, champion, metric=spec.objective.metric,
+                                  direction=spec.objective.direction, constraints=constraints)
+        if other is not None:
+            arms.append(_confirm.Arm("runner_up", dict(other.params), other.number, level))
+    for c in spec.promotion.concurrency:
+        if c != level:
+            arms.append(_confirm.Arm(f"champion@{c}", dict(champion.params), champion.number, c))
+            arms.append(_confirm.Arm(f"baseline@{c}", base_params, -1, c))
+    return arms
+
+
+def _levels(ctx: Context, measured: _confirm.Measured, champion: TrialOutcome) -> list[tuple[int, contrib.Interval]]:
+    direction = ctx.spec.objective.direction
+    out = []
+    for c in sorted(ctx.spec.promotion.concurrency):
+        a_name, b_name = ("champion", "baseline") if c == ctx.spec.benchmark.concurrency \
+            else (f"champion@{c}", f"baseline@{c}")
+        if a_name in measured.values and b_name in measured.values:
+            a, b = contrib.paired(measured.values[a_name], measured.values[b_name])
+            if a_name == "champion":
+                a, b = a[:ctx.spec.promotion.min_rounds], b[:ctx.spec.promotion.min_rounds]  # like the other levels
+            interval = contrib.compare(a, b, direction=direction)
+            if interval is not None:
+                out.append((c, interval))
+    return out
+
+
+def _register(ctx: Context, champion: TrialOutcome, params: dict[str, ParamValue], run_id: str,
+              figures: contrib.Confirmed, verdict: str, outcome: Outcome, chosen: str) -> dict[str, Any]:
+    """Register the promoted configuration under the alias and write the sweep's champion.env."""
+    spec = ctx.spec
     config = planner.serving_config(
-        spec, champion.params, trial_number=champion.number, run_id=run_id or "",
-        metrics={metric: float(sum(champ_samples) / len(champ_samples)),
-                 "baseline_" + metric: float(sum(base_samples) / len(base_samples)), "gain": gate.gain},
+        spec, params, trial_number=champion.number, run_id=run_id,
+        metrics={**figures.metrics(), f"search_{spec.objective.metric}": getattr(champion.metrics, spec.objective.metric)},
         fingerprint_hash=champion.fingerprint_hash)
     try:
         version = ctx.track.promote(run_id, model_name=spec.promotion.model_name, serving_config=config.model_dump(),
-                                    alias=spec.promotion.alias, description=gate.reason)
+                                    alias=spec.promotion.alias, description=f"{figures.text()}. {verdict}"[:5000])
     except TrackingError as exc:
         log.warning("champion not promoted: %s", exc)
-        result["verdict"] = f"{gate.reason}; but not promoted: {exc}"
-        return result
+        return {"outcome": Outcome.no_champion, "verdict": f"{verdict}; but not promoted: {exc}",
+                "confirmed": figures}
     env_path = ctx.paths.root / "champion.env"
-    write_atomic(env_path, export.render(config.model_copy(update={"model_version": version}), "env"))
-    result.update(promoted=True, model_version=version, env_file=str(env_path), run_id=run_id)
-    log.info("promoted trial %d as %s@%s (version %s): %s", champion.number, spec.promotion.model_name,
-             spec.promotion.alias, version, gate.reason)
-    return result
+    write_atomic(env_path, formats.render_for(config.model_copy(update={"model_version": version}), "env"))
+    log.info("promoted trial %d (%s) as %s@%s (version %s): %s", champion.number, chosen, spec.promotion.model_name,
+             spec.promotion.alias, version, verdict)
+    return {"outcome": outcome, "verdict": verdict, "confirmed": figures, "promoted": True, "model_version": version,
+            "env_file": str(env_path), "run_id": run_id, "promoted_config": chosen}
 
 
 def _run_id_of(ctx: Context, outcome: TrialOutcome) -> str | None:
@@ -145,60 +265,6 @@ def _send_outbox(ctx: Context, wait_s: float) -> bool:
         time.sleep(min(5.0, max(deadline - time.monotonic(), 0.0)))
         _, pending = ctx.track.replay_outbox()
     return not pending
-
-
-def _confirm(ctx: Context, champion: TrialOutcome, n: int) -> tuple[list[float], list[float], list[dict[str, Any]]]:
-    """Champion and baseline measured again, interleaved A B A B ..., one run at a time."""
-    metric = ctx.spec.objective.metric
-    champ: list[float] = []
-    base: list[float] = []
-    rows: list[dict[str, Any]] = []
-    baseline_params = sp.baseline_params(ctx.spec.space)
-    # The wall-time budget covers the confirmation too: each round needs about two trials' time.
-    round_s = 2 * max((o.finished_at - o.started_at for o in ctx.outcomes if o.finished_at), default=0.0)
-    for i in range(n):
-        if i and time.time() - ctx.started_at + round_s > ctx.timeout_s:
-            rows.append({"round": i, "who": "both", "status": "SKIPPED",
-                         "reason": "the wall-time budget leaves no time for another round"})
-            break
-        runs: tuple[tuple[str, dict[str, ParamValue]], ...] = (("champion", champion.params),
-                                                               ("baseline", baseline_params))
-        for who, params in runs:
-            if ctx.interrupts.pressed:
-                break
-            tdir = ctx.paths.confirm_dir(i, who)
-            spec = TrialSpec(number=champion.number if who == "champion" else -1, params=params,
-                             role=TrialRole.confirm, repeats=ctx.spec.benchmark.repeats, trial_dir=str(tdir),
-                             seed=ctx.spec.sampler.seed * 7919 + i * 2 + (who == "baseline"),
-                             sweep_started_at=ctx.started_at, experiment=ctx.spec)
-            ctx.emit(ConfirmationRun(round=i + 1, of=n, who=who))
-            finished = _run_one(ctx, spec)
-            if finished.lost is not None:
-                rows.append({"round": i, "who": who, "status": "FAILED", "reason": finished.lost[:200]})
-                continue
-            outcome = finished.outcome
-            keep_files(tdir, finished.files)
-            ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=None, extra_metrics={},
-                                extra_tags={"sweep.confirm_round": str(i), "sweep.confirm_of": who})
-            values = [getattr(m, metric) for m in outcome.repeats] if outcome.status is TrialStatus.COMPLETE else []
-            (champ if who == "champion" else base).extend(v for v in values if v is not None)
-            if who == "baseline" and values and values[0] is not None:
-                ctx.progress.baselines.append((outcome.finished_at, float(values[0])))  # the end-of-sweep baseline
-            rows.append({"round": i, "who": who, "status": outcome.status.value, metric: values})
-    return champ, base, rows
-
-
-def _run_one(ctx: Context, spec: TrialSpec) -> Finished:
-    """Run one confirmation on the executor and wait for it; a second Ctrl-C aborts it like a trial."""
-    executor = ctx.executor
-    handle = executor.submit(spec)
-    while True:
-        for finished in executor.wait(WAIT_S):
-            if finished.handle == handle:
-                return finished
-        if ctx.interrupts.pressed >= 2 and not ctx.abort_reason:
-            ctx.abort_reason = "aborted by a second Ctrl-C"
-            executor.abort(handle)
 
 
 def fingerprint_changes(outcomes: list[TrialOutcome]) -> list[str]:

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.records import ParamValue, TrialOutcome
+from orchestrator.results.contrib import Confirmed, Contribution, LevelGain
 
 
 class StopKind(str, enum.Enum):
@@ -103,6 +104,18 @@ class SweepState(BaseModel):
         return self.mlflow_experiment or self.experiment
 
 
+class Outcome(str, enum.Enum):
+    """How the promotion ended; `sweep run` exits 0 only for promoted (README: exit codes)."""
+
+    promoted = "promoted"
+    unconfirmed = "unconfirmed"
+    """Promoted without a gate (promotion.max_rounds: 0)."""
+    not_better = "not_better"
+    undecided = "undecided"
+    no_champion = "no_champion"
+    """No feasible trial, no baseline, or the champion could not be registered."""
+
+
 class BaselineDrift(BaseModel):
     max_relative_change: float | None = None
     flagged: bool = False
@@ -130,6 +143,22 @@ class SweepSummary(BaseModel):
     stopped_by_failure: bool = False
     """True when the sweep ended on a failure rule, a failed baseline or an interruption (exit code 1)."""
     verdict: str | None = None
+    """The verdict in words, with what to change when no champion was promoted."""
+    outcome: Outcome | None = None
+    """The verdict for the program (and the exit code of `sweep run`)."""
+    confirmed: Confirmed | None = None
+    """The figures to show: confirmed medians, rounds and interval (label "unconfirmed" without a gate)."""
+    search_value: float | None = None
+    """The champion's search-phase measurement (one run, the best of many: optimistic), labelled as such."""
+    contributions: list[Contribution] = Field(default_factory=list)
+    """Why it won: each part's gain with its interval, from the same interleaved rounds."""
+    promoted_config: str | None = None
+    """Which arm was promoted: champion, or a simpler one (no_speculation, default_communication)."""
+    concurrency: list[LevelGain] = Field(default_factory=list)
+    """Champion vs baseline at each promotion.concurrency level."""
+    concurrency_verdict: str | None = None
+    importances: dict[str, float] = Field(default_factory=dict)
+    """Optuna's parameter importances (fANOVA) over the complete trials, largest first."""
     gate: dict[str, Any] | None = None
     confirmations: list[dict[str, Any]] | None = None
     model_version: str | None = None

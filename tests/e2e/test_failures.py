@@ -60,7 +60,7 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path):
         ]},
         sampler={"kind": "grid", "seed": 0},
         budget={"trials": 10, "concurrent_trials": 2, "max_failure_rate": 0.9, "max_consecutive_failures": 8},
-        promotion={"confirm_repeats": 2},
+        promotion={"max_rounds": 0},  # failures are the subject here: promote without a gate (exit 0)
         benchmark={"stall_timeout_s": 3},
     )
     data["search_space"] = [str(space)]

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 def _experiment(tmp_path, name: str, trials: int):
     data = demo_experiment(name=name, budget={"trials": trials, "concurrent_trials": 2},
-                           benchmark={"repeats": 2}, promotion={"confirm_repeats": 0, "min_gain": 0.0})
+                           benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0})
     return write_experiment(tmp_path, data)
 
 
@@ -142,7 +142,7 @@ def _failing_sweep(tmp_path, template, name: str, budget: dict, faults: list):
         "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
         "NCCL_ALGO": {"choices": [None, "Ring", "Tree"]},
     }}))
-    data = demo_experiment(name=name, simulator={"faults": faults}, promotion={"confirm_repeats": 0},
+    data = demo_experiment(name=name, simulator={"faults": faults}, promotion={"max_rounds": 0},
                            budget={"trials": 10, "concurrent_trials": 2, **budget})
     data["search_space"] = [str(space)]
     wd = new_workdir(tmp_path, template)

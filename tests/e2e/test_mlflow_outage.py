@@ -46,7 +46,7 @@ def test_mlflow_down_mid_sweep_results_wait_in_the_outbox_and_reach_mlflow_later
     try:
         budget = 8
         data = demo_experiment(name="outage", budget={"trials": budget, "concurrent_trials": 2},
-                               benchmark={"repeats": 2}, promotion={"confirm_repeats": 0, "min_gain": 0.0},
+                               benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0},
                                tracking={"uri": server.uri})
         exp, wd, marker, log = write_experiment(tmp_path, data), tmp_path / "wd", uuid.uuid4().hex, tmp_path / "run.log"
         proc = start_sweep(exp, wd, marker, log)

@@ -33,7 +33,7 @@ def cluster(tmp_path_factory) -> Iterator[LoopbackCluster]:
 
 def test_two_trials_run_at_the_same_time_on_two_nodes(cluster, tmp_path):
     data = demo_experiment(name="twonode", server={"tp": 8},
-                           budget={"trials": 4, "concurrent_trials": 2}, promotion={"confirm_repeats": 0})
+                           budget={"trials": 4, "concurrent_trials": 2}, promotion={"max_rounds": 0})
     exp, wd = write_experiment(tmp_path, data), tmp_path / "wd"
     env = {"RAY_AUTH_MODE": "token"}  # the cluster uses Ray's token authentication (its default)
     proc = sweep("run", str(exp), "--workdir", str(wd), "--ray-address", cluster.address, env=env)

@@ -44,7 +44,7 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
     budget = 8
     # Two repeats per trial give the promotion gate its samples without separate confirmation runs.
     data = demo_experiment(name="resume", budget={"trials": budget, "concurrent_trials": 2},
-                           benchmark={"repeats": 2}, promotion={"confirm_repeats": 0, "min_gain": 0.0})
+                           benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0})
     exp = write_experiment(tmp_path, data)
     wd = new_workdir(tmp_path, sqlite_store_template)
     marker = uuid.uuid4().hex
@@ -225,7 +225,7 @@ def test_identical_failing_parameters_are_not_measured_again(tmp_path, sqlite_st
         name="repeats", search_space=[str(space)], sampler={"kind": "random", "seed": 0},
         simulator={"faults": [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL128", "Simple"]}}]},
         budget={"trials": 8, "concurrent_trials": 2, "max_failure_rate": 0.9},
-        promotion={"confirm_repeats": 0})
+        promotion={"max_rounds": 0})
     data["search_space"] = [str(space)]
     exp, wd = write_experiment(tmp_path, data), new_workdir(tmp_path, sqlite_store_template)
     proc = sweep("run", str(exp), "--workdir", str(wd))
@@ -247,7 +247,7 @@ def test_identical_failing_parameters_are_not_measured_again(tmp_path, sqlite_st
 
 def test_wall_time_budget_stops_launching(tmp_path, sqlite_store_template):
     data = demo_experiment(name="walltime", budget={"trials": 40, "concurrent_trials": 2},
-                           benchmark={"repeats": 2}, promotion={"confirm_repeats": 0, "min_gain": 0.0})
+                           benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0})
     exp, wd = write_experiment(tmp_path, data), new_workdir(tmp_path, sqlite_store_template)
     started = time.monotonic()
     proc = sweep("run", str(exp), "--workdir", str(wd), "--timeout", "30s")

@@ -66,7 +66,7 @@ def tiny_space(tmp_path: Path) -> Path:
 
 def test_keeps_two_trials_in_flight_and_writes_what_status_reads(tmp_path, sqlite_store_template):
     data = demo_experiment(name="inline", budget={"trials": 5, "concurrent_trials": 2},
-                           promotion={"confirm_repeats": 0})
+                           promotion={"max_rounds": 0})
     wd, summary, executor, events = run_sweep(tmp_path, sqlite_store_template, data)
 
     assert executor.most_at_once == 2
@@ -93,7 +93,7 @@ def test_a_failure_is_recorded_as_data_and_its_parameters_are_settled_without_a_
         name="failing", sampler={"kind": "random", "seed": 0},
         simulator={"faults": [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL128", "Simple"]}}]},
         budget={"trials": 8, "concurrent_trials": 2, "max_failure_rate": 0.9},
-        promotion={"confirm_repeats": 0})
+        promotion={"max_rounds": 0})
     data["search_space"] = [str(tiny_space(tmp_path))]
     wd, summary, executor, _ = run_sweep(tmp_path, sqlite_store_template, data)
 
@@ -114,7 +114,7 @@ def test_a_failure_is_recorded_as_data_and_its_parameters_are_settled_without_a_
 def test_a_failed_baseline_stops_the_sweep_with_its_kind(tmp_path, sqlite_store_template):
     data = demo_experiment(name="nobase", budget={"trials": 4, "concurrent_trials": 1},
                            simulator={"faults": [{"fault": "never_ready"}]},
-                           server={"startup_timeout_s": 2}, promotion={"confirm_repeats": 0})
+                           server={"startup_timeout_s": 2}, promotion={"max_rounds": 0})
     started = time.monotonic()
     wd, summary, executor, _ = run_sweep(tmp_path, sqlite_store_template, data, slots=1)
     assert time.monotonic() - started < 60
@@ -125,10 +125,12 @@ def test_a_failed_baseline_stops_the_sweep_with_its_kind(tmp_path, sqlite_store_
 
 def test_confirmation_runs_go_through_the_executor(tmp_path, sqlite_store_template):
     data = demo_experiment(name="confirm", budget={"trials": 3, "concurrent_trials": 2},
-                           promotion={"confirm_repeats": 1, "min_gain": 0.0})
+                           promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0})
     wd, summary, executor, events = run_sweep(tmp_path, sqlite_store_template, data)
     runs = [e for e in events if isinstance(e, st.ConfirmationRun)]
-    assert [(e.who, e.round) for e in runs] == [("champion", 1), ("baseline", 1)]
+    # Interleaved A B, B A, A B: drift during the night hits both alike.
+    assert [(e.who, e.round) for e in runs] == [("champion", 1), ("baseline", 1), ("baseline", 2), ("champion", 2),
+                                                ("champion", 3), ("baseline", 3)]
     assert executor.submitted[-1] == -1  # the baseline's confirmation run came last, on the executor
     assert summary.confirmations and {r["status"] for r in summary.confirmations} == {"COMPLETE"}
     assert (wd / "confirm" / "00-champion" / "outcome.json").exists()
