@@ -1,12 +1,12 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   venv + install + a sweep on the embedded simulator, ending with a promoted champion
-#   make test   venv + install (+ Chromium for the UI test) + the whole test suite
+#   make test   venv + install (+ Chromium for the UI test) + mypy and ruff + the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-fast browser clean
+.PHONY: install demo test test-fast check browser clean
 
 install: $(VENV)/.installed
 
@@ -28,7 +28,12 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 	  || { echo "could not install chromium: run 'apt-get install -y chromium' as root"; exit 1; } )
 
-test: install browser
+# Types and lint first: mypy (pinned in the test extra, configured in pyproject) must report zero errors.
+check: install
+	$(BIN)/mypy
+	$(BIN)/ruff check orchestrator tests bench
+
+test: install browser check
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-fast: install
