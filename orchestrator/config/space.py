@@ -6,7 +6,7 @@ from __future__ import annotations
 import graphlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from orchestrator.errors import SpecError
 from orchestrator.records import ParamValue
@@ -23,11 +23,11 @@ class Strict(BaseModel):
 class ParamSpec(Strict):
     """One dimension: either `choices` or an integer range `low`..`high` (optionally `step`, `log`)."""
 
-    choices: tuple[Scalar, ...] | None = None
-    low: int | None = None
-    high: int | None = None
-    step: int = 1
-    log: bool = False
+    choices: tuple[Scalar, ...] | None = Field(None, max_length=10_000)
+    low: StrictInt | None = None
+    high: StrictInt | None = None
+    step: StrictInt = 1
+    log: StrictBool = False
     when: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
     """Active only when these knobs have these values, e.g. {speculative_algorithm: EAGLE3}."""
 

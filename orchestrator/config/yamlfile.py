@@ -117,7 +117,7 @@ def _check(root: Node) -> None:
                 if isinstance(k, ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
                     if (k.tag, k.value) in seen:
                         raise _Refused(f"duplicate key {shorten(repr(k.value), 40)} (the later one would "
-                                       f"silently win); keep one", k.start_mark)
+                                       f"silently win); keep one of them", k.start_mark)
                     seen.add((k.tag, k.value))
                 total += size(k) + size(v)
                 if total > MAX_NODES:

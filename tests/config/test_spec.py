@@ -193,7 +193,7 @@ def test_simulator_fault_mistakes(tmp_path: Path, fault, message: str) -> None:
 
 def test_simulator_faults_with_conditions_load(tmp_path: Path) -> None:
     data = _demo()
-    data["simulator"]["faults"] = ["slow_start", {"fault": "never_ready", "when": {"NCCL_ALGO": ["Tree", "Ring"]}}]
+    data["simulator"]["faults"] = ["slow_start=1", {"fault": "never_ready", "when": {"NCCL_ALGO": ["Tree", "Ring"]}}]
     s = spec_mod.load(_experiment(tmp_path, data))
-    assert s.simulator.faults[0] == "slow_start"
+    assert s.simulator.faults[0] == "slow_start=1"
     assert s.simulator.faults[1].when == {"NCCL_ALGO": ["Tree", "Ring"]}

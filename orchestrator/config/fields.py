@@ -1,0 +1,138 @@
+"""Field types of the experiment with finite ranges: strict integers (`true` is not 1, 1e30 is not
+an integer), finite floats, and text without control characters for everything that reaches an
+argv, an environment or an env file.
+
+Also the simulator's vocabulary (profile names, fault syntax), checked at the edge. The simulator
+room imports nothing of ours and config may import only leaves, so the profile names are read from
+the simulator's package data and the fault grammar is restated here; tests/config/test_hostile_input.py
+holds both to the simulator's own parser.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from importlib import resources
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def no_control(value: str) -> str:
+    """`value` unchanged, or ValueError naming the first control character (newline, NUL, ...)."""
+    if m := _CONTROL.search(value):
+        raise ValueError(f"must not contain control characters (it reaches a command line or an environment), "
+                         f"but got {m.group()!r} at position {m.start()}; remove it")
+    return value
+
+
+Text = Annotated[str, AfterValidator(no_control)]
+"""One line of text that ends up in an argv, an environment or an env file."""
+
+
+def Int(ge: int, le: int) -> Any:  # noqa: N802 - reads as a type in annotations
+    """A strict integer in [ge, le]: YAML `true` and `1e30` are refused, not taken as 1 or truncated."""
+    return Field(strict=True, ge=ge, le=le)
+
+
+MAX_SECONDS = 30 * 86400.0
+"""Longest timeout (30 days): larger values overflow the timers that wait on them."""
+
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def finite_scalar(value: object) -> str | None:
+    """Why a flag value cannot be passed to SGLang, or None (text without control characters, finite numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, but got {value}"
+    if isinstance(value, str) and (m := _CONTROL.search(value)):
+        return (f"must not contain control characters (it becomes a command-line argument), but got "
+                f"{m.group()!r} at position {m.start()}; remove it")
+    return None
+
+
+# ---------------------------------------------------------------- the simulator's vocabulary
+
+# What orchestrator/simulator/faults.py parses: name -> the argument it takes (None: no argument).
+FAULTS: dict[str, str | None] = {
+    "never_ready": None, "env_drop": None, "nccl_hang": None,
+    "slow_start": "seconds", "crash_after_tokens": "count", "hang_after_tokens": "count",
+    "oom_above_draft_tokens": "count", "nccl_hang_when": "VAR:VALUE[,VAR:VALUE...]",
+}
+
+
+def fault_problem(spec: str) -> str | None:
+    """Why the simulator would refuse fault `spec` (its --sim-fault syntax), or None."""
+    name, has_arg, arg = spec.strip().partition("=")
+    name = name.strip()
+    if name not in FAULTS:
+        return f"must be a known fault ({', '.join(FAULTS)}), but got {spec!r}"
+    takes = FAULTS[name]
+    if takes is None:
+        return f"fault {name} takes no value, but got {arg!r}" if has_arg else None
+    if not has_arg:
+        return f"fault {name} needs a value ({name}=<{takes}>), but got {spec!r}"
+    if takes == "count":
+        if not re.fullmatch(r"\s*\d{1,9}\s*", arg):
+            return f"fault {name} needs a whole number >= 0, but got {arg!r}"
+    elif takes == "seconds":
+        try:
+            seconds = float(arg)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and 0 <= seconds <= MAX_SECONDS):
+            return f"fault {name} needs seconds between 0 and {MAX_SECONDS:g}, but got {arg!r}"
+    else:
+        for item in arg.split(","):
+            var, sep, _ = item.strip().partition(":")
+            if not sep or not var.strip():
+                return f"fault {name} expects {takes}, but got {arg!r}"
+    return None
+
+
+def simulator_profiles() -> dict[str, str]:
+    """The simulator's built-in profiles, name -> kind (hardware or model), read from its package data."""
+    folder = resources.files("orchestrator").joinpath("simulator").joinpath("profiles")
+    out: dict[str, str] = {}
+    for entry in folder.iterdir():
+        if entry.name.endswith(".yaml"):
+            m = re.search(r"^kind:\s*(\w+)", entry.read_text(encoding="utf-8"), re.MULTILINE)
+            out[entry.name[:-5]] = m.group(1) if m else "unknown"
+    return out
+
+
+def profile_problem(value: str, kind: str) -> str | None:
+    """Why the simulator would not find `value` as a `kind` profile (a built-in name or a .yaml/.json
+    path), or None."""
+    if value.endswith((".yaml", ".yml", ".json")) or "/" in value:
+        return None  # a profile file, e.g. one a probe wrote on a real host; the simulator reads it
+    known = simulator_profiles()
+    names = sorted(n for n, k in known.items() if k == kind)
+    if known.get(value) == kind:
+        return None
+    if value in known:
+        return f"{value!r} is a {known[value]} profile, not a {kind} profile (the {kind} profiles: {', '.join(names)})"
+    return f"no built-in {kind} profile {value!r} (built-in: {', '.join(names)}); or give a path to a .yaml/.json file"
+
+
+def _fault(value: str) -> str:
+    if problem := fault_problem(value):
+        raise ValueError(f"{problem}; see orchestrator/simulator/faults.py for the syntax")
+    return value
+
+
+def _profile(kind: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if problem := profile_problem(value, kind):
+            raise ValueError(problem)
+        return value
+    return AfterValidator(check)
+
+
+Fault = Annotated[Text, AfterValidator(_fault)]
+"""A simulator fault in its --sim-fault syntax."""
+HardwareProfile = Annotated[Text, _profile("hardware")]
+ModelProfile = Annotated[Text, _profile("model")]
