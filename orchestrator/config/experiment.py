@@ -9,41 +9,46 @@ from __future__ import annotations
 
 import difflib
 import graphlib
+import math
 import os
 import re
 import types
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, StrictInt, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from orchestrator import redact
 from orchestrator.config import flags, knobs, yamlfile
+from orchestrator.config.fields import (Fault, Finite, HardwareProfile, Int, ModelProfile, Seconds, Text, finite_scalar,
+                                        no_control)
 from orchestrator.config.space import ParamSpec, Scalar, SearchSpace, Strict, when_order
 from orchestrator.errors import SpecError
 
 # ---------------------------------------------------------------- experiment
 
 Slug = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-Port = Annotated[int, Field(ge=1024, le=65535)]
-Positive = Annotated[float, Field(gt=0)]
+Port = Annotated[int, Int(1024, 65535)]
+Positive = Seconds
+"""A duration in seconds: > 0, finite, at most fields.MAX_SECONDS."""
 
+_MAX_DURATION = 365 * 86400.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
 
 def parse_duration(value: str | float | int) -> float:
     """'8h', '30m', '90s', '1.5d' or a number of seconds -> seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value <= 0:
-            raise ValueError(f"a duration must be > 0, but got {value}")
+        if not value > 0 or not math.isfinite(value) or value > _MAX_DURATION:
+            raise ValueError(f"a duration must be > 0 and at most 365d (in seconds: {_MAX_DURATION:g}), but got {value}")
         return float(value)
-    m = _DURATION.match(str(value))
+    m = _DURATION.match(str(value)[:64])
     if not m:
-        raise ValueError(f"a duration looks like 8h, 30m, 90s or a number of seconds, but got {value!r}")
+        raise ValueError(f"a duration looks like 8h, 30m, 90s or a number of seconds, but got {yamlfile.shorten(repr(value))}")
     seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"a duration must be > 0, but got {value!r}")
+    if not seconds > 0 or not math.isfinite(seconds) or seconds > _MAX_DURATION:
+        raise ValueError(f"a duration must be > 0 and at most 365d, but got {value!r}")
     return seconds
 
 
@@ -58,19 +63,19 @@ EnvName = Annotated[str, AfterValidator(_allowed_env_name)]
 
 
 class ServerSpec(Strict):
-    model: str
+    model: Text
     """Model path (a local directory on the GPU hosts) or, for the simulator, a model name."""
-    draft_model: str | None = None
+    draft_model: Text | None = None
     """EAGLE-3 draft model path; required when the space turns speculation on."""
-    tp: Annotated[int, Field(ge=1, le=64)] = 8
-    host: str = "127.0.0.1"
+    tp: Annotated[int, Int(1, 64)] = 8
+    host: Text = "127.0.0.1"
     port_range: tuple[Port, Port] = (31000, 31999)
     startup_timeout_s: Positive = 900.0
     flags: dict[str, Scalar] = Field(default_factory=dict)
     """Fixed SGLang flags for every trial, e.g. {mem-fraction-static: 0.85, enable-metrics: true}."""
-    env: dict[EnvName, str | int] = Field(default_factory=dict)
+    env: dict[EnvName, str | StrictInt] = Field(default_factory=dict)
     """Fixed environment for every trial (allow-listed: NCCL_*, SGLANG_* we know)."""
-    python: str | None = None
+    python: Text | None = None
     """Interpreter that runs the server (default: the one running the sweep)."""
 
     @field_validator("port_range")
@@ -88,44 +93,53 @@ class ServerSpec(Strict):
             knob = knobs.KNOBS.get(name)
             if knob and (problem := knob.check(value)):
                 raise ValueError(f"{name} {problem}")
-            out[name] = str(value)
+            out[name] = no_control(str(value))
         return out
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_values(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for name, value in v.items():
+            no_control(name)
+            if problem := finite_scalar(value):
+                raise ValueError(f"{yamlfile.shorten(name, 40)} {problem}")
+        return v
 
 
 class FaultSpec(Strict):
     """A simulator fault injected only into trials whose knobs match `when` (all of them)."""
 
-    fault: str
+    fault: Fault
     """The simulator's --sim-fault text, e.g. never_ready, crash_after_tokens=40."""
     when: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
 
 
 class SimulatorSpec(Strict):
-    hardware_profile: str = "pcie-rtxpro6000-x8"
-    model_profile: str = "kimi-k2.5"
+    hardware_profile: HardwareProfile = "pcie-rtxpro6000-x8"
+    model_profile: ModelProfile = "kimi-k2.5"
     noise: Annotated[float, Field(ge=0, le=0.5)] = 0.03
     drift_per_hour: Annotated[float, Field(ge=-0.5, le=0.5)] = 0.0
-    faults: tuple[str | FaultSpec, ...] = ()
+    faults: tuple[Fault | FaultSpec, ...] = ()
     """Fault injections passed as --sim-fault: a string applies to every trial, {fault, when} to the
     trials whose knobs match, e.g. {fault: never_ready, when: {NCCL_ALGO: Tree}}."""
 
 
 class BenchmarkSpec(Strict):
     engine: Literal["builtin", "bench_serving"] = "builtin"
-    requests: Annotated[int, Field(ge=1)] = 8
-    concurrency: Annotated[int, Field(ge=1)] = 1
-    input_len: Annotated[int, Field(ge=1)] = 256
-    output_len: Annotated[int, Field(ge=2)] = 256
-    warmup_requests: Annotated[int, Field(ge=0)] = 1
-    repeats: Annotated[int, Field(ge=1, le=50)] = 1
+    requests: Annotated[int, Int(1, 1_000_000)] = 8
+    concurrency: Annotated[int, Int(1, 4096)] = 1
+    input_len: Annotated[int, Int(1, 1 << 20)] = 256
+    output_len: Annotated[int, Int(2, 1 << 20)] = 256
+    warmup_requests: Annotated[int, Int(0, 10_000)] = 1
+    repeats: Annotated[int, Int(1, 50)] = 1
     """Measurements per trial on one server; MLflow gets the median and a bootstrap 95% interval."""
     timeout_s: Positive = 1800.0
     stall_timeout_s: Positive = 120.0
     """No token for this long while the server lives counts as a hang (nccl_hang)."""
-    dataset_path: str | None = None
+    dataset_path: Text | None = None
     """engine bench_serving: a local ShareGPT JSON for `--dataset-name random` (real text, real
     acceptance); without it `random-ids` is used, whose acceptance lengths are unrealistic."""
-    tokenizer: str | None = None
+    tokenizer: Text | None = None
     """engine bench_serving: tokenizer directory (default: the server's model path)."""
 
 
@@ -140,8 +154,8 @@ MetricName = Literal[
 
 
 class Bound(Strict):
-    min: float | None = None
-    max: float | None = None
+    min: Finite | None = None
+    max: Finite | None = None
 
     @model_validator(mode="after")
     def _some(self) -> Bound:
@@ -163,17 +177,18 @@ class ObjectiveSpec(Strict):
 
 
 class BudgetSpec(Strict):
-    trials: Annotated[int, Field(ge=1)] = 100
+    trials: Annotated[int, Int(1, 100_000)] = 100
     wall_time: float = 8 * 3600.0
-    concurrent_trials: Annotated[int, Field(ge=1)] = 1
+    concurrent_trials: Annotated[int, Int(1, 1024)] = 1
+    """Trials in flight at once (at most 1024: one per GPU group of a large cluster)."""
     trial_timeout_s: Positive = 3600.0
     max_failure_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
-    max_consecutive_failures: Annotated[int, Field(ge=1)] = 8
-    min_trials_for_failure_rate: Annotated[int, Field(ge=1)] = 6
-    baseline_every: Annotated[int, Field(ge=0)] = 0
+    max_consecutive_failures: Annotated[int, Int(1, 100_000)] = 8
+    min_trials_for_failure_rate: Annotated[int, Int(1, 100_000)] = 6
+    baseline_every: Annotated[int, Int(0, 100_000)] = 0
     """Measure the baseline again every K finished trials (0: only at the start). The promotion gate's
     interleaved runs measure it again at the end; every baseline measurement feeds the drift check."""
-    baseline_drift_threshold: Annotated[float, Field(gt=0)] = 0.05
+    baseline_drift_threshold: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.05
 
     @field_validator("wall_time", mode="before")
     @classmethod
@@ -183,14 +198,15 @@ class BudgetSpec(Strict):
 
 class SamplerSpec(Strict):
     kind: Literal["tpe", "random", "grid"] = "tpe"
-    seed: int = 0
-    startup_trials: Annotated[int, Field(ge=1)] = 8
+    seed: Annotated[int, Int(0, 2**32 - 1)] = 0
+    """The sampler's seed (numpy's range: 0 to 2^32 - 1)."""
+    startup_trials: Annotated[int, Int(1, 100_000)] = 8
 
 
 class TrackingSpec(Strict):
-    uri: str | None = None
+    uri: Text | None = None
     """MLflow tracking URI; default sqlite:///<workdir>/mlflow.db."""
-    experiment: str | None = None
+    experiment: Text | None = None
     """MLflow experiment name; default the experiment's name."""
 
 
@@ -347,6 +363,8 @@ def _message(e: ErrorDetails, model: type[BaseModel], loc: tuple[Any, ...]) -> s
     if kind in bounds:
         op, k = bounds[kind]
         return f"must be {op} {ctx.get(k)}, but got {_shown(value)}"
+    if kind == "finite_number":
+        return f"must be a finite number, but got {_shown(value)}"
     if kind == "literal_error":
         options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         hint = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
@@ -376,6 +394,9 @@ def _format_errors(err: ValidationError, model: type[BaseModel], where: str) -> 
     # were checked deeper down: the user wrote that member.
     for loc in list(by_path):
         if any(len(other) > len(loc) and other[:len(loc)] == loc for other in by_path):
+            by_path[loc] = [(e, k) for e, k in by_path[loc] if e["type"] not in _TYPE_WORDS]
+        # Likewise when one member's own rule fired (a fault string of the wrong syntax is not "not a mapping").
+        elif any(e["type"] not in _TYPE_WORDS for e, _ in by_path[loc]):
             by_path[loc] = [(e, k) for e, k in by_path[loc] if e["type"] not in _TYPE_WORDS]
     lines = []
     for loc, errs in by_path.items():
@@ -456,9 +477,16 @@ def _check_links(space: SearchSpace, origin: dict[str, str], where: str) -> None
             values = space.params[dep].values()
             for w in wanted if isinstance(wanted, list) else [wanted]:
                 if w not in values:
-                    raise SpecError(f"{at}: {dep} never takes the value {w!r} (its values: "
-                                    f"{', '.join(map(str, values))}), so {name} would never be swept; "
-                                    f"fix the value")
+                    shown = (f"{values[0]} to {values[-1]}" if isinstance(values, range)
+                             else yamlfile.shorten(", ".join(map(str, values)), 200))
+                    raise SpecError(f"{at}: {dep} never takes the value {yamlfile.shorten(repr(w))} (its values: "
+                                    f"{shown}), so {name} would never be swept; fix the value")
+    mode = space.params.get("speculative_attention_mode")
+    algo_when = mode.when.get("speculative_algorithm") if mode is not None else None
+    if mode is not None and (algo_when is None or None in (algo_when if isinstance(algo_when, list) else [algo_when])):
+        raise SpecError(f"{origin['speculative_attention_mode']}: params.speculative_attention_mode: passed to SGLang "
+                        f"only with speculative decoding, so without it every value would be the same server "
+                        f"counted twice; add `when: {{speculative_algorithm: EAGLE3}}`")
     try:
         when_order(space)
     except graphlib.CycleError as cycle:
