@@ -122,6 +122,9 @@ class SimulatorSpec(Strict):
     faults: tuple[Fault | FaultSpec, ...] = ()
     """Fault injections passed as --sim-fault: a string applies to every trial, {fault, when} to the
     trials whose knobs match, e.g. {fault: never_ready, when: {NCCL_ALGO: Tree}}."""
+    time_scale: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Fraction of the model profile's real load + graph-capture seconds the simulated server sleeps at
+    start-up (--sim-time-scale); 0: fast starts. Cost accounting stays in real-scale seconds."""
 
 
 class BenchmarkSpec(Strict):
@@ -247,6 +250,18 @@ class PromotionSpec(Strict):
         return self
 
 
+class ProbeSpec(Strict):
+    """The probe stage of a two-stage sweep (`sweep probe` runs it alone)."""
+
+    enabled: bool = False
+    """Stage one probes the NCCL settings; stage two runs full trials only over the kept ones."""
+    keep_within: Annotated[float, Field(ge=1.0, le=100)] = 1.2
+    """Keep the settings whose verify-size all-reduce latency is within this ratio of the best (the
+    NCCL defaults are always kept)."""
+    budget: Annotated[int, Int(1, 100_000)] | None = None
+    """NCCL settings to probe; default orchestrator.probe.DEFAULT_BUDGET (48)."""
+
+
 class SweepSpec(Strict):
     name: Slug
     description: str = ""
@@ -264,6 +279,7 @@ class SweepSpec(Strict):
     sampler: SamplerSpec = SamplerSpec()
     tracking: TrackingSpec = TrackingSpec()
     promotion: PromotionSpec
+    probe: ProbeSpec = ProbeSpec()
     source: str = ""
     """Path of the experiment file this was loaded from."""
 
