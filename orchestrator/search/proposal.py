@@ -51,6 +51,8 @@ class _Known:
     number: int
     values: tuple[float, ...] | None
     """The objective values told for it; None when it failed."""
+    learn: bool = False
+    """A failure the sampler learns from (Study.tell_failed(learn=True)); its repeats are told the same way."""
 
 
 class ProposalPolicy:
@@ -60,9 +62,12 @@ class ProposalPolicy:
         self.study = study
         self._known: dict[str, _Known] = {}
 
-    def remember(self, params: Mapping[str, ParamValue], number: int, values: Sequence[float] | None) -> None:
-        """A finished measurement (values) or failure (None) of `params`; the first one counts."""
-        self._known.setdefault(sp.key(params), _Known(number, tuple(values) if values is not None else None))
+    def remember(self, params: Mapping[str, ParamValue], number: int, values: Sequence[float] | None, *,
+                 learn: bool = False) -> None:
+        """A finished measurement (values) or failure (None; `learn`: one the sampler learns from) of
+        `params`; the first one counts."""
+        self._known.setdefault(sp.key(params), _Known(number, tuple(values) if values is not None else None,
+                                                      learn and values is None))
 
     def next(self, in_flight: Mapping[str, int] | None = None) -> Proposal | Settled | None:
         """Ask once: a Proposal to launch, a Settled proposal, or None when a grid has nothing left.
@@ -90,7 +95,8 @@ class ProposalPolicy:
         known = self._known.get(key)
         if known is not None and known.values is None:
             detail = f"same parameters as failed trial {known.number}"
-            self.study.tell_failed(number, {"failure_kind": "duplicate_of_failed", "skipped": True, "reason": detail})
+            self.study.tell_failed(number, {"failure_kind": "duplicate_of_failed", "skipped": True, "reason": detail},
+                                   learn=known.learn)
             return Settled(number, params, Settlement.duplicate_of_failed, detail)
         if known is not None and known.values is not None:
             self.study.tell_complete(number, list(known.values), {"duplicate_of": known.number, "skipped": True})

@@ -12,14 +12,17 @@ import random
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from orchestrator.config import eagle
 from orchestrator.config.experiment import SamplerSpec, SearchSpace
+from orchestrator.config.space import check_enumerable
 from orchestrator.errors import StorageError
 from orchestrator.records import ParamValue
 from orchestrator.redact import mask_url_password
@@ -31,6 +34,14 @@ IN_MEMORY = "memory:"
 """A storage URL that keeps the study in this process only (the search benchmark's: no sqlite round trips)."""
 
 _DIRECTIONS = {"maximize": StudyDirection.MAXIMIZE, "minimize": StudyDirection.MINIMIZE}
+
+NCCL_SETTING = "probe.nccl_setting"
+"""The one categorical that replaces the NCCL knobs once a probe kept some settings (its values are
+the settings' labels; `TrialView.params` shows the knobs again)."""
+PROBE_SETTINGS_ATTR = "probe_settings"
+"""Study attribute: {label: {NCCL knob: value}} of the kept settings, so a resumed study asks the same way."""
+FAILED_CONSTRAINT = "failed"
+"""The constraint a failure the sampler learns from is told with (1.0: violated)."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +69,41 @@ def _sampler(cfg: SamplerSpec, multi: bool) -> optuna.samplers.BaseSampler:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # multivariate+group model the interactions between knobs and handle conditional ones;
         # constant_liar keeps concurrent trials from being proposed the same point.
-        return optuna.samplers.TPESampler(
+        return _FailureAwareTPE(
             seed=cfg.seed, n_startup_trials=cfg.startup_trials, multivariate=True, group=True,
             constant_liar=True,
         )
+
+
+class _WithFailures:
+    """A study as TPE reads it, plus the failed trials told with a violated constraint.
+
+    Optuna's TPE builds its densities from COMPLETE and PRUNED trials only, so a FAIL is invisible to
+    it; a trial whose constraints are violated, though, goes to the "above" (bad) density whatever its
+    state. Showing TPE the failures that carry our constraint makes it propose the failing region less,
+    while the storage keeps them FAIL for everything else (status, resume, reports).
+    """
+
+    def __init__(self, study: optuna.Study):
+        self._study = study
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[Any]:
+        trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+        if states is not None and TrialState.COMPLETE in states:
+            failed = self._study._get_trials(deepcopy=deepcopy, states=(TrialState.FAIL,), use_cache=use_cache)
+            trials = trials + [t for t in failed if t.constraints.get(FAILED_CONSTRAINT, 0.0) > 0]
+        return trials
+
+
+class _FailureAwareTPE(optuna.samplers.TPESampler):
+    """TPE that learns from failures told with FAILED_CONSTRAINT (see _WithFailures)."""
+
+    def _sample(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                search_space: dict[str, optuna.distributions.BaseDistribution]) -> dict[str, Any]:
+        return super()._sample(_WithFailures(study), trial, search_space)  # type: ignore[arg-type]
 
 
 class Study:
@@ -77,6 +119,8 @@ class Study:
         self._study: optuna.Study | None = None
         self._asked: dict[int, optuna.Trial] = {}
         self._grid: Iterator[dict[str, ParamValue]] | None = None
+        self._settings: dict[str, dict[str, ParamValue]] = {}
+        """The probe's kept NCCL settings by label (empty: the NCCL knobs are searched one by one)."""
 
     # -- lifecycle
 
@@ -95,16 +139,29 @@ class Study:
         return self.name in names
 
     def open(self) -> None:
-        storage = (None if self.storage_url == IN_MEMORY
-                   else optuna.storages.RDBStorage(self.storage_url, engine_kwargs=_engine_kwargs(self.storage_url)))
+        if self.sampler_cfg.kind == "grid":
+            check_enumerable(self.space, "sampler kind grid")  # before anything is created
+        storage = None if self.storage_url == IN_MEMORY else _rdb(self.storage_url)
         self._study = optuna.create_study(
             study_name=self.name, storage=storage, directions=[_DIRECTIONS[d] for d in self.directions],
             sampler=_sampler(self.sampler_cfg, len(self.directions) > 1), load_if_exists=True,
         )
+        self._settings = {str(k): dict(v) for k, v in (self.get_attr(PROBE_SETTINGS_ATTR) or {}).items()}
         if self.sampler_cfg.kind == "grid":
             order = [p for p in sp.points(self.space) if eagle.infeasible(p) is None]
             random.Random(self.sampler_cfg.seed).shuffle(order)
             self._grid = iter(order)
+
+    def is_unstarted(self) -> bool:
+        """Whether the study holds nothing a sweep made: no trial and no attribute (a start that failed
+        after creating it), so a new start may take it over."""
+        return not self.study.get_trials(deepcopy=False) and not self.study.user_attrs
+
+    def delete(self) -> None:
+        """Remove the study from its storage (a start that failed must leave nothing behind)."""
+        if self._study is not None and self.storage_url != IN_MEMORY:
+            optuna.delete_study(study_name=self.name, storage=self._study._storage)
+        self._study = None
 
     @property
     def study(self) -> optuna.Study:
@@ -120,10 +177,36 @@ class Study:
     def set_attr(self, key: str, value: Any) -> None:
         self.study.set_user_attr(key, value)
 
+    # -- the probe's restriction
+
+    def restrict_nccl(self, settings: Mapping[str, Mapping[str, ParamValue]]) -> None:
+        """From now on search trials choose their NCCL knobs as one of `settings` ({label: {knob: value}},
+        every NCCL knob of the space in each) instead of knob by knob. Kept in the study for resume."""
+        self._settings = {label: dict(values) for label, values in settings.items()}
+        self.set_attr(PROBE_SETTINGS_ATTR, self._settings)
+
+    @property
+    def nccl_settings(self) -> dict[str, dict[str, ParamValue]]:
+        return dict(self._settings)
+
+    def nccl_label(self, params: Mapping[str, ParamValue]) -> str | None:
+        """The kept setting `params` uses, or None (not restricted, or a setting the probe did not keep)."""
+        for label, values in self._settings.items():
+            if all(params.get(k) == v for k, v in values.items()):
+                return label
+        return None
+
     # -- ask / tell
 
     def enqueue(self, params: Mapping[str, ParamValue], attrs: Mapping[str, Any]) -> None:
         """Queue exact parameters (baseline, re-measure); the next ask() returns them first."""
+        attrs = dict(attrs)
+        label = self.nccl_label(params) if self._settings and attrs.get("role", "search") == "search" else None
+        if label is not None:
+            dims = self._settings[label]
+            params = {NCCL_SETTING: label, **{k: v for k, v in params.items() if k not in dims}}
+        elif self._settings:
+            attrs["nccl_fixed"] = True  # asked knob by knob (see ask)
         fixed = {k: v for k, v in params.items() if v is not None or _none_allowed(self.space, k)}
         self.study.enqueue_trial(fixed, user_attrs=dict(attrs), skip_if_exists=False)
 
@@ -133,6 +216,8 @@ class Study:
         if self._grid is not None and not self._waiting():
             tried = {sp.key(sp.complete(self.space, t.params)) for t in self.trials()}
             for point in self._grid:
+                if self._settings and self.nccl_label(point) is None:
+                    continue  # an NCCL setting the probe did not keep
                 if sp.key(point) not in tried:
                     self.enqueue(point, {"role": "search"})
                     break
@@ -140,7 +225,13 @@ class Study:
                 return None
         trial = self.study.ask()
         chosen: dict[str, ParamValue] = {}
+        if (self._settings and trial.user_attrs.get("role", "search") == "search"
+                and not trial.user_attrs.get("nccl_fixed")):
+            label = trial.suggest_categorical(NCCL_SETTING, sorted(self._settings))
+            chosen.update(self._settings[str(label)])
         for name in sp.ordered(self.space):
+            if name in chosen:
+                continue
             param = self.space.params[name]
             if not sp.is_active(param, chosen):
                 chosen[name] = None
@@ -171,15 +262,25 @@ class Study:
         self.study.tell(number, list(values) if len(values) > 1 else values[0])
         self._asked.pop(number, None)
 
-    def tell_failed(self, number: int, attrs: Mapping[str, Any]) -> None:
+    def tell_failed(self, number: int, attrs: Mapping[str, Any], *, learn: bool = False) -> None:
+        """A failure. `learn`: the parameters caused it (an OOM, a hang), so the sampler is told to avoid
+        them (a violated constraint TPE reads, see _WithFailures); otherwise it ignores the trial."""
         self.set_trial_attrs(number, attrs)
+        if learn:
+            trial = self._asked.get(number)
+            if trial is not None:
+                trial.set_constraint(FAILED_CONSTRAINT, 1.0)
+            else:
+                frozen = self.study.get_trials(deepcopy=False)[number]
+                self.study._storage.set_trial_system_attr(  # no public API for old trials
+                    frozen._trial_id, f"constraints:{FAILED_CONSTRAINT}", 1.0)
         self.study.tell(number, state=TrialState.FAIL)
         self._asked.pop(number, None)
 
     # -- reading
 
     def trials(self) -> list[TrialView]:
-        return [_view(t) for t in self.study.get_trials(deepcopy=False)]
+        return [_view(t, self._settings) for t in self.study.get_trials(deepcopy=False)]
 
     def running(self) -> list[TrialView]:
         return [t for t in self.trials() if t.state == "RUNNING"]
@@ -197,7 +298,7 @@ class Study:
                     self.study, target=lambda t: t.values[0], evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
         except (ValueError, RuntimeError):  # e.g. no parameter shared by every complete trial
             return {}
-        return {k: float(v) for k, v in found.items()}
+        return dict(sorted(((k, float(v)) for k, v in found.items()), key=lambda kv: -kv[1]))
 
 
 def _none_allowed(space: SearchSpace, name: str) -> bool:
@@ -205,9 +306,13 @@ def _none_allowed(space: SearchSpace, name: str) -> bool:
     return param is not None and param.choices is not None and None in param.choices
 
 
-def _view(t: optuna.trial.FrozenTrial) -> TrialView:
+def _view(t: optuna.trial.FrozenTrial, settings: Mapping[str, Mapping[str, ParamValue]] | None = None) -> TrialView:
+    params = dict(t.params)
+    label = params.pop(NCCL_SETTING, None)
+    if label is not None:
+        params.update((settings or {}).get(str(label), {}))
     return TrialView(
-        number=t.number, state=t.state.name, params=dict(t.params),
+        number=t.number, state=t.state.name, params=params,
         values=tuple(t.values) if t.values is not None else None, attrs=dict(t.user_attrs),
         start=t.datetime_start.timestamp() if t.datetime_start else None,
         end=t.datetime_complete.timestamp() if t.datetime_complete else None,
@@ -219,12 +324,32 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
 
 
+def _rdb(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage at `url`; StorageError (what, and the fix) when it cannot be opened."""
+    shown = mask_url_password(url)
+    if url.startswith("sqlite:///"):
+        folder = Path(url.removeprefix("sqlite:///")).parent
+        if not folder.is_dir():
+            raise StorageError(f"Optuna storage {shown}: the folder {folder} does not exist; create it, or "
+                               f"leave --storage out (the work directory's optuna.db)")
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **kwargs)
+    except ImportError as exc:
+        raise StorageError(f"Optuna storage {shown}: its database driver is not installed "
+                           f"({str(exc).splitlines()[0][:200]}); for PostgreSQL: pip install 'sglang-sweep[postgres]'"
+                           ) from None
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
+        raise StorageError(f"Optuna storage {shown} cannot be opened: {type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:300]}; pass a URL such as sqlite:////abs/path/optuna.db "
+                           f"or postgresql://user@host/db") from None
+
+
 def read_only(storage_url: str, name: str) -> tuple[list[TrialView], dict[str, Any]] | None:
     """Trials of study `name` for `sweep status`, or None when there is no such study."""
+    storage = _rdb(storage_url, skip_compatibility_check=True)
     try:
-        storage = optuna.storages.RDBStorage(storage_url, engine_kwargs=_engine_kwargs(storage_url),
-                                             skip_compatibility_check=True)
         study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         return None
-    return [_view(t) for t in study.get_trials(deepcopy=False)], dict(study.user_attrs)
+    settings = study.user_attrs.get(PROBE_SETTINGS_ATTR) or {}
+    return [_view(t, settings) for t in study.get_trials(deepcopy=False)], dict(study.user_attrs)

@@ -11,6 +11,7 @@ from orchestrator.records import FailureKind, TrialRole, TrialSpec, TrialStatus
 from orchestrator.search import space as sp
 from orchestrator.search.proposal import Proposal, Settlement
 from orchestrator.sweep._context import Context, InFlight
+from orchestrator.sweep._probe_stage import run_probe_stage
 from orchestrator.sweep._record import abort_in_flight, baseline_measured, record, should_launch
 from orchestrator.sweep.state import Interrupted, StopKind, StopReason, Tick, TrialLaunched
 
@@ -40,7 +41,9 @@ def act_on_interrupts(ctx: Context) -> None:
 
 
 def run_loop(ctx: Context) -> None:
-    """Launch while slots are free and budgets allow; record each trial as it ends."""
+    """Stage one (the probe, when enabled), then launch while slots are free and budgets allow;
+    record each trial as it ends."""
+    run_probe_stage(ctx)
     while True:
         act_on_interrupts(ctx)
         while ctx.executor.idle() and should_launch(ctx):

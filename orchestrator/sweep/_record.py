@@ -20,6 +20,10 @@ log = logging.getLogger("sweep")
 
 NOT_THE_PARAMETERS = frozenset({FailureKind.worker_lost, FailureKind.port_in_use, FailureKind.internal_error})
 """Failure kinds that say nothing about the configuration: never blacklisted, measured again once."""
+LEARNED_FAILURES = frozenset({FailureKind.oom, FailureKind.nccl_hang, FailureKind.startup_timeout,
+                              FailureKind.server_crash})
+"""Failures the configuration causes and the sampler is told to avoid (a violated constraint for TPE):
+it proposes that region less. Others are only blacklisted as exact points."""
 
 
 def objective_values(ctx: Context, outcome: TrialOutcome) -> list[float] | None:
@@ -131,7 +135,9 @@ def _told_complete(ctx: Context, outcome: TrialOutcome, values: list[float], att
 def _told_failed(ctx: Context, outcome: TrialOutcome, attrs: dict[str, Any], tdir: Path) -> None:
     p = ctx.progress
     kind = outcome.failure_kind.value if outcome.failure_kind else FailureKind.metric_missing.value
-    ctx.study.tell_failed(outcome.number, {**attrs, "failure_kind": kind, "reason": outcome.reason[:500]})
+    learn = outcome.failure_kind in LEARNED_FAILURES and outcome.role is TrialRole.search
+    ctx.study.tell_failed(outcome.number, {**attrs, "failure_kind": kind, "reason": outcome.reason[:500]},
+                          learn=learn)
     p.failed += 1
     p.consecutive_failures += 1
     p.failures[kind] += 1
@@ -141,7 +147,7 @@ def _told_failed(ctx: Context, outcome: TrialOutcome, attrs: dict[str, Any], tdi
             ctx.requeued.add(outcome.number)
             ctx.study.enqueue(outcome.params, {"role": outcome.role.value, "remeasure_of": outcome.number})
     else:
-        ctx.policy.remember(outcome.params, outcome.number, None)
+        ctx.policy.remember(outcome.params, outcome.number, None, learn=learn)
     log.warning("trial %d failed: %s: %s", outcome.number, kind, outcome.reason)
     if outcome.role is TrialRole.baseline:
         p.stop = StopReason(StopKind.baseline_failed,

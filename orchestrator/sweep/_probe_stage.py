@@ -1,0 +1,145 @@
+"""Stage one of a two-stage sweep (`probe.enabled`): probe the NCCL settings, keep the fast ones,
+restrict the study's NCCL knobs to them and warm-start it from the ranking.
+
+The probe's own wall time counts against the sweep's (it runs inside the same invocation). A
+probe.json already in the work directory is reused when it probed this experiment's NCCL space on
+this engine and host (a resumed sweep, or `sweep probe` run first); a resumed study that already
+holds its kept settings is not probed again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from orchestrator.config import eagle
+from orchestrator.config.experiment import SweepSpec
+from orchestrator.probe import (
+    PROBE_FILE,
+    ProbeResult,
+    RankedSetting,
+    base_env,
+    nccl_dimensions,
+    rank_settings,
+    read_probe,
+    run_probe,
+)
+from orchestrator.probe.settings import space_size
+from orchestrator.records import ParamValue
+from orchestrator.search import space as sp
+from orchestrator.simulator import load_model
+from orchestrator.sweep._context import Context
+
+log = logging.getLogger("sweep")
+
+WARM_START = 3
+"""Kept settings (fastest first) enqueued with the model's default speculation before the sampler proposes."""
+
+
+def reusable(result: ProbeResult, spec: SweepSpec) -> str | None:
+    """Why probe.json `result` cannot stand for a probe of `spec`, or None when it can."""
+    dims = nccl_dimensions(spec)
+    if result.skipped:
+        return f"it measured nothing ({result.skipped})"
+    checks = [
+        (result.experiment == spec.name, f"it probed experiment {result.experiment!r}"),
+        (result.engine == spec.engine, f"it ran on engine {result.engine}"),
+        (spec.engine != "simulator" or result.host == spec.simulator.hardware_profile,
+         f"it probed host {result.host!r}, not {spec.simulator.hardware_profile!r}"),
+        (result.tp == spec.server.tp, f"it used tp {result.tp}, not {spec.server.tp}"),
+        (result.base_env == base_env(spec), "the experiment's fixed NCCL environment changed"),
+        (result.space_settings == space_size(dims), "the NCCL part of the space changed"),
+        (all(set(s.env) <= set(dims) for s in result.settings), "it probed NCCL variables the space lacks"),
+    ]
+    return next((why for ok, why in checks if not ok), None)
+
+
+def probe_or_reuse(spec: SweepSpec, workdir: Path) -> tuple[ProbeResult, str]:
+    """probe.json of `workdir` when reusable, else a fresh probe; and a line saying which."""
+    path = workdir / PROBE_FILE
+    if path.exists():
+        try:
+            old = read_probe(path)
+        except (OSError, ValueError) as exc:
+            why: str | None = f"it is unreadable ({type(exc).__name__})"
+        else:
+            why = reusable(old, spec)
+            if why is None:
+                return old, (f"probe: reusing {path} ({len(old.settings)} settings probed on {old.host}); "
+                             f"delete it to probe again")
+        log.info("probe: not reusing %s: %s", path, why)
+    result = run_probe(spec, workdir, budget=spec.probe.budget)
+    return result, (f"probe: {len(result.settings)} NCCL settings probed on {result.host} in "
+                    f"{result.seconds:.1f} s ({result.seconds_per_setting:.2f} s per setting)")
+
+
+def kept_settings(spec: SweepSpec, ranked: tuple[RankedSetting, ...]) -> dict[str, dict[str, ParamValue]]:
+    """{label: every NCCL knob of the space -> its value} of the kept settings, fastest first."""
+    dims = nccl_dimensions(spec)
+    out: dict[str, dict[str, ParamValue]] = {}
+    for r in ranked:
+        if not r.kept:
+            continue
+        values: dict[str, ParamValue] = {}
+        for name, choices in dims.items():
+            text = r.env.get(name)
+            match = [v for v in choices if (v is None and text is None) or (v is not None and str(v) == text)]
+            if not match:
+                break
+            values[name] = match[0]
+        else:
+            out[r.setting] = values
+    return out
+
+
+def speculation_start(spec: SweepSpec, base: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
+    """`base` with the model's default EAGLE-3 speculation switched on, where the space has it and
+    the rules allow; `base` unchanged otherwise."""
+    params = dict(base)
+    space = spec.space.params
+    algo = space.get("speculative_algorithm")
+    if algo is None or algo.choices is None or "EAGLE3" not in algo.choices:
+        return params
+    steps, topk, draft = load_model(spec.simulator.model_profile).default_spec
+    trial = {**params, "speculative_algorithm": "EAGLE3"}
+    for name, value in (("speculative_num_steps", steps), ("speculative_eagle_topk", topk),
+                        ("speculative_num_draft_tokens", draft)):
+        param = space.get(name)
+        if param is not None and value in param.values():
+            trial[name] = value
+    for name in sp.ordered(spec.space):  # a knob whose `when` no longer holds is not set
+        if not sp.is_active(space[name], trial):
+            trial[name] = None
+    trial = sp.complete(spec.space, trial)
+    return trial if eagle.infeasible(trial) is None else params
+
+
+def run_probe_stage(ctx: Context) -> None:
+    """Stage one, once per sweep: probe (or reuse probe.json), restrict the NCCL knobs, warm-start."""
+    spec = ctx.spec
+    if not spec.probe.enabled or not nccl_dimensions(spec):
+        return
+    if ctx.study.nccl_settings:
+        log.info("probe: the study already searches %d kept NCCL settings (resumed)", len(ctx.study.nccl_settings))
+        return
+    result, how = probe_or_reuse(spec, ctx.paths.root)
+    log.info(how)
+    ranked = rank_settings(result, keep_within=spec.probe.keep_within)
+    kept = kept_settings(spec, ranked)
+    if result.skipped or len(kept) < 1:
+        log.warning("probe: %s; stage two searches every NCCL setting of the space",
+                    result.skipped or "no setting was kept")
+        ctx.study.set_attr("probe", {"skipped": result.skipped or "no setting kept"})
+        return
+    ctx.study.restrict_nccl(kept)
+    best = next((r for r in ranked if r.score_us is not None), None)
+    ctx.study.set_attr("probe", {"settings": len(result.settings), "kept": len(kept), "seconds": result.seconds,
+                                 "keep_within": spec.probe.keep_within, "best": best.setting if best else None,
+                                 "best_us": best.score_us if best else None, "host": result.host})
+    log.info("probe: %d of %d settings kept (within %gx of the best, %s at %.1f us; NCCL defaults always kept)",
+             len(kept), len(result.settings), spec.probe.keep_within, best.setting if best else "-",
+             best.score_us if best and best.score_us else 0.0)
+    start = speculation_start(spec, sp.baseline_params(spec.space))
+    for rank, (label, values) in enumerate(list(kept.items())[:WARM_START]):
+        ctx.study.enqueue({**start, **values}, {"role": "search", "warm_start": rank + 1, "probe_setting": label})

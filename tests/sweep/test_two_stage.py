@@ -1,0 +1,53 @@
+"""A two-stage sweep in-process (inline executor, simulator, real Optuna and MLflow sqlite stores):
+stage one probes the NCCL settings, stage two measures only the kept ones, warm-started."""
+
+from __future__ import annotations
+
+import json
+
+from e2e_helpers import demo_experiment, write_experiment
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
+
+from orchestrator.config import experiment as spec_mod
+from orchestrator.execute.inline import InlineExecutor
+from orchestrator.probe import rank_settings, read_probe
+from orchestrator.search.study import read_only
+from orchestrator.sweep.driver import Sweep
+
+
+def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(tmp_path, sqlite_store_template):
+    data = demo_experiment(name="twostage", budget={"trials": 6, "concurrent_trials": 2},
+                           promotion={"max_rounds": 0}, probe={"enabled": True, "keep_within": 1.1})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)
+    summary = Sweep(spec, wd, executor=InlineExecutor(2)).run()
+
+    probe = read_probe(wd / "probe.json")
+    assert probe.host == "pcie-rtxpro6000-x8" and len(probe.settings) == 48
+    ranked = rank_settings(probe, keep_within=1.1)
+    kept_envs = [r.env for r in ranked if r.kept]
+    assert 1 < len(kept_envs) < len(ranked)  # the probe left some settings out
+    trials, attrs = read_only(f"sqlite:///{wd / 'optuna.db'}", spec.name)  # type: ignore[misc]
+    assert attrs["probe"]["kept"] == len(kept_envs)
+    measured = [t for t in trials if t.role == "search" and not t.attrs.get("skipped")]
+    assert measured and summary.complete >= 5
+    for t in measured:  # every measured NCCL setting is one the probe kept
+        env = {k: str(v) for k, v in t.params.items() if k.startswith("NCCL_") and v is not None}
+        assert env in kept_envs, env
+    warm = sorted((t.attrs["warm_start"], t.attrs["probe_setting"]) for t in trials if "warm_start" in t.attrs)
+    best = [r.setting for r in ranked if r.kept][:3]
+    assert [label for _, label in warm] == best  # the fastest kept settings first, with speculation on
+    first = next(t for t in trials if t.attrs.get("warm_start") == 1)
+    assert first.params["speculative_algorithm"] == "EAGLE3"
+
+    # Resumed with a larger budget: the probe is not run again (probe.json untouched), the kept set holds.
+    mtime = (wd / "probe.json").stat().st_mtime_ns
+    Sweep(spec, wd, executor=InlineExecutor(2), resume=True, n_trials=9).run()
+    assert (wd / "probe.json").stat().st_mtime_ns == mtime
+    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", spec.name)  # type: ignore[misc]
+    for t in trials:
+        if t.role == "search" and not t.attrs.get("skipped"):
+            env = {k: str(v) for k, v in t.params.items() if k.startswith("NCCL_") and v is not None}
+            assert env in kept_envs, env
+    assert json.loads((wd / "sweep.json").read_text())["launched"] >= 9
