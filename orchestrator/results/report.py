@@ -18,44 +18,70 @@ _METRIC_COLUMNS = ("decode_tok_s", "output_tok_s", "accept_length", "accept_rate
 
 def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome],
                   baselines: Sequence[tuple[float, float]]) -> pd.DataFrame:
-    """One row per trial: number, role, status, failure kind, every knob, every metric, the speed-up of the
-    objective over the nearest baseline and, with two objectives, whether the trial is on the Pareto front."""
+    """One row per trial, best objective first (failures last): the champion mark, number, role, status,
+    failure kind, the speed-up of the objective over the nearest baseline in percent, every metric,
+    every knob, the best searched objective up to that trial (`best_so_far`) and, with two objectives,
+    whether the trial is on the Pareto front. Confirmation runs are not trials and are left out."""
     metric, direction = spec.objective.metric, spec.objective.direction
-    front = {o.number for o in _pareto(spec, outcomes)}
+    trials = sorted((o for o in outcomes if o.role is not TrialRole.confirm), key=lambda o: o.number)
+    front = {o.number for o in _pareto(spec, trials)}
+    champion = _champion(spec, trials)
     rows: list[dict[str, Any]] = []
-    for o in outcomes:
-        row: dict[str, Any] = {"trial": o.number, "role": o.role.value, "status": o.status.value,
+    best: float | None = None
+    for o in trials:
+        row: dict[str, Any] = {"champion": "★" if champion == o.number else "", "trial": o.number,
+                               "role": o.role.value, "status": o.status.value,
                                "failure_kind": o.failure_kind.value if o.failure_kind else "",
-                               "allreduce_path": o.allreduce_path}
-        row.update({k: ("unset" if v is None else v) for k, v in o.params.items()})
+                               "speedup_pct": None}
+        value = getattr(o.metrics, metric) if o.metrics is not None else None
         if o.metrics is not None:
+            base = select.nearest_baseline(o.finished_at, list(baselines))
+            if base and value is not None:
+                row["speedup_pct"] = round((select.speedup(value, base, direction=direction) - 1) * 100, 1)
             for c in _METRIC_COLUMNS:
                 row[c] = getattr(o.metrics, c)
-            base = select.nearest_baseline(o.finished_at, list(baselines))
-            value = getattr(o.metrics, metric)
-            row["speedup_vs_baseline"] = (select.speedup(value, base, direction=direction)
-                                          if base and value is not None else None)
+        if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE and value is not None:
+            best = value if best is None else (max(best, value) if direction == "maximize" else min(best, value))
+        row["best_so_far"] = best
+        row["allreduce_path"] = o.allreduce_path
+        row.update({k: ("unset" if v is None else v) for k, v in o.params.items()})
         if spec.objective.secondary:
             row["pareto_front"] = o.number in front
         rows.append(row)
     df = pd.DataFrame(rows)
-    return df.sort_values("trial").reset_index(drop=True) if not df.empty else df
+    if df.empty:
+        return df
+    if metric not in df:
+        df[metric] = None
+    df = df.sort_values([metric, "trial"], ascending=[direction == "minimize", True], na_position="last",
+                        kind="stable")
+    return df.reset_index(drop=True)
+
+
+def _champion(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> int | None:
+    """The trial the promotion picks (the best eligible searched one), by the same rule."""
+    constraints: dict[str, tuple[float | None, float | None]] = {
+        k: (b.min, b.max) for k, b in spec.objective.constraints.items()}
+    pick = select.pick_champion([o for o in outcomes if o.role is TrialRole.search], metric=spec.objective.metric,
+                                direction=spec.objective.direction, constraints=constraints)
+    return None if pick is None else pick.number
 
 
 def parent_metrics(summary: dict[str, Any], outcomes: Sequence[TrialOutcome]) -> dict[str, float]:
+    """The parent run's single numbers: counts, the confirmed gain in percent with its 95 % interval
+    (only when the confirmation measured one), the baseline drift. The best objective is logged along
+    the sweep (step = trial) from the results table, not here."""
     out = {"trials_complete": float(summary["complete"]), "trials_failed": float(summary["failed"]),
            "proposals_skipped": float(summary["skipped"])}
-    search = [o for o in outcomes if o.role is TrialRole.search and o.metrics is not None]
-    if search:
-        out["best_decode_tok_s"] = max(o.metrics.decode_tok_s for o in search)  # type: ignore[union-attr]
     gate = summary.get("gate")
     if gate:
-        out["champion_gain"] = float(gate["gain"])
-        out["champion_gain_ci95_low"] = float(gate["ci_low"])
-        out["champion_gain_ci95_high"] = float(gate["ci_high"])
+        out["champion_gain_pct"] = round(float(gate["gain"]) * 100, 1)
+        if gate.get("ci_low") is not None and gate.get("ci_high") is not None and gate["ci_low"] != gate["ci_high"]:
+            out["champion_gain_ci95_low_pct"] = round(float(gate["ci_low"]) * 100, 1)
+            out["champion_gain_ci95_high_pct"] = round(float(gate["ci_high"]) * 100, 1)
     drift = summary.get("baseline_drift") or {}
     if drift.get("max_relative_change") is not None:
-        out["baseline_drift"] = float(drift["max_relative_change"])
+        out["baseline_drift_pct"] = round(float(drift["max_relative_change"]) * 100, 1)
     return out
 
 

@@ -5,6 +5,7 @@ Imports neither Ray nor MLflow, so it answers in a moment while a sweep runs.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import Counter
@@ -17,7 +18,7 @@ from orchestrator.errors import SweepError
 from orchestrator.records import ParamValue, TrialRole
 from orchestrator.search.study import read_only
 from orchestrator.sweep._workdir import Paths
-from orchestrator.sweep.state import SweepState
+from orchestrator.sweep.state import SweepState, SweepSummary
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,37 @@ class StatusReport:
     fingerprints: dict[str, list[str]]
     """Hosts whose fingerprint changed during the sweep -> the hashes seen."""
     stop_reason: str
+    phase: str = "search"
+    """search | confirming round k of max | done."""
+    verdict: str | None = None
+    """The promotion's verdict in words, once the sweep is done."""
+    env_file: str | None = None
+    """The champion's env file, once promoted."""
+
+
+def phase_of(workdir: Path, status: str) -> str:
+    """What the sweep is doing: `search`, `confirming round k of max` (from the confirmation folders and
+    the experiment's promotion.max_rounds) or `done`."""
+    if status != "running":
+        return "done"
+    rounds = {p.name.split("-", 1)[0] for p in (workdir / "confirm").glob("*") if p.is_dir()}
+    if not rounds:
+        return "search"
+    try:
+        promotion = json.loads((workdir / "experiment.json").read_text()).get("promotion", {})
+        limit = promotion.get("max_rounds") or promotion.get("confirm_repeats")
+    except (OSError, ValueError, AttributeError):
+        limit = None
+    return f"confirming round {len(rounds)}" + (f" of {limit}" if limit else "")
+
+
+def _promotion(workdir: Path) -> tuple[str | None, str | None]:
+    """(verdict, env file) from summary.json, or (None, None) before the end."""
+    try:
+        summary = SweepSummary.model_validate_json((workdir / "summary.json").read_text())
+    except (OSError, ValidationError):
+        return None, None
+    return summary.verdict, summary.env_file
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -103,7 +135,8 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
     budget = state.budget_trials
     elapsed = (state.updated_at if state.status != "running" else time.time()) - state.started_at
     eta = None
-    if finished and state.status == "running" and budget:
+    phase = phase_of(workdir, state.status)
+    if finished and phase == "search" and budget:
         per_trial = elapsed / max(len(finished), 1)
         eta = max(budget - len(finished), 0) * per_trial
     per_node: dict[str, set[str]] = {}
@@ -111,6 +144,7 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
         if t.attrs.get("fingerprint_hash"):
             per_node.setdefault(str(t.attrs.get("node", "")).split("/")[0], set()).add(t.attrs["fingerprint_hash"])
     fps = {node: sorted(h) for node, h in per_node.items() if len(h) > 1}  # only real changes, per host
+    verdict, env_file = _promotion(workdir) if phase == "done" else (None, None)
     return StatusReport(
         experiment=state.experiment, status=state.status,
         driver_alive=_pid_alive(state.pid) and state.status == "running",
@@ -122,4 +156,5 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
             params={k: v for k, v in best.params.items() if v is not None}),
         baseline=baselines[-1][1] if baselines else None, baselines=baselines,
         elapsed_s=elapsed, eta_s=eta, fingerprints=fps, stop_reason=state.stop_reason,
+        phase=phase, verdict=verdict, env_file=env_file,
     )

@@ -35,6 +35,8 @@ MLFLOW_ENV_DEFAULTS = {
     # Keep MLflow's own stdout/stderr chatter out of the sweep's terminal display.
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    # "Creating initial MLflow database tables..." and the like: MLflow's INFO lines are no news.
+    "MLFLOW_LOGGING_LEVEL": "WARNING",
 }
 """Set in os.environ (unless already set) when a Store first creates its client; see the module
 doc for why this is the only way."""
@@ -173,12 +175,13 @@ class Store:
 
     def log_batch(self, run_id: str, *, metrics: Mapping[str, float] | None = None,
                   params: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None,
-                  timestamp_ms: int | None = None) -> None:
-        """log_batch in chunks MLflow accepts (100 params, 100 tags, 1000 metrics per call)."""
+                  timestamp_ms: int | None = None, step: int = 0) -> None:
+        """log_batch in chunks MLflow accepts (100 params, 100 tags, 1000 metrics per call); the
+        metrics at `step` (a trial's number, so MLflow's charts draw them along the sweep)."""
         from mlflow.entities import Metric, Param, RunTag  # deferred with the client
 
         stamp = timestamp_ms if timestamp_ms is not None else convert.ms(time.time())
-        metric_list = [Metric(k, v, stamp, 0) for k, v in (metrics or {}).items()]
+        metric_list = [Metric(k, v, stamp, step) for k, v in (metrics or {}).items()]
         param_list = [Param(k, v) for k, v in (params or {}).items()]
         tag_list = [RunTag(k, v) for k, v in (tags or {}).items()]
         client = self.client()

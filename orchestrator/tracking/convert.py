@@ -32,6 +32,15 @@ TAG_MAX = 5000
 SWEEP_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 _ROLE_RUN_PREFIX = {"search": "trial"}
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+"""MLflow 3 opens an experiment without this tag in its GenAI view (traces, evaluation runs); this
+value is the classic training view: the runs table and the charts (mlflow/server/js, `ExperimentKind`)."""
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+"""An experiment tag MLflow's runs page reads when its URL carries `?viewStateShareKey=<key>`:
+the columns, the filter and the sort a reader sees first."""
+TRIALS_VIEW_KEY = "sweep-trials"
+CHAMPION_TAG = "sweep.champion"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -89,18 +98,42 @@ def metrics(values: Mapping[str, Any]) -> dict[str, float]:
 
 
 def outcome_metrics(outcome: TrialOutcome) -> dict[str, float]:
-    """Every number of the outcome: its Metrics, `<name>_ci95_low/high`, repeats and timings."""
+    """Every number of the outcome: its Metrics, repeats and timings, and `<name>_ci95_low/high`
+    only where repeated measurements give an interval (one measurement has none)."""
     out: dict[str, float] = {}
     if outcome.metrics is not None:
         out.update(metrics(outcome.metrics.model_dump(exclude={"sources"})))
     if outcome.summary is not None:
         out["repeats"] = float(outcome.summary.repeats)
-        out.update(metrics({f"{k}_ci95_low": v for k, v in outcome.summary.ci95_low.items()}))
-        out.update(metrics({f"{k}_ci95_high": v for k, v in outcome.summary.ci95_high.items()}))
+        if outcome.summary.repeats >= 2:
+            out.update(metrics({f"{k}_ci95_low": v for k, v in outcome.summary.ci95_low.items()}))
+            out.update(metrics({f"{k}_ci95_high": v for k, v in outcome.summary.ci95_high.items()}))
     out.update(metrics({f"time_{k}_s": v for k, v in outcome.timings.items()}))
     if outcome.started_at and outcome.finished_at:
-        out["time_total_s"] = outcome.finished_at - outcome.started_at
+        out["time_total_s"] = max(outcome.finished_at - outcome.started_at, 0.0)
     return out
+
+
+SPEEDUP_RATIO = "speedup_vs_baseline"
+SPEEDUP_PCT = "speedup_pct"
+"""The speed-up over the baseline as MLflow shows it: +12.3 means 12.3 % faster."""
+
+
+def trial_metrics(outcome: TrialOutcome, extra: Mapping[str, float]) -> dict[str, float]:
+    """What a trial run shows: the outcome's numbers and the extra ones, rounded to what a reader
+    compares (`rounded`), the speed-up ratio as `speedup_pct`."""
+    values = {**outcome_metrics(outcome), **metrics(extra)}
+    ratio = values.pop(SPEEDUP_RATIO, None)
+    if ratio is not None and math.isfinite(ratio):
+        values[SPEEDUP_PCT] = round((ratio - 1.0) * 100.0, 1)
+    return {k: rounded(v) for k, v in values.items()}
+
+
+def rounded(value: float) -> float:
+    """4 significant digits (181.3 tok/s, 2.909 tokens, 0.01234 s); integers, NaN and inf kept."""
+    if not math.isfinite(value) or value == int(value):
+        return value
+    return float(f"{value:.4g}")
 
 
 def outcome_tags(outcome: TrialOutcome) -> dict[str, str]:
@@ -209,3 +242,37 @@ def short(error: BaseException | str, limit: int = 300) -> str:
     text = error if isinstance(error, str) else (str(error) or type(error).__name__)
     text = " ".join(redact.redact_text(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+TRIAL_COLUMNS = ("decode_tok_s", SPEEDUP_PCT, "accept_length", "verify_ms", "ttft_ms_p99", "itl_ms_p50")
+"""The metric columns the trials view opens with, the objective first."""
+
+
+def trials_view(objective: str, direction: str = "maximize") -> str:
+    """The JSON of the experiment's shared view `sweep-trials`: the searched trials and baselines
+    only (no confirmation runs, no parent), best objective first, the columns a reader compares,
+    the champion tag and every knob left to the column picker."""
+    metrics_first = [objective] + [c for c in TRIAL_COLUMNS if c != objective]
+    columns = ["attributes.`Duration`", f"tags.`{CHAMPION_TAG}`",
+               *(f"metrics.`{m}`" for m in metrics_first), f"tags.`{ROLE_TAG}`", "tags.`sweep.status`",
+               "tags.`sweep.failure_kind`"]
+    return json.dumps({
+        "searchFilter": f"tags.`{KIND_TAG}` = 'trial' and tags.`{ROLE_TAG}` != 'confirm'",
+        "orderByKey": f"metrics.`{objective}`",
+        "orderByAsc": direction == "minimize",
+        "selectedColumns": columns,
+        "runListHidden": False,
+    })
+
+
+def trials_view_path(experiment_id: str) -> str:
+    """The MLflow UI path (after the host) of the experiment's trials view."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={TRIALS_VIEW_KEY}"
+
+
+def experiment_note(experiment_id: str) -> str:
+    """The experiment's description: where to look first."""
+    return (f"Overnight sweep of SGLang serving settings. **[Trials ranked by the objective]"
+            f"({trials_view_path(experiment_id)})** (confirmation runs left out); each sweep's parent run "
+            f"(`sweep-...`) describes its champion, the confirmed gain and why, with `report.html` and "
+            f"Optuna's plots under its artifacts.")

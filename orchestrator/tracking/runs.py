@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.records import TrialOutcome
+from orchestrator.results import report_html
 from orchestrator.tracking import convert
 from orchestrator.tracking._client import Store
-from orchestrator.tracking.convert import KIND_TAG, PARENT_TAG, ROLE_TAG, TRIAL_DIR_TAG, TRIAL_TAG
+from orchestrator.tracking.convert import KIND_TAG, NOTE_TAG, PARENT_TAG, ROLE_TAG, TRIAL_DIR_TAG, TRIAL_TAG
 from orchestrator.tracking.outage import Failure, classify
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ def start_sweep(store: Store, *, run_name: str, params: Mapping[str, Any], tags:
     run_tags = {**convert.tags(tags), KIND_TAG: "sweep"}
     run_params = convert.params(params)
     client = store.client()
+    _tag_experiment(store, str(params.get("objective") or "decode_tok_s"))
     if resume_run_id is None:
         run = client.create_run(store.experiment_id(), run_name=run_name, tags=run_tags)
         store.log_batch(run.info.run_id, params=run_params)
@@ -46,6 +49,18 @@ def start_sweep(store: Store, *, run_name: str, params: Mapping[str, Any], tags:
     new = {k: v for k, v in run_params.items() if k not in run.data.params}
     store.log_batch(resume_run_id, params=new, tags={**run_tags, "sweep.resumed_at": convert.now_iso()})
     return resume_run_id
+
+
+def _tag_experiment(store: Store, objective: str) -> None:
+    """Open the experiment in MLflow's training view, with the trials view and a description."""
+    experiment_id = store.experiment_id()
+    # The direction is not among the sweep's params: latencies (`*_ms`) are minimized, rates maximized.
+    direction = "minimize" if objective.endswith("_ms") else "maximize"
+    client = store.client()
+    for key, value in {convert.EXPERIMENT_KIND_TAG: convert.EXPERIMENT_KIND,
+                       convert.SHARED_VIEW_TAG + convert.TRIALS_VIEW_KEY: convert.trials_view(objective, direction),
+                       convert.NOTE_TAG: convert.experiment_note(experiment_id)}.items():
+        client.set_experiment_tag(experiment_id, key, value)
 
 
 def open_trial(store: Store, parent_run_id: str, *, number: int, role: str,
@@ -67,7 +82,7 @@ def write_trial(store: Store, parent_run_id: str, outcome: TrialOutcome, run_id:
     """Log a finished trial on its child run (`run_id`, else the one found, else a new one), upload
     its folder under `trial/` and close the run; return the run id. Idempotent."""
     role = convert.role_text(outcome.role)
-    metrics = {**convert.outcome_metrics(outcome), **extra_metrics}
+    metrics = convert.trial_metrics(outcome, extra_metrics)
     tags = {**convert.outcome_tags(outcome), **extra_tags}
     existing: dict[str, str] | None = None
     if run_id is not None:
@@ -80,12 +95,14 @@ def write_trial(store: Store, parent_run_id: str, outcome: TrialOutcome, run_id:
         existing = None if run_id is None else store.params_of(run_id)
     if run_id is None:
         run_id = _create_trial(store, parent_run_id, outcome.number, role,
-                               convert.tags({TRIAL_DIR_TAG: outcome.trial_dir or None}))
+                               convert.tags({TRIAL_DIR_TAG: outcome.trial_dir or None}),
+                               started_at=outcome.started_at or None)
     new_params, clash_tags = convert.param_diff(convert.params(outcome.params), existing or {})
     # A fixed timestamp and step make a repeated log of the same outcome a no-op in MLflow.
     when = outcome.finished_at or outcome.started_at or time.time()
+    # Step = trial number: MLflow's charts then draw each metric along the sweep.
     store.log_batch(run_id, metrics=metrics, params=new_params, tags={**tags, **clash_tags},
-                    timestamp_ms=convert.ms(when))
+                    timestamp_ms=convert.ms(when), step=max(int(outcome.number), 0))
     client = store.client()
     trial_dir = Path(outcome.trial_dir) if outcome.trial_dir else None
     if trial_dir is not None and trial_dir.is_dir():
@@ -96,9 +113,12 @@ def write_trial(store: Store, parent_run_id: str, outcome: TrialOutcome, run_id:
 
 
 def _create_trial(store: Store, parent_run_id: str, number: int, role: str,
-                  tags: dict[str, str]) -> str:
+                  tags: dict[str, str], started_at: float | None = None) -> str:
+    """A new child run; `started_at` when it is created after the measurement (a confirmation round,
+    a replay), so its duration is the measurement's own."""
     run = store.client().create_run(
         store.experiment_of(parent_run_id),
+        start_time=convert.ms(started_at) if started_at else None,
         run_name=convert.trial_run_name(role, number, tags.get(TRIAL_DIR_TAG, "")),
         tags={**tags, PARENT_TAG: parent_run_id, KIND_TAG: "trial", TRIAL_TAG: str(number),
               ROLE_TAG: role},
@@ -136,7 +156,7 @@ def stage_summary(stage: Path, table: pandas.DataFrame, figures: Mapping[str, Fi
     shutil.rmtree(stage, ignore_errors=True)
     (stage / "figures").mkdir(parents=True)
     table.to_csv(stage / "results.csv", index=False)
-    (stage / "results.html").write_text(table.to_html(index=False, na_rep=""), encoding="utf-8")
+    (stage / "results.html").write_text(report_html.table_page(table), encoding="utf-8")
     for name, figure in figures.items():
         filename = convert.safe_name(name.removesuffix(".png")) + ".png"
         figure.savefig(stage / "figures" / filename, dpi=120, bbox_inches="tight")
@@ -148,14 +168,16 @@ def write_summary(store: Store, parent_run_id: str, stage: Path, metrics: Mappin
     MLflow table (`results.json`)."""
     client = store.client()
     store.log_batch(parent_run_id, metrics=metrics, tags=tags, timestamp_ms=convert.ms(time.time()))
-    figures = stage / "figures"
-    if figures.is_dir() and not any(figures.iterdir()):
-        figures.rmdir()
-    client.log_artifacts(parent_run_id, str(stage))
     if table is None:
         import pandas as pd  # deferred: pandas is heavy and only needed on a replay
 
         table = pd.read_csv(stage / "results.csv")
+    objective = client.get_run(parent_run_id).data.params.get("objective", "decode_tok_s")
+    _log_history(store, parent_run_id, table, objective)
+    figures = stage / "figures"
+    if figures.is_dir() and not any(figures.iterdir()):
+        figures.rmdir()
+    client.log_artifacts(parent_run_id, str(stage))
     try:
         client.log_table(parent_run_id, table, "results.json")
     except Exception as e:
@@ -163,6 +185,56 @@ def write_summary(store: Store, parent_run_id: str, stage: Path, metrics: Mappin
             raise
         # The CSV and HTML are already there; the table view is a bonus.
         log.warning("results table not logged as an MLflow table: %s", convert.short(e))
+
+
+def _log_history(store: Store, parent_run_id: str, table: pandas.DataFrame, objective: str) -> None:
+    """The optimization history on the parent run, step = trial number: `trial_<objective>` for each
+    measured trial and `best_<objective>` for the best searched one so far (the table's `best_so_far`),
+    so MLflow's chart view draws it as lines."""
+    if "trial" not in table or objective not in table:
+        return
+    from mlflow.entities import Metric  # deferred with the client
+
+    when = convert.ms(time.time())
+    points = []
+    for _, row in table.sort_values("trial").iterrows():
+        values = {f"trial_{objective}": row.get(objective), f"best_{objective}": row.get("best_so_far")}
+        points += [Metric(k, convert.rounded(float(v)), when, int(row["trial"])) for k, v in values.items()
+                   if isinstance(v, (int, float)) and v == v and int(row["trial"]) >= 0]
+    for i in range(0, len(points), 1000):  # MLflow takes 1000 metrics per call
+        store.client().log_batch(parent_run_id, metrics=points[i:i + 1000])
+
+
+def links(store: Store, parent_run_id: str, *, champion_trial: int | None, model: str | None,
+          version: str | None) -> dict[str, str]:
+    """Relative MLflow UI links for the parent's description (see `Tracker.links`)."""
+    experiment_id = store.experiment_of(parent_run_id)
+    found = {"trials": convert.trials_view_path(experiment_id)}
+    champion = find_trial(store, parent_run_id, champion_trial, "search") if champion_trial is not None else None
+    if champion:
+        found["champion"] = f"#/experiments/{experiment_id}/runs/{champion}"
+    if model and version:
+        found["model"] = f"#/models/{model}/versions/{version}"
+    return found
+
+
+def publish_report(store: Store, parent_run_id: str, *, description: str, report: Path,
+                   plots: Mapping[str, str], plotly_js: str, champion_trial: int | None) -> None:
+    """See `Tracker.publish_report`."""
+    client = store.client()
+    client.set_tag(parent_run_id, NOTE_TAG, description[:convert.TAG_MAX])
+    client.log_artifact(parent_run_id, str(report))
+    if plots:
+        with tempfile.TemporaryDirectory(prefix="optuna-plots-") as tmp:
+            for name, fragment in plots.items():
+                page = (f"<!doctype html><html><head><meta charset='utf-8'><script>{plotly_js}</script></head>"
+                        f"<body>{fragment}</body></html>")
+                (Path(tmp) / f"{convert.safe_name(name)}.html").write_text(page, encoding="utf-8")
+            client.log_artifacts(parent_run_id, tmp, "optuna")
+    if champion_trial is not None:
+        champion = find_trial(store, parent_run_id, champion_trial, "search")
+        if champion:
+            client.set_tag(champion, convert.CHAMPION_TAG, f"★ champion of {parent_run_id[:8]}")
 
 
 def child_runs(store: Store, parent_run_id: str) -> pandas.DataFrame:

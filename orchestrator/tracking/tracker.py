@@ -231,6 +231,26 @@ class Tracker:
                     self._outbox.path, entry.error)
         self._outbox.append(entry)
 
+    # ----------------------------------------------------------------- report
+
+    def links(self, parent_run_id: str, *, champion_trial: int | None, model: str | None,
+              version: str | None) -> dict[str, str]:
+        """MLflow UI links (relative, `#/...`) for a description: `trials` (the ranked trials view),
+        `champion` (its run) and `model` (the registered version), where they exist."""
+        with self._store.reading(f"read the runs of sweep run {parent_run_id}"):
+            return runs.links(self._store, parent_run_id, champion_trial=champion_trial, model=model,
+                              version=version)
+
+    def publish_report(self, parent_run_id: str, *, description: str, report: Path, plots: Mapping[str, str],
+                       plotly_js: str, champion_trial: int | None) -> None:
+        """Put the report on the parent run: its description (markdown), `report.html`, Optuna's plots as
+        `optuna/<name>.html`, and the tag `sweep.champion` on the champion's run. Raises TrackingError
+        when MLflow cannot be reached or refuses."""
+        with self._store.failing_as(f"publish the report on sweep run {parent_run_id}",
+                                    "(1) start the tracking server, then (2) run `sweep report` again."):
+            runs.publish_report(self._store, parent_run_id, description=description, report=report, plots=plots,
+                                plotly_js=plotly_js, champion_trial=champion_trial)
+
     # ----------------------------------------------------------------- registry
 
     def promote(self, run_id: str, *, model_name: str,

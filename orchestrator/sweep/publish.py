@@ -1,0 +1,221 @@
+"""The sweep's report, from what its work directory holds: `report.html` (which, how much, why), and the
+same on the parent MLflow run with its description, Optuna's plots and the champion's tag.
+
+Reads experiment.json, summary.json, sweep.json, trials/*/outcome.json and the Optuna storage; imports
+MLflow only to publish (`publish`; the tracker defers it), so `sweep report --no-mlflow` needs no MLflow.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.config.experiment import SweepSpec
+from orchestrator.errors import SweepError
+from orchestrator.fsio import write_atomic
+from orchestrator.records import TrialOutcome, TrialStatus
+from orchestrator.results import report, report_html
+from orchestrator.results import truth as truth_mod
+from orchestrator.search import plots as optuna_plots
+from orchestrator.search import space as sp
+from orchestrator.sweep._workdir import Paths
+from orchestrator.sweep.state import SweepState, SweepSummary
+from orchestrator.sweep.status import read_state
+from orchestrator.tracking.tracker import Tracker
+
+log = logging.getLogger("sweep")
+
+REPORT = "report.html"
+
+
+@dataclass(frozen=True)
+class Report:
+    """The report of one sweep: the page's values, the page, and Optuna's plots (also MLflow artifacts)."""
+
+    content: report_html.ReportInput
+    page: str
+    plots: list[optuna_plots.Plot]
+    state: SweepState
+    summary: SweepSummary | None
+
+
+def _spec(workdir: Path) -> SweepSpec:
+    path = workdir / "experiment.json"
+    try:
+        return SweepSpec.model_validate(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise SweepError(f"{workdir}: no sweep here (experiment.json missing); pass the --workdir `sweep run` "
+                         f"used") from None
+    except (ValidationError, json.JSONDecodeError) as exc:
+        raise SweepError(f"{path} was written by another version of sweep and cannot be read: "
+                         f"{str(exc).splitlines()[0][:200]}; run the sweep again with this version") from None
+
+
+def _summary(workdir: Path) -> SweepSummary | None:
+    try:
+        return SweepSummary.model_validate_json((workdir / "summary.json").read_text())
+    except FileNotFoundError:
+        return None  # still running: the report shows the search so far
+    except ValidationError as exc:
+        log.warning("%s/summary.json not read (%s); the report leaves the promotion out", workdir,
+                    exc.errors()[0]["msg"])
+        return None
+
+
+def outcomes(workdir: Path) -> list[TrialOutcome]:
+    """Every trial's outcome in trials/*/outcome.json, by trial number (confirmation rounds not included)."""
+    found = []
+    for path in sorted((workdir / "trials").glob("*/outcome.json")):
+        try:
+            found.append(TrialOutcome.model_validate_json(path.read_text()))
+        except (ValidationError, OSError) as exc:
+            log.warning("%s not read: %s", path, str(exc).splitlines()[0][:200])
+    return sorted(found, key=lambda o: o.number)
+
+
+def _failures(done: Sequence[TrialOutcome]) -> list[report_html.Failure]:
+    by_kind: dict[str, list[TrialOutcome]] = defaultdict(list)
+    for o in done:
+        if o.status is TrialStatus.FAILED:
+            by_kind[o.failure_kind.value if o.failure_kind else "failed"].append(o)
+    return [report_html.Failure(kind=k, count=len(v), trial=v[0].number, reason=v[0].reason)
+            for k, v in sorted(by_kind.items(), key=lambda kv: -len(kv[1]))]
+
+
+def _findings(summary: SweepSummary) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    if summary.contributions:
+        found["contributions"] = [f"{c.part}: {c.interval.gain * 100:+.1f}% (95% interval {c.interval.low * 100:+.1f}% "
+                                  f"to {c.interval.high * 100:+.1f}%, {c.a} vs {c.b})" for c in summary.contributions]
+    if summary.promoted_config and summary.promoted_config != "champion":
+        found["promoted configuration"] = summary.promoted_config
+    if summary.concurrency:
+        found["gain per concurrency"] = [f"{g.concurrency} streams: {g.interval.gain * 100:+.1f}% "
+                                         f"({g.interval.low * 100:+.1f}% to {g.interval.high * 100:+.1f}%)"
+                                         for g in summary.concurrency]
+    if summary.concurrency_verdict:
+        found["concurrency"] = summary.concurrency_verdict
+    if summary.search_value is not None:
+        found["search-phase measurement (one run, optimistic)"] = summary.search_value
+    return found
+
+
+def _truth(spec: SweepSpec, champion: dict[str, Any] | None) -> str:
+    """On the simulator: the champion's true objective as a share of the space's true optimum."""
+    if spec.engine != "simulator" or champion is None or spec.objective.metric not in truth_mod.MODELLED:
+        return ""
+    try:
+        t = truth_mod.compute(spec)
+        value = truth_mod.evaluator(spec)(sp.complete(spec.space, champion.get("params", {})))
+    except (ValueError, KeyError) as exc:
+        return f"true optimum not computed: {exc}"
+    ratio = value / t.optimum if t.maximize else t.optimum / value
+    return (f"simulator: the champion's noise-free {spec.objective.metric} is {value:.1f}, {ratio * 100:.1f}% of "
+            f"the true optimum {t.optimum:.1f} (rank {t.rank_of_value(value)} of {len(t.values)} feasible points)")
+
+
+def _png(figure: Any) -> str:
+    buf = io.BytesIO()
+    figure.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def build(workdir: Path, storage: str | None = None) -> Report:
+    """The report of the sweep in `workdir` (finished or running)."""
+    workdir = Path(workdir).resolve()
+    state = read_state(workdir)
+    spec = _spec(workdir)
+    summary = _summary(workdir)
+    done = outcomes(workdir)
+    baselines = summary.baseline_drift.baselines if summary else state.baselines
+    table = report.results_table(spec, done, baselines)
+    url = storage or state.optuna_storage or Paths(workdir).optuna_url
+    plots = [] if ":***@" in url else optuna_plots.sweep_plots(url, state.experiment, spec.objective.metric)
+    figures = {} if plots else {name: _png(f) for name, f in report.figures(spec, done, baselines).items()}
+    champ = summary.champion if summary else None
+    confirmed = summary.confirmed if summary else None
+    gate = (summary.gate or {}) if summary else {}
+    gain, low, high = ((confirmed.gain, confirmed.low, confirmed.high) if confirmed else
+                       (gate.get("gain"), gate.get("ci_low"), gate.get("ci_high")))
+    content = report_html.ReportInput(
+        experiment=spec.name, objective=spec.objective.metric, direction=spec.objective.direction, table=table,
+        champion_trial=champ["number"] if champ else None, champion_params=champ["params"] if champ else {},
+        champion_value=champ.get(spec.objective.metric) if champ else None,
+        verdict=(summary.verdict or "") if summary else "sweep still running: no verdict yet",
+        promoted=bool(summary and summary.promoted), gain=gain, gain_low=low, gain_high=high,
+        confirm_rounds=confirmed.rounds if confirmed else 0, model=spec.promotion.model_name,
+        model_version=summary.model_version if summary else None, env_file=summary.env_file if summary else None,
+        findings=_findings(summary) if summary else {}, importances=summary.importances if summary else {},
+        failures=_failures(done), skipped=summary.skipped if summary else state.skipped,
+        stop_reason=summary.stop_reason if summary else state.stop_reason,
+        drift=summary.baseline_drift.max_relative_change if summary else None,
+        drift_flagged=bool(summary and summary.baseline_drift.flagged),
+        fingerprint_changes=summary.fingerprint_changes if summary else [], truth=_truth(spec, champ),
+        plots=[(p.title, p.html) for p in plots], figures=figures)
+    page = report_html.render(content, optuna_plots.plotly_js() if plots else "")
+    return Report(content=content, page=page, plots=plots, state=state, summary=summary)
+
+
+def description(r: Report, links: dict[str, str]) -> str:
+    """The parent run's description in markdown: champion, confirmed gain, why, knobs, links."""
+    c = r.content
+    lines = [f"## {c.experiment}: " + (f"champion trial {c.champion_trial}" if c.champion_trial is not None
+                                       else "no champion")]
+    if c.gain is not None:
+        interval = (f" (95% interval {c.gain_low * 100:+.1f}% to {c.gain_high * 100:+.1f}%"
+                    f"{f', {c.confirm_rounds} rounds' if c.confirm_rounds else ''})"
+                    if c.gain_low is not None and c.gain_high is not None else "")
+        lines.append(f"**Confirmed gain: {c.gain * 100:+.1f}%** {c.objective} over the baseline{interval}.")
+    if c.verdict:
+        lines.append(f"Verdict: {c.verdict}")
+    if c.promoted and "model" in links:
+        lines.append(f"Promoted: [{c.model} version {c.model_version}]({links['model']})"
+                     f"{f', env file `{c.env_file}`' if c.env_file else ''}.")
+    if "champion" in links:
+        lines.append(f"Champion's run: [trial {c.champion_trial}]({links['champion']}).")
+    if "trials" in links:
+        lines.append(f"All trials ranked: [{c.objective}, speed-up, accept length, verify ms]({links['trials']}).")
+    for name, value in c.findings.items():
+        items = value if isinstance(value, list) else [value]
+        lines.append(f"**{name.capitalize()}**:\n" + "\n".join(f"- {v}" for v in items))
+    if c.importances:
+        top = sorted(c.importances.items(), key=lambda kv: -kv[1])[:5]
+        lines.append("**Knob importances**: " + ", ".join(f"`{k}` {v * 100:.0f}%" for k, v in top))
+    if c.champion_params:
+        lines.append("**Knobs**:\n" + "\n".join(f"- `{k}={v}`" for k, v in c.champion_params.items()))
+    lines.append("Report: `report.html` in the artifacts; Optuna's plots under `optuna/`.")
+    return "\n\n".join(lines)
+
+
+def write(workdir: Path, output: Path | None = None, storage: str | None = None) -> tuple[Path, Report]:
+    """Build the report and write it (atomically) to `output`, default <workdir>/report.html."""
+    r = build(workdir, storage)
+    path = output or Path(workdir) / REPORT
+    write_atomic(path, r.page)
+    return path, r
+
+
+def publish(workdir: Path, storage: str | None = None) -> Path:
+    """Write report.html and put it on the sweep's parent MLflow run, with the description, Optuna's
+    plots (`optuna/<name>.html`) and the champion's tag. Raises TrackingError when MLflow refuses."""
+    path, r = write(workdir, storage=storage)
+    state = r.state
+    if not state.parent_run_id:
+        return path
+    tracker = Tracker(state.tracking_uri, state.experiment_in_mlflow, outbox_dir=Path(workdir))
+    links = tracker.links(state.parent_run_id, champion_trial=r.content.champion_trial,
+                          model=state.model_name if r.content.promoted else None,
+                          version=r.content.model_version)
+    tracker.publish_report(state.parent_run_id, description=description(r, links), report=path,
+                           plots={p.name: p.html for p in r.plots}, plotly_js=optuna_plots.plotly_js() if r.plots else "",
+                           champion_trial=r.content.champion_trial)
+    return path
