@@ -1,0 +1,67 @@
+"""Failures the parameters cause are told to TPE so it proposes that region less (real Optuna, in memory)."""
+
+from __future__ import annotations
+
+from orchestrator.config.experiment import SamplerSpec, SearchSpace
+from orchestrator.search.proposal import Proposal, ProposalPolicy, Settlement
+from orchestrator.search.study import IN_MEMORY, Study
+
+SPACE = SearchSpace.model_validate({"name": "s", "params": {
+    "NCCL_MAX_NCHANNELS": {"choices": [None, 2, 4, 8, 16, 32]},
+    "NCCL_NTHREADS": {"choices": [None, 128, 256, 512]},
+    "NCCL_BUFFSIZE": {"choices": [None, 1048576, 4194304, 16777216]},
+}})
+
+
+def _fails(params: dict) -> bool:
+    return params["NCCL_NTHREADS"] == 512 or params["NCCL_BUFFSIZE"] == 16777216  # 7 of 16 cells
+
+
+def _value(params: dict) -> float:
+    return 10.0 + (params["NCCL_MAX_NCHANNELS"] or 0) / 8 + (params["NCCL_NTHREADS"] or 0) / 256
+
+
+def _failures_in(n: int, learn: bool, seed: int) -> int:
+    study = Study(IN_MEMORY, f"fa-{seed}-{learn}", SPACE, SamplerSpec(kind="tpe", seed=seed, startup_trials=5),
+                  ["maximize"])
+    study.open()
+    policy = ProposalPolicy(study)
+    failed = measured = 0
+    while measured < n:
+        got = policy.next()
+        assert got is not None
+        if not isinstance(got, Proposal):
+            continue
+        measured += 1
+        if _fails(got.params):
+            failed += 1
+            study.tell_failed(got.number, {"failure_kind": "oom"}, learn=learn)
+            policy.remember(got.params, got.number, None, learn=learn)
+        else:
+            study.tell_complete(got.number, [_value(got.params)], {})
+            policy.remember(got.params, got.number, [_value(got.params)])
+    return failed
+
+
+def test_tpe_told_of_failures_proposes_the_failing_region_less():
+    told = sum(_failures_in(30, True, seed) for seed in range(4))
+    blind = sum(_failures_in(30, False, seed) for seed in range(4))
+    assert told < 0.6 * blind, (told, blind)
+
+
+def test_a_repeat_of_a_learned_failure_is_settled_free_and_told_the_same_way():
+    study = Study(IN_MEMORY, "rep", SPACE, SamplerSpec(kind="random", seed=0), ["maximize"])
+    study.open()
+    policy = ProposalPolicy(study)
+    point = {"NCCL_MAX_NCHANNELS": 2, "NCCL_NTHREADS": 512, "NCCL_BUFFSIZE": None}
+    study.enqueue(point, {"role": "search"})
+    first = policy.next()
+    assert isinstance(first, Proposal)
+    study.tell_failed(first.number, {"failure_kind": "oom"}, learn=True)
+    policy.remember(first.params, first.number, None, learn=True)
+    study.enqueue(point, {"role": "search"})
+    again = policy.next()
+    assert not isinstance(again, Proposal) and again is not None and again.how is Settlement.duplicate_of_failed
+    frozen = study.study.get_trials(deepcopy=False)
+    assert [t.state.name for t in frozen] == ["FAIL", "FAIL"]  # storage still says FAIL (status, resume)
+    assert all(t.constraints == {"failed": 1.0} for t in frozen)
