@@ -11,6 +11,7 @@ import logging
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ from orchestrator.results import truth as truth_mod
 from orchestrator.search import space as sp
 from orchestrator.sweep import state as st
 from orchestrator.sweep.status import read_state, status_report
+from orchestrator.tracking.convert import trials_view_path
 from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
 
@@ -162,8 +164,6 @@ def plan(
 
 
 def _progress_printer() -> Callable[[st.Event], None]:
-    start = time.time()
-
     def on_event(event: st.Event) -> None:
         if isinstance(event, st.ExecutorReady):
             out.print(f"[dim]Ray at {event.address}: {event.gpus:g} GPUs, {event.slots} trial(s) at a time[/]")
@@ -172,15 +172,16 @@ def _progress_printer() -> Callable[[st.Event], None]:
             out.print(f"[cyan]▶ trial {event.number:>3}[/] {event.role:<8} {knobs}", soft_wrap=True)
         elif isinstance(event, st.TrialFinished):
             o = event.outcome
-            elapsed = time.time() - start
+            took = max(o.finished_at - o.started_at, 0.0) if o.started_at and o.finished_at else 0.0
             if o.status is TrialStatus.COMPLETE and o.metrics is not None:
                 sp_txt = f" ({(event.speedup - 1) * 100:+.1f}% vs baseline)" if event.speedup else ""
                 al = f", accept len {o.metrics.accept_length:.2f}" if o.metrics.accept_length else ""
                 out.print(f"[green]✔ trial {o.number:>3}[/] {o.metrics.decode_tok_s:7.1f} tok/s{sp_txt}{al}"
-                          f"  [dim]{elapsed:5.0f}s[/]")
+                          f"  [dim]took {took:4.0f}s[/]")
             else:
                 kind_txt = o.failure_kind.value if o.failure_kind else o.status.value
-                out.print(f"[red]✘ trial {o.number:>3}[/] {kind_txt}: {o.reason}", soft_wrap=True)
+                out.print(f"[red]✘ trial {o.number:>3}[/] {kind_txt}: {o.reason}  [dim]took {took:.0f}s[/]",
+                          soft_wrap=True)
         elif isinstance(event, st.TrackingWait):
             out.print(f"[yellow]MLflow unreachable: {event.pending} result(s) in the outbox; waiting up to "
                       f"{event.wait_s:.0f}s before promoting (`sweep sync` sends them later)[/]")
@@ -214,6 +215,8 @@ def run(
     # The sweep prints its own progress; MLflow's schema-migration chatter is not news to a user.
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # Ray's note that its local cluster uses token authentication is not the user's concern here.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
 
     s = _load(experiment)
     try:
@@ -227,8 +230,21 @@ def run(
               f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
     summary = sweep.run()
     _print_summary(s, summary, wd)
+    _publish_report(wd, storage)
     if summary.stopped_by_failure:
         raise typer.Exit(1)
+
+
+def _publish_report(wd: Path, storage: str | None) -> None:
+    """report.html in the work directory and on the parent MLflow run; a failure to publish is a warning."""
+    from orchestrator.sweep import publish  # deferred: plotly and MLflow
+
+    try:
+        path = publish.publish(wd, storage)
+    except SweepToolError as exc:
+        err.print(f"[yellow]warning:[/] report not published: {escape(str(exc))}", soft_wrap=True)
+        return
+    out.print(f"report: [bold]{path}[/]  (also on the parent MLflow run)")
 
 
 def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) -> None:
@@ -280,6 +296,7 @@ def status(
                  "resume with `sweep run EXP --resume`)[/]"))
     out.print(f"progress: {rep.launched}/{rep.budget_trials} trials launched, {rep.complete} complete, "
               f"{rep.failed} failed, {rep.running} running, {rep.skipped} proposals skipped")
+    out.print(f"phase: {rep.phase}")
     if rep.eta_s is not None:
         out.print(f"elapsed {rep.elapsed_s / 60:.1f} min, ETA {rep.eta_s / 60:.1f} min")
     if rep.failures:
@@ -287,7 +304,8 @@ def status(
     best = rep.best
     if best:
         sp_txt = f" ({(best.speedup - 1) * 100:+.1f}% vs baseline)" if best.speedup else ""
-        out.print(f"best so far: trial {best.number}: {rep.objective} = {best.value:.2f}{sp_txt}")
+        label = "best so far" if rep.phase == "search" else "best searched trial"
+        out.print(f"{label}: trial {best.number}: {rep.objective} = {best.value:.2f}{sp_txt}")
         for k, v in best.params.items():
             out.print(f"    {k} = {v}")
     if rep.baseline is not None:
@@ -297,6 +315,8 @@ def status(
                   f"({', '.join(hashes)}): compare fingerprint.json of its trials[/]")
     if rep.stop_reason:
         out.print(f"stop reason: {rep.stop_reason}")
+    if rep.env_file:
+        out.print(f"env file: [bold]{rep.env_file}[/]")
 
 
 @app.command()
@@ -323,20 +343,77 @@ def ui(
     state = read_state(wd)
     uri = state.tracking_uri
     exp_id = _tracker(uri, state.experiment_in_mlflow, wd).experiment_id()
+    view = trials_view_path(exp_id)
     if not uri.startswith("sqlite:"):
-        out.print(f"this sweep logs to the MLflow server {uri}: open {uri.rstrip('/')}/#/experiments/{exp_id}/runs")
+        out.print(f"this sweep logs to the MLflow server {uri}: open {uri.rstrip('/')}/{view}")
         return
+    _require_free_port(host, port)
     mlflow_bin = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
     if mlflow_bin is None:
         raise UserError("the `mlflow` command is not installed in this environment; run `make install`")
     argv = [mlflow_bin, "server", "--backend-store-uri", uri, "--default-artifact-root",
             (wd / "mlartifacts").as_uri(), "--host", host, "--port", str(port), "--workers", "1"]
-    out.print(f"MLflow UI: [bold]http://{host}:{port}/#/experiments/{exp_id}/runs[/]  (Ctrl-C stops it)")
+    out.print(f"MLflow UI: [bold]http://{host}:{port}/{view}[/]  (trials ranked; Ctrl-C stops it)")
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     try:
         raise typer.Exit(subprocess.call(argv, env=env))
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
+
+
+def _require_free_port(host: str, port: int) -> None:
+    """UserError when `host:port` is taken: a URL printed for it would show another server."""
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UserError(f"--port {port}: {host}:{port} is not free ({exc.strerror}); another server (an earlier "
+                            f"`sweep ui`?) listens there. Fix: stop it, or pass --port with a free port") from None
+
+
+@app.command()
+@_guard
+def dashboard(
+    workdir: Path | None = typer.Option(None, "--workdir"),
+    port: int = typer.Option(8080, "--port"),
+    host: str = typer.Option("127.0.0.1", "--host", help="keep 127.0.0.1 unless you know who can reach it"),
+    storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
+                                       help="the Optuna RDB URL the sweep used, when not its sqlite file"),
+) -> None:
+    """Start optuna-dashboard on the sweep's study and print its URL."""
+    wd = _workdir(workdir).resolve()
+    state = read_state(wd)
+    url = storage or state.optuna_storage or f"sqlite:///{wd / 'optuna.db'}"
+    if ":***@" in url:
+        raise UserError("the sweep's Optuna storage needs a password that is never written down; pass --storage URL")
+    binary = shutil.which("optuna-dashboard", path=str(Path(sys.executable).parent)) or shutil.which("optuna-dashboard")
+    if binary is None:
+        raise UserError("the `optuna-dashboard` command is not installed in this environment; run `make install`")
+    _require_free_port(host, port)
+    out.print(f"optuna-dashboard: [bold]http://{host}:{port}/dashboard/[/]  (study {state.experiment}; Ctrl-C stops it)")
+    try:
+        raise typer.Exit(subprocess.call([binary, url, "--host", host, "--port", str(port)]))
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+@app.command()
+@_guard
+def report(
+    output: Path | None = typer.Option(None, "-o", "--output", help="default <workdir>/report.html"),
+    workdir: Path | None = typer.Option(None, "--workdir", help="the sweep's work directory"),
+    storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
+                                       help="the Optuna RDB URL the sweep used, when not its sqlite file"),
+    mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="also put it on the parent MLflow run"),
+) -> None:
+    """One self-contained HTML page: which configuration won, by how much, and why."""
+    from orchestrator.sweep import publish  # deferred: plotly, and MLflow with --mlflow
+
+    wd = _workdir(workdir)
+    path, _ = publish.write(wd, output, storage)
+    if mlflow:
+        _publish_report(wd, storage)
+    out.print(f"wrote {path}")
 
 
 @app.command()
