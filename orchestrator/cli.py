@@ -26,7 +26,7 @@ from rich.table import Table
 
 from orchestrator import fsio
 from orchestrator.config import experiment as spec_mod
-from orchestrator.errors import SweepToolError, UserError
+from orchestrator.errors import NoChampion, SweepToolError, UserError
 from orchestrator.records import TrialStatus
 from orchestrator.results import formats
 from orchestrator.results import truth as truth_mod
@@ -233,6 +233,8 @@ def run(
     _publish_report(wd, storage)
     if summary.stopped_by_failure:
         raise typer.Exit(1)
+    if not summary.promoted:
+        raise typer.Exit(NoChampion.exit_code)  # finished without a champion (README: exit codes)
 
 
 def _publish_report(wd: Path, storage: str | None) -> None:
@@ -257,24 +259,30 @@ def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) ->
     if drift.flagged and drift.max_relative_change is not None:
         out.print(f"[yellow]baseline drifted by {drift.max_relative_change * 100:.1f}% during the sweep[/]")
     champ = summary.champion
-    gate = summary.gate or {}
     if champ:
         knobs = "\n".join(f"    {k} = {v}" for k, v in champ["params"].items()) or "    (engine defaults)"
         out.print(f"champion: trial {champ['number']}\n{knobs}")
-        metric = s.objective.metric
-        out.print(f"  {metric}: {champ[metric]:.1f}; confirmation: {summary.verdict or ''}", soft_wrap=True)
-        if gate:
-            out.print(f"  speed-up over the baseline: {gate['gain'] * 100:+.1f}% "
-                      f"(95% interval {gate['ci_low'] * 100:+.1f}% to {gate['ci_high'] * 100:+.1f}%)")
-    elif summary.verdict:
-        out.print(f"no champion: {summary.verdict}")
+        if summary.search_value is not None:
+            out.print(f"  search phase (one measurement, the best of many): {s.objective.metric} "
+                      f"{summary.search_value:.2f}")
+    if summary.confirmed:
+        color = "yellow" if summary.confirmed.label == "unconfirmed" else "bold"
+        out.print(f"  [{color}]{escape(summary.confirmed.text())}[/]", soft_wrap=True)
+    for part in summary.contributions:
+        out.print(f"  why: {escape(part.text())}", soft_wrap=True)
+    if summary.concurrency_verdict:
+        out.print(f"  by load: {escape(summary.concurrency_verdict)}", soft_wrap=True)
+    if summary.importances:
+        top = ", ".join(f"{k} {v:.2f}" for k, v in list(summary.importances.items())[:5])
+        out.print(f"  parameter importances (Optuna, fANOVA): {top}", soft_wrap=True)
+    outcome = summary.outcome.value if summary.outcome else "no verdict"
     if summary.promoted:
-        out.print(f"[green]promoted[/] {s.promotion.model_name}@{s.promotion.alias} (version {summary.model_version})")
+        label = " [yellow]UNCONFIRMED[/]" if summary.outcome is st.Outcome.unconfirmed else ""
+        out.print(f"[green]promoted[/]{label} {s.promotion.model_name}@{s.promotion.alias} "
+                  f"(version {summary.model_version}): {escape(summary.verdict or '')}", soft_wrap=True)
         out.print(f"env file: [bold]{summary.env_file}[/]")
-    elif champ and not gate.get("passed"):
-        out.print("[yellow]not promoted: no configuration beat the baseline by the required margin[/]")
-    elif champ:
-        out.print(f"[red]not promoted[/]: {escape(summary.verdict or '')}", soft_wrap=True)
+    elif summary.verdict:
+        out.print(f"[yellow]not promoted ({outcome.replace('_', ' ')})[/]: {escape(summary.verdict)}", soft_wrap=True)
     out.print(f"browse the results: [bold]sweep ui --workdir {wd}[/]")
 
 
@@ -305,7 +313,7 @@ def status(
     if best:
         sp_txt = f" ({(best.speedup - 1) * 100:+.1f}% vs baseline)" if best.speedup else ""
         label = "best so far" if rep.phase == "search" else "best searched trial"
-        out.print(f"{label}: trial {best.number}: {rep.objective} = {best.value:.2f}{sp_txt}")
+        out.print(f"{label}: trial {best.number}: {rep.objective} = {best.value:.2f}{sp_txt} (search phase)")
         for k, v in best.params.items():
             out.print(f"    {k} = {v}")
     if rep.baseline is not None:
@@ -315,6 +323,15 @@ def status(
                   f"({', '.join(hashes)}): compare fingerprint.json of its trials[/]")
     if rep.stop_reason:
         out.print(f"stop reason: {rep.stop_reason}")
+    try:
+        summary = st.SweepSummary.model_validate_json((wd / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = None  # no verdict yet (running, or stopped before the end)
+    if summary is not None and summary.outcome is not None:
+        if summary.confirmed:
+            out.print(f"champion {escape(summary.confirmed.text())}", soft_wrap=True)
+        out.print(f"verdict ({summary.outcome.value.replace('_', ' ')}): {escape(summary.verdict or '')}",
+                  soft_wrap=True)
     if rep.env_file:
         out.print(f"env file: [bold]{rep.env_file}[/]")
 
@@ -434,6 +451,7 @@ def export(
     default: what the sweep set only to observe is left out and named in the header."""
     if fmt not in formats.FORMATS:
         raise UserError(f"--format must be one of {', '.join(formats.FORMATS)}, but got {fmt!r}")
+    wd: Path | None = None
     if tracking_uri:
         if not model:
             raise UserError("--tracking-uri needs --model NAME (the registered model name)")
@@ -443,7 +461,13 @@ def export(
         state = read_state(wd)
         tracker = _tracker(state.tracking_uri, state.experiment_in_mlflow, wd)
         model = model or state.model_name
-    config = tracker.resolve(model, alias)
+    try:
+        config = tracker.resolve(model, alias)
+    except SweepToolError:
+        last = _last_verdict(wd) if wd is not None else None
+        if last is None:
+            raise
+        raise NoChampion(f"nothing to export from {wd}: {last}") from None
     try:
         text = formats.render_for(config, fmt, keep_observation=keep_observation)
     except ValueError as exc:
@@ -451,6 +475,18 @@ def export(
     fsio.write_atomic(output, text)
     out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.get('trial_number')}, "
               f"run {config.get('run_id')}")
+
+
+def _last_verdict(wd: Path) -> str | None:
+    """The verdict the last sweep in `wd` reached without promoting (summary.json), or None."""
+    try:
+        summary = st.SweepSummary.model_validate_json((wd / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if summary.promoted:
+        return None
+    outcome = summary.outcome.value.replace("_", " ") if summary.outcome else "no verdict"
+    return (f"the last sweep finished without a champion ({outcome}): {summary.verdict or summary.stop_reason}")
 
 
 @app.command()

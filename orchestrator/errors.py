@@ -35,5 +35,12 @@ class ClusterUnreachable(UserError):
     """The Ray cluster named by --ray-address cannot be reached or lacks the GPUs a trial needs."""
 
 
+class NoChampion(SweepToolError):
+    """The sweep finished but promoted nothing (not better, undecided, no feasible trial): exit code 3,
+    so a script can tell "nothing to deploy" from a failure (1) and a mistake (2)."""
+
+    exit_code = 3
+
+
 class TrackingError(SweepToolError):
     """MLflow refused a request in a way no retry fixes (exit code 1); outages queue in the outbox instead."""

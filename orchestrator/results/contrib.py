@@ -11,7 +11,6 @@ Pure: numbers and parameters in, figures and sentences out. The driver owns the 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -184,10 +183,11 @@ def unconfirmed(champion: float, baseline: float, metric: str, direction: Direct
                      rounds=0, gain=gain)
 
 
-def contributions(values: Mapping[str, Mapping[int, float]], *, speculation: str,
+def contributions(values: Mapping[str, Mapping[int, float]], *, speculation: str, sole_part: str,
                   direction: Direction) -> list[Contribution]:
     """Each part's contribution from the arms measured (champion, baseline, no_speculation,
-    default_communication, runner_up); parts whose arms were not measured are left out."""
+    default_communication, runner_up); parts whose arms were not measured are left out. `sole_part`
+    names the champion's whole gain when it sets only one part."""
     spec_name = speculation or "speculation"
     parts = [("NCCL settings", "no_speculation", "baseline"),
              (f"{spec_name} on top", "champion", "no_speculation"),
@@ -195,8 +195,8 @@ def contributions(values: Mapping[str, Mapping[int, float]], *, speculation: str
              (f"NCCL settings on top of {spec_name}", "champion", "default_communication"),
              ("champion over the runner-up", "champion", "runner_up")]
     if "no_speculation" not in values and "default_communication" not in values:
-        # Only one part is set: the champion's whole gain is that part's.
-        parts = [("NCCL settings" if "champion" in values else "champion", "champion", "baseline"), parts[-1]]
+        # At most one part is set: the champion's whole gain is that part's.
+        parts = [(sole_part, "champion", "baseline"), parts[-1]]
     out = []
     for part, a, b in parts:
         if a not in values or b not in values:
@@ -239,7 +239,3 @@ def stops_paying(levels: Sequence[LevelGain], what: str) -> str:
     paying = [lv.concurrency for lv in ordered if lv.concurrency < lost.concurrency and lv.interval.low > 0.0]
     where = f"pays up to concurrency {paying[-1]} and " if paying else ""
     return f"{what} {where}stops paying from concurrency {lost.concurrency} ({figures})"
-
-
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)

@@ -144,7 +144,8 @@ def promote(ctx: Context) -> dict[str, Any]:
                       "min_gain": plan.min_gain, "rounds": decision.evidence.rounds}
     figures = contrib.confirmed(decision.evidence, metric)
     speculation = str(champion.params.get("speculative_algorithm") or "speculation").replace("EAGLE3", "EAGLE-3")
-    parts = contrib.contributions(measured.values, speculation=speculation, direction=direction)
+    sole = speculation if contrib.speculates(champion.params) else "NCCL settings"
+    parts = contrib.contributions(measured.values, speculation=speculation, sole_part=sole, direction=direction)
     levels = [contrib.LevelGain(concurrency=c, interval=iv) for c, iv in _levels(ctx, measured, champion)]
     what = f"{speculation} (with the champion's NCCL settings)" if contrib.speculates(champion.params) \
         else "the champion"

@@ -34,7 +34,7 @@ from orchestrator.sweep import _promote, _record, _resume
 from orchestrator.sweep._context import Context, Progress
 from orchestrator.sweep._loop import run_loop
 from orchestrator.sweep._workdir import Paths, SweepLog, WorkdirLock, default_workdir, write_json
-from orchestrator.sweep.state import Event, ExecutorReady, SweepSummary
+from orchestrator.sweep.state import Event, ExecutorReady, SweepState, SweepSummary
 from orchestrator.tracking.tracker import Tracker
 
 log = logging.getLogger("sweep")
@@ -47,6 +47,14 @@ def _directions(spec: SweepSpec) -> list[str]:
     if spec.objective.secondary:
         d.append(spec.objective.secondary_direction)
     return d
+
+
+def _stored_budget(paths: Paths) -> int | None:
+    """The trial budget the sweep in `paths` started with (sweep.json), or None without one."""
+    try:
+        return SweepState.model_validate_json(paths.state.read_text()).budget_trials or None
+    except (OSError, ValueError):
+        return None
 
 
 class Sweep:
@@ -70,6 +78,8 @@ class Sweep:
     ):
         paths = Paths(Path(workdir).resolve(), storage)
         study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
+        if resume and n_trials is None:
+            n_trials = _stored_budget(paths)  # --resume continues the original budget (--n-trials included)
         self.ctx = Context(spec=spec, paths=paths, study=study, budget_trials=n_trials or spec.budget.trials,
                            timeout_s=timeout_s or spec.budget.wall_time, emit=on_event or (lambda event: None),
                            resume=resume, policy=ProposalPolicy(study), executor=executor)

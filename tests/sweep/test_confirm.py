@@ -1,0 +1,89 @@
+"""The verdict in-process (inline executor, simulator, real Optuna and MLflow sqlite stores): why the
+champion won, the simpler configuration when a part adds nothing, the load where it stops paying, and
+what `sweep export` says when the sweep promoted nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from e2e_helpers import demo_experiment
+from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
+from test_loop import run_sweep
+from typer.testing import CliRunner
+
+from orchestrator import cli
+from orchestrator.results import export
+from orchestrator.sweep import state as st
+
+
+def space(tmp_path: Path, steps: int) -> Path:
+    """NCCL_P2P_LEVEL=SYS (about +48% on the simulated PCIe host) and EAGLE-3 with `steps` draft steps
+    (on top of it: about -1% with 1 step, +8% with 3; nothing left from about 16 streams on)."""
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({"name": "two-parts", "params": {
+        "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
+        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+        "speculative_num_steps": {"choices": [steps], "when": {"speculative_algorithm": "EAGLE3"}},
+        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+    }}))
+    return path
+
+
+def experiment(tmp_path: Path, steps: int, **promotion: object) -> dict:
+    """Every point of the space measured once (grid), then the confirmation."""
+    data = demo_experiment(name="verdict", budget={"trials": 4, "concurrent_trials": 2},
+                           sampler={"kind": "grid", "seed": 0},
+                           promotion={"min_rounds": 3, "max_rounds": 6, "explain": True, **promotion})
+    data["search_space"] = [str(space(tmp_path, steps))]
+    return data
+
+
+def test_summary_names_each_contribution(tmp_path, sqlite_store_template):
+    wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, experiment(tmp_path, steps=3, min_gain=0.05))
+    assert summary.champion is not None and summary.champion["params"] == {
+        "NCCL_P2P_LEVEL": "SYS", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1}
+    parts = {p.part: p.interval for p in summary.contributions}
+    assert list(parts) == ["NCCL settings", "EAGLE-3 on top", "EAGLE-3 alone (NCCL at defaults)",
+                           "NCCL settings on top of EAGLE-3", "champion over the runner-up"]
+    assert parts["NCCL settings"].low > 0.2 and parts["EAGLE-3 alone (NCCL at defaults)"].low > 0.1
+    for part in parts:
+        assert part in (summary.verdict or "")
+    assert summary.promoted and summary.outcome is st.Outcome.promoted
+    # +8% from speculation on top is near what 3 rounds resolve: it may be kept or dropped as not significant.
+    assert summary.promoted_config in ("champion", "no_speculation")
+    assert summary.confirmed is not None and summary.confirmed.label == "confirmed"
+    header = (wd / "champion.env").read_text()
+    assert "confirmed_gain" in header and "search_decode_tok_s" in header
+    assert set(summary.importances) >= {"NCCL_P2P_LEVEL", "speculative_algorithm"}
+
+
+def test_speculation_adding_nothing_is_not_promoted(tmp_path, sqlite_store_template):
+    # One draft step adds about -1% on top of NCCL_P2P_LEVEL=SYS: whichever of the two wins the search
+    # phase, what is promoted runs without speculation.
+    wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, experiment(tmp_path, steps=1, min_gain=0.05))
+    assert summary.promoted and summary.outcome is st.Outcome.promoted
+    env = export.parse_env((wd / "champion.env").read_text())
+    assert "speculative" not in env.get(export.ARGS_VAR, "") and env.get("NCCL_P2P_LEVEL") == "SYS"
+    if summary.champion and summary.champion["params"].get("speculative_algorithm"):
+        assert summary.promoted_config == "no_speculation"
+        assert "promoted the simpler configuration without speculation" in (summary.verdict or "")
+        assert any(p.part == "EAGLE-3 on top" and not p.interval.significant for p in summary.contributions)
+
+
+def test_per_concurrency_verdict_and_export_without_a_champion(tmp_path, sqlite_store_template):
+    # About +60% at one stream is not the +80% asked for: not better.
+    data = experiment(tmp_path, steps=3, min_gain=0.8, explain=False, concurrency=[1, 16])
+    wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, data)
+    assert summary.outcome is st.Outcome.not_better and not summary.promoted
+    assert "not better" in (summary.verdict or "") and "promotion.min_gain" in (summary.verdict or "")
+    levels = {lv.concurrency: lv.interval for lv in summary.concurrency}
+    assert set(levels) == {1, 16}
+    assert levels[1].low > 0.10 and levels[16].gain < levels[1].gain  # the gain shrinks with load
+    assert "stops paying from concurrency 16" in (summary.concurrency_verdict or "")
+
+    result = CliRunner().invoke(cli.app, ["export", "--workdir", str(wd), "-o", str(tmp_path / "c.env")])
+    assert result.exit_code == 3, result.output
+    assert "finished without a champion (not better)" in result.output
+    assert not (tmp_path / "c.env").exists()
