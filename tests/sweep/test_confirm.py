@@ -7,14 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from e2e_helpers import demo_experiment
-from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
-from test_loop import run_sweep
+from e2e_helpers import demo_experiment, write_experiment
+from mlflow import MlflowClient
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
+from test_loop import CountingExecutor, run_sweep
 from typer.testing import CliRunner
 
 from orchestrator import cli
+from orchestrator.config import experiment as spec_mod
 from orchestrator.results import export
 from orchestrator.sweep import state as st
+from orchestrator.sweep.driver import Sweep
 
 
 def space(tmp_path: Path, steps: int) -> Path:
@@ -87,3 +90,22 @@ def test_per_concurrency_verdict_and_export_without_a_champion(tmp_path, sqlite_
     assert result.exit_code == 3, result.output
     assert "finished without a champion (not better)" in result.output
     assert not (tmp_path / "c.env").exists()
+
+
+def test_resuming_a_decided_sweep_measures_and_registers_nothing_again(tmp_path, sqlite_store_template):
+    data = experiment(tmp_path, steps=3, min_gain=0.05, explain=False)
+    data["budget"]["trials"] = 20  # the command line's --n-trials 3 below is what counts, on resume too
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)
+    first = Sweep(spec, wd, executor=CountingExecutor(2), n_trials=3).run()
+    assert first.promoted and first.launched == 3
+
+    again = CountingExecutor(2)
+    resumed = Sweep(spec, wd, executor=again, resume=True).run()
+    assert again.submitted == []  # the original budget (3), not the file's 20; no confirmation again
+    assert resumed.promoted and resumed.model_version == first.model_version
+    assert "already decided before this --resume" in (resumed.verdict or "")
+    versions = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}").search_model_versions(
+        f"name='{spec.promotion.model_name}'")
+    assert len(versions) == 1

@@ -1,0 +1,84 @@
+"""Why the champion won, from interleaved rounds: contributions with intervals, the simpler
+configuration when a part adds nothing, and where a gain stops paying with load."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from orchestrator.results import contrib
+from orchestrator.results.sequential import RoundsPlan, Verdict
+
+
+def rounds(true: float, n: int = 4, noise: float = 0.01, seed: int = 0) -> dict[int, float]:
+    rng = np.random.default_rng(seed)
+    return {i: true * float(np.exp(noise * rng.standard_normal())) for i in range(n)}
+
+
+def arms(champion: float, no_speculation: float, default_communication: float) -> dict[str, dict[int, float]]:
+    return {"baseline": rounds(60.0, seed=1), "champion": rounds(champion, seed=2),
+            "no_speculation": rounds(no_speculation, seed=3), "default_communication": rounds(default_communication, seed=4)}
+
+
+def test_each_part_is_named_with_its_interval():
+    parts = contrib.contributions(arms(93.0, 91.5, 72.0), speculation="EAGLE-3", sole_part="EAGLE-3",
+                                  direction="maximize")
+    text = {p.part: p.text() for p in parts}
+    assert list(text) == ["NCCL settings", "EAGLE-3 on top", "EAGLE-3 alone (NCCL at defaults)",
+                          "NCCL settings on top of EAGLE-3"]
+    nccl = next(p.interval for p in parts if p.part == "NCCL settings")
+    assert 0.45 < nccl.low < nccl.gain < nccl.high < 0.60 and nccl.rounds == 4
+    assert text["NCCL settings"].startswith("NCCL settings +5") and "not significant" not in text["NCCL settings"]
+
+
+def test_a_part_adding_nothing_gives_the_simpler_configuration():
+    values = arms(93.0, 92.5, 72.0)  # speculation on top: +0.5%, inside the noise
+    parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
+    spec_on_top = next(p for p in parts if p.part == "EAGLE-3 on top")
+    assert not spec_on_top.interval.significant and spec_on_top.text().endswith("not significant")
+    choice = contrib.simpler_choice(values, parts, RoundsPlan(3, 12, 0.01), direction="maximize")
+    assert choice is not None
+    arm, decision = choice
+    assert arm == "no_speculation" and decision.verdict is Verdict.promoted
+
+
+def test_both_parts_significant_keep_the_champion():
+    values = arms(110.0, 91.5, 72.0)
+    parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
+    assert contrib.simpler_choice(values, parts, RoundsPlan(3, 12, 0.01), direction="maximize") is None
+
+
+def test_the_simpler_configuration_must_pass_the_gate_itself():
+    # Neither part is significant alone and neither alone clears +50%: the champion stays.
+    values = arms(93.0, 92.5, 92.0)
+    parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
+    assert contrib.simpler_choice(values, parts, RoundsPlan(3, 12, 0.60), direction="maximize") is None
+
+
+def test_one_part_set_takes_the_whole_gain():
+    values = {"baseline": rounds(60.0, seed=1), "champion": rounds(90.0, seed=2)}
+    parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="NCCL settings", direction="maximize")
+    assert [p.part for p in parts] == ["NCCL settings"]
+
+
+def level(c: int, gain: float) -> contrib.LevelGain:
+    return contrib.LevelGain(concurrency=c, interval=contrib.Interval(
+        gain=gain, low=gain - 0.03, high=gain + 0.03, rounds=3, a_median=1.0, b_median=1.0))
+
+
+def test_where_the_gain_stops_paying():
+    text = contrib.stops_paying([level(32, -0.02), level(1, 0.28), level(8, 0.10)], "EAGLE-3")
+    assert text.startswith("EAGLE-3 pays up to concurrency 8 and stops paying from concurrency 32 (at concurrency 1: +28.0%")
+    assert contrib.stops_paying([level(1, 0.28), level(8, 0.10)], "EAGLE-3").startswith("EAGLE-3 pays at every level")
+    assert contrib.stops_paying([level(1, 0.01)], "EAGLE-3").startswith("EAGLE-3 stops paying from concurrency 1")
+
+
+def test_the_arms_and_the_unconfirmed_label():
+    baseline = {"NCCL_PROTO": None, "speculative_algorithm": None, "speculative_num_steps": None}
+    champ = {"NCCL_PROTO": "LL", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3}
+    assert contrib.without_speculation(champ, baseline) == {"NCCL_PROTO": "LL", "speculative_algorithm": None,
+                                                            "speculative_num_steps": None}
+    assert contrib.with_default_communication(champ, baseline) == {
+        "NCCL_PROTO": None, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3}
+    assert contrib.knobs_set(champ, baseline) == 3
+    unconfirmed = contrib.unconfirmed(90.0, 60.0, "decode_tok_s", "maximize")
+    assert unconfirmed.text().startswith("UNCONFIRMED") and "unconfirmed_gain" in unconfirmed.metrics()
