@@ -26,7 +26,7 @@ from rich.table import Table
 
 from orchestrator import fsio
 from orchestrator.config import experiment as spec_mod
-from orchestrator.errors import NoChampion, SweepToolError, UserError
+from orchestrator.errors import NoChampion, SweepError, SweepToolError, UserError
 from orchestrator.records import TrialStatus
 from orchestrator.results import formats
 from orchestrator.results import truth as truth_mod
@@ -137,6 +137,7 @@ def plan(
     out.print(f"[bold]{s.name}[/]: {total} distinct combinations, {feasible} feasible, {total - feasible} infeasible")
     for rule, n in reasons.most_common():
         out.print(f"  {n:>6} infeasible: {rule}")
+    _print_cost(s)
     swept_env = {n: "" for n in s.space.params if n.startswith(("NCCL_", "SGLANG_"))}
     hardware = planner.hardware(s)
     if hardware is None:  # a GPU host: its own topology tells NVLink from PCIe (sweep plan runs on the head)
@@ -158,6 +159,87 @@ def plan(
         label = "baseline" if i == 0 else f"example {i}"
         out.print(f"\n[bold]{label}[/]: {', '.join(f'{k}={v}' for k, v in p.items() if v is not None) or 'engine defaults'}")
         out.print(planner.launch_command(lp), soft_wrap=True)
+
+
+def _print_cost(s: spec_mod.SweepSpec) -> None:
+    """`sweep plan`: one trial's expected GPU-time and how many fit the wall time (results.cost)."""
+    from orchestrator.probe import DEFAULT_BUDGET, nccl_dimensions
+    from orchestrator.probe.settings import space_size
+    from orchestrator.results import cost
+
+    settings = min(s.probe.budget or DEFAULT_BUDGET, space_size(nccl_dimensions(s))) if s.probe.enabled else 0
+    est = cost.expected_cost(s, sp.baseline_params(s.space), probe_settings=settings,
+                             profile_named="model_profile" in s.simulator.model_fields_set)
+    if est.cost is None:
+        out.print(f"expected GPU-time of one trial: {est.source}", soft_wrap=True)
+        return
+    c = est.cost
+    out.print(f"expected GPU-time of one trial (baseline): {c.total_s / 60:.1f} min = load {c.load_s:.0f} s + "
+              f"warm-up {c.warmup_s:.0f} s + benchmark {c.benchmark_s:.0f} s ({s.benchmark.repeats} repeat(s)); "
+              f"{est.source}", soft_wrap=True)
+    probe = f" after the probe stage (~{est.probe_s:.0f} s for {settings} NCCL settings)" if settings else ""
+    n = (est.trials_fit or 0) * s.budget.concurrent_trials
+    out.print(f"wall time {s.budget.wall_time / 3600:.1f} h holds about {n} trial(s) on {s.budget.concurrent_trials} "
+              f"slot(s){probe} (budget.trials: {s.budget.trials}; speculation makes trials shorter, so this is "
+              f"a floor)", soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------- probe
+
+
+@app.command()
+@_guard
+def probe(
+    experiment: Path = typer.Argument(..., help="experiment YAML"),
+    workdir: Path | None = typer.Option(None, "--workdir", help="where probe.json goes (default runs/<name>)"),
+    budget: int | None = typer.Option(None, "--budget", min=1, help="NCCL settings to probe (default probe.budget, "
+                                                                    "else 48)"),
+    keep_within: float | None = typer.Option(None, "--keep-within", help="keep settings within this ratio of the "
+                                                                         "best latency (default probe.keep_within)"),
+    top: int = typer.Option(15, "--top", min=1, help="rows of the ranking to print"),
+    no_mlflow: bool = typer.Option(False, "--no-mlflow", help="do not log the probe to MLflow"),
+) -> None:
+    """Measure the host's tensor-parallel all-reduce per NCCL setting without loading a model; rank the
+    settings by latency at the verify sizes; write probe.json and log an MLflow run."""
+    from orchestrator.probe import rank_settings, run_probe
+
+    s = _load(experiment)
+    ratio = keep_within if keep_within is not None else s.probe.keep_within
+    if not ratio >= 1.0:
+        raise UserError(f"--keep-within is a ratio to the best latency and must be >= 1.0, but got {ratio}")
+    from orchestrator.probe import nccl_dimensions
+
+    if not nccl_dimensions(s):
+        raise UserError(f"{experiment}: the search space has no NCCL variable to probe (add e.g. "
+                        f"search_spaces/nccl.yaml to search_space)")
+    wd = _workdir(workdir, s)
+    result = run_probe(s, wd, budget=budget or s.probe.budget)
+    if result.skipped:
+        raise SweepError(f"probe on {result.host}: {result.skipped} (wrote {wd / 'probe.json'})")
+    ranked = rank_settings(result, keep_within=ratio)
+    table = Table(title=f"{s.name}: {len(result.settings)} of {result.space_settings} NCCL settings on "
+                        f"{result.host} (tp {result.tp}, NCCL {result.nccl_version or '?'})")
+    for col in ("rank", "us", "x best", "kept", "setting"):
+        table.add_column(col, justify="right" if col in ("rank", "us", "x best") else "left")
+    for r in ranked[:top]:
+        table.add_row(str(r.rank), f"{r.score_us:.1f}" if r.score_us is not None else "failed",
+                      f"{r.relative:.2f}" if r.relative is not None else "-", "yes" if r.kept else "",
+                      escape(r.setting))
+    out.print(table)
+    kept = sum(r.kept for r in ranked)
+    out.print(f"{kept} setting(s) within {ratio:g}x of the best (NCCL defaults always kept); score: mean latency at "
+              f"the verify sizes; {result.seconds:.1f} s, {result.seconds_per_setting:.3f} s per setting; "
+              f"wrote {wd / 'probe.json'}", soft_wrap=True)
+    if not no_mlflow:
+        from orchestrator.tracking.probe_run import log_probe
+
+        uri = s.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(wd / 'mlflow.db').resolve()}"
+        try:
+            run_id = log_probe(uri, s.tracking.experiment or s.name, result, ranked, keep_within=ratio)
+        except SweepToolError as exc:
+            err.print(f"[yellow]warning:[/] {escape(str(exc))}; probe.json holds the result", soft_wrap=True)
+        else:
+            out.print(f"MLflow run {run_id} (ranking table and latency plot)")
 
 
 # ---------------------------------------------------------------------------- run
@@ -437,7 +519,11 @@ def report(
 @_guard
 def export(
     output: Path = typer.Option(..., "-o", "--output", help="file to write (atomically)"),
-    fmt: str = typer.Option("env", "--format", help="env | docker-env | k8s | json | sglang-args"),
+    fmt: str = typer.Option("env", "--format", help="env | docker-env | k8s | json | sglang-args | nccl-tuner "
+                                                    "(rules from the work directory's probe.json)"),
+    tuner_file: str | None = typer.Option(
+        None, "--tuner-file", help="the nccl-tuner rule file the server loads: sets NCCL_TUNER_CONFIG_FILE and "
+                                   "leaves out NCCL_ALGO / NCCL_PROTO, which mask the plugin"),
     keep_observation: bool = typer.Option(
         False, "--keep-observation",
         help="keep what the sweep set only to observe (NCCL_DEBUG*, the device timer, --enable-metrics)"),
@@ -451,6 +537,9 @@ def export(
     default: what the sweep set only to observe is left out and named in the header."""
     if fmt not in formats.FORMATS:
         raise UserError(f"--format must be one of {', '.join(formats.FORMATS)}, but got {fmt!r}")
+    if fmt == "nccl-tuner":
+        _export_tuner(output, workdir)
+        return
     wd: Path | None = None
     if tracking_uri:
         if not model:
@@ -469,12 +558,37 @@ def export(
             raise
         raise NoChampion(f"nothing to export from {wd}: {last}") from None
     try:
-        text = formats.render_for(config, fmt, keep_observation=keep_observation)
+        text = formats.render_for(config, fmt, keep_observation=keep_observation, tuner_file=tuner_file)
     except ValueError as exc:
         raise UserError(f"cannot export as {fmt}: {exc}") from None
     fsio.write_atomic(output, text)
     out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.get('trial_number')}, "
               f"run {config.get('run_id')}")
+
+
+def _export_tuner(output: Path, workdir: Path | None) -> None:
+    """`sweep export --format nccl-tuner`: the probe's per-size rules for NCCL's example tuner plugin."""
+    from orchestrator.probe import PROBE_FILE, read_probe, render_tuner_config
+
+    wd = workdir or _workdir(None)
+    path = wd / PROBE_FILE
+    if not path.exists():
+        raise UserError(f"{path} does not exist: run `sweep probe EXPERIMENT --workdir {wd}` (or a sweep with "
+                        f"probe.enabled) first")
+    try:
+        result = read_probe(path)
+    except ValueError as exc:
+        raise UserError(f"{path} is not a probe result ({str(exc).splitlines()[0][:200]}); probe again") from None
+    if result.skipped or not result.rows:
+        raise UserError(f"{path} holds no measurement ({result.skipped or 'no rows'}); probe on the GPU host")
+    try:
+        text = render_tuner_config(result)
+    except ValueError as exc:
+        raise UserError(f"cannot derive tuner rules from {path}: {exc}") from None
+    fsio.write_atomic(output, text)
+    out.print(f"wrote {output} (nccl-tuner, {sum(1 for line in text.splitlines() if line and not line.startswith("#"))} rules from {path}); load it with "
+              f"NCCL_TUNER_PLUGIN=<libnccl-tuner-example.so> NCCL_TUNER_CONFIG_FILE={output} and NCCL_ALGO / "
+              f"NCCL_PROTO unset (sweep export --tuner-file {output} writes such an env file)", soft_wrap=True)
 
 
 def _last_verdict(wd: Path) -> str | None:

@@ -32,7 +32,10 @@ from orchestrator.results import export
 __all__ = ["ARGS_JSON_VAR", "CARRIERS", "CONFIGMAP_NAME", "ENV_NAMES_VAR", "FORMATS", "OBSERVATION_ENV",
            "OBSERVATION_SWITCHES", "deployment", "parse_docker_env", "parse_k8s", "production", "render_for"]
 
-FORMATS: tuple[str, ...] = ("env", "docker-env", "k8s", "json", "sglang-args")
+FORMATS: tuple[str, ...] = ("env", "docker-env", "k8s", "json", "sglang-args", "nccl-tuner")
+"""`nccl-tuner` is rendered from the work directory's probe.json (probe.tuner), not from a serving config."""
+TUNER_MASKED = ("NCCL_ALGO", "NCCL_PROTO")
+"""Variables left out when the server loads an nccl-tuner rule file: set, they mask the tuner plugin."""
 
 ARGS_JSON_VAR = "SGLANG_SWEEP_ARGS_JSON"
 """docker-env / k8s: the tuned SGLang flags as a one-line JSON array of strings."""
@@ -71,7 +74,17 @@ def production(config: ServingConfig | Mapping[str, Any], *,
     return kept, left_out
 
 
-def render_for(config: ServingConfig | Mapping[str, Any], fmt: str, *, keep_observation: bool = False) -> str:
+def with_tuner_file(config: ServingConfig, tuner_file: str) -> tuple[ServingConfig, list[str]]:
+    """The config loading the nccl-tuner rule file `tuner_file` (NCCL_TUNER_CONFIG_FILE) without the
+    variables that would mask the plugin; and those left out (`NAME=value`)."""
+    masked = [f"{k}={v}" for k, v in sorted(config.env.items()) if k in TUNER_MASKED]
+    env = {k: v for k, v in config.env.items() if k not in TUNER_MASKED}
+    env["NCCL_TUNER_CONFIG_FILE"] = tuner_file
+    return config.model_copy(update={"env": env}), masked
+
+
+def render_for(config: ServingConfig | Mapping[str, Any], fmt: str, *, keep_observation: bool = False,
+               tuner_file: str | None = None) -> str:
     """Render a serving config in one of FORMATS (text ending with a newline); production by default.
 
     ValueError names the problem: an unknown format, a malformed config, or a value the format cannot
@@ -79,11 +92,18 @@ def render_for(config: ServingConfig | Mapping[str, Any], fmt: str, *, keep_obse
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, but got {fmt!r}")
+    if fmt == "nccl-tuner":
+        raise ValueError("nccl-tuner rules come from the work directory's probe.json, not from a serving config")
     model, left_out = production(config, keep_observation=keep_observation)
+    note = ""
+    if tuner_file is not None:
+        model, masked = with_tuner_file(model, tuner_file)
+        note = (f"# NCCL tuner rules from {tuner_file}: left out {' '.join(masked) or 'nothing'} (NCCL_ALGO / "
+                f"NCCL_PROTO mask the plugin); set NCCL_TUNER_PLUGIN to the plugin's .so as well\n")
     if fmt == "env":
         _check_line_breaks(model)
     if fmt == "docker-env":
-        return _render_docker_env(model, left_out)
+        return note + _render_docker_env(model, left_out)
     if fmt == "k8s":
         return _render_k8s(model, left_out)
     text = export.render(model, fmt)  # type: ignore[arg-type]  # fmt is one of export.FORMATS here
@@ -92,7 +112,7 @@ def render_for(config: ServingConfig | Mapping[str, Any], fmt: str, *, keep_obse
         lines = text.splitlines(keepends=True)
         at = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
         text = "".join(lines[:at] + [f"# {line}\n" for line in _left_out_lines(left_out)] + lines[at:])
-    return text
+    return note + text if fmt == "env" else text
 
 
 _PYTHON_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
