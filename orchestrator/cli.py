@@ -586,7 +586,8 @@ def _export_tuner(output: Path, workdir: Path | None) -> None:
     except ValueError as exc:
         raise UserError(f"cannot derive tuner rules from {path}: {exc}") from None
     fsio.write_atomic(output, text)
-    out.print(f"wrote {output} (nccl-tuner, {sum(1 for line in text.splitlines() if line and not line.startswith("#"))} rules from {path}); load it with "
+    rules = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    out.print(f"wrote {output} (nccl-tuner, {rules} rules from {path}); load it with "
               f"NCCL_TUNER_PLUGIN=<libnccl-tuner-example.so> NCCL_TUNER_CONFIG_FILE={output} and NCCL_ALGO / "
               f"NCCL_PROTO unset (sweep export --tuner-file {output} writes such an env file)", soft_wrap=True)
 
