@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from orchestrator.config import eagle
 from orchestrator.config.experiment import SweepSpec
@@ -28,6 +29,7 @@ from orchestrator.probe import (
 from orchestrator.probe.settings import space_size
 from orchestrator.records import ParamValue
 from orchestrator.search import space as sp
+from orchestrator.search.study import Study
 from orchestrator.simulator import load_model
 from orchestrator.sweep._context import Context
 
@@ -115,6 +117,27 @@ def speculation_start(spec: SweepSpec, base: Mapping[str, ParamValue]) -> dict[s
     return trial if eagle.infeasible(trial) is None else params
 
 
+def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str, Any]:
+    """Restrict `study`'s NCCL knobs to the settings `result` keeps and enqueue the warm start; the
+    summary kept in the study (`skipped` says why nothing was restricted)."""
+    ranked = rank_settings(result, keep_within=spec.probe.keep_within)
+    kept = kept_settings(spec, ranked)
+    if result.skipped or not kept:
+        summary: dict[str, Any] = {"skipped": result.skipped or "no setting kept"}
+        study.set_attr("probe", summary)
+        return summary
+    study.restrict_nccl(kept)
+    best = next((r for r in ranked if r.score_us is not None), None)
+    summary = {"settings": len(result.settings), "kept": len(kept), "seconds": result.seconds,
+               "keep_within": spec.probe.keep_within, "best": best.setting if best else None,
+               "best_us": best.score_us if best else None, "host": result.host}
+    study.set_attr("probe", summary)
+    start = speculation_start(spec, sp.baseline_params(spec.space))
+    for rank, (label, values) in enumerate(list(kept.items())[:WARM_START]):
+        study.enqueue({**start, **values}, {"role": "search", "warm_start": rank + 1, "probe_setting": label})
+    return summary
+
+
 def run_probe_stage(ctx: Context) -> None:
     """Stage one, once per sweep: probe (or reuse probe.json), restrict the NCCL knobs, warm-start."""
     spec = ctx.spec
@@ -125,21 +148,9 @@ def run_probe_stage(ctx: Context) -> None:
         return
     result, how = probe_or_reuse(spec, ctx.paths.root)
     log.info(how)
-    ranked = rank_settings(result, keep_within=spec.probe.keep_within)
-    kept = kept_settings(spec, ranked)
-    if result.skipped or len(kept) < 1:
-        log.warning("probe: %s; stage two searches every NCCL setting of the space",
-                    result.skipped or "no setting was kept")
-        ctx.study.set_attr("probe", {"skipped": result.skipped or "no setting kept"})
+    summary = apply_probe(ctx.study, spec, result)
+    if "skipped" in summary:
+        log.warning("probe: %s; stage two searches every NCCL setting of the space", summary["skipped"])
         return
-    ctx.study.restrict_nccl(kept)
-    best = next((r for r in ranked if r.score_us is not None), None)
-    ctx.study.set_attr("probe", {"settings": len(result.settings), "kept": len(kept), "seconds": result.seconds,
-                                 "keep_within": spec.probe.keep_within, "best": best.setting if best else None,
-                                 "best_us": best.score_us if best else None, "host": result.host})
     log.info("probe: %d of %d settings kept (within %gx of the best, %s at %.1f us; NCCL defaults always kept)",
-             len(kept), len(result.settings), spec.probe.keep_within, best.setting if best else "-",
-             best.score_us if best and best.score_us else 0.0)
-    start = speculation_start(spec, sp.baseline_params(spec.space))
-    for rank, (label, values) in enumerate(list(kept.items())[:WARM_START]):
-        ctx.study.enqueue({**start, **values}, {"role": "search", "warm_start": rank + 1, "probe_setting": label})
+             summary["kept"], summary["settings"], spec.probe.keep_within, summary["best"], summary["best_us"] or 0.0)

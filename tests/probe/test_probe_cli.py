@@ -1,0 +1,78 @@
+"""`sweep probe`, `sweep export --format nccl-tuner` and `sweep plan`'s cost lines, as a user runs them
+(the CLI as a process, the simulated engine, a real MLflow sqlite store)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from probe_helpers import REPO, write_spec
+
+from orchestrator.probe import read_probe
+from orchestrator.probe.tuner import ALGORITHMS, COLLECTIVES, PROTOCOLS, SIZE_MAX, parse_tuner_config
+
+SWEEP = [sys.executable, "-m", "orchestrator.cli"]
+
+
+def sweep(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*SWEEP, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_probe_ranks_writes_probe_json_and_an_mlflow_run_then_exports_tuner_rules(tmp_path):
+    write_spec(tmp_path)
+    wd = tmp_path / "wd"
+    got = sweep("probe", "exp.yaml", "--workdir", str(wd), "--top", "5", "--keep-within", "1.1", cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    text = got.stdout
+    for column in ("rank", "us", "x best", "kept", "setting"):
+        assert column in text
+    assert "within 1.1x of the best" in text and "MLflow run" in text
+    result = read_probe(wd / "probe.json")
+    assert result.host == "pcie-rtxpro6000-x8" and len(result.settings) == 48
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("probe-test").experiment_id])
+    assert run.data.tags["sweep.kind"] == "probe" and run.data.metrics["settings_probed"] == 48
+    assert run.data.metrics["best_verify_us"] < run.data.metrics["defaults_verify_us"]
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"probe_ranking.json", "probe.json", "probe_latency.png"} <= artifacts
+
+    rules_file = tmp_path / "rules.csv"
+    got = sweep("export", "--format", "nccl-tuner", "-o", str(rules_file), "--workdir", str(wd), cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    rules = parse_tuner_config(rules_file.read_text())
+    assert rules
+    for rule in rules:  # every field of every rule, as NCCL's example plugin reads it
+        assert rule.collective in COLLECTIVES and rule.algorithm in ALGORITHMS and rule.protocol in PROTOCOLS
+        assert rule.channels >= 1 and rule.n_nodes == 1 and rule.n_ranks == 8
+        assert 0 <= rule.min_bytes <= rule.max_bytes <= SIZE_MAX
+    for collective in COLLECTIVES:  # a catch-all per collective, last of its rules
+        last = [r for r in rules if r.collective == collective][-1]
+        assert (last.min_bytes, last.max_bytes) == (0, SIZE_MAX)
+    small = next(r for r in rules if r.collective == "allreduce")
+    assert small.min_bytes == 0 and small.protocol == "ll"  # the probe's winner at decode sizes
+
+
+def test_bad_input_gets_one_message(tmp_path):
+    write_spec(tmp_path)
+    got = sweep("probe", "exp.yaml", "--workdir", str(tmp_path / "wd"), "--keep-within", "0.5", cwd=tmp_path)
+    assert got.returncode == 2 and "--keep-within" in got.stderr and "Traceback" not in got.stderr
+    got = sweep("export", "--format", "nccl-tuner", "-o", "r.csv", "--workdir", str(tmp_path / "none"), cwd=tmp_path)
+    assert got.returncode == 2 and "sweep probe" in got.stderr and "Traceback" not in got.stderr
+    write_spec(tmp_path, space={"speculative_algorithm": {"choices": [None, "EAGLE3"]}})
+    got = sweep("probe", "exp.yaml", "--workdir", str(tmp_path / "wd"), cwd=tmp_path)
+    assert got.returncode == 2 and "no NCCL variable" in got.stderr and "Traceback" not in got.stderr
+
+
+def test_plan_prints_one_trials_gpu_time_and_how_many_fit(tmp_path):
+    got = sweep("plan", str(REPO / "experiments" / "demo.yaml"), "--limit", "1", cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert "expected GPU-time of one trial" in got.stdout and "load 330 s" in got.stdout
+    assert "trial(s) on 2 slot(s)" in got.stdout
+    kimi = sweep("plan", str(REPO / "experiments" / "kimi-k2.5-tp8.yaml"), "--limit", "1", cwd=tmp_path)
+    assert kimi.returncode == 0 and "unknown: name a model profile" in kimi.stdout
+    json.loads(sweep("plan", str(REPO / "experiments" / "demo.yaml"), "--json", "--limit", "1", cwd=tmp_path).stdout)
