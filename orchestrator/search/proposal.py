@@ -4,6 +4,13 @@ An infeasible point is told as a failure with its rule; an exact repeat of a fin
 that point's result again (its values, or its failure); a repeat of a point in flight is dropped.
 The sweep's loop and bench/search_efficiency.py both use it, so the benchmark measures the search
 the driver really runs.
+
+Stage two of a two-stage sweep (the study searches the probe's kept NCCL settings, TPE sampler)
+alternates the sampler with a local refinement: every new best measurement queues its one-step
+neighbours (each knob moved to the adjacent value of its list, the NCCL setting to the next-ranked
+kept one; a knob that becomes active starts mid-list), and every other proposal is the next untried
+feasible one of them. Decode speed is smooth in the speculation knobs, so the incumbent's
+neighbourhood is where the last percents are; TPE keeps exploring in between.
 """
 
 from __future__ import annotations
@@ -58,9 +65,22 @@ class _Known:
 class ProposalPolicy:
     """Asks `study` and settles infeasible points and exact repeats; remembers what was measured."""
 
-    def __init__(self, study: Study):
+    def __init__(self, study: Study, *, refine: bool | None = None):
+        """`refine`: alternate TPE with the local refinement; None: in stage two of a two-stage sweep."""
         self.study = study
         self._known: dict[str, _Known] = {}
+        self._refine = refine
+        self._best: float | None = None
+        self._neighbours: list[dict[str, ParamValue]] = []
+        self._measured: list[tuple[float, dict[str, ParamValue]]] = []
+        self._expanded: set[str] = set()
+        self._turn = 0
+
+    @property
+    def refining(self) -> bool:
+        if self._refine is not None:
+            return self._refine
+        return bool(self.study.nccl_settings) and self.study.sampler_cfg.kind == "tpe"
 
     def remember(self, params: Mapping[str, ParamValue], number: int, values: Sequence[float] | None, *,
                  learn: bool = False) -> None:
@@ -68,12 +88,24 @@ class ProposalPolicy:
         `params`; the first one counts."""
         self._known.setdefault(sp.key(params), _Known(number, tuple(values) if values is not None else None,
                                                       learn and values is None))
+        if values is not None and values and self.refining:
+            sign = 1.0 if self.study.directions[0] == "maximize" else -1.0
+            self._measured.append((sign * values[0], dict(params)))
+            if self._best is None or sign * values[0] > sign * self._best:
+                self._best = values[0]
+                self._expanded.add(sp.key(params))
+                self._neighbours = self.neighbours(params)
 
     def next(self, in_flight: Mapping[str, int] | None = None) -> Proposal | Settled | None:
         """Ask once: a Proposal to launch, a Settled proposal, or None when a grid has nothing left.
 
         `in_flight` maps the key (`space.key`) of each searched point being measured to its trial number.
         """
+        self._turn += 1
+        if self.refining and self._turn % 2 == 0:
+            point = self._next_neighbour(set(in_flight or {}))
+            if point is not None:
+                self.study.enqueue(point, {"role": "search", "refine": True})
         asked = self.study.ask()
         if asked is None:
             return None
@@ -108,3 +140,57 @@ class ProposalPolicy:
             self.study.tell_failed(number, {"failure_kind": "duplicate_of_running", "skipped": True, "reason": detail})
             return Settled(number, params, Settlement.duplicate_of_running, detail)
         return None
+
+    def _next_neighbour(self, running: set[str]) -> dict[str, ParamValue] | None:
+        """The next untried neighbour of the best point; when the best's are used up, of the best
+        measured point not expanded yet (best-first)."""
+        while True:
+            while self._neighbours:
+                point = self._neighbours.pop(0)
+                if sp.key(point) not in self._known and sp.key(point) not in running:
+                    return point
+            fresh = [(v, p) for v, p in self._measured if sp.key(p) not in self._expanded]
+            if not fresh:
+                return None
+            _, params = max(fresh, key=lambda vp: vp[0])
+            self._expanded.add(sp.key(params))
+            self._neighbours = self.neighbours(params)
+
+    def neighbours(self, params: Mapping[str, ParamValue]) -> list[dict[str, ParamValue]]:
+        """The feasible one-step neighbours of `params` (module doc), nearest knobs of the space first."""
+        space = self.study.space
+        kept = list(self.study.nccl_settings.values())
+        rank = next((i for i, v in enumerate(kept) if all(params.get(k) == x for k, x in v.items())), None)
+        out: list[dict[str, ParamValue]] = []
+        if rank is not None:
+            for r in (rank + 1, rank - 1):
+                if 0 <= r < len(kept):
+                    out.append({**params, **kept[r]})
+        nccl = set(kept[0]) if kept else set()
+        for name in sp.ordered(space):
+            if name in nccl or params.get(name) is None and not sp.is_active(space.params[name], params):
+                continue
+            values = list(space.params[name].values()) if space.params[name].choices is not None else None
+            if values is None:
+                lo, hi = space.params[name].low, space.params[name].high
+                current = params.get(name)
+                steps = [current + d for d in (1, -1)] if isinstance(current, int) else []
+                moves: list[ParamValue] = [v for v in steps if lo is not None and hi is not None and lo <= v <= hi]
+            else:
+                i = values.index(params.get(name)) if params.get(name) in values else None
+                moves = [values[j] for j in ((i + 1, i - 1) if i is not None else ()) if 0 <= j < len(values)]
+            for value in moves:
+                out.append(_settle_activity(space, {**params, name: value}))
+        return [p for p in out if sp.infeasible_reason(p) is None and sp.key(p) != sp.key(params)]
+
+
+def _settle_activity(space: Any, point: dict[str, ParamValue]) -> dict[str, ParamValue]:
+    """Knobs whose `when` no longer holds unset; knobs that became active set to the middle of their list."""
+    for name in sp.ordered(space):
+        param = space.params[name]
+        if not sp.is_active(param, point):
+            point[name] = None
+        elif point.get(name) is None and None not in param.values():
+            values = param.values()
+            point[name] = values[len(values) // 2]
+    return sp.complete(space, point)

@@ -35,9 +35,10 @@ IN_MEMORY = "memory:"
 
 _DIRECTIONS = {"maximize": StudyDirection.MAXIMIZE, "minimize": StudyDirection.MINIMIZE}
 
-NCCL_SETTING = "probe.nccl_setting"
-"""The one categorical that replaces the NCCL knobs once a probe kept some settings (its values are
-the settings' labels; `TrialView.params` shows the knobs again)."""
+NCCL_SETTING = "probe.nccl_rank"
+"""The one integer that replaces the NCCL knobs once a probe kept some settings: the setting's rank in
+the probe's ranking (1 = fastest), so TPE can learn that low ranks are good; `TrialView.params`
+shows the knobs again."""
 PROBE_SETTINGS_ATTR = "probe_settings"
 """Study attribute: {label: {NCCL knob: value}} of the kept settings, so a resumed study asks the same way."""
 FAILED_CONSTRAINT = "failed"
@@ -181,7 +182,8 @@ class Study:
 
     def restrict_nccl(self, settings: Mapping[str, Mapping[str, ParamValue]]) -> None:
         """From now on search trials choose their NCCL knobs as one of `settings` ({label: {knob: value}},
-        every NCCL knob of the space in each) instead of knob by knob. Kept in the study for resume."""
+        every NCCL knob of the space in each, fastest first) instead of knob by knob. Kept in the study
+        for resume."""
         self._settings = {label: dict(values) for label, values in settings.items()}
         self.set_attr(PROBE_SETTINGS_ATTR, self._settings)
 
@@ -204,7 +206,8 @@ class Study:
         label = self.nccl_label(params) if self._settings and attrs.get("role", "search") == "search" else None
         if label is not None:
             dims = self._settings[label]
-            params = {NCCL_SETTING: label, **{k: v for k, v in params.items() if k not in dims}}
+            params = {NCCL_SETTING: list(self._settings).index(label) + 1,
+                      **{k: v for k, v in params.items() if k not in dims}}
         elif self._settings:
             attrs["nccl_fixed"] = True  # asked knob by knob (see ask)
         fixed = {k: v for k, v in params.items() if v is not None or _none_allowed(self.space, k)}
@@ -227,8 +230,8 @@ class Study:
         chosen: dict[str, ParamValue] = {}
         if (self._settings and trial.user_attrs.get("role", "search") == "search"
                 and not trial.user_attrs.get("nccl_fixed")):
-            label = trial.suggest_categorical(NCCL_SETTING, sorted(self._settings))
-            chosen.update(self._settings[str(label)])
+            rank = trial.suggest_int(NCCL_SETTING, 1, len(self._settings))
+            chosen.update(list(self._settings.values())[rank - 1])
         for name in sp.ordered(self.space):
             if name in chosen:
                 continue
@@ -308,9 +311,10 @@ def _none_allowed(space: SearchSpace, name: str) -> bool:
 
 def _view(t: optuna.trial.FrozenTrial, settings: Mapping[str, Mapping[str, ParamValue]] | None = None) -> TrialView:
     params = dict(t.params)
-    label = params.pop(NCCL_SETTING, None)
-    if label is not None:
-        params.update((settings or {}).get(str(label), {}))
+    rank = params.pop(NCCL_SETTING, None)
+    kept = list((settings or {}).values())
+    if isinstance(rank, int) and 1 <= rank <= len(kept):
+        params.update(kept[rank - 1])
     return TrialView(
         number=t.number, state=t.state.name, params=params,
         values=tuple(t.values) if t.values is not None else None, attrs=dict(t.user_attrs),
