@@ -1,0 +1,94 @@
+"""A new user's first minute with a finished simulator sweep, in a real Chromium: `sweep ui` opens the
+classic training view on the trials ranked by the objective with the columns that answer "which and how
+much", the parent run describes the champion, and report.html answers which, how much and why.
+Screenshots land in docs/screenshots/ (README links them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from e2e_helpers import SWEEP
+from test_ui import CHROMIUM, FLAGS, _free_port
+
+pytestmark = pytest.mark.slow
+
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+@pytest.fixture
+def ui(finished_sweep):
+    wd, _ = finished_sweep
+    port = _free_port()
+    proc = subprocess.Popen([*SWEEP, "ui", "--workdir", str(wd), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"sweep ui did not serve within 180 s: {proc.stdout.read() if proc.stdout else ''}")
+    yield base, port, wd, proc
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=20)
+
+
+def _printed_url(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    text = ""
+    while "viewStateShareKey" not in text:
+        text += proc.stdout.readline()
+    return re.search(r"(http://\S+)", " ".join(text.split())).group(1)  # type: ignore[union-attr]
+
+
+def test_a_new_user_lands_on_the_ranked_trials_and_the_champion(ui):
+    from playwright.sync_api import sync_playwright
+
+    base, port, wd, proc = ui
+    summary = json.loads((wd / "summary.json").read_text())
+    state = json.loads((wd / "sweep.json").read_text())
+    champion = summary["champion"]["number"]
+    url = _printed_url(proc)
+    # A second `sweep ui` on the same port fails instead of pointing at this server.
+    taken = subprocess.run([*SWEEP, "ui", "--workdir", str(wd), "--port", str(port)], capture_output=True, text=True,
+                           timeout=120)
+    assert taken.returncode == 2 and "not free" in taken.stderr
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 2400, "height": 1000})
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_text("Training runs").first.wait_for(timeout=60_000)  # the classic view, not GenAI's
+        first = page.get_by_text(f"trial-{champion:04d}").first
+        first.wait_for(timeout=60_000)
+        body = page.inner_text("body")
+        for column in ("decode_tok_s", "speedup_pct", "accept_length", "verify_ms"):
+            assert column in body, f"{column} not visible without picking columns"
+        assert "★ champion" in body, "the champion's run is marked"
+        assert "confirm-" not in body, "confirmation runs are not ranked with the trials"
+        page.screenshot(path=str(SHOTS / "mlflow-trials.png"))
+        # The parent run's description: which and how much, with links.
+        page.goto(f"{base}/#/experiments/{url.split('/experiments/')[1].split('/')[0]}/runs/{state['parent_run_id']}",
+                  wait_until="domcontentloaded")
+        page.get_by_text(f"champion trial {champion}").first.wait_for(timeout=60_000)
+        assert "Confirmed gain" in page.inner_text("body")
+        page.screenshot(path=str(SHOTS / "mlflow-parent.png"))
+        # report.html: which, how much, why and the history, offline.
+        page.goto((wd / "report.html").as_uri(), wait_until="load")
+        text = page.inner_text("body").lower()  # the cards' labels are upper-cased by CSS
+        assert f"trial {champion}" in text and "how much: confirmed gain" in text and "why" in text
+        assert page.locator("#optuna-history .plot-container").count() == 1, "history drawn"
+        page.screenshot(path=str(SHOTS / "report.png"), full_page=False)
+        browser.close()
