@@ -73,7 +73,8 @@ class Confirmed(BaseModel):
         if self.label == "unconfirmed":
             return (f"UNCONFIRMED (search phase, one measurement): {self.metric} {self.champion_median:.2f} vs "
                     f"baseline {self.baseline_median:.2f}, {_pct(self.gain)}")
-        interval = f" [{_pct(self.low)}, {_pct(self.high)}]" if self.low is not None and self.high is not None else ""
+        interval = (f" [{_pct(self.low)}, {_pct(self.high)}] (the gate's bounds)"
+                    if self.low is not None and self.high is not None else "")
         return (f"confirmed over {self.rounds} interleaved rounds: {self.metric} median {self.champion_median:.2f} vs "
                 f"baseline {self.baseline_median:.2f}, {_pct(self.gain)}{interval}")
 

@@ -132,7 +132,8 @@ def decide(champion: Sequence[float], baseline: Sequence[float], plan: RoundsPla
         return Decision(None, None, f"{n} of at least {plan.min_rounds} rounds measured")
     ev = evidence(champion, baseline, direction=direction, level=plan.level)
     need = plan.min_gain
-    figure = f"{_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}] after {n} rounds"
+    # The gate's bounds are wider than a plain 95% interval: each look spends only its share of the budget.
+    figure = f"{_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}] (gate bounds, {plan.level:.1%} each side) after {n} rounds"
     if ev.low > need:
         return Decision(Verdict.promoted, ev, f"promoted: {figure}, above the required {_pct(need)}")
     if ev.high < need:

@@ -152,7 +152,7 @@ def promote(ctx: Context) -> dict[str, Any]:
     result.update(confirmed=figures, contributions=parts, concurrency=levels,
                   concurrency_verdict=contrib.stops_paying(levels, what) or None)
     why = "; ".join(p.text() for p in parts)
-    verdict = decision.message + (f". Why: {why}" if why else "")
+    verdict = decision.message + (f". Why (95% intervals): {why}" if why else "")
     if result["concurrency_verdict"]:
         verdict += f". By load: {result['concurrency_verdict']}"
     if decision.verdict is not sequential.Verdict.promoted:
@@ -169,7 +169,7 @@ def promote(ctx: Context) -> dict[str, Any]:
         left = "speculation" if chosen == "no_speculation" else "the NCCL settings"
         verdict = (f"promoted the simpler configuration without {left}: it adds nothing significant "
                    f"({next(p.text() for p in parts if p.b == chosen)}), and without it {simple_decision.message}. "
-                   f"Champion: {decision.message}. Why: {why}")
+                   f"Champion: {decision.message}. Why (95% intervals): {why}")
         if result["concurrency_verdict"]:
             verdict += f". By load: {result['concurrency_verdict']}"
     return result | _register(ctx, champion, promoted_params, run_id, figures, verdict, Outcome.promoted, chosen)

@@ -37,7 +37,7 @@ def test_a_clear_gain_is_promoted_at_the_first_look() -> None:
     assert decision.evidence.gain == pytest.approx(0.4977, abs=1e-3)
     assert 0.01 < decision.evidence.low < decision.evidence.gain < decision.evidence.high
     assert decision.message.startswith("promoted: +49.8% [")
-    assert decision.message.endswith("after 3 rounds, above the required +1.0%")
+    assert decision.message.endswith("(gate bounds, 99.5% each side) after 3 rounds, above the required +1.0%")
 
 
 def test_a_champion_slower_than_the_baseline_is_not_better() -> None:

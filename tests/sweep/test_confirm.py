@@ -109,3 +109,15 @@ def test_resuming_a_decided_sweep_measures_and_registers_nothing_again(tmp_path,
     versions = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}").search_model_versions(
         f"name='{spec.promotion.model_name}'")
     assert len(versions) == 1
+
+
+def test_no_gate_promotes_the_search_phase_champion_labelled_unconfirmed(tmp_path, sqlite_store_template):
+    data = experiment(tmp_path, steps=3, max_rounds=0)
+    data["budget"]["trials"] = 2
+    wd, summary, _, events = run_sweep(tmp_path, sqlite_store_template, data)
+    assert not [e for e in events if isinstance(e, st.ConfirmationRun)]
+    assert summary.promoted and summary.outcome is st.Outcome.unconfirmed
+    assert summary.confirmed is not None and summary.confirmed.label == "unconfirmed"
+    assert (summary.verdict or "").startswith("UNCONFIRMED: promotion.max_rounds is 0")
+    header = (wd / "champion.env").read_text()
+    assert "unconfirmed_gain" in header and "confirmed_gain" not in header.replace("unconfirmed_gain", "")
