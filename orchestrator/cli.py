@@ -27,12 +27,17 @@ from rich.table import Table
 from orchestrator import fsio
 from orchestrator.config import experiment as spec_mod
 from orchestrator.errors import NoChampion, SweepError, SweepToolError, UserError
+from orchestrator.probe import (DEFAULT_BUDGET, PROBE_FILE, nccl_dimensions, rank_settings, read_probe,
+                                render_tuner_config, run_probe)
+from orchestrator.probe.settings import space_size
 from orchestrator.records import TrialStatus
-from orchestrator.results import formats
+from orchestrator.results import cost, formats
 from orchestrator.results import truth as truth_mod
 from orchestrator.search import space as sp
 from orchestrator.sweep import state as st
+from orchestrator.sweep._probe_stage import probe_log
 from orchestrator.sweep.status import read_state, status_report
+from orchestrator.tracking import probe_run
 from orchestrator.tracking.convert import trials_view_path
 from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
@@ -65,6 +70,9 @@ def _guard(fn: Callable[P, R]) -> Callable[P, R]:
             raise _fail(str(exc), exc.exit_code) from None
         except KeyboardInterrupt:
             raise _fail("interrupted", 130) from None
+        except OSError as exc:  # the environment (disk full, permissions, a path in the way), not a bug of ours
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise _fail(f"{where}{exc.strerror or exc}", 1) from None
     return wrapper
 
 
@@ -74,6 +82,16 @@ def _load(path: Path) -> spec_mod.SweepSpec:
 
 def _workdir(workdir: Path | None, experiment: spec_mod.SweepSpec | None = None) -> Path:
     if workdir is not None:
+        if workdir.is_dir():
+            return workdir
+        if experiment is None:  # status, sync, ui, export: the sweep must be there
+            what = "is a file" if workdir.is_file() else "does not exist"
+            raise UserError(f"--workdir {workdir}: {what}, not a sweep's work directory; pass the --workdir "
+                            f"`sweep run` used")
+        existing = next(p for p in (workdir, *workdir.parents) if p.exists() or p == p.parent)
+        if existing.exists() and not existing.is_dir():
+            raise UserError(f"--workdir {workdir}: {existing} is a file, not a directory; pass a directory "
+                            f"path, e.g. --workdir runs/{experiment.name}")
         return workdir
     if experiment is not None:
         return Path("runs") / experiment.name
@@ -163,10 +181,6 @@ def plan(
 
 def _print_cost(s: spec_mod.SweepSpec) -> None:
     """`sweep plan`: one trial's expected GPU-time and how many fit the wall time (results.cost)."""
-    from orchestrator.probe import DEFAULT_BUDGET, nccl_dimensions
-    from orchestrator.probe.settings import space_size
-    from orchestrator.results import cost
-
     settings = min(s.probe.budget or DEFAULT_BUDGET, space_size(nccl_dimensions(s))) if s.probe.enabled else 0
     est = cost.expected_cost(s, sp.baseline_params(s.space), probe_settings=settings,
                              profile_named="model_profile" in s.simulator.model_fields_set)
@@ -201,14 +215,10 @@ def probe(
 ) -> None:
     """Measure the host's tensor-parallel all-reduce per NCCL setting without loading a model; rank the
     settings by latency at the verify sizes; write probe.json and log an MLflow run."""
-    from orchestrator.probe import rank_settings, run_probe
-
     s = _load(experiment)
     ratio = keep_within if keep_within is not None else s.probe.keep_within
     if not ratio >= 1.0:
         raise UserError(f"--keep-within is a ratio to the best latency and must be >= 1.0, but got {ratio}")
-    from orchestrator.probe import nccl_dimensions
-
     if not nccl_dimensions(s):
         raise UserError(f"{experiment}: the search space has no NCCL variable to probe (add e.g. "
                         f"search_spaces/nccl.yaml to search_space)")
@@ -231,11 +241,10 @@ def probe(
               f"the verify sizes; {result.seconds:.1f} s, {result.seconds_per_setting:.3f} s per setting; "
               f"wrote {wd / 'probe.json'}", soft_wrap=True)
     if not no_mlflow:
-        from orchestrator.tracking.probe_run import log_probe
-
         uri = s.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(wd / 'mlflow.db').resolve()}"
         try:
-            run_id = log_probe(uri, s.tracking.experiment or s.name, result, ranked, keep_within=ratio)
+            run_id = probe_run.log_probe(uri, s.tracking.experiment or s.name,
+                                         probe_log(result, ranked, keep_within=ratio))
         except SweepToolError as exc:
             err.print(f"[yellow]warning:[/] {escape(str(exc))}; probe.json holds the result", soft_wrap=True)
         else:
@@ -434,7 +443,7 @@ def sync(workdir: Path | None = typer.Option(None, "--workdir")) -> None:
 @_guard
 def ui(
     workdir: Path | None = typer.Option(None, "--workdir"),
-    port: int = typer.Option(5000, "--port"),
+    port: int = typer.Option(5000, "--port", min=1, max=65535),
     host: str = typer.Option("127.0.0.1", "--host", help="keep 127.0.0.1 unless you know who can reach it"),
 ) -> None:
     """Start the MLflow UI on the sweep's tracking store and print its URL."""
@@ -537,6 +546,7 @@ def export(
     default: what the sweep set only to observe is left out and named in the header."""
     if fmt not in formats.FORMATS:
         raise UserError(f"--format must be one of {', '.join(formats.FORMATS)}, but got {fmt!r}")
+    _check_output(output)
     if fmt == "nccl-tuner":
         _export_tuner(output, workdir)
         return
@@ -561,15 +571,17 @@ def export(
         text = formats.render_for(config, fmt, keep_observation=keep_observation, tuner_file=tuner_file)
     except ValueError as exc:
         raise UserError(f"cannot export as {fmt}: {exc}") from None
-    fsio.write_atomic(output, text)
+    try:
+        fsio.write_atomic(output, text)
+    except OSError as exc:
+        raise UserError(f"-o {output}: cannot write it ({exc.strerror or exc}); name a regular file in a folder "
+                        f"you can write to") from None
     out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.get('trial_number')}, "
               f"run {config.get('run_id')}")
 
 
 def _export_tuner(output: Path, workdir: Path | None) -> None:
     """`sweep export --format nccl-tuner`: the probe's per-size rules for NCCL's example tuner plugin."""
-    from orchestrator.probe import PROBE_FILE, read_probe, render_tuner_config
-
     wd = workdir or _workdir(None)
     path = wd / PROBE_FILE
     if not path.exists():
@@ -602,6 +614,18 @@ def _last_verdict(wd: Path) -> str | None:
         return None
     outcome = summary.outcome.value.replace("_", " ") if summary.outcome else "no verdict"
     return (f"the last sweep finished without a champion ({outcome}): {summary.verdict or summary.stop_reason}")
+
+
+def _check_output(output: Path) -> None:
+    """UserError unless `output` names a file that can be written in an existing folder (checked first,
+    so a mistyped -o fails before MLflow is asked)."""
+    if output.is_dir():
+        raise UserError(f"-o {output}: is a directory; name the file to write, e.g. -o {output / 'champion.env'}")
+    folder = output.parent
+    if not folder.is_dir():
+        raise UserError(f"-o {output}: the folder {folder} does not exist; create it or write elsewhere")
+    if not os.access(folder, os.W_OK) or (output.exists() and not output.is_file()):
+        raise UserError(f"-o {output}: cannot write there; name a regular file in a folder you can write to")
 
 
 @app.command()

@@ -34,7 +34,7 @@ from orchestrator.probe.result import (
     read_probe,
     write_probe,
 )
-from orchestrator.probe.run import ProbeProgress, base_env, probe_on, probe_sizes
+from orchestrator.probe.run import ProbeProgress, base_env, default_speculation, probe_on, probe_sizes
 from orchestrator.probe.settings import DEFAULT_BUDGET, DEFAULTS_LABEL, NcclSetting, SettingSearch, nccl_dimensions
 from orchestrator.probe.simulated import SimulatedHost
 from orchestrator.probe.sizes import ProbeSize
@@ -44,7 +44,7 @@ from orchestrator.probe.tuning import NcclChoice, parse_nccl_log
 __all__ = [
     "DEFAULTS_LABEL", "DEFAULT_BUDGET", "PROBE_FILE", "GpuHost", "NcclChoice", "NcclSetting", "ProbeProgress",
     "ProbeResult", "ProbeRow", "ProbeSize", "ProbeUnavailable", "RankedSetting", "SettingRecord", "SettingSearch",
-    "SimulatedHost", "TunerRule", "nccl_dimensions", "parse_nccl_log", "parse_tuner_config", "rank_settings",
+    "SimulatedHost", "TunerRule", "default_speculation", "nccl_dimensions", "parse_nccl_log", "parse_tuner_config", "rank_settings",
     "read_probe", "render_tuner_config", "run_probe", "tuner_rules", "write_probe",
 ]
 

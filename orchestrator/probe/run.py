@@ -51,6 +51,12 @@ def probe_sizes(spec: SweepSpec) -> tuple[ProbeSize, ...]:
     return sizes_for(spec, model.hidden_size, model.dtype_bytes, model.default_spec[2])
 
 
+def default_speculation(spec: SweepSpec) -> tuple[int, int, int]:
+    """(steps, top-k, draft tokens) of the EAGLE-3 set-up the experiment's model profile ships with."""
+    steps, topk, draft = load_model(spec.simulator.model_profile).default_spec
+    return steps, topk, draft
+
+
 def base_env(spec: SweepSpec) -> dict[str, str]:
     """The experiment's fixed NCCL variables (NCCL_NVLS_ENABLE=0 and the like), under every setting;
     the logging ones are the probe's own business."""

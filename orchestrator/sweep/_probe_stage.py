@@ -17,10 +17,12 @@ from typing import Any
 from orchestrator.config import eagle
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.probe import (
+    DEFAULTS_LABEL,
     PROBE_FILE,
     ProbeResult,
     RankedSetting,
     base_env,
+    default_speculation,
     nccl_dimensions,
     rank_settings,
     read_probe,
@@ -30,8 +32,8 @@ from orchestrator.probe.settings import space_size
 from orchestrator.records import ParamValue
 from orchestrator.search import space as sp
 from orchestrator.search.study import Study
-from orchestrator.simulator import load_model
 from orchestrator.sweep._context import Context
+from orchestrator.tracking.probe_run import Curve, ProbeLog
 
 log = logging.getLogger("sweep")
 
@@ -103,7 +105,7 @@ def speculation_start(spec: SweepSpec, base: Mapping[str, ParamValue]) -> dict[s
     algo = space.get("speculative_algorithm")
     if algo is None or algo.choices is None or "EAGLE3" not in algo.choices:
         return params
-    steps, topk, draft = load_model(spec.simulator.model_profile).default_spec
+    steps, topk, draft = default_speculation(spec)
     trial = {**params, "speculative_algorithm": "EAGLE3"}
     for name, value in (("speculative_num_steps", steps), ("speculative_eagle_topk", topk),
                         ("speculative_num_draft_tokens", draft)):
@@ -154,3 +156,39 @@ def run_probe_stage(ctx: Context) -> None:
         return
     log.info("probe: %d of %d settings kept (within %gx of the best, %s at %.1f us; NCCL defaults always kept)",
              summary["kept"], summary["settings"], spec.probe.keep_within, summary["best"], summary["best_us"] or 0.0)
+
+
+PLOTTED = 4
+"""Settings drawn in the probe's latency plot besides the NCCL defaults."""
+
+
+def probe_log(result: ProbeResult, ranked: tuple[RankedSetting, ...], *, keep_within: float) -> ProbeLog:
+    """The probe's MLflow run as plain data (tracking.probe_run logs it)."""
+    best = next((r for r in ranked if r.score_us is not None), None)
+    defaults = next((r for r in ranked if r.setting == DEFAULTS_LABEL), None)
+    metrics = {"settings_probed": float(len(result.settings)), "seconds": result.seconds,
+               "seconds_per_setting": result.seconds_per_setting, "kept": float(sum(r.kept for r in ranked))}
+    if best is not None and best.score_us is not None:
+        metrics["best_verify_us"] = best.score_us
+    if defaults is not None and defaults.score_us is not None:
+        metrics["defaults_verify_us"] = defaults.score_us
+    mode = "graph" if any(r.mode == "graph" for r in result.rows) else "eager"
+    names = [r.setting for r in ranked if r.score_us is not None][:PLOTTED]
+    if DEFAULTS_LABEL not in names:
+        names.append(DEFAULTS_LABEL)
+    curves = []
+    for name in names:
+        rows = sorted((r for r in result.rows if r.setting == name and r.mode == mode and r.median_us is not None),
+                      key=lambda r: r.nbytes)
+        if rows:
+            curves.append(Curve(name, [r.nbytes for r in rows], [r.median_us or 0.0 for r in rows]))
+    return ProbeLog(
+        title=f"{result.experiment} on {result.host}, tp {result.tp}",
+        params={"host": result.host, "tp": str(result.tp), "nccl_version": result.nccl_version or "?",
+                "settings_in_space": str(result.space_settings), "keep_within": f"{keep_within:g}",
+                "best_setting": best.setting if best else "-"},
+        metrics=metrics,
+        table={"rank": [r.rank for r in ranked], "setting": [r.setting for r in ranked],
+               "score_us": [r.score_us for r in ranked], "relative": [r.relative for r in ranked],
+               "kept": [r.kept for r in ranked]},
+        probe_json=result.model_dump_json(indent=1), curves=curves, mode=mode, engine=result.engine)
