@@ -79,8 +79,13 @@ class WorkdirLock:
         self._file: IO[str] | None = None
 
     def acquire(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.root / ".lock", "w")  # noqa: SIM115 - held open for the sweep's lifetime
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.root / ".lock", "w")  # noqa: SIM115 - held open for the sweep's lifetime
+        except OSError as exc:  # a file in the way, a path under a file, /proc, no permission, a full disk
+            what = "is a file, not a directory" if self.root.is_file() else (exc.strerror or str(exc)).lower()
+            raise SweepError(f"--workdir {self.root}: cannot be the work directory ({what}); pass a directory "
+                             f"you can write to, e.g. --workdir runs/NAME") from None
         try:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

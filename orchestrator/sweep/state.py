@@ -29,10 +29,12 @@ class StopKind(str, enum.Enum):
     """Ctrl-C or SIGTERM once: the trials in flight finished."""
     aborted = "aborted"
     """Ctrl-C or SIGTERM twice: the trials in flight were aborted."""
+    start_failed = "start_failed"
+    """A check before the first trial failed (cluster, storage, MLflow): nothing was launched."""
 
 
 FAILURE_STOPS = frozenset({StopKind.consecutive_failures, StopKind.failure_rate, StopKind.baseline_failed,
-                           StopKind.interrupted, StopKind.aborted})
+                           StopKind.interrupted, StopKind.aborted, StopKind.start_failed})
 """Stops that end `sweep run` with exit code 1; the others are budgets."""
 
 
@@ -68,7 +70,7 @@ class SweepState(BaseModel):
 
     experiment: str
     status: str = "unknown"
-    """running | finished | stopped."""
+    """running | finished | stopped | failed (the start failed: stop_reason says why)."""
     pid: int | None = None
     """The driver's process id (tells `sweep status` whether it still runs)."""
     updated_at: float = 0.0
