@@ -23,10 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.errors import StorageError, SweepError
+from orchestrator.errors import StorageError, SweepError, SweepToolError
 from orchestrator.execute.base import Executor
 from orchestrator.execute.processes import local_processes
 from orchestrator.records import TrialRole
+from orchestrator.redact import mask_url_password
 from orchestrator.search import space as sp
 from orchestrator.search.proposal import ProposalPolicy
 from orchestrator.search.study import Study
@@ -34,7 +35,7 @@ from orchestrator.sweep import _promote, _record, _resume
 from orchestrator.sweep._context import Context, Progress
 from orchestrator.sweep._loop import run_loop
 from orchestrator.sweep._workdir import Paths, SweepLog, WorkdirLock, default_workdir, write_json
-from orchestrator.sweep.state import Event, ExecutorReady, SweepState, SweepSummary
+from orchestrator.sweep.state import Event, ExecutorReady, StopKind, StopReason, SweepState, SweepSummary
 from orchestrator.tracking.tracker import Tracker
 
 log = logging.getLogger("sweep")
@@ -106,11 +107,15 @@ class Sweep:
         try:
             _resume.reap_previous_driver(ctx.paths)
             self.open()
-            _resume.recover(ctx)
-            if not _record.baseline_measured(ctx) and not self._baseline_queued():
-                ctx.study.enqueue(sp.baseline_params(ctx.spec.space), {"role": TrialRole.baseline.value})
-            ctx.interrupts.install()
-            self._start_executor()
+            try:
+                _resume.recover(ctx)
+                if not _record.baseline_measured(ctx) and not self._baseline_queued():
+                    ctx.study.enqueue(sp.baseline_params(ctx.spec.space), {"role": TrialRole.baseline.value})
+                ctx.interrupts.install()
+                self._start_executor()
+            except SweepToolError as exc:  # a pre-flight check: sweep.json says failed, and why
+                self._start_failed(str(exc))
+                raise
             ctx.interrupts.install()  # ray.init() puts its own SIGTERM handler (sys.exit) in place
             run_loop(ctx)
             return _promote.finish(ctx)
@@ -128,6 +133,8 @@ class Sweep:
             existed = ctx.study.exists()
         except StorageError as exc:
             raise SweepError(str(exc)) from None
+        if existed and not ctx.resume and self._unstarted():
+            existed = False  # an earlier start failed after creating the study: take it over
         if existed and not ctx.resume:
             raise SweepError(
                 f"{ctx.paths.root} already holds a sweep of {spec.name!r}; "
@@ -137,7 +144,19 @@ class Sweep:
             raise SweepError(f"{ctx.paths.root}: nothing to resume (no study {spec.name!r} in optuna.db); "
                              f"run without --resume to start")
         ctx.study.open()
-        write_json(ctx.paths.root / "experiment.json", spec.model_dump(mode="json"))
+        try:
+            self._begin(existed)
+        except BaseException:
+            if not existed:  # a start that fails leaves no empty study behind: the same command works again
+                ctx.study.delete()
+            raise
+
+    def _begin(self, existed: bool) -> None:
+        ctx, spec = self.ctx, self.ctx.spec
+        experiment = spec.model_dump(mode="json")
+        if spec.tracking.uri:
+            experiment["tracking"]["uri"] = mask_url_password(spec.tracking.uri)
+        write_json(ctx.paths.root / "experiment.json", experiment)
         if existed:
             ctx.started_at = float(ctx.study.get_attr("sweep_started_at", ctx.started_at))
         else:
@@ -157,6 +176,24 @@ class Sweep:
         )
         ctx.study.set_attr("parent_run_id", ctx.parent_run_id)
         ctx.write_state("running")
+
+    def _unstarted(self) -> bool:
+        """Whether the study in storage is one a failed start left (no trial, no attribute)."""
+        try:
+            self.ctx.study.open()
+            return self.ctx.study.is_unstarted()
+        except StorageError as exc:
+            raise SweepError(str(exc)) from None
+
+    def _start_failed(self, reason: str) -> None:
+        """sweep.json and the parent run say the start failed, and why (not `running`)."""
+        ctx = self.ctx
+        ctx.progress.stop = StopReason(StopKind.start_failed, f"the sweep could not start: {reason}")
+        ctx.write_state("failed")
+        if ctx.tracker is not None and ctx.parent_run_id:
+            ctx.tracker.end_sweep(ctx.parent_run_id, "FAILED")
+        if not ctx.resume and not ctx.progress.launched:
+            ctx.study.delete()  # nothing ran: the same command starts afresh once the cause is fixed
 
     def _baseline_queued(self) -> bool:
         return any(t.state == "WAITING" and t.role == TrialRole.baseline.value for t in self.ctx.study.trials())
