@@ -48,6 +48,7 @@ def finish(ctx: Context) -> SweepSummary:
     fields["fingerprint_changes"] = changed
     summary = SweepSummary(**fields)
     confirmed = summary.confirmed.metrics() if summary.confirmed else {}
+    confirmed.update({f"importance_{k}": v for k, v in summary.importances.items()})
     ctx.track.log_sweep_summary(
         ctx.parent_run_id or "", metrics={**report.parent_metrics(summary.to_json(), ctx.outcomes), **confirmed},
         tags={"sweep.stop_reason": p.stop_text[:250], "sweep.baseline_drift_flagged": str(flagged),
