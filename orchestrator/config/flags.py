@@ -23,6 +23,14 @@ MANAGED_FLAGS: Mapping[str, str] = {
 }
 """Flag -> where its value comes from."""
 
+OVERRIDING_FLAGS: Mapping[str, tuple[str, ...]] = {
+    "--cuda-graph-config": ("cuda_graph", "cuda_graph_max_bs"),
+    "--cuda-graph-bs-decode": ("cuda_graph_max_bs",),
+}
+"""Fixed flags SGLang lets win over what a knob emits, flag -> those knobs (0.5.23 --help: "JSON wins over
+the per-phase --cuda-graph-* convenience flags"; an explicit capture list makes the largest batch moot).
+With the knob swept, every trial would run the same server under different names."""
+
 _HELP_FILES = {"0.5.23": "sglang_0_5_23/launch_server_help.txt"}
 
 

@@ -279,3 +279,28 @@ def test_cli_refuses_a_bomb_in_bounded_time_and_memory(tmp_path: Path, command: 
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith(f"error: {space}:6:4: expands to more than 100000 values")
+
+
+# ------------------------------------------------------------- what SGLang's own parser does with fixed flags
+
+
+@pytest.mark.parametrize(("flag", "knob", "space_entry"), [
+    ("cuda-graph-config", "cuda_graph", {"choices": [None, False]}),
+    ("cuda-graph-config", "cuda_graph_max_bs", {"choices": [None, 64]}),
+    ("cuda-graph-bs-decode", "cuda_graph_max_bs", {"choices": [None, 64]}),
+])
+def test_fixed_flags_that_sglang_lets_win_over_a_swept_knob(tmp_path: Path, flag: str, knob: str,
+                                                             space_entry: dict) -> None:
+    from orchestrator.config import flags
+
+    help_text = (Path(flags.__file__).parent.parent / "reference" / "sglang_0_5_23" / "launch_server_help.txt").read_text()
+    assert "JSON wins over the per-phase --cuda-graph-* convenience flags" in " ".join(help_text.split())
+    space = copy.deepcopy(SPACE)
+    space["params"][knob] = space_entry
+    exp = _write(tmp_path, _with("server.flags", {flag: '{"decode":{"backend":"full"}}'}), space)
+    with pytest.raises(SpecError) as err:
+        spec_mod.load(exp)
+    assert str(err.value) == (f"{exp}: server.flags.{flag}: SGLang lets this flag win over the swept knob {knob} "
+                              f"({tmp_path / 'space.yaml'}), so every value of {knob} would run the same server; "
+                              f"remove it from server.flags or {knob} from the space")
+    spec_mod.load(_write(tmp_path, _with("server.flags", {flag: "1"})))  # without the knob swept: allowed
