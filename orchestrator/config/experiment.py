@@ -559,6 +559,11 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
             knob = by_knob[flag]
             raise SpecError(f"{at}: the search space sweeps {knob} ({origin[knob]}), which sets this flag; "
                             f"remove it from server.flags or {knob} from the space")
+        for knob in flags.OVERRIDING_FLAGS.get(flag, ()):
+            if knob in spec.space.params:
+                raise SpecError(f"{at}: SGLang lets this flag win over the swept knob {knob} ({origin[knob]}), so "
+                                f"every value of {knob} would run the same server; remove it from server.flags "
+                                f"or {knob} from the space")
 
 
 def _flag_hint(flag: str, known: frozenset[str]) -> str:
