@@ -369,8 +369,10 @@ def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) ->
     outcome = summary.outcome.value if summary.outcome else "no verdict"
     if summary.promoted:
         label = " [yellow]UNCONFIRMED[/]" if summary.outcome is st.Outcome.unconfirmed else ""
+        # The figures are above; the verdict's words matter when a simpler configuration or no gate was used.
+        said = "" if summary.promoted_config == "champion" else f": {escape(summary.verdict or '')}"
         out.print(f"[green]promoted[/]{label} {s.promotion.model_name}@{s.promotion.alias} "
-                  f"(version {summary.model_version}): {escape(summary.verdict or '')}", soft_wrap=True)
+                  f"(version {summary.model_version}){said}", soft_wrap=True)
         out.print(f"env file: [bold]{summary.env_file}[/]")
     elif summary.verdict:
         out.print(f"[yellow]not promoted ({outcome.replace('_', ' ')})[/]: {escape(summary.verdict)}", soft_wrap=True)
