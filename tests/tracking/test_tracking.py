@@ -174,7 +174,12 @@ def test_a_sweep_reads_back_as_parent_and_one_child_per_trial(tracker: Tracker,
     assert data.metrics["decode_tok_s"] == 150.0
     assert data.metrics["decode_tok_s_ci95_low"] == 146.0
     assert data.metrics["decode_tok_s_ci95_high"] == 154.0
-    assert data.metrics["speedup_vs_baseline"] == 1.5
+    assert data.metrics["speedup_pct"] == 50.0, "the speed-up reads as a percentage"
+    assert "speedup_vs_baseline" not in data.metrics
+    history = client.get_metric_history(run1, "decode_tok_s")
+    assert [m.step for m in history] == [1], "logged at step = trial number, so charts draw the sweep"
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development", "opens in the training view"
+    assert "viewStateShareKey=sweep-trials" in experiment.tags["mlflow.note.content"]
     assert data.metrics["accept_length"] == 2.61
     assert data.metrics["requests_ok"] == 8
     assert "verify_ms" not in data.metrics, "a metric nobody measured is not logged as 0"
@@ -478,7 +483,7 @@ def test_unreadable_outbox_lines_are_set_aside(tracker: Tracker, workdir: Path) 
     assert tracker.pending() == 0
     assert len((workdir / REJECTED_FILE).read_text().splitlines()) == 2
     run = client_of(tracker).get_run(tracker.find_trial(parent, 1))
-    assert run.data.metrics["speedup_vs_baseline"] == 1.1
+    assert run.data.metrics["speedup_pct"] == 10.0
 
 
 @pytest.mark.slow
@@ -539,7 +544,7 @@ def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
     assert sorted(runs) == ["baseline-0000", "trial-0001", "trial-0002"]
     assert runs["trial-0001"].info.run_id == run1
     assert runs["trial-0001"].info.status == "FINISHED"
-    assert runs["trial-0001"].data.metrics["speedup_vs_baseline"] == 1.5
+    assert runs["trial-0001"].data.metrics["speedup_pct"] == 50.0
     assert runs["trial-0002"].info.status == "FAILED"
     assert runs["trial-0002"].data.tags["sweep.failure_kind"] == "nccl_hang"
     assert {f.path for f in client.list_artifacts(run1, "trial")} >= {"trial/server.log",
