@@ -92,3 +92,24 @@ def test_a_new_user_lands_on_the_ranked_trials_and_the_champion(ui):
         assert page.locator("#optuna-history .plot-container").count() == 1, "history drawn"
         page.screenshot(path=str(SHOTS / "report.png"), full_page=False)
         browser.close()
+
+
+def test_the_notebook_draws_its_plots_and_shows_the_champion_row(finished_sweep, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    wd, _ = finished_sweep
+    repo = Path(__file__).resolve().parents[2]
+    nb = nbformat.read(repo / "notebooks" / "analysis.ipynb", as_version=4)
+    monkeypatch.setenv("SWEEP_WORKDIR", str(wd))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    NotebookClient(nb, timeout=180, kernel_name="python3",
+                   resources={"metadata": {"path": str(repo / "notebooks")}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert any("image/png" in o.get("data", {}) for o in outputs), "the plot cell draws inline"
+    champion = json.loads((wd / "summary.json").read_text())["champion"]["number"]
+    tables = [o["data"]["text/plain"] for o in outputs if "text/plain" in o.get("data", {}) and "champion" in
+              o["data"]["text/plain"]]
+    assert any(re.search(rf"^\s*\d+\s+{champion}\s+True\b", t, re.M) for t in tables), "the champion's row is marked"
+    printed = "".join(o.get("text", "") for o in outputs)
+    assert "confirmation runs left out" in printed
