@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator.records import FailureKind, LaunchPlan, Metrics, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.records import (
+    FailureKind,
+    LaunchPlan,
+    MeasurementSummary,
+    Metrics,
+    TrialOutcome,
+    TrialRole,
+    TrialStatus,
+)
 from orchestrator.tracking import convert
 
 
@@ -165,3 +174,37 @@ def test_version_tags() -> None:
 ])
 def test_short(error: BaseException | str, text: str) -> None:
     assert convert.short(error) == text
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (2.909090909, 2.909), (181.2534, 181.3), (0.0123456, 0.01235), (12.0, 12.0), (1234567.0, 1234567.0),
+    (math.inf, math.inf),
+])
+def test_metrics_are_rounded_to_what_a_reader_compares(value: float, shown: float) -> None:
+    assert convert.rounded(value) == shown
+
+
+def test_trial_metrics_speedup_in_percent_and_no_interval_from_one_measurement() -> None:
+    one = _outcome().model_copy(update={"summary": MeasurementSummary(
+        repeats=1, median={"decode_tok_s": 150.0}, ci95_low={"decode_tok_s": 150.0},
+        ci95_high={"decode_tok_s": 150.0})})
+    metrics = convert.trial_metrics(one, {"speedup_vs_baseline": 1.23456})
+    assert metrics["speedup_pct"] == 23.5 and "speedup_vs_baseline" not in metrics
+    assert not any("ci95" in k for k in metrics), "one measurement has no interval"
+    three = one.model_copy(update={"summary": one.summary.model_copy(update={  # type: ignore[union-attr]
+        "repeats": 3, "ci95_low": {"decode_tok_s": 146.0}, "ci95_high": {"decode_tok_s": 154.0}})})
+    assert convert.trial_metrics(three, {})["decode_tok_s_ci95_low"] == 146.0
+
+
+def test_a_run_created_after_its_measurement_keeps_a_non_negative_duration() -> None:
+    late = _outcome().model_copy(update={"started_at": 100.0, "finished_at": 90.0})
+    assert convert.outcome_metrics(late)["time_total_s"] == 0.0
+
+
+def test_trials_view_ranks_trials_without_confirmations_by_the_objective() -> None:
+    view = json.loads(convert.trials_view("verify_ms", "minimize"))
+    assert view["orderByKey"] == "metrics.`verify_ms`" and view["orderByAsc"] is True
+    assert "tags.`sweep.role` != 'confirm'" in view["searchFilter"]
+    assert {"metrics.`decode_tok_s`", "metrics.`speedup_pct`", "metrics.`accept_length`", "metrics.`verify_ms`",
+            "tags.`sweep.champion`"} <= set(view["selectedColumns"])
+    assert convert.trials_view_path("7") == "#/experiments/7/runs?viewStateShareKey=sweep-trials"
