@@ -101,7 +101,9 @@ def test_status_reads_a_finished_sweep(finished_sweep):
     proc = sweep("status", "--workdir", str(wd))
     assert proc.returncode == 0, proc.stderr
     assert "6/6 trials launched" in proc.stdout
-    assert "best so far: trial" in proc.stdout
+    # After the search, the best searched trial is no longer "best so far": the phase and verdict say more.
+    assert "best searched trial: trial" in proc.stdout and "best so far" not in proc.stdout
+    assert "phase: done" in proc.stdout and "env file:" in proc.stdout
 
 
 def test_analysis_notebook_runs_against_the_sweep(finished_sweep, monkeypatch):
