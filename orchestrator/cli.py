@@ -420,7 +420,7 @@ def status(
         summary = st.SweepSummary.model_validate_json((wd / "summary.json").read_text())
     except (OSError, ValueError):
         summary = None  # no verdict yet (running, or stopped before the end)
-    if summary is not None and summary.outcome is not None:
+    if summary is not None and summary.outcome is not None and rep.status != "running":  # not a resumed run's old one
         if summary.confirmed:
             out.print(f"champion {escape(summary.confirmed.text())}", soft_wrap=True)
         out.print(f"verdict ({summary.outcome.value.replace('_', ' ')}): {escape(summary.verdict or '')}",
