@@ -97,9 +97,9 @@ class Store:
             return self._experiment_id
 
     def _get_or_create_experiment(self) -> str:
+        client = self.client()  # first: it quiets MLflow's logging before mlflow is imported
         from mlflow.exceptions import MlflowException  # deferred with the client
 
-        client = self.client()
         experiment = client.get_experiment_by_name(self.experiment_name)
         if experiment is not None:
             if experiment.lifecycle_stage == "deleted":
@@ -178,13 +178,13 @@ class Store:
                   timestamp_ms: int | None = None, step: int = 0) -> None:
         """log_batch in chunks MLflow accepts (100 params, 100 tags, 1000 metrics per call); the
         metrics at `step` (a trial's number, so MLflow's charts draw them along the sweep)."""
+        client = self.client()  # first: it quiets MLflow's logging before mlflow is imported
         from mlflow.entities import Metric, Param, RunTag  # deferred with the client
 
         stamp = timestamp_ms if timestamp_ms is not None else convert.ms(time.time())
         metric_list = [Metric(k, v, stamp, step) for k, v in (metrics or {}).items()]
         param_list = [Param(k, v) for k, v in (params or {}).items()]
         tag_list = [RunTag(k, v) for k, v in (tags or {}).items()]
-        client = self.client()
         while metric_list or param_list or tag_list:
             client.log_batch(run_id, metrics=metric_list[:1000], params=param_list[:100],
                              tags=tag_list[:100])
@@ -193,10 +193,11 @@ class Store:
 
     def params_of(self, run_id: str) -> dict[str, str] | None:
         """The params already on a run, or None if the run does not exist (or was deleted)."""
+        client = self.client()  # first: it quiets MLflow's logging before mlflow is imported
         from mlflow.exceptions import MlflowException  # deferred with the client
 
         try:
-            run = self.client().get_run(run_id)
+            run = client.get_run(run_id)
         except MlflowException as e:
             if e.error_code == "RESOURCE_DOES_NOT_EXIST":
                 return None
