@@ -79,8 +79,13 @@ def _previous_verdict(ctx: Context) -> dict[str, Any] | None:
     except ValueError:
         return None
     p = ctx.progress
-    if before.outcome is None or (before.launched, before.complete, before.failed) != (p.launched, p.complete, p.failed):
+    if (before.launched, before.complete, before.failed) != (p.launched, p.complete, p.failed):
         return None
+    rounds = int((before.gate or {}).get("rounds") or 0)
+    decided = before.outcome in (Outcome.promoted, Outcome.unconfirmed, Outcome.not_better) or (
+        before.outcome is Outcome.undecided and rounds >= ctx.spec.promotion.max_rounds)
+    if before.outcome is None or not decided:
+        return None  # interrupted, cut short by the wall time, or not registered: confirm (again) now
     log.info("the sweep had already reached its verdict and nothing new was measured: not confirmed or "
              "registered again (%s)", before.outcome.value)
     kept = before.model_dump(include=set(_PROMOTION_FIELDS), exclude_unset=True)
@@ -131,8 +136,7 @@ def promote(ctx: Context) -> dict[str, Any]:
     result["confirmations"] = measured.rows
     if ctx.interrupts.pressed:
         act_on_interrupts(ctx)
-        return result | {"outcome": Outcome.undecided,
-                         "verdict": f"not promoted: interrupted during the confirmation rounds; {ctx.resume_hint} "
+        return result | {"verdict": f"not promoted: interrupted during the confirmation rounds; {ctx.resume_hint} "
                                     f"measures them again"}
     decision = measured.decision
     if decision is None or decision.evidence is None:
