@@ -40,8 +40,14 @@ def Int(ge: int, le: int) -> Any:  # noqa: N802 - reads as a type in annotations
 MAX_SECONDS = 30 * 86400.0
 """Longest timeout (30 days): larger values overflow the timers that wait on them."""
 
-Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+Seconds = Annotated[float, Field(strict=True, gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
+"""A duration in seconds (strict: `true` is not one second; an integer is fine)."""
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+def Fraction(ge: float, le: float) -> Any:  # noqa: N802 - reads as a type in annotations
+    """A strict, finite number in [ge, le] (`true` is not 1.0)."""
+    return Field(strict=True, ge=ge, le=le, allow_inf_nan=False)
 
 
 def finite_scalar(value: object) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import graphlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
@@ -26,7 +27,7 @@ class ParamSpec(Strict):
     choices: tuple[Scalar, ...] | None = Field(None, max_length=10_000)
     low: StrictInt | None = None
     high: StrictInt | None = None
-    step: StrictInt = 1
+    step: Annotated[int, Field(strict=True, le=1 << 30)] = 1
     log: StrictBool = False
     when: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
     """Active only when these knobs have these values, e.g. {speculative_algorithm: EAGLE3}."""
