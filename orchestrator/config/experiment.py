@@ -21,9 +21,19 @@ from pydantic_core import ErrorDetails
 
 from orchestrator import redact
 from orchestrator.config import flags, knobs, yamlfile
-from orchestrator.config.fields import (Fault, Finite, HardwareProfile, Int, ModelProfile, Seconds, Text, finite_scalar,
-                                        no_control)
-from orchestrator.config.space import ParamSpec, Scalar, SearchSpace, Strict, when_order
+from orchestrator.config.fields import (
+    Fault,
+    Finite,
+    Fraction,
+    HardwareProfile,
+    Int,
+    ModelProfile,
+    Seconds,
+    Text,
+    finite_scalar,
+    no_control,
+)
+from orchestrator.config.space import ParamSpec, Scalar, SearchSpace, Strict, check_enumerable, when_order
 from orchestrator.errors import SpecError
 
 # ---------------------------------------------------------------- experiment
@@ -117,8 +127,8 @@ class FaultSpec(Strict):
 class SimulatorSpec(Strict):
     hardware_profile: HardwareProfile = "pcie-rtxpro6000-x8"
     model_profile: ModelProfile = "kimi-k2.5"
-    noise: Annotated[float, Field(ge=0, le=0.5)] = 0.03
-    drift_per_hour: Annotated[float, Field(ge=-0.5, le=0.5)] = 0.0
+    noise: Annotated[float, Fraction(0, 0.5)] = 0.03
+    drift_per_hour: Annotated[float, Fraction(-0.5, 0.5)] = 0.0
     faults: tuple[Fault | FaultSpec, ...] = ()
     """Fault injections passed as --sim-fault: a string applies to every trial, {fault, when} to the
     trials whose knobs match, e.g. {fault: never_ready, when: {NCCL_ALGO: Tree}}."""
@@ -185,13 +195,13 @@ class BudgetSpec(Strict):
     concurrent_trials: Annotated[int, Int(1, 1024)] = 1
     """Trials in flight at once (at most 1024: one per GPU group of a large cluster)."""
     trial_timeout_s: Positive = 3600.0
-    max_failure_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
+    max_failure_rate: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.5
     max_consecutive_failures: Annotated[int, Int(1, 100_000)] = 8
     min_trials_for_failure_rate: Annotated[int, Int(1, 100_000)] = 6
     baseline_every: Annotated[int, Int(0, 100_000)] = 0
     """Measure the baseline again every K finished trials (0: only at the start). The promotion gate's
     interleaved runs measure it again at the end; every baseline measurement feeds the drift check."""
-    baseline_drift_threshold: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.05
+    baseline_drift_threshold: Annotated[float, Field(strict=True, gt=0, le=10, allow_inf_nan=False)] = 0.05
 
     @field_validator("wall_time", mode="before")
     @classmethod
@@ -216,7 +226,7 @@ class TrackingSpec(Strict):
 class PromotionSpec(Strict):
     model_name: Slug
     alias: Slug = "champion"
-    min_gain: Annotated[float, Field(ge=0, lt=10)] = 0.0
+    min_gain: Annotated[float, Field(strict=True, ge=0, lt=10)] = 0.0
     """Relative gain over the baseline the champion must show (0.02 = 2%)."""
     min_rounds: Annotated[int, Field(ge=3, le=100)] = 3
     """Interleaved champion/baseline rounds measured before the first look (an interval needs 3)."""
@@ -609,6 +619,11 @@ def load(path: str | Path) -> SweepSpec:
     except ValidationError as err:
         raise SpecError(_format_errors(err, SweepSpec, where)) from None
     _check_links(spec.space, origin, where)
+    if spec.sampler.kind == "grid":
+        try:
+            check_enumerable(spec.space, "sampler.kind grid")
+        except SpecError as exc:
+            raise SpecError(f"{where}: sampler.kind: {exc}") from None
     _check_server(spec, origin, where)
     _check_objective(spec, where)
     return spec
