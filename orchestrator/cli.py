@@ -546,10 +546,10 @@ def export(
     """Write the configuration registered under models:/<name>@<alias> for where it is loaded: a shell env
     file, a docker --env-file, a Kubernetes ConfigMap, json or an SGLang argument line. Production by
     default: what the sweep set only to observe is left out and named in the header."""
-    if fmt not in formats.FORMATS:
-        raise UserError(f"--format must be one of {', '.join(formats.FORMATS)}, but got {fmt!r}")
+    if fmt not in formats.EXPORT_FORMATS:
+        raise UserError(f"--format must be one of {', '.join(formats.EXPORT_FORMATS)}, but got {fmt!r}")
     _check_output(output)
-    if fmt == "nccl-tuner":
+    if fmt == formats.TUNER_FORMAT:
         _export_tuner(output, workdir)
         return
     wd: Path | None = None

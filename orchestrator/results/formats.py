@@ -29,11 +29,16 @@ import yaml
 from orchestrator.records import ServingConfig
 from orchestrator.results import export
 
-__all__ = ["ARGS_JSON_VAR", "CARRIERS", "CONFIGMAP_NAME", "ENV_NAMES_VAR", "FORMATS", "OBSERVATION_ENV",
+__all__ = ["ARGS_JSON_VAR", "CARRIERS", "CONFIGMAP_NAME", "ENV_NAMES_VAR", "EXPORT_FORMATS", "FORMATS", "TUNER_FORMAT", "OBSERVATION_ENV",
            "OBSERVATION_SWITCHES", "deployment", "parse_docker_env", "parse_k8s", "production", "render_for"]
 
-FORMATS: tuple[str, ...] = ("env", "docker-env", "k8s", "json", "sglang-args", "nccl-tuner")
-"""`nccl-tuner` is rendered from the work directory's probe.json (probe.tuner), not from a serving config."""
+FORMATS: tuple[str, ...] = ("env", "docker-env", "k8s", "json", "sglang-args")
+"""The formats of a serving config (render_for)."""
+TUNER_FORMAT = "nccl-tuner"
+"""`sweep export --format nccl-tuner`: rendered from the work directory's probe.json (probe.tuner), not
+from a serving config."""
+EXPORT_FORMATS: tuple[str, ...] = (*FORMATS, TUNER_FORMAT)
+"""What `sweep export --format` offers."""
 TUNER_MASKED = ("NCCL_ALGO", "NCCL_PROTO")
 """Variables left out when the server loads an nccl-tuner rule file: set, they mask the tuner plugin."""
 
@@ -90,10 +95,10 @@ def render_for(config: ServingConfig | Mapping[str, Any], fmt: str, *, keep_obse
     ValueError names the problem: an unknown format, a malformed config, or a value the format cannot
     hold (a newline, or for docker-env a carriage return at the end of a value).
     """
+    if fmt == TUNER_FORMAT:
+        raise ValueError("nccl-tuner rules come from the work directory's probe.json, not from a serving config")
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, but got {fmt!r}")
-    if fmt == "nccl-tuner":
-        raise ValueError("nccl-tuner rules come from the work directory's probe.json, not from a serving config")
     model, left_out = production(config, keep_observation=keep_observation)
     note = ""
     if tuner_file is not None:
