@@ -76,3 +76,21 @@ def test_plan_prints_one_trials_gpu_time_and_how_many_fit(tmp_path):
     kimi = sweep("plan", str(REPO / "experiments" / "kimi-k2.5-tp8.yaml"), "--limit", "1", cwd=tmp_path)
     assert kimi.returncode == 0 and "unknown: name a model profile" in kimi.stdout
     json.loads(sweep("plan", str(REPO / "experiments" / "demo.yaml"), "--json", "--limit", "1", cwd=tmp_path).stdout)
+
+
+def test_probe_and_time_scale_settings_are_checked_and_reach_the_launch(tmp_path):
+    import pytest
+
+    from orchestrator.errors import SpecError
+    from orchestrator.trial import plan
+
+    with pytest.raises(SpecError) as bad:
+        write_spec(tmp_path, probe={"keep_within": 0.5, "budgt": 3}, simulator={"time_scale": 2})
+    text = str(bad.value)
+    assert "probe.keep_within: must be >= 1.0" in text and "did you mean 'budget'" in text
+    assert "simulator.time_scale: must be <= 1.0" in text
+    spec = write_spec(tmp_path, probe={"enabled": True}, simulator={"time_scale": 0.01})
+    assert spec.probe.enabled and spec.probe.keep_within == 1.2 and spec.probe.budget is None
+    argv = plan.make(spec, {}, port=31000).argv
+    assert argv[argv.index("--sim-time-scale") + 1] == "0.01"
+    assert "--sim-time-scale" not in plan.make(write_spec(tmp_path), {}, port=31000).argv
