@@ -59,8 +59,9 @@ def test_mlflow_has_parent_and_one_child_per_trial_with_metrics(finished_sweep):
         assert run.data.tags["sweep.status"] == outcome["status"]
         if outcome["status"] == "COMPLETE":
             m = run.data.metrics
-            assert m["decode_tok_s"] == pytest.approx(outcome["metrics"]["decode_tok_s"])
-            for name in ("ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99", "speedup_vs_baseline"):
+            # MLflow shows 4 significant digits (issue 12); outcome.json keeps the measurement.
+            assert m["decode_tok_s"] == pytest.approx(outcome["metrics"]["decode_tok_s"], rel=1e-3)
+            for name in ("ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99", "speedup_pct"):
                 assert name in m, name
             if outcome["params"]["speculative_algorithm"]:
                 assert m["accept_length"] > 1 and m["verify_ms"] > 0
