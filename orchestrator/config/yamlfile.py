@@ -8,6 +8,7 @@ levels of nesting, /dev/zero, a FIFO) is refused with one message in bounded tim
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,13 @@ MAX_DEPTH = 64
 """Deepest nesting of mappings and lists."""
 MAX_NODES = 100_000
 """Most values the document may hold once its aliases are expanded (a billion-laughs bomb is refused)."""
+
+
+def bounded(message: str, token: int = 200) -> str:
+    """`message` with every run of more than `token` non-blank characters cut (a 5000-character value
+    quoted back, a key of a megabyte), so what reaches the terminal stays readable."""
+    return re.sub(r"\S{%d,}" % (token + 1), lambda m: f"{m.group()[:token // 2]}...({len(m.group())} characters)",
+                  message)
 
 
 def shorten(text: str, limit: int = 80) -> str:

@@ -304,3 +304,10 @@ def test_fixed_flags_that_sglang_lets_win_over_a_swept_knob(tmp_path: Path, flag
                               f"({tmp_path / 'space.yaml'}), so every value of {knob} would run the same server; "
                               f"remove it from server.flags or {knob} from the space")
     spec_mod.load(_write(tmp_path, _with("server.flags", {flag: "1"})))  # without the knob swept: allowed
+
+
+def test_a_huge_value_is_never_quoted_back_whole(tmp_path: Path) -> None:
+    exp = _write(tmp_path, _with("simulator.hardware_profile", "a" * 5000))
+    with pytest.raises(SpecError) as err:
+        spec_mod.load(exp)
+    assert "...(5002 characters)" in str(err.value) and len(str(err.value)) < 600
