@@ -587,7 +587,13 @@ def _flag_hint(flag: str, known: frozenset[str]) -> str:
 
 def load(path: str | Path) -> SweepSpec:
     """Read, merge and validate an experiment and its search spaces; raise SpecError on any mistake."""
-    path = Path(path)
+    try:
+        return _load(Path(path))
+    except SpecError as exc:  # a value quoted back is cut, however long the user made it
+        raise SpecError(yamlfile.bounded(str(exc))) from None
+
+
+def _load(path: Path) -> SweepSpec:
     data = _read_yaml(path, "experiment")
     where = str(path)
     fields = [f for f in SweepSpec.model_fields if f not in ("space", "source")]
