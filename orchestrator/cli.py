@@ -26,6 +26,7 @@ from rich.table import Table
 
 from orchestrator import fsio
 from orchestrator.config import experiment as spec_mod
+from orchestrator.config.space import check_enumerable
 from orchestrator.errors import NoChampion, SweepError, SweepToolError, UserError
 from orchestrator.probe import (DEFAULT_BUDGET, PROBE_FILE, nccl_dimensions, rank_settings, read_probe,
                                 render_tuner_config, run_probe)
@@ -485,7 +486,7 @@ def _require_free_port(host: str, port: int) -> None:
 @_guard
 def dashboard(
     workdir: Path | None = typer.Option(None, "--workdir"),
-    port: int = typer.Option(8080, "--port"),
+    port: int = typer.Option(8080, "--port", min=1, max=65535),
     host: str = typer.Option("127.0.0.1", "--host", help="keep 127.0.0.1 unless you know who can reach it"),
     storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
                                        help="the Optuna RDB URL the sweep used, when not its sqlite file"),
@@ -645,6 +646,7 @@ def truth(
         raise UserError(f"{experiment}: objective.metric {s.objective.metric} is not predicted by the simulator's "
                         f"noise-free model; `sweep truth` ranks by {', '.join(truth_mod.MODELLED)}")
     with err.status("evaluating every feasible point of the space..."):
+        check_enumerable(s.space, "sweep truth")
         t = truth_mod.compute(s)
     table = Table(title=f"{s.name}: {len(t.values)} feasible points on {s.simulator.hardware_profile} "
                         f"(noise-free {s.objective.metric})")
