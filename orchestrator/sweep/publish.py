@@ -109,6 +109,16 @@ def _findings(summary: SweepSummary) -> dict[str, Any]:
     return found
 
 
+def _verdict(summary: SweepSummary | None) -> str:
+    """The verdict in words, led by its kind (promoted, unconfirmed, not better, undecided, no champion)."""
+    if summary is None:
+        return "sweep still running: no verdict yet"
+    text = summary.verdict or ""
+    if summary.outcome is None or text.lower().startswith(summary.outcome.value.replace("_", " ")):
+        return text
+    return f"{summary.outcome.value.replace('_', ' ')}: {text}"
+
+
 def _truth(spec: SweepSpec, champion: dict[str, Any] | None) -> str:
     """On the simulator: the champion's true objective as a share of the space's true optimum."""
     if spec.engine != "simulator" or champion is None or spec.objective.metric not in truth_mod.MODELLED:
@@ -150,7 +160,7 @@ def build(workdir: Path, storage: str | None = None) -> Report:
         experiment=spec.name, objective=spec.objective.metric, direction=spec.objective.direction, table=table,
         champion_trial=champ["number"] if champ else None, champion_params=champ["params"] if champ else {},
         champion_value=champ.get(spec.objective.metric) if champ else None,
-        verdict=(summary.verdict or "") if summary else "sweep still running: no verdict yet",
+        verdict=_verdict(summary),
         promoted=bool(summary and summary.promoted), gain=gain, gain_low=low, gain_high=high,
         confirm_rounds=confirmed.rounds if confirmed else 0, model=spec.promotion.model_name,
         model_version=summary.model_version if summary else None, env_file=summary.env_file if summary else None,
