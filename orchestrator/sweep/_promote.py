@@ -125,8 +125,9 @@ def promote(ctx: Context) -> dict[str, Any]:
     if not spec.promotion.max_rounds:
         base_value = getattr(baseline.metrics, metric)
         figures = contrib.unconfirmed(search_value, base_value, metric, direction)
-        verdict = (f"UNCONFIRMED: promotion.max_rounds is 0, so the search-phase champion (one measurement, the "
-                   f"best of many: optimistic) is promoted without a gate; {figures.text()}")
+        verdict = (f"UNCONFIRMED: promotion.max_rounds is 0, so the search-phase champion is promoted without a "
+                   f"gate: {search_value:.2f} vs baseline {base_value:.2f} {metric}, {figures.gain * 100:+.1f}% from one "
+                   f"measurement each, the best of many (optimistic); set promotion.max_rounds (e.g. 12) to confirm")
         log.warning(verdict)
         return result | _register(ctx, champion, champion.params, run_id, figures, verdict, Outcome.unconfirmed,
                                   "champion")
