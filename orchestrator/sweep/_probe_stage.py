@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.config import eagle
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.probe import (
+    DEFAULT_BUDGET,
     DEFAULTS_LABEL,
     PROBE_FILE,
     ProbeResult,
@@ -55,6 +56,8 @@ def reusable(result: ProbeResult, spec: SweepSpec) -> str | None:
         (result.base_env == base_env(spec), "the experiment's fixed NCCL environment changed"),
         (result.space_settings == space_size(dims), "the NCCL part of the space changed"),
         (all(set(s.env) <= set(dims) for s in result.settings), "it probed NCCL variables the space lacks"),
+        (len(result.settings) >= min(spec.probe.budget or DEFAULT_BUDGET, space_size(dims)),
+         f"it was cut short ({len(result.settings)} settings probed)"),
     ]
     return next((why for ok, why in checks if not ok), None)
 

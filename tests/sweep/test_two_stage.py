@@ -51,3 +51,26 @@ def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(
             env = {k: str(v) for k, v in t.params.items() if k.startswith("NCCL_") and v is not None}
             assert env in kept_envs, env
     assert json.loads((wd / "sweep.json").read_text())["launched"] >= 9
+
+
+def test_a_probe_json_is_reused_only_for_the_same_space_host_and_a_whole_probe(tmp_path):
+    from orchestrator.probe import run_probe
+    from orchestrator.sweep._probe_stage import probe_or_reuse, reusable
+
+    data = demo_experiment(name="reuse", probe={"enabled": True, "budget": 12})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "wd"
+    first = run_probe(spec, wd, budget=12)
+    assert reusable(first, spec) is None
+    again, how = probe_or_reuse(spec, wd)
+    assert "reusing" in how and again == first
+    other_host = spec_mod.load(write_experiment(tmp_path, demo_experiment(
+        name="reuse", probe={"enabled": True, "budget": 12},
+        simulator={"hardware_profile": "pcie-rtxpro6000-x8-turin"}), name="turin.yaml"))
+    assert "pcie-rtxpro6000-x8-turin" in (reusable(first, other_host) or "")
+    cut = first.model_copy(update={"settings": first.settings[:5]})
+    assert "cut short" in (reusable(cut, spec) or "")
+    fewer_knobs = demo_experiment(name="reuse", probe={"enabled": True, "budget": 12})
+    fewer_knobs["search_space"] = [str(tmp_path / "small.yaml")]
+    (tmp_path / "small.yaml").write_text("name: s\nparams:\n  NCCL_PROTO: {choices: [null, LL]}\n")
+    assert "space changed" in (reusable(first, spec_mod.load(write_experiment(tmp_path, fewer_knobs, "s.yaml"))) or "")
