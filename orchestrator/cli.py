@@ -516,12 +516,14 @@ def report(
     storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
                                        help="the Optuna RDB URL the sweep used, when not its sqlite file"),
     mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="also put it on the parent MLflow run"),
+    truth: bool = typer.Option(False, "--truth", help="simulator: rank the champion against the true optimum "
+                                                      "(evaluates every feasible point)"),
 ) -> None:
     """One self-contained HTML page: which configuration won, by how much, and why."""
     from orchestrator.sweep import publish  # deferred: plotly, and MLflow with --mlflow
 
     wd = _workdir(workdir)
-    path, _ = publish.write(wd, output, storage)
+    path, _ = publish.write(wd, output, storage, truth=truth)
     if mlflow:
         _publish_report(wd, storage)
     out.print(f"wrote {path}")
