@@ -139,8 +139,9 @@ def _png(figure: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def build(workdir: Path, storage: str | None = None) -> Report:
-    """The report of the sweep in `workdir` (finished or running)."""
+def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> Report:
+    """The report of the sweep in `workdir` (finished or running). `truth`: on the simulator, also rank the
+    champion against the space's true optimum (evaluates every feasible point: a minute on large spaces)."""
     workdir = Path(workdir).resolve()
     state = read_state(workdir)
     spec = _spec(workdir)
@@ -169,7 +170,7 @@ def build(workdir: Path, storage: str | None = None) -> Report:
         stop_reason=summary.stop_reason if summary else state.stop_reason,
         drift=summary.baseline_drift.max_relative_change if summary else None,
         drift_flagged=bool(summary and summary.baseline_drift.flagged),
-        fingerprint_changes=summary.fingerprint_changes if summary else [], truth=_truth(spec, champ),
+        fingerprint_changes=summary.fingerprint_changes if summary else [], truth=_truth(spec, champ) if truth else "",
         plots=[(p.title, p.html) for p in plots], figures=figures)
     page = report_html.render(content, optuna_plots.plotly_js() if plots else "")
     return Report(content=content, page=page, plots=plots, state=state, summary=summary)
@@ -206,9 +207,10 @@ def description(r: Report, links: dict[str, str]) -> str:
     return "\n\n".join(lines)
 
 
-def write(workdir: Path, output: Path | None = None, storage: str | None = None) -> tuple[Path, Report]:
+def write(workdir: Path, output: Path | None = None, storage: str | None = None, *,
+          truth: bool = False) -> tuple[Path, Report]:
     """Build the report and write it (atomically) to `output`, default <workdir>/report.html."""
-    r = build(workdir, storage)
+    r = build(workdir, storage, truth=truth)
     path = output or Path(workdir) / REPORT
     write_atomic(path, r.page)
     return path, r
