@@ -37,7 +37,7 @@ from orchestrator.results import truth as truth_mod
 from orchestrator.search import space as sp
 from orchestrator.sweep import state as st
 from orchestrator.sweep._probe_stage import probe_log
-from orchestrator.sweep.status import read_state, status_report
+from orchestrator.sweep.status import LiveProgress, read_state, status_report
 from orchestrator.tracking import probe_run
 from orchestrator.tracking.convert import trials_view_path
 from orchestrator.trial import observe
@@ -255,10 +255,20 @@ def probe(
 # ---------------------------------------------------------------------------- run
 
 
-def _progress_printer() -> Callable[[st.Event], None]:
+def _progress_printer(live: LiveProgress | None = None) -> Callable[[st.Event], None]:
+    # The live line (trials in flight, best so far, ETA, phase) under the printed lines; a terminal only.
+    line = out.status("starting...") if live is not None and out.is_terminal else None
+
     def on_event(event: st.Event) -> None:
+        if live is not None:
+            live.on(event, time.monotonic())
+            if line is not None:
+                line.start()
+                line.update(live.line(time.monotonic()))
         if isinstance(event, st.ExecutorReady):
             out.print(f"[dim]Ray at {event.address}: {event.gpus:g} GPUs, {event.slots} trial(s) at a time[/]")
+        elif isinstance(event, st.ProbeStage):
+            out.print(f"[bold]◆ {escape(event.text)}[/]", soft_wrap=True)
         elif isinstance(event, st.TrialLaunched):
             knobs = ", ".join(f"{k}={v}" for k, v in event.params.items() if v is not None) or "engine defaults"
             out.print(f"[cyan]▶ trial {event.number:>3}[/] {event.role:<8} {knobs}", soft_wrap=True)
@@ -317,7 +327,9 @@ def run(
         raise UserError(f"--timeout: {exc}") from None
     wd = _workdir(workdir, s)
     sweep = Sweep(s, wd, executor=RayExecutor.for_sweep(s, ray_address), storage=storage, resume=resume,
-                  n_trials=n_trials, timeout_s=timeout_s, on_event=_progress_printer())
+                  n_trials=n_trials, timeout_s=timeout_s,
+                  on_event=_progress_printer(LiveProgress(budget=n_trials or s.budget.trials, objective=s.objective.metric,
+                                                          maximize=s.objective.direction == "maximize")))
     out.print(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
               f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
     summary = sweep.run()

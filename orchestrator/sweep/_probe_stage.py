@@ -34,6 +34,7 @@ from orchestrator.records import ParamValue
 from orchestrator.search import space as sp
 from orchestrator.search.study import Study
 from orchestrator.sweep._context import Context
+from orchestrator.sweep.state import ProbeStage
 from orchestrator.tracking.probe_run import Curve, ProbeLog
 
 log = logging.getLogger("sweep")
@@ -155,10 +156,13 @@ def run_probe_stage(ctx: Context) -> None:
     log.info(how)
     summary = apply_probe(ctx.study, spec, result)
     if "skipped" in summary:
-        log.warning("probe: %s; stage two searches every NCCL setting of the space", summary["skipped"])
-        return
-    log.info("probe: %d of %d settings kept (within %gx of the best, %s at %.1f us; NCCL defaults always kept)",
-             summary["kept"], summary["settings"], spec.probe.keep_within, summary["best"], summary["best_us"] or 0.0)
+        text = f"{how}; {summary['skipped']}: stage two searches every NCCL setting of the space"
+        log.warning(text)
+    else:
+        text = (f"{how}; {summary['kept']} kept (within {spec.probe.keep_within:g}x of the best, {summary['best']} "
+                f"at {summary['best_us'] or 0.0:.1f} us; NCCL defaults always kept)")
+        log.info(text)
+    ctx.emit(ProbeStage(text=text))
 
 
 PLOTTED = 4

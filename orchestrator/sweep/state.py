@@ -225,4 +225,12 @@ class Tick:
     in_flight: tuple[int, ...]
 
 
-Event = ExecutorReady | TrialLaunched | TrialFinished | TrackingWait | ConfirmationRun | Interrupted | Tick
+@dataclass(frozen=True)
+class ProbeStage:
+    """Stage one of a two-stage sweep finished: what it did, in a line."""
+
+    text: str
+
+
+Event = (ExecutorReady | TrialLaunched | TrialFinished | TrackingWait | ConfirmationRun | Interrupted | Tick
+         | ProbeStage)

@@ -12,6 +12,7 @@ from orchestrator.config import experiment as spec_mod
 from orchestrator.execute.inline import InlineExecutor
 from orchestrator.probe import rank_settings, read_probe
 from orchestrator.search.study import read_only
+from orchestrator.sweep import state as st
 from orchestrator.sweep.driver import Sweep
 
 
@@ -21,7 +22,10 @@ def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)
-    summary = Sweep(spec, wd, executor=InlineExecutor(2)).run()
+    events: list = []
+    summary = Sweep(spec, wd, executor=InlineExecutor(2), on_event=events.append).run()
+    (stage,) = [e for e in events if isinstance(e, st.ProbeStage)]  # what the terminal shows of stage one
+    assert "48 NCCL settings probed" in stage.text and "kept" in stage.text
 
     probe = read_probe(wd / "probe.json")
     assert probe.host == "pcie-rtxpro6000-x8" and len(probe.settings) == 48
@@ -43,7 +47,9 @@ def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(
 
     # Resumed with a larger budget: the probe is not run again (probe.json untouched), the kept set holds.
     mtime = (wd / "probe.json").stat().st_mtime_ns
-    Sweep(spec, wd, executor=InlineExecutor(2), resume=True, n_trials=9).run()
+    events = []
+    Sweep(spec, wd, executor=InlineExecutor(2), resume=True, n_trials=9, on_event=events.append).run()
+    assert not [e for e in events if isinstance(e, st.ProbeStage)]  # the study already holds its kept settings
     assert (wd / "probe.json").stat().st_mtime_ns == mtime
     trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", spec.name)  # type: ignore[misc]
     for t in trials:
