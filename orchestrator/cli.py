@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.status import Status
 from rich.table import Table
 
 from orchestrator import fsio
@@ -255,9 +256,9 @@ def probe(
 # ---------------------------------------------------------------------------- run
 
 
-def _progress_printer(live: LiveProgress | None = None) -> Callable[[st.Event], None]:
-    # The live line (trials in flight, best so far, ETA, phase) under the printed lines; a terminal only.
-    line = out.status("starting...") if live is not None and out.is_terminal else None
+def _progress_printer(live: LiveProgress | None = None, line: Status | None = None) -> Callable[[st.Event], None]:
+    """Print each event; with `live` and `line` (a terminal), keep the live line (trials in flight, best so
+    far, ETA, phase) under the printed ones."""
 
     def on_event(event: st.Event) -> None:
         if live is not None:
@@ -326,13 +327,18 @@ def run(
     except ValueError as exc:
         raise UserError(f"--timeout: {exc}") from None
     wd = _workdir(workdir, s)
+    line = out.status("starting...") if out.is_terminal else None
     sweep = Sweep(s, wd, executor=RayExecutor.for_sweep(s, ray_address), storage=storage, resume=resume,
                   n_trials=n_trials, timeout_s=timeout_s,
                   on_event=_progress_printer(LiveProgress(budget=n_trials or s.budget.trials, objective=s.objective.metric,
-                                                          maximize=s.objective.direction == "maximize")))
+                                                          maximize=s.objective.direction == "maximize"), line))
     out.print(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
               f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
-    summary = sweep.run()
+    try:
+        summary = sweep.run()
+    finally:
+        if line is not None:
+            line.stop()
     _print_summary(s, summary, wd)
     _publish_report(wd, storage)
     if summary.stopped_by_failure:
