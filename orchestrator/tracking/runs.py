@@ -234,7 +234,7 @@ def publish_report(store: Store, parent_run_id: str, *, description: str, report
     if champion_trial is not None:
         champion = find_trial(store, parent_run_id, champion_trial, "search")
         if champion:
-            client.set_tag(champion, convert.CHAMPION_TAG, f"★ champion of {parent_run_id[:8]}")
+            client.set_tag(champion, convert.CHAMPION_TAG, "★ champion")
 
 
 def child_runs(store: Store, parent_run_id: str) -> pandas.DataFrame:
