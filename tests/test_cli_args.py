@@ -69,6 +69,10 @@ CASES = [
      "error: --workdir {F}/x/y: {F} is a file, not a directory; pass a directory path, e.g. --workdir runs/demo"),
     ("run: bad --timeout", "run {DEMO} --timeout nan --workdir {T}/w", 2,
      "error: --timeout: a duration looks like 8h, 30m, 90s or a number of seconds, but got 'nan'"),
+    ("export: unknown tracking scheme", "export --tracking-uri foo://bar --model m -o {O}/c.env", 2,
+     "error: --tracking-uri must be an MLflow tracking URI (http://..., https://..., file://..., sqlite://..., a "
+     "database URL), but got 'foo://bar'; e.g. http://127.0.0.1:5000, or leave it out for the work directory's "
+     "sqlite store"),
     ("validate: /dev/zero", "validate /dev/zero", 2,
      "error: /dev/zero: is a device, FIFO or socket, not a YAML file; name the experiment file"),
     ("validate: a directory", "validate {T}", 2,

@@ -60,6 +60,32 @@ def finite_scalar(value: object) -> str | None:
     return None
 
 
+TRACKING_SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks")
+"""URI schemes of the MLflow tracking stores this tool can talk to."""
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """Why MLflow would refuse `uri` as a tracking store, or None (the scheme is checked, not reachability)."""
+    scheme, sep, rest = uri.partition("://")
+    scheme = scheme.split("+", 1)[0].lower()  # postgresql+psycopg2://
+    if not sep and uri.startswith("file:"):
+        return None
+    if not sep or scheme not in TRACKING_SCHEMES or not rest:
+        return (f"must be an MLflow tracking URI ({', '.join(s + '://...' for s in TRACKING_SCHEMES[:4])}, a "
+                f"database URL), but got {uri!r}; e.g. http://127.0.0.1:5000, or leave it out for the work "
+                f"directory's sqlite store")
+    return None
+
+
+def _tracking_uri(value: str) -> str:
+    if problem := tracking_uri_problem(value):
+        raise ValueError(problem)
+    return value
+
+
+TrackingUri = Annotated[Text, AfterValidator(_tracking_uri)]
+
+
 # ---------------------------------------------------------------- the simulator's vocabulary
 
 # What orchestrator/simulator/faults.py parses: name -> the argument it takes (None: no argument).

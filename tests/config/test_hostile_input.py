@@ -101,6 +101,12 @@ def test_base_experiment_loads(tmp_path: Path) -> None:
     ("simulator.faults", [{"fault": "crash_after_tokens=many"}],
      "simulator.faults.0.fault: fault crash_after_tokens needs a whole number >= 0, but got 'many'; see "
      "orchestrator/simulator/faults.py for the syntax"),
+    ("tracking.uri", "foo://bar", "tracking.uri: must be an MLflow tracking URI (http://..., https://..., file://..., "
+                                  "sqlite://..., a database URL), but got 'foo://bar'; e.g. http://127.0.0.1:5000, or "
+                                  "leave it out for the work directory's sqlite store"),
+    ("tracking.uri", "127.0.0.1:5000", "tracking.uri: must be an MLflow tracking URI (http://..., https://..., "
+                                       "file://..., sqlite://..., a database URL), but got '127.0.0.1:5000'; e.g. "
+                                       "http://127.0.0.1:5000, or leave it out for the work directory's sqlite store"),
     ("objective.constraints", {"itl_ms_p99": {"max": float("nan")}},
      "objective.constraints.itl_ms_p99.max: must be a finite number, but got nan"),
 ])
