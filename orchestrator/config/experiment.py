@@ -30,6 +30,7 @@ from orchestrator.config.fields import (
     ModelProfile,
     Seconds,
     Text,
+    TrackingUri,
     finite_scalar,
     no_control,
 )
@@ -217,7 +218,7 @@ class SamplerSpec(Strict):
 
 
 class TrackingSpec(Strict):
-    uri: Text | None = None
+    uri: TrackingUri | None = None
     """MLflow tracking URI; default sqlite:///<workdir>/mlflow.db."""
     experiment: Text | None = None
     """MLflow experiment name; default the experiment's name."""
