@@ -27,6 +27,7 @@ from rich.table import Table
 
 from orchestrator import fsio
 from orchestrator.config import experiment as spec_mod
+from orchestrator.config.fields import tracking_uri_problem
 from orchestrator.config.space import check_enumerable
 from orchestrator.errors import NoChampion, SweepError, SweepToolError, UserError
 from orchestrator.probe import (DEFAULT_BUDGET, PROBE_FILE, nccl_dimensions, rank_settings, read_probe,
@@ -577,6 +578,8 @@ def export(
     if tracking_uri:
         if not model:
             raise UserError("--tracking-uri needs --model NAME (the registered model name)")
+        if problem := tracking_uri_problem(tracking_uri):
+            raise UserError(f"--tracking-uri {problem}")
         tracker = _tracker(tracking_uri, "sglang-sweep", Path.cwd())
     else:
         wd = _workdir(workdir)
