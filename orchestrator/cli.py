@@ -30,9 +30,9 @@ from orchestrator.config import experiment as spec_mod
 from orchestrator.config.fields import tracking_uri_problem
 from orchestrator.config.space import check_enumerable
 from orchestrator.errors import NoChampion, SweepError, SweepToolError, UserError
-from orchestrator.probe import (DEFAULT_BUDGET, PROBE_FILE, nccl_dimensions, rank_settings, read_probe,
-                                render_tuner_config, run_probe)
-from orchestrator.probe.settings import space_size
+from orchestrator.probe import nccl_dimensions, rank_settings, run_probe
+from orchestrator.probe.settings import planned_settings
+from orchestrator.probe.tuner import tuner_file_from
 from orchestrator.records import TrialStatus
 from orchestrator.results import cost, formats
 from orchestrator.results import truth as truth_mod
@@ -184,21 +184,9 @@ def plan(
 
 def _print_cost(s: spec_mod.SweepSpec) -> None:
     """`sweep plan`: one trial's expected GPU-time and how many fit the wall time (results.cost)."""
-    settings = min(s.probe.budget or DEFAULT_BUDGET, space_size(nccl_dimensions(s))) if s.probe.enabled else 0
-    est = cost.expected_cost(s, sp.baseline_params(s.space), probe_settings=settings,
-                             profile_named="model_profile" in s.simulator.model_fields_set)
-    if est.cost is None:
-        out.print(f"expected GPU-time of one trial: {est.source}", soft_wrap=True)
-        return
-    c = est.cost
-    out.print(f"expected GPU-time of one trial (baseline): {c.total_s / 60:.1f} min = load {c.load_s:.0f} s + "
-              f"warm-up {c.warmup_s:.0f} s + benchmark {c.benchmark_s:.0f} s ({s.benchmark.repeats} repeat(s)); "
-              f"{est.source}", soft_wrap=True)
-    probe = f" after the probe stage (~{est.probe_s:.0f} s for {settings} NCCL settings)" if settings else ""
-    n = (est.trials_fit or 0) * s.budget.concurrent_trials
-    out.print(f"wall time {s.budget.wall_time / 3600:.1f} h holds about {n} trial(s) on {s.budget.concurrent_trials} "
-              f"slot(s){probe} (budget.trials: {s.budget.trials}; speculation makes trials shorter, so this is "
-              f"a floor)", soft_wrap=True)
+    for line in cost.plan_lines(s, sp.baseline_params(s.space), probe_settings=planned_settings(s),
+                                profile_named="model_profile" in s.simulator.model_fields_set):
+        out.print(line, soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------- probe
@@ -608,21 +596,7 @@ def export(
 
 def _export_tuner(output: Path, workdir: Path | None) -> None:
     """`sweep export --format nccl-tuner`: the probe's per-size rules for NCCL's example tuner plugin."""
-    wd = workdir or _workdir(None)
-    path = wd / PROBE_FILE
-    if not path.exists():
-        raise UserError(f"{path} does not exist: run `sweep probe EXPERIMENT --workdir {wd}` (or a sweep with "
-                        f"probe.enabled) first")
-    try:
-        result = read_probe(path)
-    except ValueError as exc:
-        raise UserError(f"{path} is not a probe result ({str(exc).splitlines()[0][:200]}); probe again") from None
-    if result.skipped or not result.rows:
-        raise UserError(f"{path} holds no measurement ({result.skipped or 'no rows'}); probe on the GPU host")
-    try:
-        text = render_tuner_config(result)
-    except ValueError as exc:
-        raise UserError(f"cannot derive tuner rules from {path}: {exc}") from None
+    text, path = tuner_file_from(workdir or _workdir(None))
     fsio.write_atomic(output, text)
     rules = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     out.print(f"wrote {output} (nccl-tuner, {rules} rules from {path}); load it with "

@@ -81,6 +81,14 @@ def space_size(dims: Dimensions) -> int:
     return math.prod(len(v) for v in dims.values()) if dims else 1
 
 
+def planned_settings(spec: SweepSpec) -> int:
+    """How many NCCL settings the experiment's probe stage will measure (0 without one)."""
+    dims = nccl_dimensions(spec)
+    if not spec.probe.enabled or not dims:
+        return 0
+    return min(spec.probe.budget or DEFAULT_BUDGET, space_size(dims))
+
+
 class SettingSearch:
     """Ask for the next setting to probe, tell its objective (lower is better; None: it failed).
 

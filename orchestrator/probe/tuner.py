@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
-from orchestrator.probe.result import ProbeResult, ProbeRow
+from orchestrator.errors import UserError
+from orchestrator.probe.result import PROBE_FILE, ProbeResult, ProbeRow, read_probe
 from orchestrator.probe.tuning import NcclChoice
 
 SIZE_MAX = (1 << 64) - 1
@@ -141,3 +143,22 @@ def parse_tuner_config(text: str) -> tuple[TunerRule, ...]:
                                num_pipe_ops=numbers[5] if len(numbers) > 5 else None,
                                reg_buff=numbers[6] if len(numbers) > 6 else None))
     return tuple(rules)
+
+
+def tuner_file_from(workdir: Path) -> tuple[str, Path]:
+    """The nccl-tuner file's text from `workdir`'s probe.json, and that file's path; UserError (one
+    message with what to do) when there is nothing to derive rules from."""
+    path = workdir / PROBE_FILE
+    if not path.exists():
+        raise UserError(f"{path} does not exist: run `sweep probe EXPERIMENT --workdir {workdir}` (or a sweep with "
+                        f"probe.enabled) first")
+    try:
+        result = read_probe(path)
+    except ValueError as exc:
+        raise UserError(f"{path} is not a probe result ({str(exc).splitlines()[0][:200]}); probe again") from None
+    if result.skipped or not result.rows:
+        raise UserError(f"{path} holds no measurement ({result.skipped or 'no rows'}); probe on the GPU host")
+    try:
+        return render_tuner_config(result), path
+    except ValueError as exc:
+        raise UserError(f"cannot derive tuner rules from {path}: {exc}") from None
