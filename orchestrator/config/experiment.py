@@ -12,12 +12,10 @@ import graphlib
 import math
 import os
 import re
-import types
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, StrictInt, ValidationError, field_validator, model_validator
-from pydantic_core import ErrorDetails
+from pydantic import AfterValidator, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from orchestrator import redact
 from orchestrator.config import flags, knobs, yamlfile
@@ -34,6 +32,7 @@ from orchestrator.config.fields import (
     finite_scalar,
     no_control,
 )
+from orchestrator.config.messages import did_you_mean, format_errors
 from orchestrator.config.space import ParamSpec, Scalar, SearchSpace, Strict, check_enumerable, when_order
 from orchestrator.errors import SpecError
 
@@ -303,146 +302,6 @@ class SweepSpec(Strict):
         return v
 
 
-# ---------------------------------------------------------------- messages
-
-# Type tags pydantic appends to the location of an error inside a union (`flags.x.str`, `.int`, ...).
-_UNION_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|tuple\[.*\]|dict\[.*\]|[a-z-]+\[.*\])$")
-
-_TYPE_WORDS = {
-    "string_type": "a string", "int_type": "an integer", "int_parsing": "an integer",
-    "int_from_float": "an integer", "float_type": "a number", "float_parsing": "a number",
-    "bool_type": "true or false", "bool_parsing": "true or false", "list_type": "a list",
-    "tuple_type": "a list", "dict_type": "a mapping (key: value)", "model_type": "a mapping (key: value)",
-    "model_attributes_type": "a mapping (key: value)",
-}
-
-
-def _did_you_mean(word: str, options: list[str], what: str = "known keys") -> str:
-    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    if not close:  # case slips: nccl_proto -> NCCL_PROTO
-        close = [o for o in options if o.lower() == word.lower()][:1]
-    return f"did you mean {close[0]!r}?" if close else f"{what}: {', '.join(sorted(options))}"
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, (list, tuple)) and len(value) > 8:
-        return f"a list of {len(value)} items"
-    return yamlfile.shorten(repr(value))
-
-
-def _members(ann: Any) -> list[Any]:
-    """The alternatives of a union annotation (None left out); [ann] for anything else."""
-    if get_origin(ann) in (Union, types.UnionType):
-        return [a for a in get_args(ann) if a is not type(None)]
-    return [ann]
-
-
-def _is_model(ann: Any) -> bool:
-    return isinstance(ann, type) and issubclass(ann, BaseModel)
-
-
-def _walk(model: type[BaseModel], loc: tuple) -> tuple[tuple, Any]:
-    """pydantic's error location without its union tags (`flags.x.str`, `faults.0.FaultSpec.when`),
-    and the annotation found there (a model class when the location is a section)."""
-    ann: Any = model
-    clean: list = []
-    for part in loc:
-        members = _members(ann)
-        if len(members) > 1 and isinstance(part, str):
-            tagged = [m for m in members if getattr(m, "__name__", None) == part]
-            if tagged or _UNION_TAG.match(part):
-                ann = tagged[0] if tagged else None
-                continue
-        if len(members) > 1:
-            ann = next((m for m in members if _is_model(m) or get_origin(m)), members[0])
-        else:
-            ann = members[0]
-        clean.append(part)
-        if _is_model(ann):
-            field = ann.model_fields.get(str(part))
-            ann = field.annotation if field else None
-        elif get_origin(ann) is dict:
-            ann = get_args(ann)[1]  # a key of a mapping (space params, objective constraints)
-        elif get_origin(ann) in (tuple, list):
-            ann = get_args(ann)[0]
-        else:
-            ann = None
-    members = _members(ann)
-    return tuple(clean), next((m for m in members if _is_model(m)), members[0] if len(members) == 1 else None)
-
-
-def _message(e: ErrorDetails, model: type[BaseModel], loc: tuple[Any, ...]) -> str:
-    """One error of pydantic's in our words: the rule, the value received, the fix."""
-    kind, value, ctx = e["type"], e.get("input"), e.get("ctx") or {}
-    if kind == "extra_forbidden":
-        _, owner = _walk(model, tuple(e["loc"][:-1]))
-        options = [o for o in (owner.model_fields if _is_model(owner) else ()) if o not in ("space", "source")]
-        return f"unknown key; {_did_you_mean(str(loc[-1]), options)}"
-    if kind == "missing":
-        parent = ".".join(map(str, loc[:-1]))
-        return f"required field is missing; add `{loc[-1]}:`" + (f" under `{parent}:`" if parent else "")
-    if kind in _TYPE_WORDS:
-        return f"must be {_TYPE_WORDS[kind]}, but got {_shown(value)}"
-    bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
-              "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
-    if kind in bounds:
-        op, k = bounds[kind]
-        return f"must be {op} {ctx.get(k)}, but got {_shown(value)}"
-    if kind == "finite_number":
-        return f"must be a finite number, but got {_shown(value)}"
-    if kind == "literal_error":
-        options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
-        hint = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
-        return (f"must be one of {', '.join(options)}, but got {_shown(value)}"
-                + (f"; did you mean {hint[0]!r}?" if hint else ""))
-    if kind == "string_pattern_mismatch":
-        return (f"must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit, "
-                f"but got {_shown(value)}")
-    if kind in ("too_long", "too_short"):
-        want = ctx.get("max_length") if kind == "too_long" else ctx.get("min_length")
-        return f"must have {want} items, but got {ctx.get('actual_length')}: {_shown(value)}"
-    msg = str(e["msg"]).removeprefix("Value error, ")
-    if "but got" in msg or isinstance(value, dict):
-        return msg
-    return f"{msg}, but got {_shown(value)}"
-
-
-def _format_errors(err: ValidationError, model: type[BaseModel], where: str) -> str:
-    """One line per wrong field: `file: field.path: rule, but got value; fix`."""
-    by_path: dict[tuple[Any, ...], list[tuple[ErrorDetails, bool]]] = {}
-    for e in err.errors():
-        loc = tuple(e["loc"])
-        is_key = bool(loc) and loc[-1] == "[key]"
-        clean, _ = _walk(model, loc[:-1] if is_key else loc)
-        by_path.setdefault(clean, []).append((e, is_key))
-    # A union member that did not fit (`must be a string`) is noise when another member's fields
-    # were checked deeper down: the user wrote that member.
-    for loc in list(by_path):
-        if any(len(other) > len(loc) and other[:len(loc)] == loc for other in by_path):
-            by_path[loc] = [(e, k) for e, k in by_path[loc] if e["type"] not in _TYPE_WORDS]
-        # Likewise when one member's own rule fired (a fault string of the wrong syntax is not "not a mapping").
-        elif any(e["type"] not in _TYPE_WORDS for e, _ in by_path[loc]):
-            by_path[loc] = [(e, k) for e, k in by_path[loc] if e["type"] not in _TYPE_WORDS]
-    lines = []
-    for loc, errs in by_path.items():
-        path = ".".join(str(p) for p in loc) or "(top level)"
-        if len(errs) > 1 and all(e["type"] in _TYPE_WORDS for e, _ in errs):
-            kinds = list(dict.fromkeys(_TYPE_WORDS[e["type"]] for e, _ in errs))
-            lines.append(f"{where}: {path}: must be {' or '.join(kinds)}, but got {_shown(errs[0][0].get('input'))}")
-            continue
-        for e, is_key in errs:
-            if is_key and e["type"] == "literal_error":
-                options = re.findall(r"'([^']*)'", str((e.get("ctx") or {}).get("expected", "")))
-                lines.append(f"{where}: {path}: unknown key; {_did_you_mean(str(loc[-1]), options)}")
-            elif is_key:
-                lines.append(f"{where}: {path}: {str(e['msg']).removeprefix('Value error, ')}")
-            else:
-                lines.append(f"{where}: {path}: {_message(e, model, loc)}")
-    return "\n".join(dict.fromkeys(lines))
-
-
 # ---------------------------------------------------------------- loading
 
 
@@ -460,7 +319,7 @@ def _check_space_knobs(space: SearchSpace, where: str) -> None:
         at = f"{where}: params.{name}"
         knob = knobs.KNOBS.get(name)
         if knob is None:
-            raise SpecError(f"{at}: unknown knob; {_did_you_mean(name, list(knobs.KNOBS), 'known knobs')} "
+            raise SpecError(f"{at}: unknown knob; {did_you_mean(name, list(knobs.KNOBS), 'known knobs')} "
                             f"(the catalogue is orchestrator/knobs.py)")
         if param.choices is None:
             if knob.kind != "int":
@@ -479,7 +338,7 @@ def _check_space_knobs(space: SearchSpace, where: str) -> None:
                             f"add null (= not set) to its choices, e.g. choices: [null, {example}]")
         for dep in param.when:
             if dep not in knobs.KNOBS:
-                raise SpecError(f"{at}.when.{dep}: unknown knob; {_did_you_mean(dep, list(knobs.KNOBS), 'known knobs')}")
+                raise SpecError(f"{at}.when.{dep}: unknown knob; {did_you_mean(dep, list(knobs.KNOBS), 'known knobs')}")
 
 
 def load_space(path: Path, *, named_in: str | None = None) -> SearchSpace:
@@ -488,7 +347,7 @@ def load_space(path: Path, *, named_in: str | None = None) -> SearchSpace:
     try:
         space = SearchSpace.model_validate(data)
     except ValidationError as err:
-        raise SpecError(_format_errors(err, SearchSpace, str(path))) from None
+        raise SpecError(format_errors(err, SearchSpace, str(path))) from None
     _check_space_knobs(space, str(path))
     return space
 
@@ -546,7 +405,7 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
             if knob not in spec.space.params:
                 raise SpecError(f"{where}: simulator.faults.{i}.when.{knob}: not a knob of the search space, so "
                                 f"the fault would never fire; "
-                                f"{_did_you_mean(knob, list(spec.space.params), 'knobs of the space')}")
+                                f"{did_you_mean(knob, list(spec.space.params), 'knobs of the space')}")
     for name in spec.server.env:
         if name in spec.space.params:
             raise SpecError(f"{where}: server.env.{name}: also swept by the search space ({origin[name]}), so the "
@@ -600,7 +459,7 @@ def _load(path: Path) -> SweepSpec:
     fields = [f for f in SweepSpec.model_fields if f not in ("space", "source")]
     for key in data:  # first, so that a misspelt `search_space` is reported as such
         if key not in fields:
-            raise SpecError(f"{where}: {key}: unknown key; {_did_you_mean(str(key), fields)}")
+            raise SpecError(f"{where}: {key}: unknown key; {did_you_mean(str(key), fields)}")
     spaces = data.get("search_space")
     if isinstance(spaces, str):
         spaces = [spaces]
@@ -624,7 +483,7 @@ def _load(path: Path) -> SweepSpec:
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(_format_errors(err, SweepSpec, where)) from None
+        raise SpecError(format_errors(err, SweepSpec, where)) from None
     _check_links(spec.space, origin, where)
     if spec.sampler.kind == "grid":
         try:
