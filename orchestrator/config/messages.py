@@ -111,6 +111,8 @@ def _message(e: ErrorDetails, model: type[BaseModel], loc: tuple[Any, ...]) -> s
                 f"but got {_shown(value)}")
     if kind in ("too_long", "too_short"):
         want = ctx.get("max_length") if kind == "too_long" else ctx.get("min_length")
+        if kind == "too_long" and isinstance(want, int) and want > 8:  # a cap on a list, not a pair's size
+            return f"must have at most {want} items, but got {ctx.get('actual_length')}; shorten it"
         return f"must have {want} items, but got {ctx.get('actual_length')}: {_shown(value)}"
     msg = str(e["msg"]).removeprefix("Value error, ")
     if "but got" in msg or isinstance(value, dict):

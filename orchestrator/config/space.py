@@ -29,7 +29,7 @@ class ParamSpec(Strict):
     high: StrictInt | None = None
     step: Annotated[int, Field(strict=True, le=1 << 30)] = 1
     log: StrictBool = False
-    when: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
+    when: dict[str, Scalar | Annotated[list[Scalar], Field(max_length=1000)]] = Field(default_factory=dict)
     """Active only when these knobs have these values, e.g. {speculative_algorithm: EAGLE3}."""
 
     @model_validator(mode="after")
@@ -130,7 +130,9 @@ def _classes(space: SearchSpace, name: str, keep: Collection[str]) -> list[tuple
     values = space.params[name].values()
     if name in keep:
         return [(v, 1) for v in values]
-    wanted = [w if isinstance(w, list) else [w] for p in space.params.values() for d, w in p.when.items() if d == name]
+    # Sets: membership as `is_active` tests it (1 == 1.0 == True hash alike), without a scan per value.
+    wanted = [set(w) if isinstance(w, list) else {w} for p in space.params.values() for d, w in p.when.items()
+              if d == name]
     if not wanted:
         return [(values[0], len(values))]
     if isinstance(values, range):  # only the values a condition names, each once; the rest is one class

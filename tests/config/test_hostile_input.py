@@ -317,3 +317,13 @@ def test_a_huge_value_is_never_quoted_back_whole(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as err:
         spec_mod.load(exp)
     assert "...(5002 characters)" in str(err.value) and len(str(err.value)) < 600
+
+
+def test_long_lists_in_a_space_are_capped(tmp_path: Path) -> None:
+    space = copy.deepcopy(SPACE)
+    space["params"]["speculative_num_steps"]["when"] = {"speculative_algorithm": ["EAGLE3", *range(5000)]}
+    exp = _write(tmp_path, BASE, space)
+    with pytest.raises(SpecError) as err:
+        spec_mod.load(exp)
+    assert str(err.value).endswith("params.speculative_num_steps.when.speculative_algorithm: must have at most "
+                                   "1000 items, but got 5001; shorten it")
