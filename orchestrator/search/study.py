@@ -153,11 +153,6 @@ class Study:
             random.Random(self.sampler_cfg.seed).shuffle(order)
             self._grid = iter(order)
 
-    def is_unstarted(self) -> bool:
-        """Whether the study holds nothing a sweep made: no trial and no attribute (a start that failed
-        after creating it), so a new start may take it over."""
-        return not self.study.get_trials(deepcopy=False) and not self.study.user_attrs
-
     def delete(self) -> None:
         """Remove the study from its storage (a start that failed must leave nothing behind)."""
         if self._study is not None and self.storage_url != IN_MEMORY:

@@ -9,6 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 from e2e_helpers import demo_experiment, write_experiment
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
 from orchestrator.config import experiment as spec_mod
 from orchestrator.errors import SweepToolError
@@ -53,3 +54,16 @@ def test_a_failed_preflight_check_says_failed_and_the_same_command_starts_again(
     assert _studies(wd) == []
     Sweep(spec, wd, executor=InlineExecutor(1)).open()  # no --resume needed: nothing ran
     assert _studies(wd) == ["preflight"]
+
+
+def test_a_study_left_by_a_start_killed_before_its_parent_run_is_taken_over(tmp_path: Path,
+                                                                            sqlite_store_template: Path) -> None:
+    spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="killedstart")))
+    wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)
+    left = optuna.create_study(study_name="killedstart", storage=f"sqlite:///{wd / 'optuna.db'}")
+    left.set_user_attr("sweep_started_at", 1.0)  # killed after this, before the MLflow parent run
+    sweep = Sweep(spec, wd, executor=InlineExecutor(1))
+    sweep.open()  # the same command, no --resume
+    assert sweep.parent_run_id is not None
+    assert json.loads((wd / "sweep.json").read_text())["status"] == "running"
