@@ -178,12 +178,13 @@ class Sweep:
         ctx.write_state("running")
 
     def _unstarted(self) -> bool:
-        """Whether the study in storage is one a failed start left (no trial, no attribute)."""
+        """Whether the study in storage is one a start left before its parent run existed (killed, or
+        failed where no cleanup ran): no trial and no parent run, so nothing of it is worth resuming."""
         try:
             self.ctx.study.open()
-            return self.ctx.study.is_unstarted()
         except StorageError as exc:
             raise SweepError(str(exc)) from None
+        return not self.ctx.study.trials() and self.ctx.study.get_attr("parent_run_id") is None
 
     def _start_failed(self, reason: str) -> None:
         """sweep.json and the parent run say the start failed, and why (not `running`)."""
