@@ -63,9 +63,12 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose orchestrator is measured")
     ap.add_argument("--sample", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--match", default=None, help="only the mutations whose name contains one of these (a|b|c)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     cases = mutations(seed=11, sample=args.sample)
+    if args.match:
+        cases = [m for m in cases if any(word in m.name for word in args.match.split("|"))]
     results: dict[str, Counter[str]] = {}
     bad: list[str] = []
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
