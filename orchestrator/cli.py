@@ -5,6 +5,7 @@ Exit codes: 0 success, 2 user error (bad experiment, bad arguments, nothing to r
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -484,7 +485,13 @@ def _require_free_port(host: str, port: int) -> None:
     with socket.socket() as probe:
         try:
             probe.bind((host, port))
+        except (socket.gaierror, UnicodeError):
+            raise UserError(f"--host {host}: not an address of this machine; keep 127.0.0.1, or give one of "
+                            f"its interface addresses") from None
         except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise UserError(f"--host {host}: not an address of this machine; keep 127.0.0.1, or give one of "
+                                f"its interface addresses") from None
             raise UserError(f"--port {port}: {host}:{port} is not free ({exc.strerror}); another server (an earlier "
                             f"`sweep ui`?) listens there. Fix: stop it, or pass --port with a free port") from None
 
