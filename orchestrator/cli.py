@@ -409,6 +409,10 @@ def status(
     out.print(f"phase: {rep.phase}")
     if rep.eta_s is not None:
         out.print(f"elapsed {rep.elapsed_s / 60:.1f} min, ETA {rep.eta_s / 60:.1f} min")
+    if rep.remaining is not None:
+        r = rep.remaining
+        out.print(f"measured per trial: start-up {r.startup_s:.0f} s + benchmark {r.bench_s:.0f} s (median of "
+                  f"{r.measured}); about {r.trials} more fit the wall time left")
     if rep.failures:
         out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.failures.items())))
     best = rep.best

@@ -87,6 +87,9 @@ def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: 
     extra: dict[str, float] = {}
     attrs: dict[str, Any] = {"role": outcome.role.value, "status": outcome.status.value,
                              "fingerprint_hash": outcome.fingerprint_hash, "node": outcome.node}
+    # The measured cost of this trial, so `sweep status` estimates from real start-up and benchmark times.
+    attrs.update({f"{phase}_s": round(float(outcome.timings[phase]), 3)
+                  for phase in ("server_start", "bench") if outcome.timings.get(phase) is not None})
     if values is not None:
         _told_complete(ctx, outcome, values, attrs, extra)
     elif outcome.failure_kind is FailureKind.interrupted:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import SweepError
 from orchestrator.records import ParamValue, TrialRole
+from orchestrator.results import cost
 from orchestrator.search.study import read_only
 from orchestrator.sweep._workdir import Paths
 from orchestrator.sweep.state import (
@@ -72,6 +73,8 @@ class StatusReport:
     """The promotion's verdict in words, once the sweep is done."""
     env_file: str | None = None
     """The champion's env file, once promoted."""
+    remaining: cost.Remaining | None = None
+    """Trials that still fit the wall time, from the measured start-up and benchmark seconds."""
 
 
 def phase_of(workdir: Path, status: str) -> str:
@@ -145,9 +148,16 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
     elapsed = (state.updated_at if state.status != "running" else time.time()) - state.started_at
     eta = None
     phase = phase_of(workdir, state.status)
+    remaining = None
     if finished and phase == "search" and budget:
         per_trial = elapsed / max(len(finished), 1)
         eta = max(budget - len(finished), 0) * per_trial
+        if state.timeout_s:
+            # Measured start-up + benchmark seconds per trial: how many more fit the wall time left.
+            timings = [{"server_start": float(t.attrs["server_start_s"]), "bench": float(t.attrs["bench_s"])}
+                       for t in finished if "server_start_s" in t.attrs and "bench_s" in t.attrs]
+            remaining = cost.remaining_trials(timings, left_s=state.timeout_s - elapsed,
+                                              concurrent=max(len(running), 1))
     per_node: dict[str, set[str]] = {}
     for t in finished:
         if t.attrs.get("fingerprint_hash"):
@@ -165,7 +175,7 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
             params={k: v for k, v in best.params.items() if v is not None}),
         baseline=baselines[-1][1] if baselines else None, baselines=baselines,
         elapsed_s=elapsed, eta_s=eta, fingerprints=fps, stop_reason=state.stop_reason,
-        phase=phase, verdict=verdict, env_file=env_file,
+        phase=phase, verdict=verdict, env_file=env_file, remaining=remaining,
     )
 
 

@@ -85,6 +85,14 @@ def test_keeps_two_trials_in_flight_and_writes_what_status_reads(tmp_path, sqlit
     assert json.loads((wd / "summary.json").read_text())["stop_reason"] == "trial budget reached (5)"
     report = status_report(wd)
     assert (report.launched, report.complete, report.running, report.status) == (5, 5, 0, "finished")
+    # Each trial's measured start-up and benchmark seconds are kept with it, for status's estimate.
+    for n in launched:
+        timings = json.loads((wd / "trials" / f"{n:04d}" / "outcome.json").read_text())["timings"]
+        views = read_only(f"sqlite:///{wd / 'optuna.db'}", "inline")
+        assert views is not None
+        attrs = next(t.attrs for t in views[0] if t.number == n)
+        assert attrs["server_start_s"] == round(timings["server_start"], 3) > 0
+        assert attrs["bench_s"] == round(timings["bench"], 3) > 0
 
 
 def test_a_failure_is_recorded_as_data_and_its_parameters_are_settled_without_a_launch(
