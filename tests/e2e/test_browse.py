@@ -1,7 +1,8 @@
 """A new user's first minute with a finished simulator sweep, in a real Chromium: `sweep ui` opens the
 classic training view on the trials ranked by the objective with the columns that answer "which and how
 much", the parent run describes the champion, and report.html answers which, how much and why.
-Screenshots land in docs/screenshots/ (README links them)."""
+Screenshots go to the test's temporary folder; with SWEEP_UPDATE_SCREENSHOTS=1 they replace the ones in
+docs/screenshots/ that README links (a test run never edits the repository otherwise)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,14 @@ from test_ui import CHROMIUM, FLAGS, _free_port
 
 pytestmark = pytest.mark.slow
 
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+DOC_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    if os.environ.get("SWEEP_UPDATE_SCREENSHOTS") == "1":
+        return DOC_SHOTS
+    return tmp_path
 
 
 @pytest.fixture
@@ -53,7 +61,7 @@ def _printed_url(proc: subprocess.Popen[str]) -> str:
     return re.search(r"(http://\S+)", " ".join(text.split())).group(1)  # type: ignore[union-attr]
 
 
-def test_a_new_user_lands_on_the_ranked_trials_and_the_champion(ui):
+def test_a_new_user_lands_on_the_ranked_trials_and_the_champion(ui, shots):
     from playwright.sync_api import sync_playwright
 
     base, port, wd, proc = ui
@@ -65,7 +73,7 @@ def test_a_new_user_lands_on_the_ranked_trials_and_the_champion(ui):
     taken = subprocess.run([*SWEEP, "ui", "--workdir", str(wd), "--port", str(port)], capture_output=True, text=True,
                            timeout=120)
     assert taken.returncode == 2 and "not free" in taken.stderr
-    SHOTS.mkdir(parents=True, exist_ok=True)
+    shots.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 2400, "height": 1000})
@@ -78,19 +86,19 @@ def test_a_new_user_lands_on_the_ranked_trials_and_the_champion(ui):
             assert column in body, f"{column} not visible without picking columns"
         assert "★ champion" in body, "the champion's run is marked"
         assert "confirm-" not in body, "confirmation runs are not ranked with the trials"
-        page.screenshot(path=str(SHOTS / "mlflow-trials.png"))
+        page.screenshot(path=str(shots / "mlflow-trials.png"))
         # The parent run's description: which and how much, with links.
         page.goto(f"{base}/#/experiments/{url.split('/experiments/')[1].split('/')[0]}/runs/{state['parent_run_id']}",
                   wait_until="domcontentloaded")
         page.get_by_text(f"champion trial {champion}").first.wait_for(timeout=60_000)
         assert "Confirmed gain" in page.inner_text("body")
-        page.screenshot(path=str(SHOTS / "mlflow-parent.png"))
+        page.screenshot(path=str(shots / "mlflow-parent.png"))
         # report.html: which, how much, why and the history, offline.
         page.goto((wd / "report.html").as_uri(), wait_until="load")
         text = page.inner_text("body").lower()  # the cards' labels are upper-cased by CSS
         assert f"trial {champion}" in text and "how much: confirmed gain" in text and "why" in text
         assert page.locator("#optuna-history .plot-container").count() == 1, "history drawn"
-        page.screenshot(path=str(SHOTS / "report.png"), full_page=False)
+        page.screenshot(path=str(shots / "report.png"), full_page=False)
         browser.close()
 
 
