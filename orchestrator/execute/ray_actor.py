@@ -62,6 +62,7 @@ def connect(address: str) -> dict[str, Any]:
     Ray would otherwise pick the machine's external interface and find no raylet there.
     """
     host = address.rsplit(":", 1)[0] if ":" in address else ""
+    _require_reachable(address)
     extra: dict[str, Any] = {}
     with contextlib.suppress(ValueError):
         if ipaddress.ip_address(host).is_loopback:
@@ -83,6 +84,19 @@ def connect(address: str) -> dict[str, Any]:
         raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: {exc}; check that "
                                  f"`ray start --head` runs there and the address is HOST:PORT (or `auto`)") from None
     return {"address": _address(ctx)}
+
+
+def _require_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds when nothing listens at HOST:PORT: ray.init would retry for minutes first."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return  # `auto`, or a form Ray resolves itself
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: nothing answers there ({exc}); check "
+                                 f"that `ray start --head` runs there and the address is HOST:PORT (or `auto`)") from None
 
 
 def _address(ctx: Any) -> str | None:
