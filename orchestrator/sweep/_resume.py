@@ -14,7 +14,7 @@ from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStat
 from orchestrator.search import space as sp
 from orchestrator.search.study import TrialView
 from orchestrator.sweep._context import Context
-from orchestrator.sweep._record import record, update_best
+from orchestrator.sweep._record import LEARNED_FAILURES, record, update_best
 from orchestrator.sweep._workdir import Paths
 from orchestrator.trial import server as srv
 
@@ -93,7 +93,9 @@ def _count_existing(ctx: Context, t: TrialView) -> None:
     else:
         p.failed += 1
         p.failures[kind or "unknown"] += 1
-        ctx.policy.remember(params, t.number, None)
+        # A failure the sampler learned from stays one after a resume, so its repeats are told the same way.
+        learn = kind in {k.value for k in LEARNED_FAILURES} and t.role == TrialRole.search.value
+        ctx.policy.remember(params, t.number, None, learn=learn)
     p.launched += 1
     p.finished += 1
     outcome_file = ctx.paths.trial_dir(t.number) / "outcome.json"

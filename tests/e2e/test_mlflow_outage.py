@@ -94,7 +94,9 @@ def test_mlflow_down_mid_sweep_results_wait_in_the_outbox_and_reach_mlflow_later
             run = children[t.number][0]
             if t.state == "COMPLETE":
                 assert run.info.status == "FINISHED"
-                assert run.data.metrics["decode_tok_s"] == pytest.approx(outcomes[t.number]["metrics"]["decode_tok_s"])
+                # MLflow shows 4 significant digits; outcome.json keeps the full measurement.
+                assert run.data.metrics["decode_tok_s"] == pytest.approx(
+                    outcomes[t.number]["metrics"]["decode_tok_s"], rel=1e-3)
 
         summary = json.loads((wd / "summary.json").read_text())
         assert summary["promoted"], summary.get("verdict")
