@@ -1,0 +1,134 @@
+"""The `sweep` application and what its commands share: the consoles, one message per error, the work directory.
+
+Exit codes: 0 success, 2 user error (bad experiment, bad arguments, nothing to resume), 1 failure.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from orchestrator.config import experiment as spec_mod
+from orchestrator.errors import SweepToolError, UserError
+
+if TYPE_CHECKING:  # the tracker imports MLflow: `status`, `validate` and `plan` must start without it
+    from orchestrator.tracking.tracker import Tracker
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Find the fastest way to serve a model with SGLang: NCCL and speculative-decoding sweeps.")
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+def guard(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run a command body; a SweepToolError becomes one message and its exit code, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except SweepToolError as exc:
+            raise fail(str(exc), exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise fail("interrupted", 130) from None
+        except OSError as exc:  # the environment (disk full, permissions, a path in the way), not a bug of ours
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise fail(f"{where}{exc.strerror or exc}", 1) from None
+    return wrapper
+
+
+def load_experiment(path: Path) -> spec_mod.SweepSpec:
+    return spec_mod.load(path)
+
+
+def resolve_workdir(workdir: Path | None, experiment: spec_mod.SweepSpec | None = None) -> Path:
+    if workdir is not None:
+        if workdir.is_dir():
+            return workdir
+        if experiment is None:  # status, sync, ui, export: the sweep must be there
+            what = "is a file" if workdir.is_file() else "does not exist"
+            raise UserError(f"--workdir {workdir}: {what}, not a sweep's work directory; pass the --workdir "
+                            f"`sweep run` used")
+        existing = next(p for p in (workdir, *workdir.parents) if p.exists() or p == p.parent)
+        if existing.exists() and not existing.is_dir():
+            raise UserError(f"--workdir {workdir}: {existing} is a file, not a directory; pass a directory "
+                            f"path, e.g. --workdir runs/{experiment.name}")
+        return workdir
+    if experiment is not None:
+        return Path("runs") / experiment.name
+    runs = Path("runs")
+    candidates = sorted(p for p in runs.iterdir() if (p / "sweep.json").exists()) if runs.is_dir() else []
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise UserError("no sweep found under ./runs; pass --workdir DIR (the directory `sweep run` used)")
+    names = ", ".join(str(c) for c in candidates)
+    raise UserError(f"several sweeps under ./runs ({names}); pass --workdir DIR to choose one")
+
+
+def open_tracker(uri: str, experiment: str, outbox_dir: Path) -> Tracker:
+    # MLflow is imported by the commands that talk to it only.
+    from orchestrator.tracking.tracker import Tracker
+
+    return Tracker(uri, experiment, outbox_dir=outbox_dir)
+
+
+# ---------------------------------------------------------------------------- validate / plan
+
+
+
+def require_free_port(host: str, port: int) -> None:
+    """UserError when `host:port` is taken: a URL printed for it would show another server."""
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except (socket.gaierror, UnicodeError):
+            raise UserError(f"--host {host}: not an address of this machine; keep 127.0.0.1, or give one of "
+                            f"its interface addresses") from None
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise UserError(f"--host {host}: not an address of this machine; keep 127.0.0.1, or give one of "
+                                f"its interface addresses") from None
+            raise UserError(f"--port {port}: {host}:{port} is not free ({exc.strerror}); another server (an earlier "
+                            f"`sweep ui`?) listens there. Fix: stop it, or pass --port with a free port") from None
+
+
+def check_output(output: Path) -> None:
+    """UserError unless `output` names a file that can be written in an existing folder (checked first,
+    so a mistyped -o fails before MLflow is asked)."""
+    if output.is_dir():
+        raise UserError(f"-o {output}: is a directory; name the file to write, e.g. -o {output / 'champion.env'}")
+    folder = output.parent
+    if not folder.is_dir():
+        raise UserError(f"-o {output}: the folder {folder} does not exist; create it or write elsewhere")
+    if not os.access(folder, os.W_OK) or (output.exists() and not output.is_file()):
+        raise UserError(f"-o {output}: cannot write there; name a regular file in a folder you can write to")
+
+
+def publish_report(wd: Path, storage: str | None) -> None:
+    """report.html in the work directory and on the parent MLflow run; a failure to publish is a warning."""
+    from orchestrator.sweep import publish  # deferred: plotly and MLflow
+
+    try:
+        path = publish.publish(wd, storage)
+    except SweepToolError as exc:
+        err.print(f"[yellow]warning:[/] report not published: {escape(str(exc))}", soft_wrap=True)
+        return
+    out.print(f"report: [bold]{path}[/]  (also on the parent MLflow run)")

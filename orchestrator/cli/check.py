@@ -1,0 +1,132 @@
+"""`sweep validate`, `sweep plan` and `sweep truth`: what an experiment means, before anything runs."""
+
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from orchestrator.cli._app import app, err, guard, load_experiment, out
+from orchestrator.config import experiment as spec_mod
+from orchestrator.config.space import check_enumerable
+from orchestrator.errors import UserError
+from orchestrator.probe.settings import planned_settings
+from orchestrator.results import cost
+from orchestrator.results import truth as truth_mod
+from orchestrator.search import space as sp
+from orchestrator.sweep.status import status_report
+from orchestrator.trial import observe
+from orchestrator.trial import plan as planner
+
+
+@app.command()
+@guard
+def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> None:
+    """Check an experiment and its search spaces; print what it would sweep."""
+    s = load_experiment(experiment)
+    total, feasible, _ = sp.census(s.space)
+    out.print(f"[green]OK[/] {experiment}: experiment [bold]{s.name}[/], engine {s.engine}, "
+              f"sglang {s.sglang_version}, tp {s.server.tp}, {len(s.space.params)} knobs "
+              f"({', '.join(s.space.params)}), {total} distinct combinations of which {feasible} feasible")
+
+
+@app.command()
+@guard
+def plan(
+    experiment: Path = typer.Argument(..., help="experiment YAML"),
+    limit: int = typer.Option(5, "--limit", min=0, help="how many launch commands to show"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list of {params, argv, env}"),
+) -> None:
+    """Dry run: space size, infeasible combinations and why, the first launch commands. Starts nothing."""
+    s = load_experiment(experiment)
+    rng = random.Random(s.sampler.seed)
+    points = [sp.baseline_params(s.space)]
+    seen = {sp.key(points[0])}
+    for _ in range(10_000):  # a few feasible examples drawn from the space, after the baseline
+        if len(points) >= limit:
+            break
+        p = sp.random_point(s.space, rng)
+        if sp.infeasible_reason(p) is None and sp.key(p) not in seen:
+            seen.add(sp.key(p))
+            points.append(p)
+    points = points[:limit]
+    plans = [planner.make(s, p, port=s.server.port_range[0] + i, seed=i) for i, p in enumerate(points)]
+    if as_json:
+        print(json.dumps([{"params": p, "argv": list(lp.argv), "env": lp.env} for p, lp in zip(points, plans)],
+                         indent=2))
+        return
+    total, feasible, reasons = sp.census(s.space)
+    out.print(f"[bold]{s.name}[/]: {total} distinct combinations, {feasible} feasible, {total - feasible} infeasible")
+    for rule, n in reasons.most_common():
+        out.print(f"  {n:>6} infeasible: {rule}")
+    _print_cost(s)
+    swept_env = {n: "" for n in s.space.params if n.startswith(("NCCL_", "SGLANG_"))}
+    hardware = planner.hardware(s)
+    if hardware is None:  # a GPU host: its own topology tells NVLink from PCIe (sweep plan runs on the head)
+        hardware = observe.fingerprint().get("topology")
+        if hardware is None and swept_env:
+            out.print("[dim]note: no nvidia-smi here, so the interconnect is unknown; on NVLink hosts SGLang's custom "
+                      "all-reduce carries decode/verify all-reduces and NCCL variables only matter with "
+                      "all_reduce_path: nccl (--disable-custom-all-reduce)[/]", soft_wrap=True)
+    seen_warnings: set[str] = set(observe.plan_warnings(swept_env, {**s.server.flags, "tp-size": s.server.tp},
+                                                        hardware))
+    for w in sorted(seen_warnings):
+        out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+    for lp in plans:
+        for w in lp.warnings:
+            if w not in seen_warnings:
+                seen_warnings.add(w)
+                out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+    for i, (p, lp) in enumerate(zip(points, plans)):
+        label = "baseline" if i == 0 else f"example {i}"
+        out.print(f"\n[bold]{label}[/]: {', '.join(f'{k}={v}' for k, v in p.items() if v is not None) or 'engine defaults'}")
+        out.print(planner.launch_command(lp), soft_wrap=True)
+
+
+def _print_cost(s: spec_mod.SweepSpec) -> None:
+    """`sweep plan`: one trial's expected GPU-time and how many fit the wall time (results.cost)."""
+    for line in cost.plan_lines(s, sp.baseline_params(s.space), probe_settings=planned_settings(s),
+                                profile_named="model_profile" in s.simulator.model_fields_set):
+        out.print(line, soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------- probe
+
+
+@app.command()
+@guard
+def truth(
+    experiment: Path = typer.Argument(..., help="experiment YAML (engine: simulator)"),
+    top: int = typer.Option(10, "--top", help="how many of the best points to list"),
+    workdir: Path | None = typer.Option(None, "--workdir", help="also rank this sweep's best trial"),
+) -> None:
+    """Evaluate the simulator's noise-free model on every feasible point: the true optimum and ranks."""
+    s = load_experiment(experiment)
+    if s.engine != "simulator":
+        raise UserError(f"{experiment}: `sweep truth` needs engine: simulator (the model is the simulator's)")
+    if s.objective.metric not in truth_mod.MODELLED:
+        raise UserError(f"{experiment}: objective.metric {s.objective.metric} is not predicted by the simulator's "
+                        f"noise-free model; `sweep truth` ranks by {', '.join(truth_mod.MODELLED)}")
+    with err.status("evaluating every feasible point of the space..."):
+        check_enumerable(s.space, "sweep truth")
+        t = truth_mod.compute(s)
+    table = Table(title=f"{s.name}: {len(t.values)} feasible points on {s.simulator.hardware_profile} "
+                        f"(noise-free {s.objective.metric})")
+    table.add_column("rank", justify="right")
+    table.add_column(s.objective.metric, justify="right")
+    table.add_column("configuration")
+    for i, (value, params) in enumerate(zip(t.values[:top], t.points[:top]), 1):
+        table.add_row(str(i), f"{value:.2f}",
+                      ", ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "engine defaults")
+    out.print(table)
+    if workdir is not None:
+        best = status_report(workdir).best
+        if best:
+            value = truth_mod.evaluator(s)(sp.complete(s.space, best.params))
+            ratio = value / t.optimum if t.maximize else t.optimum / value
+            out.print(f"sweep best (trial {best.number}): true {s.objective.metric} {value:.2f} = "
+                      f"{ratio * 100:.1f}% of the optimum, rank {t.rank_of_value(value)} of {len(t.values)}")

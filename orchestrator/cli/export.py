@@ -1,0 +1,97 @@
+"""`sweep export`: the champion in the form the place that loads it reads."""
+
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from orchestrator import fsio
+from orchestrator.cli._app import app, check_output, guard, open_tracker, out, resolve_workdir
+from orchestrator.config.fields import tracking_uri_problem
+from orchestrator.errors import NoChampion, SweepToolError, UserError
+from orchestrator.probe.tuner import tuner_file_from
+from orchestrator.results import formats
+from orchestrator.sweep import state as st
+from orchestrator.sweep.status import read_state
+
+
+@app.command()
+@guard
+def export(
+    output: Path = typer.Option(..., "-o", "--output", help="file to write (atomically)"),
+    fmt: str = typer.Option("env", "--format", help="env | docker-env | k8s | json | sglang-args | nccl-tuner "
+                                                    "(rules from the work directory's probe.json)"),
+    tuner_file: str | None = typer.Option(
+        None, "--tuner-file", help="the nccl-tuner rule file the server loads: sets NCCL_TUNER_CONFIG_FILE and "
+                                   "leaves out NCCL_ALGO / NCCL_PROTO, which mask the plugin"),
+    keep_observation: bool = typer.Option(
+        False, "--keep-observation",
+        help="keep what the sweep set only to observe (NCCL_DEBUG*, the device timer, --enable-metrics)"),
+    workdir: Path | None = typer.Option(None, "--workdir", help="the sweep's work directory"),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (instead of --workdir)"),
+    model: str | None = typer.Option(None, "--model", help="registered model name (with --tracking-uri)"),
+    alias: str = typer.Option("champion", "--alias"),
+) -> None:
+    """Write the configuration registered under models:/<name>@<alias> for where it is loaded: a shell env
+    file, a docker --env-file, a Kubernetes ConfigMap, json or an SGLang argument line. Production by
+    default: what the sweep set only to observe is left out and named in the header."""
+    if fmt not in formats.EXPORT_FORMATS:
+        raise UserError(f"--format must be one of {', '.join(formats.EXPORT_FORMATS)}, but got {fmt!r}")
+    check_output(output)
+    if fmt == formats.TUNER_FORMAT:
+        _export_tuner(output, workdir)
+        return
+    wd: Path | None = None
+    if tracking_uri:
+        if not model:
+            raise UserError("--tracking-uri needs --model NAME (the registered model name)")
+        if problem := tracking_uri_problem(tracking_uri):
+            raise UserError(f"--tracking-uri {problem}")
+        tracker = open_tracker(tracking_uri, "sglang-sweep", Path.cwd())
+    else:
+        wd = resolve_workdir(workdir)
+        state = read_state(wd)
+        tracker = open_tracker(state.tracking_uri, state.experiment_in_mlflow, wd)
+        model = model or state.model_name
+    try:
+        config = tracker.resolve(model, alias)
+    except SweepToolError:
+        last = _last_verdict(wd) if wd is not None else None
+        if last is None:
+            raise
+        raise NoChampion(f"nothing to export from {wd}: {last}") from None
+    try:
+        text = formats.render_for(config, fmt, keep_observation=keep_observation, tuner_file=tuner_file)
+    except ValueError as exc:
+        raise UserError(f"cannot export as {fmt}: {exc}") from None
+    try:
+        fsio.write_atomic(output, text)
+    except OSError as exc:
+        raise UserError(f"-o {output}: cannot write it ({exc.strerror or exc}); name a regular file in a folder "
+                        f"you can write to") from None
+    out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.get('trial_number')}, "
+              f"run {config.get('run_id')}")
+
+
+def _export_tuner(output: Path, workdir: Path | None) -> None:
+    """`sweep export --format nccl-tuner`: the probe's per-size rules for NCCL's example tuner plugin."""
+    text, path = tuner_file_from(workdir or resolve_workdir(None))
+    fsio.write_atomic(output, text)
+    rules = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    out.print(f"wrote {output} (nccl-tuner, {rules} rules from {path}); load it with "
+              f"NCCL_TUNER_PLUGIN=<libnccl-tuner-example.so> NCCL_TUNER_CONFIG_FILE={output} and NCCL_ALGO / "
+              f"NCCL_PROTO unset (sweep export --tuner-file {output} writes such an env file)", soft_wrap=True)
+
+
+def _last_verdict(wd: Path) -> str | None:
+    """The verdict the last sweep in `wd` reached without promoting (summary.json), or None."""
+    try:
+        summary = st.SweepSummary.model_validate_json((wd / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if summary.promoted:
+        return None
+    outcome = summary.outcome.value.replace("_", " ") if summary.outcome else "no verdict"
+    return (f"the last sweep finished without a champion ({outcome}): {summary.verdict or summary.stop_reason}")

@@ -1,0 +1,274 @@
+"""`sweep probe`, `sweep run`, `sweep status` and `sweep sync`: the night itself and how it is going."""
+
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.status import Status
+from rich.table import Table
+
+from orchestrator.cli._app import app, err, guard, load_experiment, open_tracker, out, publish_report, resolve_workdir
+from orchestrator.config import experiment as spec_mod
+from orchestrator.errors import NoChampion, SweepError, SweepToolError, UserError
+from orchestrator.probe import nccl_dimensions, rank_settings, run_probe
+from orchestrator.records import TrialStatus
+from orchestrator.sweep import state as st
+from orchestrator.sweep._probe_stage import probe_log
+from orchestrator.sweep.status import LiveProgress, read_state, status_report
+from orchestrator.tracking import probe_run
+
+
+@app.command()
+@guard
+def probe(
+    experiment: Path = typer.Argument(..., help="experiment YAML"),
+    workdir: Path | None = typer.Option(None, "--workdir", help="where probe.json goes (default runs/<name>)"),
+    budget: int | None = typer.Option(None, "--budget", min=1, help="NCCL settings to probe (default probe.budget, "
+                                                                    "else 48)"),
+    keep_within: float | None = typer.Option(None, "--keep-within", help="keep settings within this ratio of the "
+                                                                         "best latency (default probe.keep_within)"),
+    top: int = typer.Option(15, "--top", min=1, help="rows of the ranking to print"),
+    no_mlflow: bool = typer.Option(False, "--no-mlflow", help="do not log the probe to MLflow"),
+) -> None:
+    """Measure the host's tensor-parallel all-reduce per NCCL setting without loading a model; rank the
+    settings by latency at the verify sizes; write probe.json and log an MLflow run."""
+    s = load_experiment(experiment)
+    ratio = keep_within if keep_within is not None else s.probe.keep_within
+    if not ratio >= 1.0:
+        raise UserError(f"--keep-within is a ratio to the best latency and must be >= 1.0, but got {ratio}")
+    if not nccl_dimensions(s):
+        raise UserError(f"{experiment}: the search space has no NCCL variable to probe (add e.g. "
+                        f"search_spaces/nccl.yaml to search_space)")
+    wd = resolve_workdir(workdir, s)
+    result = run_probe(s, wd, budget=budget or s.probe.budget)
+    if result.skipped:
+        raise SweepError(f"probe on {result.host}: {result.skipped} (wrote {wd / 'probe.json'})")
+    ranked = rank_settings(result, keep_within=ratio)
+    table = Table(title=f"{s.name}: {len(result.settings)} of {result.space_settings} NCCL settings on "
+                        f"{result.host} (tp {result.tp}, NCCL {result.nccl_version or '?'})")
+    for col in ("rank", "us", "x best", "kept", "setting"):
+        table.add_column(col, justify="right" if col in ("rank", "us", "x best") else "left")
+    for r in ranked[:top]:
+        table.add_row(str(r.rank), f"{r.score_us:.1f}" if r.score_us is not None else "failed",
+                      f"{r.relative:.2f}" if r.relative is not None else "-", "yes" if r.kept else "",
+                      escape(r.setting))
+    out.print(table)
+    kept = sum(r.kept for r in ranked)
+    out.print(f"{kept} setting(s) within {ratio:g}x of the best (NCCL defaults always kept); score: mean latency at "
+              f"the verify sizes; {result.seconds:.1f} s, {result.seconds_per_setting:.3f} s per setting; "
+              f"wrote {wd / 'probe.json'}", soft_wrap=True)
+    if not no_mlflow:
+        uri = s.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(wd / 'mlflow.db').resolve()}"
+        try:
+            run_id = probe_run.log_probe(uri, s.tracking.experiment or s.name,
+                                         probe_log(result, ranked, keep_within=ratio))
+        except SweepToolError as exc:
+            err.print(f"[yellow]warning:[/] {escape(str(exc))}; probe.json holds the result", soft_wrap=True)
+        else:
+            out.print(f"MLflow run {run_id} (ranking table and latency plot)")
+
+
+# ---------------------------------------------------------------------------- run
+
+
+def _progress_printer(live: LiveProgress | None = None, line: Status | None = None) -> Callable[[st.Event], None]:
+    """Print each event; with `live` and `line` (a terminal), keep the live line (trials in flight, best so
+    far, ETA, phase) under the printed ones."""
+
+    def on_event(event: st.Event) -> None:
+        if live is not None:
+            live.on(event, time.monotonic())
+            if line is not None:
+                line.start()
+                line.update(live.line(time.monotonic()))
+        if isinstance(event, st.ExecutorReady):
+            out.print(f"[dim]Ray at {event.address}: {event.gpus:g} GPUs, {event.slots} trial(s) at a time[/]")
+        elif isinstance(event, st.ProbeStage):
+            out.print(f"[bold]◆ {escape(event.text)}[/]", soft_wrap=True)
+        elif isinstance(event, st.TrialLaunched):
+            knobs = ", ".join(f"{k}={v}" for k, v in event.params.items() if v is not None) or "engine defaults"
+            out.print(f"[cyan]▶ trial {event.number:>3}[/] {event.role:<8} {knobs}", soft_wrap=True)
+        elif isinstance(event, st.TrialFinished):
+            o = event.outcome
+            took = max(o.finished_at - o.started_at, 0.0) if o.started_at and o.finished_at else 0.0
+            if o.status is TrialStatus.COMPLETE and o.metrics is not None:
+                sp_txt = f" ({(event.speedup - 1) * 100:+.1f}% vs baseline)" if event.speedup else ""
+                al = f", accept len {o.metrics.accept_length:.2f}" if o.metrics.accept_length else ""
+                out.print(f"[green]✔ trial {o.number:>3}[/] {o.metrics.decode_tok_s:7.1f} tok/s{sp_txt}{al}"
+                          f"  [dim]took {took:4.0f}s[/]")
+            else:
+                kind_txt = o.failure_kind.value if o.failure_kind else o.status.value
+                out.print(f"[red]✘ trial {o.number:>3}[/] {kind_txt}: {o.reason}  [dim]took {took:.0f}s[/]",
+                          soft_wrap=True)
+        elif isinstance(event, st.TrackingWait):
+            out.print(f"[yellow]MLflow unreachable: {event.pending} result(s) in the outbox; waiting up to "
+                      f"{event.wait_s:.0f}s before promoting (`sweep sync` sends them later)[/]")
+        elif isinstance(event, st.ConfirmationRun):
+            out.print(f"[magenta]⇄ confirmation {event.round}/{event.of}: {event.who}[/]")
+        elif isinstance(event, st.Interrupted):
+            msg = ("stopping after the trials in flight (Ctrl-C again to abort them)" if event.press == 1
+                   else "aborting the trials in flight")
+            out.print(f"[yellow]{msg}[/]")
+
+    return on_event
+
+
+@app.command()
+@guard
+def run(
+    experiment: Path = typer.Argument(..., help="experiment YAML"),
+    n_trials: int | None = typer.Option(None, "--n-trials", min=1, help="override budget.trials"),
+    timeout: str | None = typer.Option(None, "--timeout", help="wall-time budget, e.g. 8h, 90m"),
+    workdir: Path | None = typer.Option(None, "--workdir", help="default runs/<experiment name>/"),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="existing Ray cluster, e.g. auto"),
+    storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
+                                          help="Optuna RDB URL (e.g. postgresql://...); default sqlite in the work directory"),
+    resume: bool = typer.Option(False, "--resume", help="continue the sweep in the work directory"),
+) -> None:
+    """Run (or resume) a sweep: trials on Ray, Optuna proposing, MLflow recording, champion promoted."""
+    # The driver stack imports Ray and MLflow: only `sweep run` needs them.
+    from orchestrator.execute.ray_actor import RayExecutor
+    from orchestrator.sweep.driver import Sweep  # deferred with Ray: MLflow
+
+    # The sweep prints its own progress; MLflow's schema-migration chatter is not news to a user.
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # Ray's note that its local cluster uses token authentication is not the user's concern here.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+
+    s = load_experiment(experiment)
+    try:
+        timeout_s = spec_mod.parse_duration(timeout) if timeout else None
+    except ValueError as exc:
+        raise UserError(f"--timeout: {exc}") from None
+    wd = resolve_workdir(workdir, s)
+    line = out.status("starting...") if out.is_terminal else None
+    sweep = Sweep(s, wd, executor=RayExecutor.for_sweep(s, ray_address), storage=storage, resume=resume,
+                  n_trials=n_trials, timeout_s=timeout_s,
+                  on_event=_progress_printer(LiveProgress(budget=n_trials or s.budget.trials, objective=s.objective.metric,
+                                                          maximize=s.objective.direction == "maximize"), line))
+    out.print(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
+              f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
+    try:
+        summary = sweep.run()
+    finally:
+        if line is not None:
+            line.stop()
+    _print_summary(s, summary, wd)
+    publish_report(wd, storage)
+    if summary.stopped_by_failure:
+        raise typer.Exit(1)
+    if not summary.promoted:
+        raise typer.Exit(NoChampion.exit_code)  # finished without a champion (README: exit codes)
+
+
+def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) -> None:
+    out.rule("summary")
+    out.print(f"stopped: {summary.stop_reason or 'done'}")
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.failures.items()))
+    out.print(f"trials: {summary.complete} complete, {summary.failed} failed"
+              f"{f' ({kinds})' if kinds else ''}, {summary.skipped} proposals skipped (infeasible or repeated)")
+    drift = summary.baseline_drift
+    if drift.flagged and drift.max_relative_change is not None:
+        out.print(f"[yellow]baseline drifted by {drift.max_relative_change * 100:.1f}% during the sweep[/]")
+    champ = summary.champion
+    if champ:
+        knobs = "\n".join(f"    {k} = {v}" for k, v in champ["params"].items()) or "    (engine defaults)"
+        out.print(f"champion: trial {champ['number']}\n{knobs}")
+        if summary.search_value is not None:
+            out.print(f"  search phase (one measurement, the best of many): {s.objective.metric} "
+                      f"{summary.search_value:.2f}")
+    if summary.confirmed:
+        color = "yellow" if summary.confirmed.label == "unconfirmed" else "bold"
+        out.print(f"  [{color}]{escape(summary.confirmed.text())}[/]", soft_wrap=True)
+    for part in summary.contributions:
+        out.print(f"  why: {escape(part.text())}", soft_wrap=True)
+    if summary.concurrency_verdict:
+        out.print(f"  by load: {escape(summary.concurrency_verdict)}", soft_wrap=True)
+    if summary.importances:
+        top = ", ".join(f"{k} {v:.2f}" for k, v in list(summary.importances.items())[:5])
+        out.print(f"  parameter importances (Optuna, fANOVA): {top}", soft_wrap=True)
+    outcome = summary.outcome.value if summary.outcome else "no verdict"
+    if summary.promoted:
+        label = " [yellow]UNCONFIRMED[/]" if summary.outcome is st.Outcome.unconfirmed else ""
+        # The figures are above; the verdict's words matter when a simpler configuration or no gate was used.
+        said = "" if summary.promoted_config == "champion" else f": {escape(summary.verdict or '')}"
+        out.print(f"[green]promoted[/]{label} {s.promotion.model_name}@{s.promotion.alias} "
+                  f"(version {summary.model_version}){said}", soft_wrap=True)
+        out.print(f"env file: [bold]{summary.env_file}[/]")
+    elif summary.verdict:
+        out.print(f"[yellow]not promoted ({outcome.replace('_', ' ')})[/]: {escape(summary.verdict)}", soft_wrap=True)
+    out.print(f"browse the results: [bold]sweep ui --workdir {wd}[/]")
+
+
+# ---------------------------------------------------------------------------- status / sync / ui / export
+
+
+@app.command()
+@guard
+def status(
+    workdir: Path | None = typer.Option(None, "--workdir", help="the sweep's work directory"),
+    storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
+                                          help="the Optuna RDB URL the sweep used, when not its sqlite file"),
+) -> None:
+    """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage."""
+    wd = resolve_workdir(workdir)
+    rep = status_report(wd, storage)
+    out.print(f"[bold]{rep.experiment}[/] in {wd}: {rep.status}"
+              + ("" if rep.driver_alive or rep.status != "running" else " [red](driver not running: "
+                 "resume with `sweep run EXP --resume`)[/]"))
+    out.print(f"progress: {rep.launched}/{rep.budget_trials} trials launched, {rep.complete} complete, "
+              f"{rep.failed} failed, {rep.running} running, {rep.skipped} proposals skipped")
+    out.print(f"phase: {rep.phase}")
+    if rep.eta_s is not None:
+        out.print(f"elapsed {rep.elapsed_s / 60:.1f} min, ETA {rep.eta_s / 60:.1f} min")
+    if rep.remaining is not None:
+        r = rep.remaining
+        out.print(f"measured per trial: start-up {r.startup_s:.0f} s + benchmark {r.bench_s:.0f} s (median of "
+                  f"{r.measured}); about {r.trials} more fit the wall time left")
+    if rep.failures:
+        out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.failures.items())))
+    best = rep.best
+    if best:
+        sp_txt = f" ({(best.speedup - 1) * 100:+.1f}% vs baseline)" if best.speedup else ""
+        label = "best so far" if rep.phase == "search" else "best searched trial"
+        out.print(f"{label}: trial {best.number}: {rep.objective} = {best.value:.2f}{sp_txt} (search phase)")
+        for k, v in best.params.items():
+            out.print(f"    {k} = {v}")
+    if rep.baseline is not None:
+        out.print(f"baseline: {rep.baseline:.2f} ({len(rep.baselines)} measurement(s))")
+    for node, hashes in rep.fingerprints.items():
+        out.print(f"[yellow]warning: the fingerprint of {node or 'the host'} changed during the sweep "
+                  f"({', '.join(hashes)}): compare fingerprint.json of its trials[/]")
+    if rep.stop_reason:
+        out.print(f"stop reason: {rep.stop_reason}")
+    try:
+        summary = st.SweepSummary.model_validate_json((wd / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = None  # no verdict yet (running, or stopped before the end)
+    if summary is not None and summary.outcome is not None and rep.status != "running":  # not a resumed run's old one
+        if summary.confirmed:
+            out.print(f"champion {escape(summary.confirmed.text())}", soft_wrap=True)
+        out.print(f"verdict ({summary.outcome.value.replace('_', ' ')}): {escape(summary.verdict or '')}",
+                  soft_wrap=True)
+    if rep.env_file:
+        out.print(f"env file: [bold]{rep.env_file}[/]")
+
+
+@app.command()
+@guard
+def sync(workdir: Path | None = typer.Option(None, "--workdir")) -> None:
+    """Replay results queued in the outbox while MLflow was unreachable."""
+    wd = resolve_workdir(workdir)
+    state = read_state(wd)
+    replayed, pending = open_tracker(state.tracking_uri, state.experiment_in_mlflow, wd).replay_outbox()
+    out.print(f"replayed {replayed} result(s) to {state.tracking_uri}; {pending} still pending")
+    if pending:
+        raise typer.Exit(1)
