@@ -188,3 +188,23 @@ def test_function_local_imports_only_defer_heavy_packages_and_say_so() -> None:
         elif not imp.commented:
             wrong.append(_where(imp) + " (a deferred heavy import needs a comment saying why it is deferred)")
     assert not wrong, "function-local imports:\n" + "\n".join(wrong)
+
+
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 300
+BIG_BY_NATURE = {"orchestrator.simulator.model"}
+"""The simulator's performance model: one table of equations, read top to bottom."""
+
+
+def test_rooms_stay_readable_no_hub_class_no_huge_module() -> None:
+    too_big = []
+    for name, path in MODULES.items():
+        source = path.read_text(encoding="utf-8")
+        lines = len(source.splitlines())
+        if lines > MAX_MODULE_LINES and name not in BIG_BY_NATURE:
+            too_big.append(f"{path.relative_to(PACKAGE.parent)}: {lines} lines (> {MAX_MODULE_LINES}): split it by verb")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and (size := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_CLASS_LINES:
+                too_big.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} class {node.name}: {size} lines "
+                               f"(> {MAX_CLASS_LINES}): keep the class thin over verb modules")
+    assert not too_big, "\n".join(too_big)
