@@ -154,6 +154,9 @@ class BenchmarkSpec(Strict):
     acceptance); without it `random-ids` is used, whose acceptance lengths are unrealistic."""
     tokenizer: Text | None = None
     """engine bench_serving: tokenizer directory (default: the server's model path)."""
+    client_python: Text | None = None
+    """engine bench_serving: interpreter that runs `python -m sglang.bench_serving` (default: the
+    server's `server.python`, else the one running the sweep)."""
 
 
 METRIC_NAMES = (

@@ -4,6 +4,7 @@ Measurement, or raises failures.TrialFailed with the kind and reason."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import threading
@@ -133,7 +134,7 @@ class BenchServing:
         b, srv_spec, server = target.sweep.benchmark, target.sweep.server, target.server
         out_file = target.trial_dir / f"bench_serving-{repeat}.jsonl"
         argv = bench.bench_serving_argv(
-            srv_spec.python or sys.executable, server.base_url, model=srv_spec.model, tokenizer=b.tokenizer,
+            b.client_python or srv_spec.python or sys.executable, server.base_url, model=srv_spec.model, tokenizer=b.tokenizer,
             dataset_path=b.dataset_path, requests=b.requests, concurrency=b.concurrency, input_len=b.input_len,
             output_len=b.output_len, warmup_requests=b.warmup_requests, seed=target.seed * 1000 + repeat,
             output_file=str(out_file))
@@ -156,14 +157,31 @@ class BenchServing:
             raise TrialFailed(Failure(FailureKind.bench_error,
                                       f"sglang.bench_serving {why}; see bench_serving-{repeat}.log"))
         rows = metrics.read_bench_serving_jsonl(out_file.read_text())
+        completed = _completed(rows[-1]) if rows else None
+        if completed is not None and completed <= 0:  # as the builtin client: none worked -> bench_error
+            raise TrialFailed(Failure(FailureKind.bench_error,
+                                      f"all {b.requests} requests failed: sglang.bench_serving completed none; "
+                                      f"see bench_serving-{repeat}.log"))
         try:
-            m = metrics.metrics_from_bench_serving(rows[-1])
+            m = metrics.metrics_from_bench_serving(rows[-1], requested=b.requests)
         except (metrics.MetricMissing, IndexError) as exc:
             raise TrialFailed(Failure(FailureKind.metric_missing, f"sglang.bench_serving output: {exc}")) from None
+        warnings: tuple[str, ...] = ()
+        if m.requests_failed:  # some failed while others worked: keep the measurement, say so
+            warnings = (f"{m.requests_failed} of {b.requests} requests failed: sglang.bench_serving completed "
+                        f"{m.requests_ok}; see bench_serving-{repeat}.log",)
         verify = metrics.verify_ms_from_metrics(before, after) if before and after else None
         if verify is not None:
             m = m.model_copy(update={"verify_ms": verify, "sources": {**m.sources, "verify_ms": "device_timer"}})
-        return Measurement(m, bench_s)
+        return Measurement(m, bench_s, warnings)
+
+
+def _completed(row: dict[str, Any]) -> int | None:
+    """The row's `completed` count, or None where it is missing or not a number."""
+    value = row.get("completed")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value)
 
 
 def client_for(sweep: SweepSpec, server_env: dict[str, str] | None) -> BenchmarkClient:

@@ -212,8 +212,9 @@ def _finite(row: Mapping[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def metrics_from_bench_serving(row: Mapping[str, Any]) -> Metrics:
-    """Metrics from one bench_serving result row.
+def metrics_from_bench_serving(row: Mapping[str, Any], requested: int | None = None) -> Metrics:
+    """Metrics from one bench_serving result row; with `requested` (the `--num-prompts` asked for),
+    requests it did not complete count as failed.
 
     decode_tok_s is 1000 / median_tpot_ms (TPOT is (latency - ttft) / (output_len - 1) per request,
     so this is the median per-request decode rate). accept_length there is the server-lifetime
@@ -234,6 +235,8 @@ def metrics_from_bench_serving(row: Mapping[str, Any]) -> Metrics:
     accept = _finite(row, "accept_length")
     errors = row.get("errors")
     failed = sum(1 for e in errors if e) if isinstance(errors, list) else 0
+    if requested is not None:
+        failed = max(failed, requested - completed)
     sources = {
         "decode_tok_s": "bench_serving:1000/median_tpot_ms",
         "output_tok_s": "bench_serving:output_throughput",

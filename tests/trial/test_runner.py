@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 from pathlib import Path
+
+import pytest
 
 from orchestrator.config import experiment as spec_mod
 from orchestrator.config.experiment import SweepSpec
+from orchestrator.errors import SpecError
 from orchestrator.records import TrialSpec, TrialStatus
 from orchestrator.search import space as sp
 from orchestrator.trial.runner import run_trial
@@ -80,3 +84,64 @@ def test_a_trial_measured_by_bench_serving(tmp_path: Path, monkeypatch) -> None:
     assert outcome.metrics.output_tok_s == 250.0 and outcome.metrics.requests_ok == 2
     assert outcome.metrics.sources["decode_tok_s"] == "bench_serving:1000/median_tpot_ms"
     assert (tmp_path / "0004" / "bench_serving-0.jsonl").exists()
+
+
+def _fake_sglang(tmp_path: Path, monkeypatch, completed: str = "args.num_prompts") -> None:
+    (tmp_path / "fake" / "sglang").mkdir(parents=True)
+    (tmp_path / "fake" / "sglang" / "__init__.py").write_text("")
+    (tmp_path / "fake" / "sglang" / "bench_serving.py").write_text(
+        FAKE_BENCH_SERVING.replace('"completed": args.num_prompts', f'"completed": {completed}'))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+
+
+def _bench_serving_demo(**benchmark: object) -> SweepSpec:
+    s = small_demo()
+    update = {"engine": "bench_serving", "requests": 5, **benchmark}
+    return s.model_copy(update={"benchmark": s.benchmark.model_copy(update=update)})
+
+
+def test_bench_serving_completing_fewer_requests_than_asked_counts_the_rest_as_failed(
+        tmp_path: Path, monkeypatch) -> None:
+    """SGLang's client writes `completed` below `--num-prompts` when requests fail: the missing ones are
+    requests_failed, and, as with the builtin client, the measurement stands with a warning."""
+    _fake_sglang(tmp_path, monkeypatch, completed="args.num_prompts - 2")
+    s = _bench_serving_demo()
+    spec = TrialSpec(number=5, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0005"), experiment=s)
+    outcome = run_trial(spec)
+    assert outcome.status is TrialStatus.COMPLETE, (outcome.reason, outcome.log_tail)
+    assert outcome.metrics is not None
+    assert (outcome.metrics.requests_ok, outcome.metrics.requests_failed) == (3, 2)
+    assert any("2 of 5 requests failed" in w for w in outcome.warnings), outcome.warnings
+
+
+def test_bench_serving_completing_no_request_fails_the_trial_as_a_bench_error(tmp_path: Path, monkeypatch) -> None:
+    _fake_sglang(tmp_path, monkeypatch, completed="0")
+    s = _bench_serving_demo()
+    spec = TrialSpec(number=6, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0006"), experiment=s)
+    outcome = run_trial(spec)
+    assert outcome.status is TrialStatus.FAILED
+    assert outcome.failure_kind == "bench_error" and "all 5 requests failed" in (outcome.reason or "")
+
+
+def test_bench_serving_runs_under_benchmark_client_python(tmp_path: Path, monkeypatch) -> None:
+    """`benchmark.client_python` is the interpreter that runs `-m sglang.bench_serving`, not the server's."""
+    _fake_sglang(tmp_path, monkeypatch)
+    record = tmp_path / "client-python-ran"
+    recorder = tmp_path / "client-python"
+    recorder.write_text(f'#!/bin/sh\necho "$@" > "{record}"\nexec "{sys.executable}" "$@"\n')
+    recorder.chmod(0o755)
+    s = _bench_serving_demo(client_python=str(recorder))
+    spec = TrialSpec(number=7, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0007"), experiment=s)
+    outcome = run_trial(spec)
+    assert outcome.status is TrialStatus.COMPLETE, (outcome.reason, outcome.log_tail)
+    assert record.read_text().startswith("-m sglang.bench_serving ")
+    assert outcome.metrics is not None and outcome.metrics.requests_failed == 0
+
+
+def test_benchmark_client_python_refuses_control_characters(tmp_path: Path) -> None:
+    text = DEMO.read_text()
+    assert "\nbenchmark:\n" in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("\nbenchmark:\n", '\nbenchmark:\n  client_python: "/usr/bin/py\\nthon"\n', 1))
+    with pytest.raises(SpecError, match="client_python"):
+        spec_mod.load(bad)
