@@ -279,8 +279,10 @@ def resolve(ns: argparse.Namespace) -> Resolved:
         if topk is not None or ndt is not None:
             return Resolved(args, tuple(warnings), error="AssertionError")
         steps, topk, ndt = 3, 1, 4  # _auto_choose_speculative_params for DeepSeek-style models
-    elif topk is None or ndt is None:
-        return Resolved(args, tuple(warnings), error="AssertionError")
+    partial = _partial_eagle(steps, topk, ndt)
+    if partial:
+        return Resolved(args, tuple(warnings), unsupported=partial)
+    # Given steps and top-k 1, a missing draft-token count is completed by the rule below (None != steps + 1).
     if topk == 1 and ndt != steps + 1:
         warnings.append("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
                         "when speculative_eagle_topk == 1")
@@ -293,22 +295,55 @@ def resolve(ns: argparse.Namespace) -> Resolved:
     return Resolved(args, tuple(warnings))
 
 
+def _partial_eagle(steps: int, topk: int | None, ndt: int | None) -> str | None:
+    """Why SGLang 0.5.23 cannot complete EAGLE settings given with steps, or None when it can.
+
+    `_handle_eagle_family` (sgl-project/sglang python/sglang/srt/arg_groups/speculative_hook.py, the 0.5.x
+    series) fills in nothing but the top-k 1 rule: with steps and top-k 1, a missing
+    speculative_num_draft_tokens becomes steps + 1 (with its warning). With top-k > 1 it stays None, and
+    with no top-k its `speculative_eagle_topk > 1` page-size check raises TypeError.
+    """
+    if topk is None:
+        return ("speculative_num_steps without speculative_eagle_topk: SGLang 0.5.23 fails resolving it "
+                "(TypeError: '>' not supported between instances of 'NoneType' and 'int'); "
+                "set --speculative-eagle-topk")
+    if ndt is None and topk != 1:
+        return (f"speculative_eagle_topk {topk} without speculative_num_draft_tokens: SGLang 0.5.23 leaves the "
+                f"draft-token count unset (only top-k 1 completes it to steps + 1), which the simulator does "
+                f"not model; set --speculative-num-draft-tokens")
+    return None
+
+
 def cuda_graph_decode(args: Mapping[str, Any]) -> tuple[bool, int | None]:
-    """Whether decode/verify run in CUDA graphs, and the largest batch captured (None = default)."""
+    """Whether decode/verify run in CUDA graphs, and the largest batch captured (None = default).
+
+    SGLang folds the convenience and legacy flags (--disable-cuda-graph, --disable-decode-cuda-graph,
+    --cuda-graph-backend-decode, --cuda-graph-max-bs-decode) into cuda_graph_config, and every (phase,
+    key) the --cuda-graph-config JSON names is locked: "JSON wins over the per-phase --cuda-graph-*
+    convenience flags and over legacy flags" (0.5.23 --help; sglang model_executor/cuda_graph_config.py,
+    `explicit_keys_in`). So '{"decode":{"backend":"full"}}' captures decode graphs even beside
+    --disable-cuda-graph, while '{"decode":{"max_bs":64}}' leaves the backend to the flags.
+    """
     enabled = not (args.get("disable_cuda_graph") or args.get("disable_decode_cuda_graph")
                    or args.get("cuda_graph_backend_decode") == "disabled")
     max_bs = args.get("cuda_graph_max_bs_decode")
-    config = args.get("cuda_graph_config")
-    if config:
-        try:
-            decode = json.loads(config).get("decode", {})
-        except (ValueError, AttributeError):
-            decode = {}
-        if decode.get("backend") == "disabled":
-            enabled = False
-        if decode.get("max_bs") is not None:
-            max_bs = int(decode["max_bs"])
+    decode = _config_phase(args.get("cuda_graph_config"), "decode")
+    if "backend" in decode:
+        enabled = decode["backend"] != "disabled"
+    if decode.get("max_bs") is not None:
+        max_bs = int(decode["max_bs"])
     return enabled, max_bs
+
+
+def _config_phase(config: object, phase: str) -> dict[str, Any]:
+    """The settings --cuda-graph-config gives `phase` ({} when none or not a JSON object)."""
+    if not isinstance(config, str) or not config:
+        return {}
+    try:
+        settings = json.loads(config).get(phase, {})
+    except (ValueError, AttributeError):
+        return {}
+    return settings if isinstance(settings, dict) else {}
 
 
 def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:

@@ -440,11 +440,10 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
             if topk is not None or ndt is not None:
                 return "AssertionError: speculative_eagle_topk/num_draft_tokens given without speculative_num_steps"
             steps, topk, ndt = model.default_spec
-        elif topk is None or ndt is None:
+        elif topk is None or (ndt is None and int(topk) != 1):  # SGLang completes only top-k 1 (cli._partial_eagle)
             return "speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens go together"
-        steps, topk, ndt = int(steps), int(topk), int(ndt)
-        if topk == 1 and ndt != steps + 1:
-            ndt = steps + 1
+        steps, topk = int(steps), int(topk)
+        ndt = steps + 1 if topk == 1 else int(ndt or 0)  # SGLang: top-k 1 forces steps + 1 draft tokens
         if ndt - 1 > topk + (steps - 1) * topk * topk:
             return (f"RuntimeError: selected index k out of range (torch.topk of {ndt - 1} draft tokens over "
                     f"{topk + (steps - 1) * topk * topk} candidates at cuda graph capture)")
