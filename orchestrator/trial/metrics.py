@@ -220,7 +220,7 @@ def metrics_from_bench_serving(row: Mapping[str, Any], requested: int | None = N
     so this is the median per-request decode rate). accept_length there is the server-lifetime
     average, warmup and earlier runs included, and is labelled so.
     """
-    completed = int(row.get("completed") or 0)
+    completed = int(_finite(row, "completed") or 0)
     output_tok_s = _finite(row, "output_throughput")
     tpot = _finite(row, "median_tpot_ms")
     if completed <= 0:

@@ -289,7 +289,15 @@ def test_metrics_from_bench_serving_labels_its_lifetime_accept_length():
     assert m.requests_ok == 16
 
 
-@pytest.mark.parametrize("change", ['"completed": 0', '"output_throughput": 0.0', '"median_tpot_ms": NaN'])
+def test_metrics_from_bench_serving_counts_requests_it_did_not_complete_as_failed():
+    row = read_bench_serving_jsonl(ROW)[0]
+    assert metrics_from_bench_serving(row, requested=20).requests_failed == 4
+    assert metrics_from_bench_serving(row, requested=16).requests_failed == 0
+    assert metrics_from_bench_serving(row).requests_failed == 0
+
+
+@pytest.mark.parametrize("change", ['"completed": 0', '"completed": Infinity', '"output_throughput": 0.0',
+                                    '"median_tpot_ms": NaN'])
 def test_metrics_from_bench_serving_without_results(change):
     key = change.split(":")[0]
     row = read_bench_serving_jsonl(__import__("re").sub(key + r": [^,]+", change, ROW))[0]
