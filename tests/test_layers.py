@@ -101,6 +101,9 @@ def _imports(path: Path, modules: dict[str, Path]) -> list[Import]:
                 else:
                     mod = child.module or ""
                 if mod.startswith("orchestrator"):
+                    # `from pkg import sub` runs pkg/__init__.py first: an edge to the package too.
+                    if mod in modules and mod != me:
+                        found.append(Import(me, mod, child.lineno, local, commented(child)))
                     for alias in child.names:
                         found.append(Import(me, _resolve(f"{mod}.{alias.name}", modules), child.lineno, local,
                                             commented(child)))

@@ -8,9 +8,9 @@
 - `convert`: pure conversions of params, metrics, tags and names to what MLflow stores.
 - `_client`: the MLflow client and experiment of one store, created on first use.
 
-Importing this package does not import MLflow; the first call that needs it does.
+Importing this package does not import MLflow; the first call that needs it does. It re-exports
+nothing: its modules import each other as `from orchestrator.tracking import convert`, which runs this
+file first, so a re-export of `Tracker` here would close an import cycle through it.
 """
 
-from orchestrator.tracking.tracker import Tracker
-
-__all__ = ["Tracker"]
+__all__ = ["convert", "outage", "outbox", "registry", "runs", "tracker"]
