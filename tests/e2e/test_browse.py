@@ -9,15 +9,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from e2e_helpers import SWEEP
-from test_ui import CHROMIUM, FLAGS, _free_port
+from test_ui import CHROMIUM, FLAGS, serving_ui
 
 pytestmark = pytest.mark.slow
 
@@ -34,22 +31,8 @@ def shots(tmp_path: Path) -> Path:
 @pytest.fixture
 def ui(finished_sweep):
     wd, _ = finished_sweep
-    port = _free_port()
-    proc = subprocess.Popen([*SWEEP, "ui", "--workdir", str(wd), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"sweep ui did not serve within 180 s: {proc.stdout.read() if proc.stdout else ''}")
-    yield base, port, wd, proc
-    os.killpg(proc.pid, signal.SIGTERM)
+    with serving_ui(wd) as (base, port, proc):
+        yield base, port, wd, proc
     proc.wait(timeout=20)
 
 

@@ -3,12 +3,16 @@ Chromium (Debian's package, driven by Playwright) shows the sweep, its trials an
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -27,14 +31,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def ui_server(finished_sweep):
-    wd, _ = finished_sweep
+@contextlib.contextmanager
+def serving_ui(wd: Path, deadline_s: float = 180) -> Iterator[tuple[str, int, subprocess.Popen]]:
+    """`sweep ui` on the sweep's store until /health answers: (base URL, port, process); stopped after."""
     port = _free_port()
     proc = subprocess.Popen([*SWEEP, "ui", "--workdir", str(wd), "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         try:
             if httpx.get(base + "/health", timeout=2).status_code == 200:
@@ -42,13 +46,20 @@ def ui_server(finished_sweep):
         except httpx.HTTPError:
             time.sleep(0.5)
     else:
-        proc.kill()
-        pytest.fail(f"sweep ui did not serve within 90 s: {proc.stdout.read() if proc.stdout else ''}")
-    yield base, wd
-    import os
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"sweep ui did not serve within {deadline_s:.0f} s: {proc.stdout.read() if proc.stdout else ''}")
+    try:
+        yield base, port, proc
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
 
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=20)
+
+@pytest.fixture
+def ui_server(finished_sweep):
+    wd, _ = finished_sweep
+    with serving_ui(wd) as (base, _port, _proc):
+        yield base, wd
 
 
 def test_mlflow_ui_shows_the_sweep_its_trials_and_the_champion(ui_server, tmp_path):
