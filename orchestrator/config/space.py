@@ -7,18 +7,16 @@ import graphlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictInt, model_validator
 
 from orchestrator.errors import SpecError
-from orchestrator.records import ParamValue
+from orchestrator.records import Frozen, ParamValue
 
 Scalar = str | int | float | bool | None
 
 
-class Strict(BaseModel):
+class Strict(Frozen):
     """A frozen model that refuses unknown keys (every model of the experiment is one)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class ParamSpec(Strict):

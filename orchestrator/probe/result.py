@@ -12,23 +12,20 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from orchestrator.fsio import write_atomic
 from orchestrator.probe.settings import DEFAULTS_LABEL
 from orchestrator.probe.sizes import ProbeSize
 from orchestrator.probe.tuning import NcclChoice
+from orchestrator.records import Frozen
 
 Mode = Literal["graph", "eager"]
 Status = Literal["ok", "hang", "error"]
 PROBE_FILE = "probe.json"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ProbeRow(_Frozen):
+class ProbeRow(Frozen):
     """One all-reduce size under one NCCL setting, in one mode."""
 
     setting: str
@@ -47,7 +44,7 @@ class ProbeRow(_Frozen):
     reason: str = ""
 
 
-class SettingRecord(_Frozen):
+class SettingRecord(Frozen):
     """How probing one setting went as a whole."""
 
     setting: str
@@ -60,7 +57,7 @@ class SettingRecord(_Frozen):
     """How the environment was confirmed on every rank (what each rank's os.environ and NCCL said)."""
 
 
-class ProbeResult(_Frozen):
+class ProbeResult(Frozen):
     """A whole probe: where it ran, what it measured, what it cost."""
 
     experiment: str
@@ -111,7 +108,7 @@ def setting_score(rows: Iterable[ProbeRow], sizes: Iterable[ProbeSize]) -> float
     return statistics.fmean(values) if values else None
 
 
-class RankedSetting(_Frozen):
+class RankedSetting(Frozen):
     rank: int
     setting: str
     env: dict[str, str]

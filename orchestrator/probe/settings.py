@@ -20,10 +20,9 @@ import math
 import random
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict
-
 from orchestrator.config import knobs
 from orchestrator.config.experiment import Scalar, SweepSpec
+from orchestrator.records import Frozen
 
 DEFAULTS_LABEL = "NCCL defaults"
 DEFAULT_BUDGET = 48
@@ -32,10 +31,8 @@ at ~1 s per setting, see gpu.py)."""
 _NOT_TUNABLE = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"})
 
 
-class NcclSetting(BaseModel):
+class NcclSetting(Frozen):
     """One NCCL setting: the variables it sets (sorted by name; unset ones are absent)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     env: tuple[tuple[str, str], ...] = ()
 

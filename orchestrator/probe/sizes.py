@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from orchestrator.config.experiment import SweepSpec
+from orchestrator.records import Frozen
 
 SizeKind = Literal["decode", "verify", "prefill", "large"]
 MAX_VERIFY_TOKENS = 16
@@ -23,10 +22,8 @@ DEFAULT_PREFILL_CHUNK = 8192
 """SGLang's default --chunked-prefill-size on large GPUs (tokens)."""
 
 
-class ProbeSize(BaseModel):
+class ProbeSize(Frozen):
     """One message size: what it stands for and its bytes."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     label: str
     """decode, verify-<n>, prefill-<tokens>, large-<MiB>MiB."""

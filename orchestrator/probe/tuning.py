@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict
+from orchestrator.records import Frozen
 
 # NCCL's ncclAlgo/ncclProto enums (src/include/device.h), for the numeric form of the TUNING line.
 _ALGORITHMS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
@@ -29,10 +29,8 @@ _CHOICE = re.compile(r"^(?P<op>[A-Za-z]+): (?P<bytes>\d+) Bytes -> Algo (?P<algo
                      r"(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
 
 
-class NcclChoice(BaseModel):
+class NcclChoice(Frozen):
     """The algorithm, protocol and channel count NCCL chose for one collective call."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     algorithm: str
     """NCCL's name in upper case: RING, TREE, NVLS, ..."""

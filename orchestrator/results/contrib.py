@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
-from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import select, sequential
 
 Direction = Literal["maximize", "minimize"]
@@ -31,10 +29,8 @@ RUNNER_UP_DISTANCE = 2
 """A runner-up is from another region when at least this many knobs differ from the champion's."""
 
 
-class Interval(BaseModel):
+class Interval(Frozen):
     """A's gain over B from the rounds that measured both, with its two-sided interval."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     gain: float
     """Relative gain of A over B (positive = better whatever the direction)."""
@@ -54,11 +50,9 @@ class Interval(BaseModel):
         return figure if self.significant else f"{figure}, not significant"
 
 
-class Confirmed(BaseModel):
+class Confirmed(Frozen):
     """The figures a user reads: confirmed medians, rounds and interval, or the search-phase ones
     labelled unconfirmed when the gate was switched off (promotion.max_rounds: 0)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     label: Literal["confirmed", "unconfirmed"]
     metric: str
@@ -89,10 +83,8 @@ class Confirmed(BaseModel):
         return out
 
 
-class Contribution(BaseModel):
+class Contribution(Frozen):
     """One part's contribution: arm `a` against arm `b` in the same rounds."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     part: str
     """In the user's words: "NCCL settings", "EAGLE-3 on top", ..."""
@@ -104,10 +96,8 @@ class Contribution(BaseModel):
         return f"{self.part} {self.interval.text()}"
 
 
-class LevelGain(BaseModel):
+class LevelGain(Frozen):
     """The champion against the baseline at one concurrency level."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     concurrency: int
     interval: Interval

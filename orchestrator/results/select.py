@@ -11,9 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
-from orchestrator.records import Metrics, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.records import Frozen, Metrics, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.stats import as_array
 
 Direction = Literal["maximize", "minimize"]
@@ -146,10 +145,8 @@ def pick_champion(
     return best
 
 
-class GateResult(BaseModel):
+class GateResult(Frozen):
     """The promotion gate's decision, with the numbers behind it and the reason in words."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     passed: bool
     gain: float

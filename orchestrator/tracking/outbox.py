@@ -31,10 +31,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
 
 from orchestrator.fsio import write_atomic
-from orchestrator.records import TrialOutcome
+from orchestrator.records import Frozen, TrialOutcome
 from orchestrator.tracking import convert, runs
 from orchestrator.tracking._client import Store
 from orchestrator.tracking.outage import Failure, classify
@@ -50,9 +50,7 @@ _BACKOFF_FIRST_S = 30.0
 _BACKOFF_MAX_S = 600.0
 
 
-class _Entry(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class _Entry(Frozen):
     queued_at: str = ""
     """ISO-8601 UTC time the write was queued."""
     error: str = ""

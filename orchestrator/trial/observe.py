@@ -27,8 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from orchestrator.records import Frozen
 from orchestrator.redact import redact_env, redact_text
 from orchestrator.trial import procs
 from orchestrator.trial.allreduce import allreduce_path, plan_warnings
@@ -38,10 +39,6 @@ __all__ = ["RANK_WORKER_RULE", "STABLE_FIELDS", "EnvObservation", "NcclRankInfo"
            "observe_env", "parse_gpu_query", "parse_nccl_log", "plan_warnings", "rank_from_cmdline", "rank_workers",
            "snapshot_tree"]
 """allreduce_path and plan_warnings are allreduce.py's, re-exported: the observation reports the path."""
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,7 +118,7 @@ def rank_workers(server_pid: int, snapshots: Sequence[ProcessSnapshot]) -> list[
     return list(enumerate(fallback))
 
 
-class ProcessEnv(_Frozen):
+class ProcessEnv(Frozen):
     """What one process got of the requested environment."""
 
     pid: int
@@ -140,7 +137,7 @@ class ProcessEnv(_Frozen):
     """Every NCCL_* variable the process has, requested or not (SGLang sets some itself)."""
 
 
-class EnvObservation(_Frozen):
+class EnvObservation(Frozen):
     """Proof (or not) that the requested environment reached every rank worker."""
 
     server_pid: int
@@ -229,7 +226,7 @@ _NCCL_TUNING = re.compile(
     r"^(?P<op>[A-Za-z]+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\S+) proto (?P<proto>\S+)")
 
 
-class NcclRankInfo(_Frozen):
+class NcclRankInfo(Frozen):
     """What NCCL printed for one device: its version, the variables it took from the environment,
     and which algorithm/protocol it chose per collective."""
 
