@@ -204,6 +204,10 @@ class LoopbackCluster:
         for pid in left:
             with _quiet():
                 os.kill(pid, signal.SIGKILL)
+        # A killed process stays listed until the kernel has torn it down, which a loaded machine delays.
+        deadline = time.monotonic() + 15
+        while left and marked_processes(self.marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         return left
 
