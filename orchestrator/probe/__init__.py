@@ -8,7 +8,7 @@ over the settings within `keep_within` of the best (the NCCL defaults always kep
 Pieces:
     sizes.py      message sizes from the model profile and the experiment (decode, verify-n, prefill, large)
     settings.py   the NCCL dimensions of the space; `SettingSearch` (enumerate a small space, search a large one)
-    tuning.py     parser of NCCL's NCCL_DEBUG=INFO lines (version, "set by environment", TUNING choices)
+    (NCCL's NCCL_DEBUG=INFO lines are parsed by orchestrator/nccllog.py, shared with the trial's check)
     result.py     ProbeRow / SettingRecord / ProbeResult, probe.json (atomic), `rank_settings`
     simulated.py  `engine: simulator`: the hardware profile's NCCL model with seeded noise
     gpu.py        a GPU host: rank workers (_worker.py) forking one fresh process group per setting
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.config.experiment import SweepSpec
+from orchestrator.nccllog import NcclChoice, parse_nccl_log
 from orchestrator.probe.gpu import GpuHost, ProbeUnavailable, unavailable_reason
 from orchestrator.probe.result import (
     PROBE_FILE,
@@ -39,7 +40,6 @@ from orchestrator.probe.settings import DEFAULT_BUDGET, DEFAULTS_LABEL, NcclSett
 from orchestrator.probe.simulated import SimulatedHost
 from orchestrator.probe.sizes import ProbeSize
 from orchestrator.probe.tuner import TunerRule, parse_tuner_config, render_tuner_config, tuner_rules
-from orchestrator.probe.tuning import NcclChoice, parse_nccl_log
 
 __all__ = [
     "DEFAULTS_LABEL", "DEFAULT_BUDGET", "PROBE_FILE", "GpuHost", "NcclChoice", "NcclSetting", "ProbeProgress",

@@ -36,10 +36,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from orchestrator.nccllog import DeviceLog, choice_for, env_problems, parse_nccl_log, version_of
 from orchestrator.probe.result import Mode, ProbeRow, SettingRecord, Status
 from orchestrator.probe.settings import NcclSetting
 from orchestrator.probe.sizes import ProbeSize
-from orchestrator.probe.tuning import DeviceLog, choice_for, env_problems, parse_nccl_log, version_of
 
 _WORKER = Path(__file__).with_name("_worker.py")
 NCCL_LOGGING = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
@@ -227,7 +227,7 @@ class GpuHost:
             problems += [f"rank {r} has {k}={seen.get(k)!r}, requested {v!r}" for k, v in requested.items()
                          if seen.get(k) != v]
         if self.backend == "nccl":
-            problems += env_problems({k: v for k, v in requested.items() if k not in NCCL_LOGGING}, logs, self.tp)
+            problems += env_problems({k: v for k, v in requested.items() if k not in NCCL_LOGGING}, logs, range(self.tp))
         if hung:
             status, reason = "hang", f"not every rank finished within the {self.deadline_s:g} s deadline; killed"
         elif any(res is None or res.get("error") for res in results):

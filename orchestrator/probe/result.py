@@ -15,9 +15,9 @@ from typing import Literal
 from pydantic import Field
 
 from orchestrator.fsio import write_atomic
+from orchestrator.nccllog import NcclChoice
 from orchestrator.probe.settings import DEFAULTS_LABEL
 from orchestrator.probe.sizes import ProbeSize
-from orchestrator.probe.tuning import NcclChoice
 from orchestrator.records import Frozen
 
 Mode = Literal["graph", "eager"]

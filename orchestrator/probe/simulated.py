@@ -16,10 +16,10 @@ import time
 from collections.abc import Mapping, Sequence
 
 from orchestrator.config.experiment import FaultSpec, SweepSpec
+from orchestrator.nccllog import NcclChoice
 from orchestrator.probe.result import Mode, ProbeRow, SettingRecord, Status
 from orchestrator.probe.settings import NcclSetting
 from orchestrator.probe.sizes import ProbeSize
-from orchestrator.probe.tuning import NcclChoice
 from orchestrator.simulator import Faults, HardwareProfile, NcclSettings, load_hardware, nccl_all_reduce, parse_faults
 
 EAGER_NOISE_FACTOR = 3.0

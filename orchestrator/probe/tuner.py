@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import UserError
+from orchestrator.nccllog import NcclChoice
 from orchestrator.probe.result import PROBE_FILE, ProbeResult, ProbeRow, read_probe
-from orchestrator.probe.tuning import NcclChoice
 
 SIZE_MAX = (1 << 64) - 1
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")

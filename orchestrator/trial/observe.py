@@ -2,7 +2,7 @@
 all-reduce carried the decode/verify messages, and the host's fingerprint.
 
 Thin shells read the process tree (procs) and run nvidia-smi; everything they read goes through pure functions
-(evaluate_env, parse_nccl_log, check_env_applied, fingerprint_hash; allreduce.py's allreduce_path and
+(evaluate_env, check_env_applied, fingerprint_hash; nccllog's parse_nccl_log; allreduce.py's allreduce_path and
 plan_warnings) that the tests drive with text in the real formats.
 
 /proc/<pid>/environ shows the environment a process was exec'ed with. SGLang starts its scheduler
@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import Field
 
+from orchestrator.nccllog import NOT_ECHOED, DeviceLog, env_problems, parse_nccl_log, tuner_problems
 from orchestrator.records import Frozen
 from orchestrator.redact import redact_env, redact_text
 from orchestrator.trial import procs
@@ -38,7 +39,8 @@ __all__ = ["RANK_WORKER_RULE", "STABLE_FIELDS", "EnvObservation", "NcclRankInfo"
            "allreduce_path", "check_env_applied", "evaluate_env", "fingerprint", "fingerprint_diff", "fingerprint_hash",
            "observe_env", "parse_gpu_query", "parse_nccl_log", "plan_warnings", "rank_from_cmdline", "rank_workers",
            "snapshot_tree"]
-"""allreduce_path and plan_warnings are allreduce.py's, re-exported: the observation reports the path."""
+"""allreduce_path and plan_warnings are allreduce.py's, re-exported: the observation reports the path;
+parse_nccl_log is nccllog.py's (NCCL's line formats are documented there)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,102 +219,45 @@ def observe_env(server_pid: int, requested: Mapping[str, str], expected_ranks: i
 
 
 # ---------------------------------------------------------------------------------------------
-# NCCL's log (NCCL_DEBUG=INFO)
+# NCCL's own account (NCCL_DEBUG=INFO): nccllog.py parses it; here it is held against the request
 
-_NCCL_LINE = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL INFO (?P<msg>.*?)\s*$")
-_NCCL_SET = re.compile(r"^(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*)$")
-_NCCL_VERSION = re.compile(r"^NCCL version (?P<version>\S+)")
-_NCCL_TUNING = re.compile(
-    r"^(?P<op>[A-Za-z]+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\S+) proto (?P<proto>\S+)")
+NcclRankInfo = DeviceLog
+"""What NCCL printed for one device (nccllog.DeviceLog; the name the trial's callers know)."""
 
-
-class NcclRankInfo(Frozen):
-    """What NCCL printed for one device: its version, the variables it took from the environment,
-    and which algorithm/protocol it chose per collective."""
-
-    device: int
-    """NCCL's CUDA device index (the `[n]` of its log lines); the TP rank on a single host."""
-    hosts: tuple[str, ...] = ()
-    pids: tuple[int, ...] = ()
-    version: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    """`NCCL_X set by environment to V` lines: name -> V."""
-    collectives: dict[str, int] = Field(default_factory=dict)
-    """'AllReduce RING/LL' -> number of calls logged with that choice."""
-    max_bytes: dict[str, int] = Field(default_factory=dict)
-    """Largest message logged per choice, same keys as collectives."""
-
-
-def parse_nccl_log(text: str) -> dict[int, NcclRankInfo]:
-    """NCCL INFO lines of a log, grouped by device index (`host:pid:tid [dev] NCCL INFO ...`)."""
-    acc: dict[int, dict[str, Any]] = {}
-    for raw in text.splitlines():
-        m = _NCCL_LINE.search(raw)
-        if not m:
-            continue
-        dev = int(m.group("dev"))
-        info = acc.setdefault(dev, {"hosts": set(), "pids": set(), "version": None, "env": {},
-                                    "collectives": {}, "max_bytes": {}})
-        info["hosts"].add(m.group("host"))
-        info["pids"].add(int(m.group("pid")))
-        msg = m.group("msg")
-        if s := _NCCL_SET.match(msg):
-            value = s.group("value").strip()
-            # Numeric parameters are printed with a full stop ("... to 4.").
-            if value.endswith(".") and len(value) > 1:
-                value = value[:-1]
-            info["env"][s.group("name")] = value
-        elif v := _NCCL_VERSION.match(msg):
-            info["version"] = v.group("version")
-        elif t := _NCCL_TUNING.match(msg):
-            key = f"{t.group('op')} {t.group('algo')}/{t.group('proto')}"
-            info["collectives"][key] = info["collectives"].get(key, 0) + 1
-            info["max_bytes"][key] = max(info["max_bytes"].get(key, 0), int(t.group("bytes")))
-    return {
-        dev: NcclRankInfo(device=dev, hosts=tuple(sorted(i["hosts"])), pids=tuple(sorted(i["pids"])),
-                          version=i["version"], env=i["env"], collectives=i["collectives"],
-                          max_bytes=i["max_bytes"])
-        for dev, i in sorted(acc.items())
-    }
-
-
-# NCCL does not echo these as "set by environment", so their absence from its log proves nothing.
-_NCCL_SILENT = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+_TUNER_PLUGIN = "NCCL_TUNER_PLUGIN"
 
 
 def check_env_applied(
     requested: Mapping[str, str],
     observation: EnvObservation,
-    nccl_info: Mapping[int, NcclRankInfo] | None = None,
+    nccl_info: Mapping[int, DeviceLog] | None = None,
 ) -> tuple[bool, str]:
     """(ok, reason). Not ok (the trial is env_not_applied) when a requested variable is missing or
     different on any rank worker, or when NCCL's log shows it on some devices but not others or
-    with another value. A variable NCCL never mentions is not held against the trial."""
+    with another value. A variable NCCL never mentions is not held against the trial, with one
+    exception: a requested NCCL_TUNER_PLUGIN must show `TUNER/Plugin: Using <name>` on every rank
+    (nccllog.tuner_problems), since NCCL falls back to its internal tuner without an error."""
     requested = {k: str(v) for k, v in requested.items()}
     problems = list(observation.problems)
     confirmed = []
+    nccl_info = nccl_info or {}
     if nccl_info:
-        devices = sorted(nccl_info)
-        for name, want in requested.items():
-            if not name.startswith("NCCL_") or name in _NCCL_SILENT:
-                continue
-            seen = {d: nccl_info[d].env[name] for d in devices if name in nccl_info[d].env}
-            if not seen:
-                continue
-            lacking = [d for d in devices if d not in seen]
-            wrong = {d: v for d, v in seen.items() if v != want}
-            if lacking:
-                problems.append(f"NCCL did not report {name} on device(s) "
-                                f"{', '.join(map(str, lacking))} (reported on {', '.join(map(str, sorted(seen)))})")
-            for d, v in wrong.items():
-                problems.append(f"NCCL on device {d} took {name}={v!r}, requested {want!r}")
-            if not lacking and not wrong:
-                confirmed.append(name)
+        problems += env_problems(requested, nccl_info, nccl_info)
+        confirmed = [name for name in requested if name.startswith("NCCL_") and name not in NOT_ECHOED
+                     and all(name in log.env for log in nccl_info.values())
+                     and all(log.env[name] == requested[name] for log in nccl_info.values())]
+    plugin = requested.get(_TUNER_PLUGIN)
+    ranks = sorted(set(observation.workers.values())) or list(range(observation.expected_ranks))
+    if plugin and plugin.lower() != "none":
+        tuner = tuner_problems(plugin, nccl_info, sorted(set(ranks) | set(nccl_info)))
+        problems += tuner
+        if not tuner:
+            loaded = sorted({log.tuner.plugin for log in nccl_info.values() if log.tuner.plugin})
+            confirmed.append(f"the tuner plugin ({', '.join(loaded)})")
     if problems:
         return False, "environment not applied: " + "; ".join(problems)
-    ranks = len(observation.workers)
-    reason = (f"all {len(requested)} requested variable(s) reached all {ranks} rank worker(s)"
-              if requested else f"no variables requested; {ranks} rank worker(s) found")
+    reason = (f"all {len(requested)} requested variable(s) reached all {len(observation.workers)} rank worker(s)"
+              if requested else f"no variables requested; {len(observation.workers)} rank worker(s) found")
     if confirmed and nccl_info:
         reason += f"; NCCL confirmed {', '.join(confirmed)} on {len(nccl_info)} device(s)"
     return True, reason

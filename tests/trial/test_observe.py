@@ -241,18 +241,6 @@ vm:472:472 [1] NCCL INFO AllGather: 1048576 Bytes -> Algo RING proto SIMPLE chan
 """
 
 
-def test_parse_nccl_log_per_device():
-    info = parse_nccl_log(NCCL_LOG)
-    assert sorted(info) == [0, 1]
-    rank0 = info[0]
-    assert rank0.version == "2.28.9+cuda13.0"
-    assert rank0.env == {"NCCL_NVLS_ENABLE": "0", "NCCL_MAX_NCHANNELS": "4", "NCCL_PROTO": "LL"}
-    assert rank0.pids == (471,) and rank0.hosts == ("vm",)
-    assert rank0.collectives == {"AllReduce RING/LL": 2}
-    assert rank0.max_bytes == {"AllReduce RING/LL": 57344}
-    assert info[1].collectives == {"AllReduce RING/LL": 1, "AllGather RING/SIMPLE": 1}
-
-
 def ok_observation():
     return evaluate_env(1, [snap(1, ["python"], REQUESTED), snap(2, ["sglang::scheduler_TP0"], REQUESTED),
                             snap(3, ["sglang::scheduler_TP1"], REQUESTED)], REQUESTED, 2)

@@ -1,0 +1,235 @@
+"""What NCCL says it did: one pure parser of its NCCL_DEBUG=INFO lines, for a trial's ranks (trial.observe)
+and for the probe's (probe.gpu).
+
+NCCL prefixes every line with `host:pid:tid [device] NCCL INFO ` (torchrun may put `[default0]:` in front;
+the `host:pid:tid ` part may be missing). The messages read here, as NCCL 2.28 prints them:
+
+    NCCL version 2.28.9+cuda13.0                                          INIT
+    NCCL_PROTO set by environment to LL                                   ENV; NCCL_PARAM integers end in '.':
+    NCCL_MAX_NCHANNELS set by environment to 4.                             "4." is read as "4"
+    AllReduce: 14336 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}    TUNING, one per call; older NCCL
+                                                                            prints `Algo 1 proto 0` (enums)
+    TUNER/Plugin: Plugin name set by env to /opt/libnccl-tuner-example.so INIT|TUNING: NCCL_TUNER_PLUGIN opened
+    TUNER/Plugin: Using Example (v5)                                       INIT|TUNING: the plugin is the tuner
+    TUNER/Plugin: Could not find: <names>. Using internal tuner plugin.   INIT|TUNING: the library did not open
+    TUNER/ExamplePlugin: Loaded 8 tuning configurations from <file>        TUNING: ext-tuner/example read its rules
+
+Older NCCL (2.19-2.25) says `TUNER/Plugin: Using tuner plugin <name>` when the plugin loaded, and
+`Failed to find ncclTunerPlugin_v2 symbol, using internal tuner instead.` when the library opened but
+exports no tuner; 2.32 says `External tuner plugin <name> is unsupported`. All of them are read. NCCL
+does not echo NCCL_TUNER_PLUGIN / NCCL_TUNER_CONFIG_FILE as `set by environment` (2.28), so the
+TUNER/Plugin lines are the proof that a rule file is in use. Lines of other formats are ignored, so a
+whole server log can be given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import Field
+
+from orchestrator.records import Frozen
+
+__all__ = ["NOT_ECHOED", "DeviceLog", "NcclCall", "NcclChoice", "TunerLoad", "choice_for", "env_problems",
+           "parse_nccl_log", "tuner_problems", "version_of"]
+
+# NCCL's ncclAlgo/ncclProto enums (src/include/device.h), for the numeric form of the TUNING line.
+_ALGORITHMS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
+_PROTOCOLS = ("LL", "LL128", "SIMPLE")
+
+_LINE = re.compile(r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<device>\d+)\] NCCL INFO "
+                   r"(?P<message>.*?)\s*$")
+_VERSION = re.compile(r"^NCCL version (?P<version>\S+)")
+_SET = re.compile(r"^(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*)$")
+_CHOICE = re.compile(r"^(?P<op>[A-Za-z]+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\S+) proto (?P<proto>\S+)"
+                     r"(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
+_TUNER_OPENED = re.compile(r"^TUNER/Plugin: Plugin name set by env to (?P<path>.+)$")
+_TUNER_INTERNAL = re.compile(r"^TUNER/Plugin: (?:.*Using internal tuner plugin\.?|.*using internal tuner instead\.?)$")
+_TUNER_NOT_FOUND = re.compile(r"^TUNER/Plugin: Could not find:\s*(?P<names>.*?)(?:\. Using internal tuner plugin\.?)?$")
+_TUNER_USING = re.compile(r"^TUNER/Plugin: Using (?:tuner plugin (?P<old>.+)|(?P<name>.+?) \(v(?P<version>\d+)\))$")
+_TUNER_UNSUPPORTED = re.compile(r"^External tuner plugin (?P<name>.+) is unsupported$")
+_TUNER_RULES = re.compile(r"^TUNER/ExamplePlugin: Loaded (?P<n>\d+) tuning configurations from (?P<file>.+)$")
+
+NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TUNER_PLUGIN",
+                        "NCCL_TUNER_CONFIG_FILE"})
+"""Variables NCCL 2.28 does not echo as `... set by environment to ...`: their absence from its log proves
+nothing (the tuner plugin's are proven by the TUNER/Plugin lines instead, see tuner_problems)."""
+
+
+class NcclChoice(Frozen):
+    """The algorithm, protocol and channel count NCCL chose for one collective call."""
+
+    algorithm: str
+    """NCCL's name in upper case: RING, TREE, NVLS, ..."""
+    protocol: str
+    """LL, LL128 or SIMPLE."""
+    channels: int | None
+    """Channels used (Hi - Lo + 1); None when the line does not say."""
+
+
+class NcclCall(Frozen):
+    """The first TUNING line logged for one collective and message size."""
+
+    collective: str
+    """As NCCL names it: AllReduce, AllGather, ..."""
+    nbytes: int
+    choice: NcclChoice
+
+
+class TunerLoad(Frozen):
+    """What one device said about loading a tuner plugin (TUNER/Plugin lines)."""
+
+    opened: str | None = None
+    """The library NCCL opened for NCCL_TUNER_PLUGIN (`Plugin name set by env to ...`)."""
+    plugin: str | None = None
+    """The plugin NCCL uses as its tuner (`Using <name> (v<N>)`), with its interface version when given."""
+    not_found: str | None = None
+    """The names NCCL could not open (`Could not find: ...`)."""
+    internal: str | None = None
+    """The line saying NCCL fell back to its internal tuner, when one did."""
+    rules: str | None = None
+    """ext-tuner/example's `Loaded N tuning configurations from FILE`, as `N from FILE`."""
+
+
+class DeviceLog(Frozen):
+    """What NCCL printed for one device: its version, the variables it took from the environment, its
+    choice per collective call, and what it said about a tuner plugin."""
+
+    device: int
+    """NCCL's CUDA device index (the `[n]` of its lines); the TP rank on a single host."""
+    hosts: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
+    version: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    """`NCCL_X set by environment to V` lines: name -> V (an integer's trailing '.' removed)."""
+    collectives: dict[str, int] = Field(default_factory=dict)
+    """'AllReduce RING/LL' -> number of calls logged with that choice."""
+    max_bytes: dict[str, int] = Field(default_factory=dict)
+    """Largest message logged per choice, same keys as collectives."""
+    calls: tuple[NcclCall, ...] = ()
+    """The first choice logged per (collective, size), in log order (later calls of a size may differ)."""
+    tuner: TunerLoad = Field(default_factory=TunerLoad)
+
+
+def _name(token: str, names: tuple[str, ...]) -> str:
+    return names[int(token)] if token.isdigit() and int(token) < len(names) else token.upper()
+
+
+def _tuner_line(tuner: dict[str, str], message: str) -> bool:
+    """Record a TUNER/Plugin line in `tuner`; False when `message` is not one."""
+    if m := _TUNER_OPENED.match(message):
+        tuner.setdefault("opened", m["path"].strip())
+    elif _TUNER_INTERNAL.match(message):
+        tuner.setdefault("internal", message)
+        if n := _TUNER_NOT_FOUND.match(message):
+            tuner.setdefault("not_found", n["names"].strip())
+    elif m := _TUNER_NOT_FOUND.match(message):
+        tuner.setdefault("not_found", m["names"].strip())
+    elif m := _TUNER_USING.match(message):
+        tuner.setdefault("plugin", m["old"] or f"{m['name']} (v{m['version']})")
+    elif m := _TUNER_UNSUPPORTED.match(message):
+        tuner.setdefault("internal", message)
+    elif m := _TUNER_RULES.match(message):
+        tuner.setdefault("rules", f"{m['n']} from {m['file'].strip()}")
+    else:
+        return False
+    return True
+
+
+def parse_nccl_log(text: str) -> dict[int, DeviceLog]:
+    """Device -> what NCCL printed there, for every device that printed an NCCL INFO line."""
+    acc: dict[int, dict[str, Any]] = {}
+    for raw in text.splitlines():
+        m = _LINE.search(raw)
+        if not m:
+            continue
+        device, message = int(m["device"]), m["message"]
+        info = acc.setdefault(device, {"hosts": set(), "pids": set(), "version": None, "env": {}, "collectives": {},
+                                       "max_bytes": {}, "calls": {}, "tuner": {}})
+        if m["host"] is not None:
+            info["hosts"].add(m["host"])
+            info["pids"].add(int(m["pid"]))
+        if v := _VERSION.match(message):
+            info["version"] = info["version"] or v["version"]
+        elif s := _SET.match(message):
+            value = s["value"].strip()
+            if value.endswith(".") and value[:-1].lstrip("-").isdigit():
+                value = value[:-1]  # NCCL_PARAM integers are printed as "%lld."
+            info["env"][s["name"]] = value
+        elif c := _CHOICE.match(message):
+            choice = NcclChoice(algorithm=_name(c["algo"], _ALGORITHMS), protocol=_name(c["proto"], _PROTOCOLS),
+                                channels=int(c["hi"]) - int(c["lo"]) + 1 if c["lo"] is not None else None)
+            nbytes = int(c["bytes"])
+            key = f"{c['op']} {choice.algorithm}/{choice.protocol}"
+            info["collectives"][key] = info["collectives"].get(key, 0) + 1
+            info["max_bytes"][key] = max(info["max_bytes"].get(key, 0), nbytes)
+            info["calls"].setdefault((c["op"], nbytes), NcclCall(collective=c["op"], nbytes=nbytes, choice=choice))
+        else:
+            _tuner_line(info["tuner"], message)
+    return {
+        device: DeviceLog(device=device, hosts=tuple(sorted(i["hosts"])), pids=tuple(sorted(i["pids"])),
+                          version=i["version"], env=i["env"], collectives=i["collectives"], max_bytes=i["max_bytes"],
+                          calls=tuple(i["calls"].values()), tuner=TunerLoad(**i["tuner"]))
+        for device, i in sorted(acc.items())
+    }
+
+
+def version_of(logs: Mapping[int, DeviceLog]) -> str | None:
+    """The NCCL version the devices report (the first one found)."""
+    return next((log.version for log in logs.values() if log.version), None)
+
+
+def choice_for(logs: Mapping[int, DeviceLog], nbytes: int, collective: str = "AllReduce") -> NcclChoice | None:
+    """NCCL's choice for a call of `nbytes`, from the lowest device that logged one."""
+    for log in logs.values():
+        for call in log.calls:
+            if call.collective == collective and call.nbytes == nbytes:
+                return call.choice
+    return None
+
+
+def _devices(items: Iterable[int]) -> str:
+    return ", ".join(map(str, items))
+
+
+def env_problems(requested: Mapping[str, str], logs: Mapping[int, DeviceLog], devices: Iterable[int]) -> list[str]:
+    """Where NCCL's own lines contradict the requested NCCL variables: a variable NCCL echoed on some of
+    `devices` but not all, or with another value. A variable NCCL never mentions proves nothing."""
+    devices = sorted(devices)
+    problems = []
+    for name, want in requested.items():
+        if not name.startswith("NCCL_") or name in NOT_ECHOED:
+            continue
+        seen = {d: log.env[name] for d, log in sorted(logs.items()) if name in log.env}
+        if not seen:
+            continue
+        lacking = [d for d in devices if d not in seen]
+        if lacking:
+            problems.append(f"NCCL did not report {name} on device(s) {_devices(lacking)} "
+                            f"(reported on {_devices(sorted(seen))})")
+        problems += [f"NCCL on device {d} took {name}={v!r}, requested {str(want)!r}"
+                     for d, v in seen.items() if v != str(want)]
+    return problems
+
+
+def tuner_problems(plugin: str, logs: Mapping[int, DeviceLog], devices: Iterable[int]) -> list[str]:
+    """Why the tuner plugin `plugin` (NCCL_TUNER_PLUGIN) is not proven on each of `devices`: every one must
+    log `TUNER/Plugin: Using <name>` and no fallback to the internal tuner. One problem per device, naming
+    it and NCCL's reason."""
+    problems = []
+    for device in sorted(devices):
+        log = logs.get(device)
+        tuner = log.tuner if log else TunerLoad()
+        where = f"device {device}"
+        if tuner.internal or tuner.not_found:
+            why = (f"NCCL could not open {tuner.not_found}" if tuner.not_found
+                   else f"NCCL said {tuner.internal!r}")
+            used = f"used {tuner.plugin} instead" if tuner.plugin else "used its internal tuner"
+            problems.append(f"NCCL_TUNER_PLUGIN={plugin} was not loaded on {where}: {why} and {used}")
+        elif tuner.plugin is None:
+            problems.append(f"NCCL_TUNER_PLUGIN={plugin}: {where} logged no 'TUNER/Plugin: Using <name>' line "
+                            f"(NCCL_DEBUG=INFO with INIT or TUNING in NCCL_DEBUG_SUBSYS prints it), so nothing "
+                            f"proves the plugin loaded there")
+    return problems
