@@ -32,8 +32,8 @@ from pydantic import Field
 
 from orchestrator.records import Frozen
 
-__all__ = ["NOT_ECHOED", "DeviceLog", "NcclCall", "NcclChoice", "TunerLoad", "choice_for", "env_problems",
-           "parse_nccl_log", "tuner_problems", "version_of"]
+__all__ = ["NOT_ECHOED", "TUNER_MASKED", "DeviceLog", "NcclCall", "NcclChoice", "TunerLoad", "choice_for",
+           "env_problems", "parse_nccl_log", "tuner_masked", "tuner_problems", "version_of"]
 
 # NCCL's ncclAlgo/ncclProto enums (src/include/device.h), for the numeric form of the TUNING line.
 _ALGORITHMS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
@@ -56,6 +56,24 @@ NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "N
                         "NCCL_TUNER_CONFIG_FILE"})
 """Variables NCCL 2.28 does not echo as `... set by environment to ...`: their absence from its log proves
 nothing (the tuner plugin's are proven by the TUNER/Plugin lines instead, see tuner_problems)."""
+
+TUNER_MASKED = ("NCCL_ALGO", "NCCL_PROTO")
+"""Set beside NCCL_TUNER_PLUGIN, these mask the plugin: NCCL offers it only the algorithms/protocols they allow."""
+
+
+def tuner_masked(env: Mapping[str, str]) -> str | None:
+    """The one message for an environment that loads a tuner plugin and sets NCCL_ALGO / NCCL_PROTO too
+    (names: from the experiment's server.env or its space), or None."""
+    if not env.get("NCCL_TUNER_PLUGIN") or str(env["NCCL_TUNER_PLUGIN"]).lower() == "none":
+        return None
+    masking = [name for name in TUNER_MASKED if name in env]
+    if not masking:
+        return None
+    shown = ", ".join(f"{n}={env[n]}" if env[n] != "" else n for n in masking)
+    return (f"NCCL_TUNER_PLUGIN loads a tuner plugin, but {shown} {'is' if len(masking) == 1 else 'are'} set too: "
+            f"NCCL_ALGO / NCCL_PROTO mask the plugin (NCCL offers it only what they allow), so its rule file does "
+            f"not decide what runs; remove them from server.env and the space (sweep export --tuner-file leaves "
+            f"them out)")
 
 
 class NcclChoice(Frozen):

@@ -110,8 +110,11 @@ _KNOBS: tuple[Knob, ...] = (
 
 KNOBS: Mapping[str, Knob] = {k.name: k for k in _KNOBS}
 
-# Environment variables an experiment may set that are not tunables but are harmless and useful.
-PASSTHROUGH_ENV = frozenset({"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"})
+# Environment variables an experiment may set that are not tunables but are harmless and useful; the NCCL
+# tuner plugin's library and rule file (sweep export --format nccl-tuner) are paths, proven by NCCL's
+# TUNER/Plugin lines on every rank (trial.observe.check_env_applied).
+PASSTHROUGH_ENV = frozenset({"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
+                             "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"})
 
 # Variables an experiment must not set, with the reason (the value would not be what runs).
 _SET_ELSEWHERE = {

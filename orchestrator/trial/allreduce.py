@@ -8,6 +8,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from orchestrator.nccllog import tuner_masked
+
 
 def _flag_key(name: str) -> str:
     return name.lstrip("-").replace("-", "_").lower()
@@ -152,4 +154,6 @@ def plan_warnings(
                 f"--enable-deterministic-inference overwrites {', '.join(hit)} (NCCL_ALGO=allreduce:tree, "
                 f"NCCL_MIN_NCHANNELS=NCCL_MAX_NCHANNELS=8) and disables custom all-reduce: sweeping "
                 f"{'it' if len(hit) == 1 else 'them'} measures nothing.")
+    if masked := tuner_masked({**env, **{n: env.get(n, "") for n in names}}):
+        warnings.append(masked + ".")
     return warnings

@@ -327,6 +327,12 @@ WARN_CASES = [
     ("SGLang's own defaults", {"NCCL_GRAPH_REGISTER": "1", "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "1"},
      {"tp_size": 8, "disable_custom_all_reduce": True}, "nvlink",
      ["NCCL_CUMEM_ENABLE: SGLang sets it to 0", "NCCL_NVLS_ENABLE: SGLang sets it to 0", "NCCL_GRAPH_REGISTER: SGLang sets it to 0"]),
+    ("a tuner plugin alone", {"NCCL_TUNER_PLUGIN": "/opt/libnccl-tuner-example.so",
+                              "NCCL_TUNER_CONFIG_FILE": "/srv/rules.csv"}, {"tp_size": 8}, "pcie", []),
+    ("NCCL_PROTO masks the tuner plugin", {"NCCL_TUNER_PLUGIN": "/opt/libnccl-tuner-example.so", "NCCL_PROTO": "LL",
+                                           "NCCL_ALGO": "Ring"}, {"tp_size": 8}, "pcie",
+     ["NCCL_TUNER_PLUGIN loads a tuner plugin, but NCCL_ALGO=Ring, NCCL_PROTO=LL are set too: NCCL_ALGO / NCCL_PROTO "
+      "mask the plugin"]),
 ]
 
 
