@@ -145,3 +145,51 @@ def test_benchmark_client_python_refuses_control_characters(tmp_path: Path) -> N
     bad.write_text(text.replace("\nbenchmark:\n", '\nbenchmark:\n  client_python: "/usr/bin/py\\nthon"\n', 1))
     with pytest.raises(SpecError, match="client_python"):
         spec_mod.load(bad)
+
+
+# --- a trial that loads an nccl-tuner rule file ---------------------------------------------------
+
+RULES = """\
+# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks
+allreduce,0,65536,ring,ll,2,1,2
+allreduce,0,18446744073709551615,ring,simple,4,1,2
+"""
+
+
+def _tuner_demo(tmp_path: Path, plugin: Path) -> SweepSpec:
+    """The small demo whose server.env loads `plugin` with a rule file, validated as a user's YAML is."""
+    rules = tmp_path / "nccl-tuner.csv"
+    rules.write_text(RULES)
+    s = small_demo()
+    env = {**s.server.env, "NCCL_TUNER_PLUGIN": str(plugin), "NCCL_TUNER_CONFIG_FILE": str(rules),
+           "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
+    server = type(s.server).model_validate({**s.server.model_dump(), "env": env})
+    return s.model_copy(update={"server": server})
+
+
+def test_a_trial_that_loads_a_tuner_rule_file_is_proven_on_every_rank(tmp_path: Path) -> None:
+    plugin = tmp_path / "libnccl-tuner-example.so"
+    plugin.write_bytes(b"\x7fELF")  # the simulated NCCL opens any file there
+    s = _tuner_demo(tmp_path, plugin)
+    params = {**sp.baseline_params(s.space), "all_reduce_path": "nccl"}
+    spec = TrialSpec(number=8, params=params, trial_dir=str(tmp_path / "0008"), experiment=s)
+    outcome = run_trial(spec)
+    assert outcome.status is TrialStatus.COMPLETE, (outcome.reason, outcome.log_tail)
+    log = (tmp_path / "0008" / "server.log").read_text()
+    assert log.count("NCCL INFO TUNER/Plugin: Using Example (v5)") == 2
+    assert log.count("TUNER/ExamplePlugin: Loaded 2 tuning configurations from") == 2
+    assert "NCCL_TUNER_PLUGIN set by environment" not in log  # NCCL 2.28 does not echo it
+    # the simulated NCCL follows the rules: every all-reduce it logs is RING with the rule's protocol/channels
+    tuning = [line.split("NCCL INFO ", 1)[1] for line in log.splitlines() if "Bytes -> Algo" in line]
+    assert tuning and all(("proto LL channel{Lo..Hi}={0..1}" in t) == (int(t.split()[1]) <= 65536) for t in tuning)
+
+
+def test_a_tuner_plugin_that_does_not_load_is_env_not_applied_naming_the_rank_and_why(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such" / "libnccl-tuner-example.so"
+    s = _tuner_demo(tmp_path, missing)
+    spec = TrialSpec(number=9, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0009"), experiment=s)
+    outcome = run_trial(spec)
+    assert outcome.status is TrialStatus.FAILED and outcome.failure_kind == "env_not_applied", outcome.reason
+    for device in (0, 1):
+        assert (f"NCCL_TUNER_PLUGIN={missing} was not loaded on device {device}: NCCL could not open {missing} and "
+                f"used its internal tuner") in (outcome.reason or "")
