@@ -155,4 +155,4 @@ def env_rule(name: str) -> str | None:
     if name.startswith("SGLANG_"):
         return "not an SGLang variable this tool knows; remove it, or add it to orchestrator/knobs.py"
     return (f"not on the allow-list (the NCCL_* and SGLANG_* variables of orchestrator/knobs.py, "
-            f"{', '.join(sorted(PASSTHROUGH_ENV))}); remove it")
+            f"{', '.join(sorted(n for n in PASSTHROUGH_ENV if not n.startswith('NCCL_')))}); remove it")
