@@ -6,7 +6,11 @@ point costs no server start:
   2. top-k 1 forces draft tokens = steps + 1 (SGLang silently overrides any other value, so a
      sweep that varied draft tokens at top-k 1 would measure the same server under two names);
   3. draft tokens - 1 <= top-k + (steps - 1) * top-k^2 (torch.topk over the candidate tree
-     fails at CUDA-graph capture otherwise).
+     fails at CUDA-graph capture otherwise);
+  4. `speculative_adaptive` (SGLang 0.5.23 `--speculative-adaptive`: steps adapted at run time from
+     an EMA of the acceptance length) runs a chain: top-k 1, draft tokens = steps + 1, and steps, the
+     initial count, given and one of the adaptive config's candidate_steps (default 1, 3, 7);
+     SGLang refuses any other steps at resolution, and skips its automatic choice when adaptive.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.config.knobs import ADAPTIVE_CANDIDATE_STEPS
 from orchestrator.records import ParamValue
 
 EAGLE_KNOBS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
-RULE_KNOBS = ("speculative_algorithm", *EAGLE_KNOBS)
+RULE_KNOBS = ("speculative_algorithm", *EAGLE_KNOBS, "speculative_adaptive")
 """The knobs feasibility depends on; every other knob is free."""
 
 
@@ -29,6 +34,8 @@ class Rule(str, enum.Enum):
     all_or_none = "EAGLE needs steps, top-k and draft tokens all together or none"
     topk_one = "top-k 1 forces draft tokens = steps + 1"
     tree_capacity = "draft tokens - 1 <= topk + (steps - 1) * topk^2"
+    adaptive_chain = "speculative_adaptive runs a chain: top-k 1"
+    adaptive_steps = "speculative_adaptive needs steps in candidate_steps (1, 3, 7)"
 
 
 @dataclass(frozen=True)
@@ -59,10 +66,14 @@ def infeasible(params: Mapping[str, ParamValue]) -> Infeasible | None:
     params = effective(params)
     eagle = {k: params.get(k) for k in EAGLE_KNOBS}
     given = [k for k, v in eagle.items() if v is not None]
+    adaptive = bool(params.get("speculative_adaptive"))
     if params.get("speculative_algorithm") is None:
-        if given:
-            return Infeasible(Rule.without_algorithm, f"{', '.join(given)} set without speculative_algorithm")
+        if given or adaptive:
+            named = ", ".join(given + ["speculative_adaptive"] * adaptive)
+            return Infeasible(Rule.without_algorithm, f"{named} set without speculative_algorithm")
         return None
+    if adaptive and (problem := _adaptive(eagle)):
+        return problem
     if not given:
         return None  # SGLang chooses steps, top-k and draft tokens for the model itself
     if len(given) != 3:
@@ -77,4 +88,18 @@ def infeasible(params: Mapping[str, ParamValue]) -> Infeasible | None:
     if ndt - 1 > capacity:
         return Infeasible(Rule.tree_capacity, f"draft tokens - 1 <= topk + (steps - 1) * topk^2 must hold, but got "
                                               f"{ndt} - 1 > {topk} + {steps - 1}*{topk}^2 = {capacity}")
+    return None
+
+
+def _adaptive(eagle: Mapping[str, ParamValue]) -> Infeasible | None:
+    """Why SGLang refuses --speculative-adaptive with these EAGLE settings, or None."""
+    steps, topk = eagle["speculative_num_steps"], eagle["speculative_eagle_topk"]
+    candidates = ", ".join(map(str, ADAPTIVE_CANDIDATE_STEPS))
+    if topk is not None and int(topk) != 1:
+        return Infeasible(Rule.adaptive_chain, f"speculative_adaptive runs a chain (top-k 1, draft tokens = steps + 1), "
+                                               f"but got speculative_eagle_topk {topk}")
+    if steps is None or int(steps) not in ADAPTIVE_CANDIDATE_STEPS:
+        got = "none (SGLang skips its automatic choice when adaptive)" if steps is None else str(steps)
+        return Infeasible(Rule.adaptive_steps, f"speculative_adaptive starts at speculative_num_steps, which must be "
+                                               f"one of candidate_steps ({candidates}), but got {got}")
     return None

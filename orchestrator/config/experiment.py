@@ -183,8 +183,20 @@ class Bound(Strict):
 
 
 class ObjectiveSpec(Strict):
+    """What a trial is judged by, and at which load.
+
+    `concurrency`, when given, names the concurrent requests the objective is judged at (the load you
+    will serve): every search trial is benchmarked at that level (it becomes benchmark.concurrency,
+    with at least that many requests), the promotion gate decides on champion vs baseline at that
+    level, and the promotion.concurrency levels are reported beside it. A benchmark.concurrency that
+    names another level is refused (one number, one place); the same level twice is accepted.
+    """
+
     metric: MetricName = "decode_tok_s"
     direction: Literal["maximize", "minimize"] = "maximize"
+    concurrency: Annotated[int, Int(1, 4096)] | None = None
+    """Concurrent requests the objective is judged at, e.g. 32 with metric output_tok_s; None: the
+    benchmark's concurrency (default 1)."""
     constraints: dict[MetricName, Bound] = Field(default_factory=dict)
     """Trials outside these bounds are never champions, e.g. {itl_ms_p99: {max: 25}}."""
     secondary: MetricName | None = None
@@ -241,7 +253,9 @@ class PromotionSpec(Strict):
     defaults and the best runner-up from another region: each part's contribution."""
     concurrency: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = ()
     """Concurrent requests at which champion and baseline are also compared before promotion (the
-    load you will serve), e.g. [1, 8, 32]; empty: only benchmark.concurrency."""
+    load you will serve), e.g. [1, 8, 32]; empty: only the level the objective is judged at
+    (objective.concurrency, else benchmark.concurrency). With a speculating champion, each level also
+    compares --speculative-adaptive against the fixed step count (SGLang versions that have it)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -388,6 +402,30 @@ def _check_links(space: SearchSpace, origin: dict[str, str], where: str) -> None
 _SPECULATION_ONLY = ("accept_length", "accept_rate", "verify_ms")
 
 
+def _objective_load(spec: SweepSpec, where: str) -> SweepSpec:
+    """The experiment with benchmark.concurrency at the objective's level (see ObjectiveSpec)."""
+    level = spec.objective.concurrency
+    if level is None or level == spec.benchmark.concurrency and spec.benchmark.requests >= level:
+        return spec
+    if "concurrency" in spec.benchmark.model_fields_set and spec.benchmark.concurrency != level:
+        raise SpecError(f"{where}: benchmark.concurrency: {spec.benchmark.concurrency} conflicts with "
+                        f"objective.concurrency: {level}, the load the objective is judged at (the search "
+                        f"trials and the promotion gate run there); remove benchmark.concurrency, or set "
+                        f"objective.concurrency to {spec.benchmark.concurrency}")
+    bench = spec.benchmark.model_copy(update={"concurrency": level, "requests": max(spec.benchmark.requests, level)})
+    return spec.model_copy(update={"benchmark": bench})
+
+
+def _check_adaptive(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
+    param = spec.space.params.get("speculative_adaptive")
+    if param is None or spec.sglang_version in knobs.ADAPTIVE_VERSIONS or not any(param.values()):
+        return
+    raise SpecError(f"{origin['speculative_adaptive']}: params.speculative_adaptive: --speculative-adaptive is "
+                    f"known in sglang {', '.join(knobs.ADAPTIVE_VERSIONS)}, not in sglang_version "
+                    f"{spec.sglang_version} of {where}; remove the knob or set sglang_version: "
+                    f"\"{knobs.ADAPTIVE_VERSIONS[-1]}\"")
+
+
 def _check_objective(spec: SweepSpec, where: str) -> None:
     for field in ("metric", "secondary"):
         name = getattr(spec.objective, field)
@@ -494,5 +532,6 @@ def _load(path: Path) -> SweepSpec:
         except SpecError as exc:
             raise SpecError(f"{where}: sampler.kind: {exc}") from None
     _check_server(spec, origin, where)
+    _check_adaptive(spec, origin, where)
     _check_objective(spec, where)
-    return spec
+    return _objective_load(spec, where)

@@ -20,6 +20,10 @@ MANAGED_FLAGS: Mapping[str, str] = {
     "--speculative-num-steps": "the speculative_num_steps knob",
     "--speculative-eagle-topk": "the speculative_eagle_topk knob",
     "--speculative-num-draft-tokens": "the speculative_num_draft_tokens knob",
+    "--speculative-adaptive": "the speculative_adaptive knob (its rules are checked before each launch)",
+    "--speculative-adaptive-config": "SGLang's default adaptive config (candidate_steps 1, 3, 7, which the "
+                                     "sweep checks steps against before each launch; a custom file is not "
+                                     "supported)",
 }
 """Flag -> where its value comes from."""
 

@@ -98,6 +98,9 @@ _KNOBS: tuple[Knob, ...] = (
     Knob("speculative_num_steps", "flag", "int", "draft steps per cycle", low=1, high=16),
     Knob("speculative_eagle_topk", "flag", "int", "branching factor of the draft tree", low=1, high=16),
     Knob("speculative_num_draft_tokens", "flag", "int", "tokens verified per cycle", low=2, high=128),
+    Knob("speculative_adaptive", "flag", "bool",
+         "true: SGLang adapts the draft steps at run time from an EMA of the acceptance length, starting "
+         "at speculative_num_steps (one of candidate_steps 1, 3, 7), as a chain (top-k 1); false = not set"),
     Knob("speculative_attention_mode", "flag", "enum", "attention backend for verify/draft-extend",
          choices=("prefill", "decode")),
     Knob("all_reduce_path", "flag", "enum",
@@ -140,6 +143,14 @@ FLAG_NAMES: Mapping[str, FlagNames] = {
     "0.5.16": FlagNames("--cuda-graph-max-bs-decode", ("--disable-cuda-graph",)),
     "0.5.23": FlagNames("--cuda-graph-max-bs-decode", ("--cuda-graph-backend-decode", "disabled")),
 }
+
+ADAPTIVE_VERSIONS = ("0.5.23",)
+"""The SGLang versions known to have --speculative-adaptive (the 0.5.23 --help dump declares it)."""
+
+ADAPTIVE_CANDIDATE_STEPS = (1, 3, 7)
+"""SGLang 0.5.23's default `candidate_steps` for --speculative-adaptive (its adaptive config JSON):
+the step counts it switches between, and the only values --speculative-num-steps may take with it."""
+
 
 def env_rule(name: str) -> str | None:
     """Why an experiment may not set environment variable `name` (what is wrong and the fix), or None."""

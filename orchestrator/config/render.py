@@ -45,6 +45,7 @@ def tuned_flags(spec: SweepSpec, params: Mapping[str, ParamValue]) -> Flags:
             flags["--speculative-draft-model-path"] = spec.server.draft_model
         for knob in EAGLE_KNOBS:
             _put(flags, knob.replace("_", "-"), params.get(knob))
+        _put(flags, "speculative-adaptive", params.get("speculative_adaptive"))
         _put(flags, "speculative-attention-mode", params.get("speculative_attention_mode"))
     if params.get("all_reduce_path") == "nccl":
         flags["--disable-custom-all-reduce"] = True

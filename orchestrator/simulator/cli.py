@@ -17,6 +17,7 @@ is kept as the string given.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -252,7 +253,7 @@ class Resolved:
     args: dict[str, Any]
     log_warnings: tuple[str, ...] = ()
     error: str | None = None
-    """A traceback's last line (`AssertionError`), printed with a traceback, exit code 1."""
+    """A traceback's last line (`AssertionError`, `ValueError: ...`), printed with a traceback, exit code 1."""
     unsupported: str | None = None
     """What the simulator cannot model (not an SGLang error), exit code 1."""
 
@@ -275,6 +276,13 @@ def resolve(ns: argparse.Namespace) -> Resolved:
             f"speculative algorithm {algo} is not modelled by the simulator (EAGLE, EAGLE3 are)"))
     steps, topk, ndt = (args["speculative_num_steps"], args["speculative_eagle_topk"],
                         args["speculative_num_draft_tokens"])
+    if args.get("speculative_adaptive"):
+        # SGLang skips its automatic choice when adaptive: the initial steps must be a candidate, and
+        # the draft is a chain (draft tokens forced to steps + 1).
+        problem = _adaptive_problem(args, steps, topk)
+        if problem is not None:
+            return Resolved(args, tuple(warnings), **problem)
+        topk, ndt = 1, int(steps) + 1
     if steps is None:
         if topk is not None or ndt is not None:
             return Resolved(args, tuple(warnings), error="AssertionError")
@@ -293,6 +301,57 @@ def resolve(ns: argparse.Namespace) -> Resolved:
         warnings.append("Max running requests is reset to 48 for speculative decoding. You can override "
                         "this by explicitly setting --max-running-requests.")
     return Resolved(args, tuple(warnings))
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """--speculative-adaptive-config's JSON with SGLang 0.5.23's defaults for the keys it leaves out."""
+
+    ema_alpha: float = 0.2
+    update_interval: int = 5
+    warmup_batches: int = 10
+    down_hysteresis: float = 0.0
+    up_hysteresis: float = -0.25
+    candidate_steps: tuple[int, ...] = (1, 3, 7)
+
+
+def adaptive_config(path: str | None) -> AdaptiveConfig | str:
+    """The adaptive config at `path` (None: the defaults), or the error SGLang stops at reading it."""
+    if not path:
+        return AdaptiveConfig()
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as exc:
+        return f"{type(exc).__name__}: [Errno {exc.errno}] {exc.strerror}: {path!r}"
+    except ValueError as exc:
+        return f"json.decoder.JSONDecodeError: {exc}"
+    if not isinstance(data, dict):
+        return f"ValueError: the adaptive speculative config {path} must be a JSON object"
+    known = {f.name for f in dataclasses.fields(AdaptiveConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        return f"ValueError: unknown keys in the adaptive speculative config {path}: {', '.join(unknown)}"
+    steps = data.get("candidate_steps", [1, 3, 7])
+    if (not isinstance(steps, list) or not steps
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in steps)):
+        return f"ValueError: candidate_steps must be a non-empty list of positive integers, but got {steps!r}"
+    return dataclasses.replace(AdaptiveConfig(), **{**data, "candidate_steps": tuple(sorted(set(steps)))})
+
+
+def _adaptive_problem(args: Mapping[str, Any], steps: int | None, topk: int | None) -> dict[str, str] | None:
+    """Why SGLang 0.5.23 refuses --speculative-adaptive with these settings, as Resolved's error or
+    unsupported field, or None. The rules are SGLang's (reference INTERFACE.md 1.2); the wording ours."""
+    config = adaptive_config(args.get("speculative_adaptive_config"))
+    if isinstance(config, str):
+        return {"error": config}
+    if steps is None or steps not in config.candidate_steps:
+        return {"error": f"ValueError: speculative_num_steps={steps} must be one of candidate_steps "
+                         f"{list(config.candidate_steps)} with --speculative-adaptive"}
+    if topk is not None and topk != 1:
+        return {"unsupported": f"--speculative-adaptive with speculative_eagle_topk {topk}: adaptive speculation "
+                               f"runs a chain (top-k 1); the simulator models nothing else"}
+    return None
 
 
 def _partial_eagle(steps: int, topk: int | None, ndt: int | None) -> str | None:
@@ -360,6 +419,10 @@ def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[st
         "cuda_graph": graph,
         "cuda_graph_max_bs": max_bs,
     }
+    if args.get("speculative_adaptive") and args.get("speculative_algorithm") is not None:
+        config = adaptive_config(args.get("speculative_adaptive_config"))
+        if isinstance(config, AdaptiveConfig):
+            params.update(speculative_adaptive=True, speculative_adaptive_candidate_steps=config.candidate_steps)
     params.update({name: env.get(name) for name in NCCL_PARAM_NAMES})
     return params
 

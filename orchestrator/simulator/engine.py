@@ -17,6 +17,12 @@ jitter, and the host drift. Counters follow SGLang's definitions: accept length 
 forward (bonus included), accept rate = accepted drafts / (verify forwards * (draft tokens - 1)),
 lifetime averages updated at --decode-log-interval boundaries.
 
+With --speculative-adaptive each batch size runs the model's best candidate step count (see
+`model._adaptive_cycle`, the switching cost is an assumption stated there); the engine keeps an EMA of
+the acceptance length, as SGLang does, and logs SGLang's line whenever the step count changes:
+`Adaptive spec params updated: steps 3 -> 1 (ema_accept_len=2.41)`. Accept rates count each cycle's
+own draft tokens, since they change with the steps.
+
 The simulated tokenizer maps whitespace-separated words to token ids (one word, one token) and
 draws output words from a fixed vocabulary; the model never emits EOS, so a request runs to
 max_new_tokens.
@@ -76,6 +82,8 @@ class Request:
     cached_tokens: int = 0
     verify_ct: int = 0
     correct_drafts: int = 0
+    proposed_drafts: int = 0
+    """Draft tokens offered for verification (each cycle's draft tokens - 1: they vary when adaptive)."""
     accept_histogram: list[int] = field(default_factory=list)
     phase: float = 0.0
     """Where this request's low-discrepancy acceptance sequence starts."""
@@ -104,7 +112,7 @@ class Request:
             "e2e_latency": now - self.created,
         }
         if self.verify_ct > 0:
-            proposed = self.verify_ct * (draft_tokens - 1)
+            proposed = self.proposed_drafts or self.verify_ct * (draft_tokens - 1)
             meta.update(
                 spec_accept_rate=self.correct_drafts / proposed if proposed else 0.0,
                 spec_accept_length=len(self.output_ids) / self.verify_ct,
@@ -139,7 +147,7 @@ class Engine:
                  decode_log_interval: int, max_total_tokens: int, record_step_time: bool,
                  hang: bool, crash_after_tokens: int | None, topk_crash: bool,
                  hang_after_tokens: int | None = None,
-                 on_fatal: Callable[[str, str], None], watchdog_timeout_s: float):
+                 on_fatal: Callable[[str, str], None], watchdog_timeout_s: float, ema_alpha: float = 0.2):
         self.hw, self.model, self.cfg = hw, model, cfg
         self.log, self.metrics, self.timing = log, metrics, timing
         self.rng = random.Random(seed)
@@ -153,6 +161,10 @@ class Engine:
         self.topk_crash = topk_crash
         self.on_fatal = on_fatal
         self.watchdog_timeout_s = watchdog_timeout_s
+        self.ema_alpha = ema_alpha
+        self.steps_now = cfg.steps
+        """The draft steps running now (adaptive: the last candidate chosen; starts at the initial count)."""
+        self.ema_accept_len: float | None = None
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
         self._wake = asyncio.Event()
@@ -165,6 +177,7 @@ class Engine:
         self._win_forward_ct = 0
         self._win_accept_tokens = 0
         self._win_correct = 0
+        self._win_proposed = 0
         self._win_start = time.perf_counter()
         self.spec_total_accept_tokens = 0
         self.spec_total_forward_ct = 0
@@ -289,6 +302,7 @@ class Engine:
         await self._sleep_until(deadline)
         now = time.perf_counter()
         cfg = self.cfg
+        cycle_accepted = 0
         for req in list(self.running):
             if cfg.speculative:
                 u = (req.phase + req.verify_ct * _GOLDEN) % 1.0
@@ -300,6 +314,9 @@ class Engine:
                     accepted += 1
                 req.verify_ct += 1
                 req.correct_drafts += accepted
+                req.proposed_drafts += pred.draft_tokens - 1
+                self._win_proposed += pred.draft_tokens - 1
+                cycle_accepted += accepted + 1
                 if len(req.accept_histogram) <= accepted:
                     req.accept_histogram.extend([0] * (accepted + 1 - len(req.accept_histogram)))
                 req.accept_histogram[accepted] += 1
@@ -314,6 +331,8 @@ class Engine:
             if self._maybe_finish(req, now):
                 self.running.remove(req)
         self.cycles += 1
+        if cfg.adaptive and batch:
+            self._adapt(pred.steps, cycle_accepted / batch)
         if self.metrics:
             if cfg.speculative:
                 seconds = {"target_verify": (pred.verify_ms or 0.0) * factor / 1e3,
@@ -327,6 +346,15 @@ class Engine:
         if self.crash_after_tokens is not None and self.user_tokens >= self.crash_after_tokens:
             self.on_fatal(*failures.cuda_illegal_access())
         return deadline
+
+    def _adapt(self, steps: int, accept_len: float) -> None:
+        """SGLang's adaptive speculation: the EMA of the acceptance length, and its line on a change."""
+        ema = self.ema_accept_len
+        self.ema_accept_len = accept_len if ema is None else self.ema_alpha * accept_len + (1 - self.ema_alpha) * ema
+        if steps != self.steps_now:
+            self.log.scheduler(f"Adaptive spec params updated: steps {self.steps_now} -> {steps} "
+                               f"(ema_accept_len={self.ema_accept_len:.2f})")
+            self.steps_now = steps
 
     def _next_token(self) -> int:
         return 1000 + self.rng.randrange(len(_WORDS))
@@ -376,7 +404,7 @@ class Engine:
         accept_len = accept_rate = None
         if self.cfg.speculative and self._win_forward_ct:
             accept_len = self._win_accept_tokens / self._win_forward_ct
-            accept_rate = self._win_correct / (self._win_forward_ct * (self.cfg.draft_tokens - 1))
+            accept_rate = self._win_correct / max(self._win_proposed, 1)
             msg += f"accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, "
             self.spec_total_accept_tokens += self._win_accept_tokens
             self.spec_total_forward_ct += self._win_forward_ct
@@ -390,6 +418,7 @@ class Engine:
                                 token_usage=usage, gen_throughput=self.last_gen_throughput, cuda_graph=cuda_graph,
                                 accept_length=accept_len, accept_rate=accept_rate)
         self._win_tokens = self._win_forward_ct = self._win_accept_tokens = self._win_correct = 0
+        self._win_proposed = 0
         self._win_start = now
 
     async def _hang(self, batch: list[Request]) -> None:

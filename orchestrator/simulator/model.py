@@ -48,6 +48,15 @@ SGLang's custom all-reduce (NVLink hosts, `--disable-custom-all-reduce` not give
 its workspace) replaces NCCL for decode/verify messages: T = launch + base_us + B / bandwidth; the
 NCCL variables then do not touch those messages.
 
+Adaptive speculation (SGLang 0.5.23 `--speculative-adaptive`: the draft steps move at run time
+between the adaptive config's candidate_steps, default 1, 3, 7, from an EMA of the acceptance
+length; always a chain, top-k 1 and steps + 1 draft tokens). ASSUMPTION, not a measurement: at
+each batch size it runs as the best fixed chain among candidate_steps, with every cycle
+ADAPTIVE_SWITCH_COST (3%) slower: the EMA's lag behind the load (it decides on past batches, and
+holds back by its hysteresis), warm-up batches at the initial count, and one CUDA graph set per
+candidate step count competing for memory and capture. So adaptive can beat one fixed count across
+loads (3 steps at 1 stream, 1 step at 8 or more on H200) but never the best fixed count of a load.
+
 Acceptance (per drafter, from the model profile): a draft at depth d is accepted with probability
 a(c_d) = 1 - (1 - p) * c_d^(-width_exponent), where c_d is how many of the n-1 draft tokens the
 tree spends on depth d (at most top-k). Tokens go one per depth first, then to whichever depth
@@ -57,6 +66,7 @@ accept rate = (accept_length - 1) / (n - 1), SGLang's 0.5.23 definition.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterable, Mapping
@@ -72,6 +82,11 @@ NCCL_PARAM_NAMES = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS", "NCCL_MIN_N
 _NCCL_STEPS = 8  # NCCL splits a channel's buffer into 8 pipeline slots
 _SHM_STAGING_BYTES = 4 << 20
 _PIPELINE_OVERLAP = 0.25  # each further chunk of a pipelined message adds a quarter of a ring step
+ADAPTIVE_SWITCH_COST = 0.03
+"""Fraction by which adaptive speculation's cycle is slower than the best fixed candidate's (an
+assumption, see the module docstring: EMA lag, warm-up at the initial count, a graph set per count)."""
+ADAPTIVE_CANDIDATE_STEPS = (1, 3, 7)
+"""SGLang 0.5.23's default candidate_steps of --speculative-adaptive."""
 
 
 # --------------------------------------------------------------------------------------- profiles
@@ -412,6 +427,9 @@ class Config:
     cuda_graph_max_bs: int | None
     attention_mode: str
     nccl: NcclSettings
+    adaptive: bool = False
+    """--speculative-adaptive: `steps` is the initial count, each batch runs the best of `candidate_steps`."""
+    candidate_steps: tuple[int, ...] = ()
 
 
 def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, *, tp: int | None = None) -> Config | str:
@@ -420,7 +438,8 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
     `params` uses the orchestrator's knob names: NCCL_* variables, speculative_algorithm,
     speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens,
     speculative_attention_mode, all_reduce_path ('custom'|'nccl'), cuda_graph (default True),
-    cuda_graph_max_bs, and optionally tp (default: every GPU of the hardware profile).
+    cuda_graph_max_bs, speculative_adaptive (with speculative_adaptive_candidate_steps, default
+    1, 3, 7), and optionally tp (default: every GPU of the hardware profile).
     """
     tp = int(tp or params.get("tp") or hw.gpus)
     if tp > hw.gpus:
@@ -432,6 +451,15 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
     steps, topk, ndt = (params.get(k) for k in
                         ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"))
     drafter = ""
+    adaptive = algo is not None and bool(params.get("speculative_adaptive"))
+    candidates = tuple(params.get("speculative_adaptive_candidate_steps") or ADAPTIVE_CANDIDATE_STEPS)
+    if adaptive:
+        if topk is not None and int(topk) != 1:
+            return f"speculative_adaptive runs a chain (top-k 1), but got speculative_eagle_topk {topk}"
+        if steps is None or int(steps) not in candidates:
+            return (f"ValueError: speculative_num_steps={steps} must be one of candidate_steps "
+                    f"{list(candidates)} with --speculative-adaptive")
+        topk = 1
     if algo is not None:
         drafter = algo.lower()
         if drafter not in model.drafters:
@@ -460,7 +488,7 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
         cuda_graph=True if graph is None else bool(graph),
         cuda_graph_max_bs=None if max_bs is None else int(max_bs),
         attention_mode=str(params.get("speculative_attention_mode") or "prefill"),
-        nccl=nccl,
+        nccl=nccl, adaptive=adaptive, candidate_steps=candidates if adaptive else (),
     )
 
 
@@ -493,6 +521,9 @@ class Prediction:
     cuda_graph: bool = True
     per_depth_acceptance: tuple[float, ...] = ()
     failure: str | None = None
+    steps: int = 0
+    """Draft steps this cycle runs (with adaptive speculation: the candidate chosen for this batch)."""
+    draft_tokens: int = 0
 
     @property
     def ok(self) -> bool:
@@ -532,6 +563,8 @@ def prefill_ms(hw: HardwareProfile, model: ModelProfile, cfg: Config, new_tokens
 def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> Prediction:
     """Timing and acceptance of one decode iteration of `batch` running requests."""
     batch = max(1, batch)
+    if cfg.adaptive:
+        return _adaptive_cycle(hw, model, cfg, batch)
     graph = cfg.cuda_graph and batch <= (cfg.cuda_graph_max_bs or hw.default_cuda_graph_max_bs)
     custom = not cfg.custom_all_reduce_disabled
     token_bytes = model.hidden_size * model.dtype_bytes
@@ -567,12 +600,24 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
         accept_length=accept, accept_rate=(accept - 1.0) / (cfg.draft_tokens - 1),
         verify_ms=verify, draft_ms=cfg.steps * draft_step, draft_step_ms=draft_step, draft_extend_ms=draft_extend,
         allreduce_us=ar_v.us, ar_path=ar_v.path, nccl_algorithm=ar_v.algorithm, nccl_protocol=ar_v.protocol,
-        nccl_channels=ar_v.channels, cuda_graph=graph, per_depth_acceptance=per_depth)
+        nccl_channels=ar_v.channels, cuda_graph=graph, per_depth_acceptance=per_depth, steps=cfg.steps,
+        draft_tokens=cfg.draft_tokens)
+
+
+def _adaptive_cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> Prediction:
+    """Adaptive speculation at `batch`: the best fixed chain among the candidates, ADAPTIVE_SWITCH_COST slower."""
+    fixed = [cycle(hw, model, dataclasses.replace(cfg, adaptive=False, steps=s, topk=1, draft_tokens=s + 1), batch)
+             for s in cfg.candidate_steps]
+    best = max(fixed, key=lambda p: p.output_tok_s)
+    slower = 1.0 + ADAPTIVE_SWITCH_COST
+    return dataclasses.replace(best, cycle_ms=best.cycle_ms * slower, decode_tok_s=best.decode_tok_s / slower,
+                               output_tok_s=best.output_tok_s / slower)
 
 
 _RESOLVE_KEYS = ("tp", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                  "speculative_num_draft_tokens", "speculative_attention_mode", "all_reduce_path", "cuda_graph",
-                 "cuda_graph_max_bs", *NCCL_PARAM_NAMES)
+                 "cuda_graph_max_bs", "speculative_adaptive", "speculative_adaptive_candidate_steps",
+                 *NCCL_PARAM_NAMES)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -590,7 +635,7 @@ def evaluate(params: Mapping[str, Any], hardware: HardwareProfile, model: ModelP
     A configuration SGLang or NCCL would refuse comes back with `failure` set and zero speed.
     Keys other than the knobs `resolve` reads are ignored.
     """
-    key = tuple(params.get(k) for k in _RESOLVE_KEYS)
+    key = tuple(tuple(v) if isinstance(v := params.get(k), list) else v for k in _RESOLVE_KEYS)
     return _evaluate(hardware, model, key, concurrency)
 
 

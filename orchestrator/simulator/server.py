@@ -174,7 +174,9 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
         record_step_time=os.environ.get("SGLANG_RECORD_STEP_TIME") == "1",
         hang=sim.faults.hangs(server_env), crash_after_tokens=sim.faults.crash_after_tokens,
         hang_after_tokens=sim.faults.hang_after_tokens,
-        topk_crash=topk_crash, on_fatal=proc.fatal, watchdog_timeout_s=float(args.get("watchdog_timeout") or 300))
+        topk_crash=topk_crash, on_fatal=proc.fatal, watchdog_timeout_s=float(args.get("watchdog_timeout") or 300),
+        ema_alpha=adaptive.ema_alpha if isinstance(adaptive := cli.adaptive_config(
+            args.get("speculative_adaptive_config")), cli.AdaptiveConfig) else 0.2)
     state = api.ServerState(
         args=args, served_model_name=served, draft_tokens=cfg.draft_tokens, log=log, metrics=metrics,
         env=server_env, engine=eng, launch_command=shlex.join([sys.executable, "-m", "orchestrator.simulator", *argv]),
@@ -236,6 +238,18 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
     return 0
 
 
+def _resolution_error(last_line: str) -> str:
+    """A traceback of `resolve_once()` stopping at a speculative-decoding rule, ending in `last_line`."""
+    return "\n".join([
+        "Traceback (most recent call last):",
+        '  File "sglang/launch_server.py", line 32, in <module>',
+        "    run_server(server_args)",
+        '  File "sglang/srt/entrypoints/engine.py", line 842, in _launch_subprocesses',
+        "    server_args.resolve_once()",
+        '  File "sglang/srt/arg_groups/speculative_hook.py", in _handle_eagle_family',
+        last_line])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ns, sim = cli.parse(argv, os.environ)
@@ -244,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = {k: ("***" if k in ("api_key", "admin_api_key") and v else v) for k, v in resolved.args.items()}
     log.main("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")")
     if resolved.error:
-        log.raw(failures.resolution_assertion())
+        log.raw(failures.resolution_assertion() if resolved.error == "AssertionError"
+                else _resolution_error(resolved.error))
         return 1
     if resolved.unsupported:
         log.main(resolved.unsupported, level=40)

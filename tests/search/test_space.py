@@ -154,7 +154,8 @@ def test_census_names_each_rule() -> None:
 def test_demo_census_is_consistent() -> None:
     s = spec_mod.load(ROOT / "experiments" / "demo.yaml")
     total, feasible, reasons = sp.census(s.space)
-    eagle_params = {n: p for n, p in s.space.params.items() if n == "speculative_algorithm" or n in EAGLE}
+    eagle_params = {n: p for n, p in s.space.params.items()
+                    if n in ("speculative_algorithm", "speculative_adaptive") or n in EAGLE}
     eagle_points = brute_force(_space({n: p.model_dump() for n, p in eagle_params.items()}))
     others = 1
     for n, p in s.space.params.items():

@@ -1,0 +1,184 @@
+"""Issue 10's last two knobs of the load you will serve: `speculative_adaptive` (SGLang 0.5.23's
+--speculative-adaptive) checked before launch, and an objective that names the concurrency it is judged at."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.config import eagle, render
+from orchestrator.config import experiment as spec_mod
+from orchestrator.search import space as sp
+from orchestrator.simulator import params_from_launch
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "experiments" / "demo.yaml"
+
+
+def _experiment(tmp_path: Path, change: dict[str, Any], space: dict[str, Any] | None = None) -> Path:
+    """The demo experiment with `change` merged in (one level deep), the shipped spaces beside it."""
+    shutil.copytree(ROOT / "search_spaces", tmp_path / "search_spaces", dirs_exist_ok=True)
+    (tmp_path / "experiments").mkdir(exist_ok=True)
+    data = copy.deepcopy(yaml.safe_load(DEMO.read_text()))
+    for key, value in change.items():
+        if value is None:
+            data.pop(key, None)
+        elif isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    if space is not None:
+        (tmp_path / "search_spaces" / "extra.yaml").write_text(yaml.safe_dump(space))
+        data["search_space"] = ["../search_spaces/extra.yaml"]
+    exp = tmp_path / "experiments" / "exp.yaml"
+    exp.write_text(yaml.safe_dump(data, sort_keys=False))
+    return exp
+
+
+def _validate(exp: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["validate", str(exp)])
+    return result.exit_code, result.stderr
+
+
+# ------------------------------------------------------------------ speculative_adaptive: the rules
+
+def _point(steps: int | None, topk: int | None, ndt: int | None, algo: str | None = "EAGLE3") -> dict[str, Any]:
+    return {"speculative_algorithm": algo, "speculative_num_steps": steps, "speculative_eagle_topk": topk,
+            "speculative_num_draft_tokens": ndt, "speculative_adaptive": True}
+
+
+@pytest.mark.parametrize("point,why", [
+    (_point(3, 1, None), None),
+    (_point(1, 1, 2), None),
+    (_point(3, 1, 4), None),
+    (_point(2, 1, None), "must be one of candidate_steps (1, 3, 7), but got 2"),
+    (_point(6, 1, 7), "must be one of candidate_steps (1, 3, 7), but got 6"),
+    (_point(None, None, None), "but got none (SGLang skips its automatic choice when adaptive)"),
+    (_point(3, 2, 4), "runs a chain (top-k 1, draft tokens = steps + 1), but got speculative_eagle_topk 2"),
+    (_point(3, 1, 8), "top-k 1 forces draft tokens = steps + 1 = 4, but got 8"),
+    (_point(None, None, None, algo=None), "speculative_adaptive set without speculative_algorithm"),
+])
+def test_adaptive_points_sglang_refuses_are_infeasible(point, why):
+    problem = eagle.infeasible(point)
+    if why is None:
+        assert problem is None
+    else:
+        assert problem is not None and why in problem.detail
+
+
+def test_every_adaptive_point_the_rules_let_through_the_simulator_runs():
+    """The same rule on both sides: what the orchestrator launches, the simulator's SGLang resolves."""
+    spec = spec_mod.load(DEMO)
+    for steps in range(1, 8):
+        params = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": steps, "speculative_eagle_topk": 1,
+                  "speculative_adaptive": True}
+        argv = render.flag_args(render.launch_flags(spec, params, port=31000))
+        if eagle.infeasible(params) is None:
+            assert params_from_launch(argv, {})["speculative_adaptive"] is True
+        else:
+            with pytest.raises(ValueError, match="candidate_steps"):
+                params_from_launch(argv, {})
+
+
+def test_adaptive_renders_the_switch_and_a_chain():
+    spec = spec_mod.load(DEMO)
+    flags = render.tuned_flags(spec, {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+                                      "speculative_eagle_topk": 1, "speculative_adaptive": True})
+    assert flags["--speculative-adaptive"] is True
+    assert (flags["--speculative-num-steps"], flags["--speculative-eagle-topk"],
+            flags["--speculative-num-draft-tokens"]) == ("3", "1", "4")
+    plain = render.tuned_flags(spec, {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+                                      "speculative_eagle_topk": 1, "speculative_adaptive": None})
+    assert "--speculative-adaptive" not in plain
+
+
+def test_the_shipped_space_only_offers_adaptive_where_sglang_runs_it():
+    spec = spec_mod.load(DEMO)
+    total, feasible, reasons = sp.census(spec.space)
+    assert not any("adaptive" in r for r in reasons)
+    adaptive = spec.space.params["speculative_adaptive"]
+    assert adaptive.when == {"speculative_eagle_topk": 1, "speculative_num_steps": [1, 3]}
+
+
+# ------------------------------------------------------------------ speculative_adaptive: validation
+
+@pytest.mark.parametrize("change,message", [
+    ({"server": {"flags": {"speculative-adaptive": True}}},
+     "{exp}: server.flags.speculative-adaptive: set by the sweep itself from the speculative_adaptive knob (its "
+     "rules are checked before each launch); remove it from server.flags"),
+    ({"server": {"flags": {"speculative-adaptive-config": "/etc/adaptive.json"}}},
+     "{exp}: server.flags.speculative-adaptive-config: set by the sweep itself from SGLang's default adaptive "
+     "config (candidate_steps 1, 3, 7, which the sweep checks steps against before each launch; a custom file is "
+     "not supported); remove it from server.flags"),
+    ({"sglang_version": "0.5.16"},
+     "{spaces}/eagle3.yaml: params.speculative_adaptive: --speculative-adaptive is known in sglang 0.5.23, not in "
+     "sglang_version 0.5.16 of {exp}; remove the knob or set sglang_version: \"0.5.23\""),
+])
+def test_adaptive_mistakes_get_one_clear_message(tmp_path: Path, change, message):
+    exp = _experiment(tmp_path, change)
+    code, err = _validate(exp)
+    expected = message.format(exp=exp, spaces=tmp_path / "search_spaces")
+    assert (code, err) == (2, f"error: {expected}\n")
+
+
+def test_adaptive_as_a_plain_bool_outside_the_eagle_space_needs_its_rules(tmp_path: Path):
+    """A space may offer the knob on its own: points without speculation are then infeasible, not launched."""
+    exp = _experiment(tmp_path, {}, space={"name": "x", "params": {
+        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+        "speculative_num_steps": {"choices": [2, 3], "when": {"speculative_algorithm": "EAGLE3"}},
+        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+        "speculative_adaptive": {"choices": [None, True]}}})
+    total, feasible, reasons = sp.census(spec_mod.load(exp).space)
+    assert reasons == {"EAGLE knobs set without speculative_algorithm": 1,
+                       "speculative_adaptive needs steps in candidate_steps (1, 3, 7)": 1}
+    assert (total, feasible) == (6, 4)
+
+
+# ------------------------------------------------------------------ objective.concurrency
+
+def test_the_objective_level_is_where_the_search_benchmarks(tmp_path: Path):
+    exp = _experiment(tmp_path, {"objective": {"metric": "output_tok_s", "concurrency": 32}})
+    spec = spec_mod.load(exp)
+    assert spec.objective.concurrency == 32
+    assert spec.benchmark.concurrency == 32
+    assert spec.benchmark.requests == 32  # at least one request per stream, or the level is never reached
+
+
+def test_the_same_level_in_both_places_is_accepted(tmp_path: Path):
+    exp = _experiment(tmp_path, {"objective": {"concurrency": 8}, "benchmark": {"concurrency": 8, "requests": 40}})
+    spec = spec_mod.load(exp)
+    assert (spec.benchmark.concurrency, spec.benchmark.requests) == (8, 40)
+
+
+def test_without_an_objective_level_the_benchmark_level_stands(tmp_path: Path):
+    exp = _experiment(tmp_path, {"objective": {"concurrency": None}, "benchmark": {"concurrency": 4}})
+    spec = spec_mod.load(exp)
+    assert (spec.objective.concurrency, spec.benchmark.concurrency) == (None, 4)
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"objective": {"concurrency": 32}, "benchmark": {"concurrency": 1}},
+     "{exp}: benchmark.concurrency: 1 conflicts with objective.concurrency: 32, the load the objective is judged "
+     "at (the search trials and the promotion gate run there); remove benchmark.concurrency, or set "
+     "objective.concurrency to 1"),
+    ({"objective": {"concurrency": 0}},
+     "{exp}: objective.concurrency: must be >= 1, but got 0"),
+])
+def test_objective_level_mistakes_get_one_clear_message(tmp_path: Path, change, message):
+    exp = _experiment(tmp_path, change)
+    code, err = _validate(exp)
+    assert code == 2
+    assert err.startswith(f"error: {message.format(exp=exp)}"), err
+
+
+def test_the_shipped_experiments_name_their_level():
+    assert spec_mod.load(DEMO).objective.concurrency == 1
+    kimi = spec_mod.load(ROOT / "experiments" / "kimi-k2.5-tp8.yaml")
+    assert (kimi.objective.metric, kimi.objective.concurrency, kimi.benchmark.concurrency) == ("output_tok_s", 32, 32)
