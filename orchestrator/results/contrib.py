@@ -3,7 +3,9 @@ parts and its gain per concurrency level, each with its interval, from the inter
 
 The confirmation measures, in the same rounds as the champion and the baseline, the champion with
 speculation off (its NCCL settings kept), its speculation with NCCL at defaults, and the best
-runner-up from another region. Comparing arms measured in the same rounds pairs them in time, so a
+runner-up from another region; and, for a speculating champion at each promotion.concurrency level,
+its speculation with SGLang's --speculative-adaptive against a fixed step count (whichever of the two
+the champion is not). Comparing arms measured in the same rounds pairs them in time, so a
 host drifting during the night cancels out (as in `results.sequential`).
 
 Pure: numbers and parameters in, figures and sentences out. The driver owns the measuring.
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from orchestrator.config.knobs import ADAPTIVE_CANDIDATE_STEPS
 from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import select, sequential
 
@@ -96,11 +99,29 @@ class Contribution(Frozen):
         return f"{self.part} {self.interval.text()}"
 
 
+class StepsGain(Frozen):
+    """Adaptive speculation (--speculative-adaptive) against a fixed step count at one level."""
+
+    fixed: str
+    """The fixed side in words, e.g. "fixed 3 steps"."""
+    interval: Interval
+    """Adaptive's gain over the fixed count (positive: adaptive is better)."""
+
+    def text(self, concurrency: int) -> str:
+        iv = self.interval
+        who = ("adaptive wins" if iv.low > 0.0 else f"{self.fixed} wins" if iv.high < 0.0
+               else "no significant difference")
+        streams = "stream" if concurrency == 1 else "streams"
+        return f"x{1 + iv.gain:.2f} [x{1 + iv.low:.2f}, x{1 + iv.high:.2f}] at {concurrency} {streams} ({who})"
+
+
 class LevelGain(Frozen):
     """The champion against the baseline at one concurrency level."""
 
     concurrency: int
     interval: Interval
+    steps: StepsGain | None = None
+    """With a speculating champion: adaptive against fixed steps at this level, when measured."""
 
     def text(self) -> str:
         return f"at concurrency {self.concurrency}: {self.interval.text()}"
@@ -219,14 +240,73 @@ def simpler_choice(values: Mapping[str, Mapping[int, float]], contribs: Sequence
 
 
 def stops_paying(levels: Sequence[LevelGain], what: str) -> str:
-    """One sentence: where the champion's gain over the baseline holds and where it stops paying."""
+    """One sentence: where the champion's gain over the baseline holds and where it stops paying
+    (and, when measured, whether adaptive steps beat the fixed count at each level)."""
     if not levels:
         return ""
     ordered = sorted(levels, key=lambda lv: lv.concurrency)
     figures = "; ".join(lv.text() for lv in ordered)
     lost = next((lv for lv in ordered if not lv.interval.low > 0.0), None)
     if lost is None:
-        return f"{what} pays at every level measured ({figures})"
-    paying = [lv.concurrency for lv in ordered if lv.concurrency < lost.concurrency and lv.interval.low > 0.0]
-    where = f"pays up to concurrency {paying[-1]} and " if paying else ""
-    return f"{what} {where}stops paying from concurrency {lost.concurrency} ({figures})"
+        sentence = f"{what} pays at every level measured ({figures})"
+    else:
+        paying = [lv.concurrency for lv in ordered if lv.concurrency < lost.concurrency and lv.interval.low > 0.0]
+        where = f"pays up to concurrency {paying[-1]} and " if paying else ""
+        sentence = f"{what} {where}stops paying from concurrency {lost.concurrency} ({figures})"
+    steps = [(lv.concurrency, lv.steps) for lv in ordered if lv.steps is not None]
+    if steps:
+        sentence += (f". Adaptive steps (--speculative-adaptive) against {steps[0][1].fixed}: "
+                     + ", ".join(g.text(c) for c, g in steps))
+    return sentence
+
+
+# ------------------------------------------------------------------------------ adaptive or fixed steps
+
+ADAPTIVE, FIXED = "adaptive", "fixed"
+"""Names of the arm that answers "adaptive or fixed steps?": the champion as whichever it is not."""
+
+
+def arm_name(kind: str, level: int, main_level: int) -> str:
+    """An arm's name at a concurrency level: bare at the level the gate decides on, `kind@level` elsewhere."""
+    return kind if level == main_level else f"{kind}@{level}"
+
+
+def best_fixed_steps(outcomes: Sequence[TrialOutcome], *, metric: str, direction: Direction,
+                     constraints: Mapping[str, tuple[float | None, float | None]]) -> int | None:
+    """The step count of the best searched chain (top-k 1) without adaptive steps, or None."""
+    chains = [o for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
+              and speculates(o.params) and not o.params.get("speculative_adaptive")
+              and o.params.get("speculative_eagle_topk") == 1 and o.params.get("speculative_num_steps") is not None]
+    best = select.pick_champion(chains, metric=metric, direction=direction, constraints=constraints)
+    return None if best is None else int(best.params["speculative_num_steps"] or 0)
+
+
+def steps_counterpart(params: Mapping[str, ParamValue],
+                      best_fixed: int | None) -> tuple[str, dict[str, ParamValue], str] | None:
+    """The arm that tells whether adaptive steps beat a fixed count, for a speculating champion:
+    (name, params, the fixed side in words). A fixed champion is measured again with adaptive steps
+    (a chain starting at the candidate nearest its steps); an adaptive champion with a fixed chain of
+    `best_fixed` steps (the best the search measured; else its initial steps). None without speculation."""
+    if not speculates(params):
+        return None
+    chain = {"speculative_eagle_topk": 1, "speculative_num_draft_tokens": None}
+    if params.get("speculative_adaptive"):
+        steps = int(best_fixed or params.get("speculative_num_steps") or ADAPTIVE_CANDIDATE_STEPS[1])
+        return FIXED, {**params, **chain, "speculative_adaptive": None, "speculative_num_steps": steps}, \
+            f"fixed {steps} steps"
+    steps = int(params.get("speculative_num_steps") or ADAPTIVE_CANDIDATE_STEPS[1])
+    topk = params.get("speculative_eagle_topk")
+    fixed = f"fixed {steps} steps" + (f" x top-k {topk}" if topk not in (None, 1) else "")
+    start = min(ADAPTIVE_CANDIDATE_STEPS, key=lambda s: (abs(s - steps), s))
+    return ADAPTIVE, {**params, **chain, "speculative_adaptive": True, "speculative_num_steps": start}, fixed
+
+
+def steps_gain(values: Mapping[str, Mapping[int, float]], level: int, main_level: int, *, counterpart: str,
+               fixed: str, direction: Direction) -> StepsGain | None:
+    """Adaptive against fixed steps at `level` from the rounds that measured both, or None."""
+    other, champion = arm_name(counterpart, level, main_level), arm_name("champion", level, main_level)
+    if other not in values or champion not in values:
+        return None
+    a, b = (other, champion) if counterpart == ADAPTIVE else (champion, other)
+    interval = compare(*paired(values[a], values[b]), direction=direction)
+    return None if interval is None else StepsGain(fixed=fixed, interval=interval)

@@ -6,6 +6,11 @@ C B A, see `results.sequential.round_order`), up to the executor's free slots at
 pair (champion, baseline) continues until `results.sequential.decide` returns a verdict; the other
 arms (ablations, other concurrency levels) are measured for `min_rounds` rounds only, which keeps
 their cost bounded while giving each an interval.
+
+With a speculating champion and promotion.concurrency levels (on an SGLang version that has
+--speculative-adaptive), each level also measures the champion as the other kind of step control:
+adaptive when it runs a fixed count, the best fixed count of the search when it is adaptive
+(`steps_arms`); `results.contrib.steps_gain` turns them into "adaptive x1.04 over fixed 3 steps".
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.config import eagle, knobs
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.execute.base import Finished
-from orchestrator.records import ParamValue, TrialRole, TrialSpec, TrialStatus
-from orchestrator.results import sequential
+from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialSpec, TrialStatus
+from orchestrator.results import contrib, sequential
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import WAIT_S, keep_files
 from orchestrator.sweep.state import ConfirmationRun
@@ -64,6 +70,24 @@ def at_concurrency(spec: SweepSpec, level: int) -> SweepSpec:
         return spec
     bench = spec.benchmark.model_copy(update={"concurrency": level, "requests": max(spec.benchmark.requests, level)})
     return spec.model_copy(update={"benchmark": bench})
+
+
+def steps_arms(spec: SweepSpec, champion: TrialOutcome, outcomes: list[TrialOutcome],
+               constraints: dict[str, tuple[float | None, float | None]]) -> tuple[list[Arm], str, str]:
+    """The arms that tell adaptive from fixed steps at each promotion.concurrency level, the
+    counterpart's kind (contrib.ADAPTIVE or FIXED) and the fixed side in words; ([], "", "") when the
+    champion does not speculate, no level is listed, or the SGLang version lacks the flag."""
+    if not spec.promotion.concurrency or spec.sglang_version not in knobs.ADAPTIVE_VERSIONS:
+        return [], "", ""
+    best = contrib.best_fixed_steps(outcomes, metric=spec.objective.metric, direction=spec.objective.direction,
+                                    constraints=constraints)
+    found = contrib.steps_counterpart(champion.params, best)
+    if found is None or eagle.infeasible(found[1]) is not None:
+        return [], "", ""
+    kind, params, fixed = found
+    level = spec.benchmark.concurrency
+    return ([Arm(contrib.arm_name(kind, c, level), params, champion.number, c) for c in spec.promotion.concurrency],
+            kind, fixed)
 
 
 def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Measured:

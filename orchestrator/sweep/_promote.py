@@ -133,6 +133,8 @@ def promote(ctx: Context) -> dict[str, Any]:
                                   "champion")
     plan = sequential.RoundsPlan(spec.promotion.min_rounds, spec.promotion.max_rounds, spec.promotion.min_gain)
     arms = _arms(ctx, champion, base_params, constraints)
+    more, counterpart, fixed = _confirm.steps_arms(spec, champion, ctx.outcomes, constraints)
+    arms += more
     measured = _confirm.run_rounds(ctx, arms, plan)
     result["confirmations"] = measured.rows
     if ctx.interrupts.pressed:
@@ -152,7 +154,9 @@ def promote(ctx: Context) -> dict[str, Any]:
     speculation = str(champion.params.get("speculative_algorithm") or "speculation").replace("EAGLE3", "EAGLE-3")
     sole = speculation if contrib.speculates(champion.params) else "NCCL settings"
     parts = contrib.contributions(measured.values, speculation=speculation, sole_part=sole, direction=direction)
-    levels = [contrib.LevelGain(concurrency=c, interval=iv) for c, iv in _levels(ctx, measured, champion)]
+    levels = [contrib.LevelGain(concurrency=c, interval=iv, steps=contrib.steps_gain(
+        measured.values, c, spec.benchmark.concurrency, counterpart=counterpart, fixed=fixed, direction=direction)
+        if counterpart else None) for c, iv in _levels(ctx, measured, champion)]
     what = f"{speculation} (with the champion's NCCL settings)" if contrib.speculates(champion.params) \
         else "the champion"
     result.update(confirmed=figures, contributions=parts, concurrency=levels,
