@@ -7,6 +7,7 @@ folder, and cannot be mutated by whoever receives it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -183,3 +184,16 @@ class ServingConfig(Frozen):
     fingerprint_hash: str
     created_at: str
     """ISO-8601 UTC time the config was made."""
+
+
+def comm_knob(name: str) -> bool:
+    """Whether knob `name` sets how the ranks communicate (an NCCL variable, the all-reduce path)
+    rather than what the server computes (speculation and the rest)."""
+    return name.startswith("NCCL_") or name == "all_reduce_path"
+
+
+def split_point(params: Mapping[str, ParamValue]) -> tuple[tuple[tuple[str, ParamValue], ...], tuple[tuple[str, ParamValue], ...]]:
+    """(the point's other knobs, its communication knobs) as hashable, sorted items: the two groups
+    stats.pooled_scores pools measurements over."""
+    items = sorted((k, v) for k, v in params.items() if v is not None)
+    return tuple(i for i in items if not comm_knob(i[0])), tuple(i for i in items if comm_knob(i[0]))

@@ -12,8 +12,8 @@ from typing import Literal
 
 import numpy as np
 
-from orchestrator.records import Frozen, Metrics, TrialOutcome, TrialRole, TrialStatus
-from orchestrator.stats import as_array
+from orchestrator.records import Frozen, Metrics, TrialOutcome, TrialRole, TrialStatus, split_point
+from orchestrator.stats import as_array, pooled_scores
 
 Direction = Literal["maximize", "minimize"]
 
@@ -111,11 +111,19 @@ def pick_champion(
     metric: str,
     direction: Direction,
     constraints: Mapping[str, tuple[float | None, float | None]] | None = None,
+    pooled: bool = True,
 ) -> TrialOutcome | None:
     """The best eligible trial by `metric`, or None when no trial is eligible.
 
     Eligible: status COMPLETE, not a baseline, environment proven applied (env_applied), the metric
-    present, and every constraint satisfied. Ties go to the lower trial number.
+    present, and every constraint satisfied.
+
+    `pooled` (the sweep's pick): the trials are ranked by stats.pooled_scores, the lower confidence
+    bound of an additive fit over (speculation settings, communication settings) on the log scale, so
+    a point measured once and lucky by two sigma does not beat one whose neighbours measured it four
+    times over (the winner's curse of a best-of-40 pick at 2% noise). Trials with the same score (the
+    same settings) go by their own measurement; ties to the lower trial number. Without `pooled`, or
+    when a value is not positive, the best single measurement wins.
     """
     _check_direction(direction)
     _check_metric_name(metric, "objective metric")
@@ -128,21 +136,25 @@ def pick_champion(
         if low is not None and high is not None and low > high:
             raise ValueError(f"constraint {name!r}: low <= high must hold, but got ({low}, {high})")
 
-    best: TrialOutcome | None = None
-    best_key: tuple[float, int] | None = None
-    sign = -1.0 if direction == "maximize" else 1.0
+    sign = 1.0 if direction == "maximize" else -1.0
+    eligible: list[tuple[TrialOutcome, float]] = []
     for outcome in outcomes:
         if outcome.status is not TrialStatus.COMPLETE or outcome.role is TrialRole.baseline:
             continue
         if not env_applied(outcome) or not feasible(outcome, constraints):
             continue
         value = _metric(outcome, metric)
-        if value is None:
-            continue
-        key = (sign * value, outcome.number)
-        if best_key is None or key < best_key:
-            best, best_key = outcome, key
-    return best
+        if value is not None:
+            eligible.append((outcome, value))
+    if not eligible:
+        return None
+    scores = [0.0] * len(eligible)
+    if pooled and all(value > 0 and math.isfinite(value) for _, value in eligible):
+        fit = pooled_scores([(*split_point(o.params), sign * math.log(value)) for o, value in eligible])
+        scores = [f.score for f in fit]
+    best = max(range(len(eligible)),
+               key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))
+    return eligible[best][0]
 
 
 class GateResult(Frozen):

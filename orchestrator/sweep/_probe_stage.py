@@ -123,6 +123,19 @@ def speculation_start(spec: SweepSpec, base: Mapping[str, ParamValue]) -> dict[s
     return trial if eagle.infeasible(trial) is None else params
 
 
+def size_latencies(result: ProbeResult, kept: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """{kept setting: {size label (decode, verify-<n>): median microseconds}}, inside CUDA graphs where
+    measured there: what the refinement reads to give a speculation setting the NCCL setting fastest at
+    its own verify size."""
+    out: dict[str, dict[str, float]] = {}
+    for mode in ("eager", "graph"):  # graph rows win where both exist
+        for row in result.rows:
+            if row.setting in kept and row.mode == mode and row.median_us is not None \
+                    and (row.size == "decode" or row.size.startswith("verify-")):
+                out.setdefault(row.setting, {})[row.size] = row.median_us
+    return out
+
+
 def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str, Any]:
     """Restrict `study`'s NCCL knobs to the settings `result` keeps and enqueue the warm start; the
     summary kept in the study (`skipped` says why nothing was restricted)."""
@@ -138,6 +151,7 @@ def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str,
                "keep_within": spec.probe.keep_within, "best": best.setting if best else None,
                "best_us": best.score_us if best else None, "host": result.host}
     study.set_attr("probe", summary)
+    study.set_attr("probe_latency", size_latencies(result, kept))
     start = speculation_start(spec, sp.baseline_params(spec.space))
     for rank, (label, values) in enumerate(list(kept.items())[:WARM_START]):
         study.enqueue({**start, **values}, {"role": "search", "warm_start": rank + 1, "probe_setting": label})

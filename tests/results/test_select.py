@@ -224,3 +224,31 @@ PARETO_CASES = [
 @pytest.mark.parametrize(("points", "front"), [c[1:] for c in PARETO_CASES], ids=[c[0] for c in PARETO_CASES])
 def test_pareto_front(points, front):
     assert pareto_front(points, [("tok", "maximize"), ("ttft", "minimize")]) == front
+
+
+def trial(number, decode, params):
+    return TrialOutcome(number=number, params=params, role=TrialRole.search, status=TrialStatus.COMPLETE,
+                        metrics=Metrics(decode_tok_s=decode, output_tok_s=decode), effective_env={"ok": True})
+
+
+SPEC_A = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1}
+SPEC_B = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 2,
+          "speculative_num_draft_tokens": 6}
+
+
+def test_the_pooled_pick_prefers_settings_confirmed_by_their_neighbours():
+    """A measured once lucky (100.2) and three times ordinary under other NCCL channel counts; B
+    measured 98.5-99.2 under the same four: the best single number is A's, the pooled pick is B's."""
+    outcomes = [trial(n, v, {**SPEC_A, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
+                for n, v, ch in ((1, 100.2, 2), (2, 96.2, 4), (3, 95.8, 8), (4, 96.5, 16))]
+    outcomes += [trial(n, v, {**SPEC_B, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
+                 for n, v, ch in ((5, 99.2, 2), (6, 98.5, 4), (7, 98.9, 8), (8, 99.1, 16))]
+    raw = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", pooled=False)
+    pooled = pick_champion(outcomes, metric="decode_tok_s", direction="maximize")
+    assert raw.number == 1
+    assert pooled.params["speculative_eagle_topk"] == 2
+
+
+def test_the_pooled_pick_falls_back_to_the_best_value_when_a_value_is_not_positive():
+    outcomes = [trial(1, 0.0, {**SPEC_A}), trial(2, 5.0, {**SPEC_B})]
+    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize").number == 2
