@@ -181,4 +181,5 @@ def test_objective_level_mistakes_get_one_clear_message(tmp_path: Path, change, 
 def test_the_shipped_experiments_name_their_level():
     assert spec_mod.load(DEMO).objective.concurrency == 1
     kimi = spec_mod.load(ROOT / "experiments" / "kimi-k2.5-tp8.yaml")
-    assert (kimi.objective.metric, kimi.objective.concurrency, kimi.benchmark.concurrency) == ("output_tok_s", 32, 32)
+    assert (kimi.objective.metric, kimi.objective.concurrency, kimi.benchmark.concurrency) == ("decode_tok_s", 1, 1)
+    assert kimi.promotion.concurrency == (1, 8, 32)  # the load comparison says where speculation stops paying

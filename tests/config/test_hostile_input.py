@@ -89,7 +89,7 @@ def test_base_experiment_loads(tmp_path: Path) -> None:
     ("server.flags", {"mem-fraction-static": float("nan")},
      "server.flags: mem-fraction-static must be a finite number, but got nan"),
     ("simulator.hardware_profile", "h100-imaginary",
-     "simulator.hardware_profile: no built-in hardware profile 'h100-imaginary' (built-in: h200-nvlink, "
+     "simulator.hardware_profile: no built-in hardware profile 'h100-imaginary' (built-in: h200-nvlink, h200-nvlink-x8, "
      "pcie-rtxpro6000-x8, pcie-rtxpro6000-x8-turin); or give a path to a .yaml/.json file, but got 'h100-imaginary'"),
     ("simulator.model_profile", "h200-nvlink",
      "simulator.model_profile: 'h200-nvlink' is a hardware profile, not a model profile (the model profiles: "
