@@ -13,13 +13,26 @@ batch of `c` requests, `s` draft steps, top-k `k`, `n` draft tokens:
     verify = forward(t) + verify_overhead + L*A * allreduce(t * hidden * 2 bytes),  t = c*n
     draft_step(t)   = draft_step_compute + per_token * t + draft_collectives * allreduce(t*hidden*2)
     draft_extend(t) = draft_extend_compute + per_token * t + draft_collectives * allreduce(t*hidden*2)
-    forward(t)      = (fixed + per_unique_expert * U(t) + per_token * t) * tp_ref / tp / speed
+    forward(t)      = (fixed + w_e * per_unique_expert * U(t) + w_t * per_token * t) * scale
     U(t)            = E * (1 - (1 - e/E)^t)       expected distinct experts hit per MoE layer
+    verify_overhead = overhead * ((1 - g) + g * scale),   scale = tp_ref / tp / speed
 
 L layers with A tensor-parallel all-reduces each (Kimi-K2.5: 61 x 2 = 122). MoE weights dominate
 memory traffic at small batch, so target-forward time grows with the distinct experts the tokens
-touch; that is what makes verify cost rise with draft tokens and batch size. Without CUDA graphs
-each forward also pays host launch time per layer, and each collective an eager launch cost.
+touch; that is what makes verify cost rise with draft tokens and batch size. Once a batch touches
+nearly all E experts (a verify batch of c*n tokens does so long before a decode batch of c), only
+the per-token term still grows. Without CUDA graphs each forward also pays host launch time per
+layer, and each collective an eager launch cost.
+
+The hardware profile weighs the model's terms for its GPU: w_e (`per_unique_expert_factor`) and w_t
+(`per_token_factor`) where the balance of expert-weight reads and per-token work differs from the
+reference GPU's beyond `compute_speed`, and g (`verify_overhead_gpu_share`), the share of the
+verify overhead that is GPU work and so scales like the forward (the rest is host synchronisation,
+in absolute milliseconds). Their defaults (1, 1, 0) are the reference GPU's terms as fitted.
+
+Running requests: `evaluate` decodes min(concurrency, max_running_requests) requests together; the
+rest wait. With speculation SGLang resets an unset --max-running-requests to
+SPECULATIVE_MAX_RUNNING_REQUESTS (48); without it the cap applies only when given.
 
 All-reduce latency (microseconds), NCCL path, ring over the TP ranks (the ring's hops are typed by
 PCIe/NVLink path, e.g. PXB/PHB/SYS, from the hardware profile):
@@ -87,6 +100,8 @@ ADAPTIVE_SWITCH_COST = 0.03
 assumption, see the module docstring: EMA lag, warm-up at the initial count, a graph set per count)."""
 ADAPTIVE_CANDIDATE_STEPS = (1, 3, 7)
 """SGLang 0.5.23's default candidate_steps of --speculative-adaptive."""
+SPECULATIVE_MAX_RUNNING_REQUESTS = 48
+"""SGLang 0.5.23's max_running_requests with speculative decoding when --max-running-requests is not given."""
 
 
 # --------------------------------------------------------------------------------------- profiles
@@ -150,6 +165,13 @@ class HardwareProfile:
     custom_all_reduce: CustomAllReduce | None
     custom_all_reduce_unavailable: str = ""
     """Why SGLang disables its custom all-reduce here (the warning it logs), when it does."""
+    per_unique_expert_factor: float = 1.0
+    """Factor on the model profile's forward_per_unique_expert_ms on this GPU, beyond compute_speed."""
+    per_token_factor: float = 1.0
+    """Factor on the model profile's forward_per_token_ms on this GPU, beyond compute_speed."""
+    verify_overhead_gpu_share: float = 0.0
+    """Share (0-1) of the model profile's verify_overhead_ms that is GPU work and scales like the forward;
+    the rest is host synchronisation in absolute ms. 0: all of it absolute, as the reference fit has it."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -430,6 +452,8 @@ class Config:
     adaptive: bool = False
     """--speculative-adaptive: `steps` is the initial count, each batch runs the best of `candidate_steps`."""
     candidate_steps: tuple[int, ...] = ()
+    max_running_requests: int | None = None
+    """Most requests decoding together (None: no cap); the others wait in the queue."""
 
 
 def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, *, tp: int | None = None) -> Config | str:
@@ -439,7 +463,8 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
     speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens,
     speculative_attention_mode, all_reduce_path ('custom'|'nccl'), cuda_graph (default True),
     cuda_graph_max_bs, speculative_adaptive (with speculative_adaptive_candidate_steps, default
-    1, 3, 7), and optionally tp (default: every GPU of the hardware profile).
+    1, 3, 7), max_running_requests (default SPECULATIVE_MAX_RUNNING_REQUESTS with speculation, else
+    no cap), and optionally tp (default: every GPU of the hardware profile).
     """
     tp = int(tp or params.get("tp") or hw.gpus)
     if tp > hw.gpus:
@@ -481,6 +506,9 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
                 f"(NCCL_ALGO={params.get('NCCL_ALGO')} is not supported on {hw.name})")
     graph = params.get("cuda_graph")
     max_bs = params.get("cuda_graph_max_bs")
+    max_running = params.get("max_running_requests")
+    if max_running is None and algo is not None:
+        max_running = SPECULATIVE_MAX_RUNNING_REQUESTS
     return Config(
         tp=tp, speculative=algo is not None, drafter=drafter,
         steps=int(steps or 0), topk=int(topk or 0), draft_tokens=int(ndt or 0),
@@ -489,6 +517,7 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
         cuda_graph_max_bs=None if max_bs is None else int(max_bs),
         attention_mode=str(params.get("speculative_attention_mode") or "prefill"),
         nccl=nccl, adaptive=adaptive, candidate_steps=candidates if adaptive else (),
+        max_running_requests=None if max_running is None else max(1, int(max_running)),
     )
 
 
@@ -524,6 +553,9 @@ class Prediction:
     steps: int = 0
     """Draft steps this cycle runs (with adaptive speculation: the candidate chosen for this batch)."""
     draft_tokens: int = 0
+    running: int = 0
+    """Requests decoding together in this cycle (from `evaluate`: the concurrency, capped at
+    max_running_requests; the rest wait, so output_tok_s is this batch's and decode_tok_s one of its streams')."""
 
     @property
     def ok(self) -> bool:
@@ -547,8 +579,19 @@ def _scale(hw: HardwareProfile, model: ModelProfile, tp: int) -> float:
 
 def forward_ms(hw: HardwareProfile, model: ModelProfile, tp: int, tokens: int) -> float:
     """Target-model compute for one forward over `tokens` tokens, collectives excluded."""
-    return (model.forward_fixed_ms + model.forward_per_unique_expert_ms * unique_experts(model, tokens)
-            + model.forward_per_token_ms * tokens) * _scale(hw, model, tp)
+    experts = hw.per_unique_expert_factor * model.forward_per_unique_expert_ms * unique_experts(model, tokens)
+    per_token = hw.per_token_factor * model.forward_per_token_ms * tokens
+    return (model.forward_fixed_ms + experts + per_token) * _scale(hw, model, tp)
+
+
+def verify_overhead_ms(hw: HardwareProfile, model: ModelProfile, cfg: Config) -> float:
+    """What TARGET_VERIFY costs beyond a forward of as many tokens: its GPU share scales with the
+    hardware like the forward, the host-synchronisation rest does not."""
+    share = hw.verify_overhead_gpu_share
+    overhead = model.verify_overhead_ms * ((1.0 - share) + share * _scale(hw, model, cfg.tp))
+    if cfg.attention_mode == "decode":
+        overhead *= model.verify_overhead_decode_attention["chain" if cfg.topk == 1 else "tree"]
+    return overhead
 
 
 def prefill_ms(hw: HardwareProfile, model: ModelProfile, cfg: Config, new_tokens: int) -> float:
@@ -578,15 +621,13 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
             decode_tok_s=1e3 / step, output_tok_s=batch * 1e3 / step, cycle_ms=step, accept_length=1.0,
             accept_rate=None, verify_ms=None, draft_ms=0.0, draft_step_ms=0.0, draft_extend_ms=0.0,
             allreduce_us=ar.us, ar_path=ar.path, nccl_algorithm=ar.algorithm, nccl_protocol=ar.protocol,
-            nccl_channels=ar.channels, cuda_graph=graph)
+            nccl_channels=ar.channels, cuda_graph=graph, running=batch)
     per_depth = depth_acceptance(model.drafters[cfg.drafter], cfg.steps, cfg.topk, cfg.draft_tokens)
     accept = expected_accept_length(per_depth)
     verify_tokens = batch * cfg.draft_tokens
     ar_v = all_reduce(hw, cfg.nccl, cfg.tp, verify_tokens * token_bytes, graph, custom)
-    overhead = model.verify_overhead_ms
-    if cfg.attention_mode == "decode":
-        overhead *= model.verify_overhead_decode_attention["chain" if cfg.topk == 1 else "tree"]
-    verify = forward_ms(hw, model, cfg.tp, verify_tokens) + overhead + eager_ms + n_ar * ar_v.us / 1e3
+    verify = (forward_ms(hw, model, cfg.tp, verify_tokens) + verify_overhead_ms(hw, model, cfg) + eager_ms
+              + n_ar * ar_v.us / 1e3)
     draft_tokens_step = batch * cfg.topk
     ar_d = all_reduce(hw, cfg.nccl, cfg.tp, draft_tokens_step * token_bytes, graph, custom)
     draft_eager = 0.0 if graph else hw.eager_us_per_layer / 1e3
@@ -601,7 +642,7 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
         verify_ms=verify, draft_ms=cfg.steps * draft_step, draft_step_ms=draft_step, draft_extend_ms=draft_extend,
         allreduce_us=ar_v.us, ar_path=ar_v.path, nccl_algorithm=ar_v.algorithm, nccl_protocol=ar_v.protocol,
         nccl_channels=ar_v.channels, cuda_graph=graph, per_depth_acceptance=per_depth, steps=cfg.steps,
-        draft_tokens=cfg.draft_tokens)
+        draft_tokens=cfg.draft_tokens, running=batch)
 
 
 def _adaptive_cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> Prediction:
@@ -617,7 +658,7 @@ def _adaptive_cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch
 _RESOLVE_KEYS = ("tp", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                  "speculative_num_draft_tokens", "speculative_attention_mode", "all_reduce_path", "cuda_graph",
                  "cuda_graph_max_bs", "speculative_adaptive", "speculative_adaptive_candidate_steps",
-                 *NCCL_PARAM_NAMES)
+                 "max_running_requests", *NCCL_PARAM_NAMES)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -625,12 +666,19 @@ def _evaluate(hw: HardwareProfile, model: ModelProfile, key: tuple, concurrency:
     cfg = resolve(dict(zip(_RESOLVE_KEYS, key)), hw, model)
     if isinstance(cfg, str):
         return _failed(cfg)
-    return cycle(hw, model, cfg, concurrency)
+    return cycle(hw, model, cfg, running_requests(cfg, concurrency))
+
+
+def running_requests(cfg: Config, concurrency: int) -> int:
+    """How many of `concurrency` streams decode together: SGLang admits at most max_running_requests."""
+    concurrency = max(1, concurrency)
+    return concurrency if cfg.max_running_requests is None else min(concurrency, cfg.max_running_requests)
 
 
 def evaluate(params: Mapping[str, Any], hardware: HardwareProfile, model: ModelProfile, *,
              concurrency: int = 1) -> Prediction:
-    """Noise-free decode speed of `params` with `concurrency` streams decoding together.
+    """Noise-free decode speed of `params` with `concurrency` streams, at most max_running_requests
+    of them decoding together (`Prediction.running`).
 
     A configuration SGLang or NCCL would refuse comes back with `failure` set and zero speed.
     Keys other than the knobs `resolve` reads are ignored.

@@ -131,10 +131,27 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE) -> HardwareProfile:
         default_cuda_graph_max_bs=int(r("default_cuda_graph_max_bs")), kv_cache_tokens=int(r("kv_cache_tokens")),
         nccl=nccl, custom_all_reduce=car,
         custom_all_reduce_unavailable=str(r("custom_all_reduce_unavailable", "")),
+        per_unique_expert_factor=_factor(source, r, "per_unique_expert_factor", 1.0),
+        per_token_factor=_factor(source, r, "per_token_factor", 1.0),
+        verify_overhead_gpu_share=_factor(source, r, "verify_overhead_gpu_share", 0.0, at_most=1.0),
     )
-    r("calibration", None)  # free-form notes: where the numbers come from
+    calibration = r("calibration", None)  # free-form notes: where the numbers come from
+    weighted = [k for k in ("per_unique_expert_factor", "per_token_factor", "verify_overhead_gpu_share") if k in data]
+    if weighted and not str(calibration or "").strip():
+        raise ProfileError(f"{source}: {', '.join(weighted)} re-weigh the model's fitted terms; "
+                           f"calibration must say what they are fitted to")
     r.done()
     return hw
+
+
+def _factor(source: str, r: _Reader, key: str, default: float, at_most: float | None = None) -> float:
+    """A non-negative number (at most `at_most` when given), `default` when the key is absent."""
+    value = r(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
+            at_most is not None and value > at_most):
+        bound = f"0 <= {key} <= {at_most}" if at_most is not None else f"{key} >= 0"
+        raise ProfileError(f"{source}: {bound} must hold, but got {key}={value!r}")
+    return float(value)
 
 
 def _seconds(source: str, r: _Reader, key: str) -> float:
