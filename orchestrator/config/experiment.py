@@ -466,6 +466,8 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
         if known is not None and flag not in known:
             raise SpecError(f"{at}: not a flag of sglang {spec.sglang_version} (launch_server --help); "
                             f"{_flag_hint(flag, known)}")
+        if problem := flags.value_problem(flag, spec.server.flags[name]):
+            raise SpecError(f"{at}: {problem}")
         if by_knob.get(flag) in spec.space.params:
             knob = by_knob[flag]
             raise SpecError(f"{at}: the search space sweeps {knob} ({origin[knob]}), which sets this flag; "

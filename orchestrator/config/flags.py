@@ -4,8 +4,9 @@ knob emits, and the flags the sweep sets itself (an experiment may not fix those
 from __future__ import annotations
 
 import functools
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 
 from orchestrator.config import knobs
@@ -36,6 +37,53 @@ the per-phase --cuda-graph-* convenience flags"; an explicit capture list makes 
 With the knob swept, every trial would run the same server under different names."""
 
 _HELP_FILES = {"0.5.23": "sglang_0_5_23/launch_server_help.txt"}
+
+CUDA_GRAPH_CONFIG_EXAMPLE = '{"decode":{"backend":"full","max_bs":256},"prefill":{"backend":"breakable"}}'
+"""The 0.5.23 --help example of --cuda-graph-config."""
+
+
+def cuda_graph_config_problem(text: str) -> str | None:
+    """Why SGLang refuses `text` as --cuda-graph-config when it parses its command line, or None.
+
+    The flag's argparse type (`parse_cuda_graph_config_arg`, sglang model_executor/cuda_graph_config.py)
+    wants a JSON object of phases (decode, prefill), each an object; anything else ends `sglang serve`
+    with exit code 2 before it starts. It also refuses unknown keys inside a phase, but that key set
+    changes between 0.5.x releases, so it is left to SGLang (the trial's server.log says which).
+    """
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        return f"not JSON ({exc})"
+    if not isinstance(parsed, dict):
+        return f"a JSON {type(parsed).__name__}, not an object"
+    for phase, settings in parsed.items():
+        if phase not in ("decode", "prefill"):
+            return f"unknown phase {phase!r}"
+        if not isinstance(settings, dict):
+            return f"phase {phase!r} is a JSON {type(settings).__name__}, not an object"
+    return None
+
+
+_VALUE_RULES: Mapping[str, tuple[Callable[[str], str | None], str]] = {
+    "--cuda-graph-config": (cuda_graph_config_problem, "a JSON object of phases (decode, prefill), each an "
+                                                       f"object of settings, e.g. '{CUDA_GRAPH_CONFIG_EXAMPLE}'"),
+}
+"""Flag -> (why SGLang's parser refuses a value, what it takes) for the fixed flags whose value SGLang
+checks before start-up beyond a number; a bad one would fail every trial alike."""
+
+
+def value_problem(flag: str, value: str | int | float | bool | None) -> str | None:
+    """What is wrong with `value` for `flag` in server.flags and how to fix it, or None when SGLang
+    would take it (or does not check it when it parses its command line)."""
+    rule = _VALUE_RULES.get(flag)
+    if rule is None or value is None or value is False:  # None and false leave the flag out
+        return None
+    problem, takes = rule
+    why = "true passes no value" if value is True else problem(str(value))
+    if why is None:
+        return None
+    return (f"SGLang's {flag} takes {takes}, but got {value!r}: {why}; SGLang would refuse it when it reads "
+            f"its command line, so every trial would fail; fix the value (one quoted YAML string)")
 
 
 def parse_help(text: str) -> frozenset[str]:

@@ -49,6 +49,38 @@ _TYPED: dict[str, tuple[type, Any]] = {
 }
 
 
+def cuda_graph_config_arg(text: str) -> str:
+    """argparse type of --cuda-graph-config, as SGLang's `parse_cuda_graph_config_arg`
+    (sglang/srt/model_executor/cuda_graph_config.py): the value must be a JSON object of phases
+    (decode, prefill), each an object; otherwise argparse exits 2 with SGLang's sentence,
+    `argument --cuda-graph-config: --cuda-graph-config must be JSON: ...`.
+
+    SGLang also refuses keys a phase does not know; the simulator leaves that to it, because the key
+    set changes between 0.5.x releases and the help dump does not list it. The text is kept as given:
+    `cuda_graph_decode` reads it.
+    """
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--cuda-graph-config must be JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"--cuda-graph-config must be a JSON object, got {type(parsed).__name__}")
+    for phase, settings in parsed.items():
+        if phase not in _CUDA_GRAPH_PHASES:
+            raise argparse.ArgumentTypeError(
+                f"--cuda-graph-config: unknown phase '{phase}', expected one of {_CUDA_GRAPH_PHASES}")
+        if not isinstance(settings, dict):
+            raise argparse.ArgumentTypeError(
+                f"--cuda-graph-config['{phase}'] must be a JSON object, got {type(settings).__name__}")
+    return text
+
+
+_CUDA_GRAPH_PHASES = ("decode", "prefill")
+
+# dest -> argparse type for flags whose value SGLang checks at parse time, beyond a plain int or float.
+_PARSED: dict[str, Any] = {"cuda_graph_config": cuda_graph_config_arg}
+
+
 @dataclass(frozen=True)
 class _Option:
     strings: tuple[str, ...]
@@ -177,7 +209,7 @@ def sglang_parser() -> argparse.ArgumentParser:
             else:
                 kwargs.update(action="store_true")
         else:
-            kwargs.update(type=typ, default=default)
+            kwargs.update(type=_PARSED.get(opt.dest, typ), default=default)
             if opt.nargs != "1":
                 kwargs["nargs"] = opt.nargs
             if opt.choices:

@@ -96,6 +96,12 @@ def _yaml_line() -> int:
     return _bad_yaml(DEMO.read_text()).splitlines().index("name: demo: two colons") + 1
 
 
+_GRAPH_TAKES = ("SGLang's --cuda-graph-config takes a JSON object of phases (decode, prefill), each an object of "
+                "settings, e.g. '{{\"decode\":{{\"backend\":\"full\",\"max_bs\":256}},\"prefill\":"
+                "{{\"backend\":\"breakable\"}}}}', but got ")
+_GRAPH_FIX = ("SGLang would refuse it when it reads its command line, so every trial would fail; fix the value "
+              "(one quoted YAML string)")
+
 # (id, how to break the demo, expected message with {exp} = experiment file, {spaces} = space folder)
 BAD: list[tuple[str, dict[str, Any], str]] = [
     ("unknown top-level key",
@@ -194,6 +200,17 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "did you mean 'mem-fraction-static'?"),
     ("argparse abbreviation of a flag", dict(mutate=_set("server.flags", {"tp": 4})),
      "{exp}: server.flags.tp: not a flag of sglang 0.5.23 (launch_server --help); did you mean 'tp-size'?"),
+    ("malformed --cuda-graph-config", dict(mutate=_set("server.flags", {"cuda-graph-config": "{decode: full}"})),
+     "{exp}: server.flags.cuda-graph-config: " + _GRAPH_TAKES + "'{{decode: full}}': not JSON (Expecting property "
+     "name enclosed in double quotes: line 1 column 2 (char 1)); " + _GRAPH_FIX),
+    ("--cuda-graph-config not an object", dict(mutate=_set("server.flags", {"cuda-graph-config": 64})),
+     "{exp}: server.flags.cuda-graph-config: " + _GRAPH_TAKES + "64: a JSON int, not an object; " + _GRAPH_FIX),
+    ("--cuda-graph-config with an unknown phase",
+     dict(mutate=_set("server.flags", {"cuda-graph-config": '{"verify": {"backend": "full"}}'})),
+     "{exp}: server.flags.cuda-graph-config: " + _GRAPH_TAKES + "'{{\"verify\": {{\"backend\": \"full\"}}}}': "
+     "unknown phase 'verify'; " + _GRAPH_FIX),
+    ("--cuda-graph-config without a value", dict(mutate=_set("server.flags", {"cuda-graph-config": True})),
+     "{exp}: server.flags.cuda-graph-config: " + _GRAPH_TAKES + "True: true passes no value; " + _GRAPH_FIX),
     ("secret in a flag", dict(mutate=_set("server.flags", {"admin-api-key": "sk-not-for-disk"})),
      "{exp}: server.flags.admin-api-key: looks like a secret, and experiments, launch plans, MLflow and the "
      "exported env file are all written to disk; pass it to the server through its deployment environment "

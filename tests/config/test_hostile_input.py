@@ -309,7 +309,8 @@ def test_fixed_flags_that_sglang_lets_win_over_a_swept_knob(tmp_path: Path, flag
     assert str(err.value) == (f"{exp}: server.flags.{flag}: SGLang lets this flag win over the swept knob {knob} "
                               f"({tmp_path / 'space.yaml'}), so every value of {knob} would run the same server; "
                               f"remove it from server.flags or {knob} from the space")
-    spec_mod.load(_write(tmp_path, _with("server.flags", {flag: "1"})))  # without the knob swept: allowed
+    # Without the knob swept: allowed (a well-formed value; a malformed --cuda-graph-config is refused on its own).
+    spec_mod.load(_write(tmp_path, _with("server.flags", {flag: '{"decode":{"backend":"full"}}'})))
 
 
 def test_a_huge_value_is_never_quoted_back_whole(tmp_path: Path) -> None:

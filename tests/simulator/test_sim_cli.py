@@ -16,12 +16,16 @@ def parse(*argv: str):
     return cli.parse(["--model-path", "m", *argv], {})
 
 
+WELL_FORMED = {"cuda_graph_config": "{}"}
+"""A value for the flags whose argparse type checks more than a number."""
+
+
 def test_every_flag_of_the_help_dump_is_accepted():
     options, _ = cli.sglang_options()
     assert len(options) == 529  # 530 options in the dump, minus -h/--help
     help_text = cli._help_text()
     for opt in options:
-        value = [] if opt.nargs is None else [opt.choices[0] if opt.choices else "1"]
+        value = [] if opt.nargs is None else [opt.choices[0] if opt.choices else WELL_FORMED.get(opt.dest, "1")]
         for flag in opt.strings:
             assert flag in help_text
             ns, _ = parse(flag, *value) if flag != "--model-path" else cli.parse([flag, "m"], {})
@@ -35,6 +39,8 @@ def test_every_flag_of_the_help_dump_is_accepted():
     (["--tp-size", "8"], "the following arguments are required: --model-path"),
     (["--model-path", "m", "--tp-size", "eight"], "argument --tp-size/--tensor-parallel-size: invalid int value"),
     (["--model-path", "m", "--speculative-attention-mode", "tree"], "invalid choice: 'tree'"),
+    (["--model-path", "m", "--cuda-graph-config", "1"],
+     "argument --cuda-graph-config: --cuda-graph-config must be a JSON object, got int"),
     (["--model-path", "m", "--sim-fault", "explode"], "unknown fault 'explode'"),
     (["--model-path", "m", "--sim-noi", "0"], "unrecognized arguments: --sim-noi"),  # ours never abbreviate
 ])

@@ -107,3 +107,53 @@ def test_the_server_refuses_top_k_above_one_without_draft_tokens_in_one_line():
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "set --speculative-num-draft-tokens" in proc.stdout + proc.stderr
+
+
+# SGLang's argparse type for the flag (parse_cuda_graph_config_arg) refuses these before resolution:
+# argparse prints `error: argument --cuda-graph-config: <its sentence>` and exits 2.
+MALFORMED_GRAPH_CONFIG = [
+    ("{decode: full}", "--cuda-graph-config must be JSON: Expecting property name enclosed in double quotes"),
+    ("", "--cuda-graph-config must be JSON: Expecting value: line 1 column 1 (char 0)"),
+    ("[1, 2]", "--cuda-graph-config must be a JSON object, got list"),
+    ("64", "--cuda-graph-config must be a JSON object, got int"),
+    ('{"verify":{"backend":"full"}}', "--cuda-graph-config: unknown phase 'verify', expected one of "
+                                      "('decode', 'prefill')"),
+    ('{"decode":"full"}', "--cuda-graph-config['decode'] must be a JSON object, got str"),
+]
+
+
+@pytest.mark.parametrize("value,sentence", MALFORMED_GRAPH_CONFIG)
+def test_a_malformed_cuda_graph_config_is_refused_when_parsed(capsys, value, sentence):
+    with pytest.raises(SystemExit) as exit_:
+        cli.parse(BASE + ["--cuda-graph-config", value], {})
+    assert exit_.value.code == 2
+    assert f"sglang serve: error: argument --cuda-graph-config: {sentence}" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="exit code 2"):
+        params_from_launch(BASE + ["--cuda-graph-config", value], {})
+
+
+@pytest.mark.parametrize("value", ["{}", FULL, '{"prefill":{}}', '{"decode":{"max_bs":64,"bs":[1,2,4]}}'])
+def test_a_well_formed_cuda_graph_config_is_kept_as_given(value):
+    assert cli.parse(BASE + ["--cuda-graph-config", value], {})[0].cuda_graph_config == value
+
+
+@pytest.mark.parametrize("value", [v for v, _ in MALFORMED_GRAPH_CONFIG] + ["{}", FULL, '{"prefill":{}}'])
+def test_the_experiment_check_refuses_what_the_server_refuses(value):
+    """server.flags are checked before any launch by the orchestrator's own rule; it must agree with the parser."""
+    from orchestrator.config import flags
+
+    try:
+        cli.parse(BASE + ["--cuda-graph-config", value], {})
+        refused = False
+    except SystemExit:
+        refused = True
+    assert (flags.cuda_graph_config_problem(value) is not None) == refused
+
+
+def test_the_server_refuses_a_malformed_cuda_graph_config_in_one_line_with_exit_code_2():
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.simulator", *BASE, "--cuda-graph-config",
+                           '{"decode":{"backend":"full"}'], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("sglang serve: error: argument --cuda-graph-config: --cuda-graph-config "
+                                            "must be JSON: Expecting ',' delimiter: line 1 column 29 (char 28)")
