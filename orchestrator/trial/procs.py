@@ -76,3 +76,23 @@ def group_alive(pgid: int) -> bool:
         except (OSError, psutil.Error):
             continue
     return False
+
+
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether `pid` or one of its descendants holds a listening TCP socket on `port`; None when that
+    cannot be read (the process is gone, or another user's)."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    readable = False
+    for proc in tree:
+        try:
+            conns = proc.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        readable = True
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
+            return True
+    return False if readable else None

@@ -115,7 +115,9 @@ class ServerProcess:
                     self.phase = Phase.exited
                     return ReadyResult(False, exited=True, returncode=rc, waited_s=time.monotonic() - t0)
                 try:
-                    if client.get(self.base_url + "/health").status_code == 200:
+                    # A 200 counts only from our own server: on a shared host another process may hold
+                    # the port, answer /health, while ours exits with "address already in use".
+                    if client.get(self.base_url + "/health").status_code == 200 and self._ours():
                         self.phase = Phase.ready
                         return ReadyResult(True, waited_s=time.monotonic() - t0)
                 except httpx.HTTPError:
@@ -123,6 +125,11 @@ class ServerProcess:
                 if time.monotonic() >= deadline:
                     return ReadyResult(False, waited_s=time.monotonic() - t0)
                 time.sleep(poll_s)
+
+    def _ours(self) -> bool:
+        """Whether the process listening on the plan's port is this server (or one of its children)."""
+        pid = self.pid
+        return pid is not None and procs.listens_on(pid, self.plan.port) is not False
 
     def get(self, path: str, timeout_s: float = 10.0) -> httpx.Response | None:
         """A GET that returns None instead of raising when the server does not answer."""
