@@ -17,6 +17,11 @@ from orchestrator.stats import as_array, pooled_scores
 
 Direction = Literal["maximize", "minimize"]
 
+PICK_Z = 0.5
+"""Standard errors below its pooled estimate a trial is ranked at by the champion pick (a one-sided 69%
+bound). Chosen on bench/overnight.py: nights ending >= 98% of the optimum over 240, z = 0 / 0.5 / 1 / 2:
+229 / 231 / 229 / 223 (docs/benchmarks.md)."""
+
 METRIC_NAMES: tuple[str, ...] = tuple(
     name for name, field in Metrics.model_fields.items() if name != "sources"
 )
@@ -118,9 +123,9 @@ def pick_champion(
     Eligible: status COMPLETE, not a baseline, environment proven applied (env_applied), the metric
     present, and every constraint satisfied.
 
-    `pooled` (the sweep's pick): the trials are ranked by stats.pooled_scores, the lower confidence
-    bound of an additive fit over (speculation settings, communication settings) on the log scale, so
-    a point measured once and lucky by two sigma does not beat one whose neighbours measured it four
+    `pooled` (the sweep's pick): the trials are ranked by stats.pooled_scores, a lower confidence
+    bound (PICK_Z) of an additive fit over (speculation settings, communication settings) on the log
+    scale, so a point measured once and lucky by two sigma does not beat one whose neighbours measured it four
     times over (the winner's curse of a best-of-40 pick at 2% noise). Trials with the same score (the
     same settings) go by their own measurement; ties to the lower trial number. Without `pooled`, or
     when a value is not positive, the best single measurement wins.
@@ -150,7 +155,7 @@ def pick_champion(
         return None
     scores = [0.0] * len(eligible)
     if pooled and all(value > 0 and math.isfinite(value) for _, value in eligible):
-        fit = pooled_scores([(*split_point(o.params), sign * math.log(value)) for o, value in eligible])
+        fit = pooled_scores([(*split_point(o.params), sign * math.log(value)) for o, value in eligible], z=PICK_Z)
         scores = [f.score for f in fit]
     best = max(range(len(eligible)),
                key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))
