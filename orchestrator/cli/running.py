@@ -95,6 +95,8 @@ def _progress_printer(live: LiveProgress | None = None, line: Status | None = No
         elif isinstance(event, st.TrialLaunched):
             knobs = ", ".join(f"{k}={v}" for k, v in event.params.items() if v is not None) or "engine defaults"
             out.print(f"[cyan]▶ trial {event.number:>3}[/] {event.role:<8} {knobs}", soft_wrap=True)
+        elif isinstance(event, st.TrialSkipped):
+            out.print(f"[dim]· trial {event.number:>3} skipped: {escape(event.why)}[/]", soft_wrap=True)
         elif isinstance(event, st.TrialFinished):
             o = event.outcome
             took = max(o.finished_at - o.started_at, 0.0) if o.started_at and o.finished_at else 0.0

@@ -6,14 +6,15 @@ import logging
 import time
 from pathlib import Path
 
+from orchestrator.config import eagle
 from orchestrator.execute.base import Finished
 from orchestrator.records import FailureKind, TrialRole, TrialSpec, TrialStatus
 from orchestrator.search import space as sp
-from orchestrator.search.proposal import Proposal, Settlement
+from orchestrator.search.proposal import Proposal, Settled, Settlement
 from orchestrator.sweep._context import Context, InFlight
 from orchestrator.sweep._probe_stage import run_probe_stage
 from orchestrator.sweep._record import abort_in_flight, baseline_measured, record, should_launch
-from orchestrator.sweep.state import Interrupted, StopKind, StopReason, Tick, TrialLaunched
+from orchestrator.sweep.state import Interrupted, StopKind, StopReason, Tick, TrialLaunched, TrialSkipped
 
 log = logging.getLogger("sweep")
 
@@ -70,8 +71,8 @@ def _launch_next(ctx: Context) -> bool:
         p.stop = StopReason(StopKind.grid_exhausted, "grid exhausted: every feasible point was measured")
         return False
     if not isinstance(proposal, Proposal):
-        if proposal.how is Settlement.infeasible:
-            log.info("trial %d infeasible, not launched: %s", proposal.number, proposal.detail)
+        log.info("trial %d %s, not launched: %s", proposal.number, proposal.how.value, proposal.detail)
+        ctx.emit(TrialSkipped(number=proposal.number, why=_skip_line(proposal)))
         return _skipped(ctx)
     p.consecutive_skips = 0
     number, params, role = proposal.number, proposal.params, TrialRole(proposal.role)
@@ -94,6 +95,14 @@ def _launch_next(ctx: Context) -> bool:
     ctx.emit(TrialLaunched(number=number, role=role.value, params=params))
     ctx.write_state("running")
     return True
+
+
+def _skip_line(settled: Settled) -> str:
+    """Why a proposal was not launched, short enough for one console line: an infeasible point's rule
+    (its numbers are in sweep.log), a repeat's trial."""
+    if settled.how is Settlement.infeasible and (why := eagle.infeasible(settled.params)) is not None:
+        return f"infeasible ({why.rule.value})"
+    return settled.detail
 
 
 def _skipped(ctx: Context) -> bool:

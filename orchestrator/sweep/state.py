@@ -192,6 +192,15 @@ class TrialLaunched:
 
 
 @dataclass(frozen=True)
+class TrialSkipped:
+    """A proposal settled without a launch: infeasible, or a repeat of a point measured or in flight."""
+
+    number: int
+    why: str
+    """One short line, e.g. `infeasible (<the rule it breaks>)` or `same parameters as trial 9`."""
+
+
+@dataclass(frozen=True)
 class TrialFinished:
     outcome: TrialOutcome
     speedup: float | None
@@ -232,5 +241,5 @@ class ProbeStage:
     text: str
 
 
-Event = (ExecutorReady | TrialLaunched | TrialFinished | TrackingWait | ConfirmationRun | Interrupted | Tick
-         | ProbeStage)
+Event = (ExecutorReady | TrialLaunched | TrialSkipped | TrialFinished | TrackingWait | ConfirmationRun | Interrupted
+         | Tick | ProbeStage)

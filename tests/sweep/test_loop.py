@@ -142,3 +142,40 @@ def test_confirmation_runs_go_through_the_executor(tmp_path, sqlite_store_templa
     assert executor.submitted[-1] == -1  # the baseline's confirmation run came last, on the executor
     assert summary.confirmations and {r["status"] for r in summary.confirmations} == {"COMPLETE"}
     assert (wd / "confirm" / "00-champion" / "outcome.json").exists()
+
+
+def test_the_console_shows_each_skipped_proposal_in_one_line(tmp_path, sqlite_store_template, capsys):
+    """`sweep run` prints what it settles without a launch as it happens: an infeasible point with the rule
+    it breaks, a repeat with the trial it repeats; the baseline is always launched."""
+    from orchestrator.cli.running import _progress_printer
+
+    space = tmp_path / "skips.yaml"
+    space.write_text(yaml.safe_dump({"name": "skips", "params": {
+        "NCCL_PROTO": {"choices": [None, "LL"]},
+        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+        "speculative_num_steps": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+        "speculative_eagle_topk": {"choices": [2], "when": {"speculative_algorithm": "EAGLE3"}},
+        # 12 - 1 > 2 + 0 * 2^2: infeasible
+        "speculative_num_draft_tokens": {"choices": [2, 12], "when": {"speculative_algorithm": "EAGLE3"}},
+    }}))
+    data = demo_experiment(name="skips", search_space=[str(space)], sampler={"kind": "random", "seed": 0},
+                           budget={"trials": 4, "concurrent_trials": 2}, promotion={"max_rounds": 0})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)
+    Sweep(spec, wd, executor=InlineExecutor(2), on_event=_progress_printer()).run()
+
+    printed = [line.split(" skipped: ") for line in capsys.readouterr().out.splitlines() if " skipped: " in line]
+    shown = {int(head.removeprefix("· trial ")): why for head, why in printed}
+    assert len(shown) == len(printed)  # one line each
+    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "skips")
+    skipped = {t.number: t for t in trials if t.attrs.get("skipped")}
+    assert set(shown) == set(skipped) and 0 not in shown
+    rule = "infeasible (draft tokens - 1 <= topk + (steps - 1) * topk^2)"
+    assert {n for n, why in shown.items() if why == rule} == {
+        n for n, t in skipped.items() if t.attrs.get("failure_kind") == "infeasible"} != set()
+    repeats = {n: why for n, why in shown.items() if why != rule}
+    assert repeats, "the sampler never proposed a measured point again (unlikely: 4 of 6 points measured)"
+    for n, why in repeats.items():
+        assert why in (f"same parameters as trial {skipped[n].attrs.get('duplicate_of')}",
+                       skipped[n].attrs.get("reason"))
