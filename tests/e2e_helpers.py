@@ -40,6 +40,51 @@ def demo_experiment(**overrides: Any) -> dict[str, Any]:
     return _merge(data, overrides)
 
 
+def short_sweep(tmp_path: Path, name: str, trials: int) -> Path:
+    """The demo experiment as a sweep of `trials` trials, two at a time, written under tmp_path. Two repeats
+    per trial give the promotion gate its samples without separate confirmation runs."""
+    return write_experiment(tmp_path, demo_experiment(
+        name=name, budget={"trials": trials, "concurrent_trials": 2}, benchmark={"repeats": 2},
+        promotion={"max_rounds": 0, "min_gain": 0.0}))
+
+
+def nccl_space(tmp_path: Path, algos: list[str]) -> Path:
+    """A two-knob space under tmp_path: NCCL_PROTO (engine default, LL, LL128, Simple), NCCL_ALGO (default, `algos`)."""
+    path = tmp_path / "nccl-small.yaml"
+    path.write_text(yaml.safe_dump({"name": "nccl-small", "params": {
+        "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
+        "NCCL_ALGO": {"choices": [None, *algos]},
+    }}))
+    return path
+
+
+def run_to_the_end(tmp_path: Path, template: Path, data: dict[str, Any]
+                   ) -> tuple[subprocess.CompletedProcess, Path, list]:
+    """`sweep run` of the experiment `data` in a new work directory, to its end: (the process, the work
+    directory, the study's trials)."""
+    from orchestrator.search.study import read_only  # imports Optuna: only the tests that read a study
+
+    wd = new_workdir(tmp_path, template)
+    proc = sweep("run", str(write_experiment(tmp_path, data)), "--workdir", str(wd))
+    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", data["name"])
+    return proc, wd, trials
+
+
+def measured(trials: list) -> list:
+    """The trials the budget counts: launched (not settled without a launch), finished, not interrupted."""
+    return [t for t in trials if t.state in ("COMPLETE", "FAIL") and not t.attrs.get("skipped")
+            and t.attrs.get("failure_kind") != "interrupted"]
+
+
+def resume(exp: Path, wd: Path, marker: str) -> subprocess.CompletedProcess:
+    """`sweep run --resume` of a stopped sweep, its processes marked; it must end cleanly."""
+    resumed = sweep("run", str(exp), "--workdir", str(wd), "--resume", env={MARKER: marker})
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out
+    assert "Traceback" not in out
+    return resumed
+
+
 def _merge(base: dict, extra: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in extra.items():

@@ -13,18 +13,19 @@ import time
 import uuid
 
 import pytest
-import yaml
 from e2e_helpers import (
-    MARKER,
     demo_experiment,
+    measured,
     mlflow_runs,
-    new_workdir,
+    nccl_space,
+    resume,
+    run_to_the_end,
+    short_sweep,
     start_sweep,
     sweep,
     trial_files,
     wait_for,
     wait_until_gone,
-    write_experiment,
 )
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 
@@ -33,24 +34,10 @@ from orchestrator.search.study import read_only
 pytestmark = pytest.mark.slow
 
 
-def _experiment(tmp_path, name: str, trials: int):
-    data = demo_experiment(name=name, budget={"trials": trials, "concurrent_trials": 2},
-                           benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0})
-    return write_experiment(tmp_path, data)
-
-
-def _measured(trials) -> list:
-    return [t for t in trials if t.state in ("COMPLETE", "FAIL") and not t.attrs.get("skipped")
-            and t.attrs.get("failure_kind") != "interrupted"]
-
-
 def _resume_finishes_the_budget(exp, wd, name: str, budget: int, marker: str) -> list:
-    resumed = sweep("run", str(exp), "--workdir", str(wd), "--resume", env={MARKER: marker})
-    out = resumed.stdout + resumed.stderr
-    assert resumed.returncode == 0, out
-    assert "Traceback" not in out
+    resume(exp, wd, marker)
     trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", name)
-    assert len(_measured(trials)) == budget
+    assert len(measured(trials)) == budget
     assert not [t for t in trials if t.state in ("RUNNING", "WAITING")]
     assert json.loads((wd / "summary.json").read_text())["champion"]
     assert wait_until_gone(marker) == {}
@@ -58,7 +45,7 @@ def _resume_finishes_the_budget(exp, wd, name: str, budget: int, marker: str) ->
 
 
 def test_ctrl_c_once_finishes_the_trials_in_flight_then_resume_finishes_the_budget(tmp_path):
-    exp, wd, marker, log = _experiment(tmp_path, "ctrlc", 5), tmp_path / "wd", uuid.uuid4().hex, tmp_path / "run.log"
+    exp, wd, marker, log = short_sweep(tmp_path, "ctrlc", 5), tmp_path / "wd", uuid.uuid4().hex, tmp_path / "run.log"
     proc = start_sweep(exp, wd, marker, log)
     try:
         in_flight = wait_for(lambda: (lambda f, r: len(f) >= 1 and len(r) == 2 and r)(*trial_files(wd)), proc, log)
@@ -87,7 +74,7 @@ def test_ctrl_c_once_finishes_the_trials_in_flight_then_resume_finishes_the_budg
 
 
 def test_ctrl_c_twice_aborts_the_trials_in_flight_now_and_they_are_measured_again(tmp_path):
-    exp, wd, marker, log = _experiment(tmp_path, "ctrlc2", 4), tmp_path / "wd", uuid.uuid4().hex, tmp_path / "run.log"
+    exp, wd, marker, log = short_sweep(tmp_path, "ctrlc2", 4), tmp_path / "wd", uuid.uuid4().hex, tmp_path / "run.log"
     proc = start_sweep(exp, wd, marker, log)
 
     def two_servers_up():
@@ -137,18 +124,10 @@ ALL_FAIL = [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL", "LL1
 
 
 def _failing_sweep(tmp_path, template, name: str, budget: dict, faults: list):
-    space = tmp_path / "proto.yaml"
-    space.write_text(yaml.safe_dump({"name": "proto", "params": {
-        "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
-        "NCCL_ALGO": {"choices": [None, "Ring", "Tree"]},
-    }}))
     data = demo_experiment(name=name, simulator={"faults": faults}, promotion={"max_rounds": 0},
-                           budget={"trials": 10, "concurrent_trials": 2, **budget})
-    data["search_space"] = [str(space)]
-    wd = new_workdir(tmp_path, template)
-    proc = sweep("run", str(write_experiment(tmp_path, data)), "--workdir", str(wd))
-    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", name)
-    return proc, wd, trials
+                           budget={"trials": 10, "concurrent_trials": 2, **budget},
+                           search_space=[str(nccl_space(tmp_path, ["Ring", "Tree"]))])
+    return run_to_the_end(tmp_path, template, data)
 
 
 @pytest.mark.parametrize("rule, budget, message", [

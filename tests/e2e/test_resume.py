@@ -16,13 +16,16 @@ import time
 import uuid
 
 import pytest
-import yaml
 from e2e_helpers import (
-    MARKER,
     demo_experiment,
     marked_processes,
+    measured,
     mlflow_runs,
+    nccl_space,
     new_workdir,
+    resume,
+    run_to_the_end,
+    short_sweep,
     start_sweep,
     sweep,
     trial_files,
@@ -42,10 +45,7 @@ pytestmark = pytest.mark.slow
 
 def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(tmp_path, sqlite_store_template):
     budget = 8
-    # Two repeats per trial give the promotion gate its samples without separate confirmation runs.
-    data = demo_experiment(name="resume", budget={"trials": budget, "concurrent_trials": 2},
-                           benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0})
-    exp = write_experiment(tmp_path, data)
+    exp = short_sweep(tmp_path, "resume", budget)
     wd = new_workdir(tmp_path, sqlite_store_template)
     marker = uuid.uuid4().hex
     first_log = tmp_path / "first.log"
@@ -88,10 +88,7 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
     status = sweep("status", "--workdir", str(wd))
     assert "driver not running" in status.stdout and "--resume" in status.stdout, status.stdout
 
-    resumed = sweep("run", str(exp), "--workdir", str(wd), "--resume", env={MARKER: marker})
-    out = resumed.stdout + resumed.stderr
-    assert resumed.returncode == 0, out
-    assert "Traceback" not in out
+    resumed = resume(exp, wd, marker)
 
     # Nothing the killed driver started outlives the resumed sweep: Ray, actors, simulators.
     assert wait_until_gone(marker) == {}
@@ -123,12 +120,11 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
 
     # The budget counts measured trials; nothing was measured twice.
     space = spec_mod.load(exp).space
-    measured = [t for t in trials if t.state in ("COMPLETE", "FAIL") and not t.attrs.get("skipped")
-                and t.attrs.get("failure_kind") != FailureKind.interrupted.value]
-    assert len(measured) == budget
-    keys = [sp.key(sp.complete(space, t.params)) for t in measured if t.role == TrialRole.search.value]
+    counted = measured(trials)
+    assert len(counted) == budget
+    keys = [sp.key(sp.complete(space, t.params)) for t in counted if t.role == TrialRole.search.value]
     assert len(keys) == len(set(keys))
-    for t in measured:  # one MLflow child per measured trial, closed
+    for t in counted:  # one MLflow child per measured trial, closed
         assert [r.info.status for r in runs[t.number]] in (["FINISHED"], ["FAILED"])
 
     summary = json.loads((wd / "summary.json").read_text())
@@ -216,22 +212,14 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlit
 def test_identical_failing_parameters_are_not_measured_again(tmp_path, sqlite_store_template):
     """A tiny space where some points always fail: the sampler proposes them again, the driver tells
     Optuna the known failure instead of measuring them twice, and the sweep ends when nothing is left."""
-    space = tmp_path / "tiny.yaml"
-    space.write_text(yaml.safe_dump({"name": "tiny", "params": {
-        "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
-        "NCCL_ALGO": {"choices": [None, "Tree"]},
-    }}))
     data = demo_experiment(
-        name="repeats", search_space=[str(space)], sampler={"kind": "random", "seed": 0},
+        name="repeats", search_space=[str(nccl_space(tmp_path, ["Tree"]))], sampler={"kind": "random", "seed": 0},
         simulator={"faults": [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL128", "Simple"]}}]},
         budget={"trials": 8, "concurrent_trials": 2, "max_failure_rate": 0.9},
         promotion={"max_rounds": 0})
-    data["search_space"] = [str(space)]
-    exp, wd = write_experiment(tmp_path, data), new_workdir(tmp_path, sqlite_store_template)
-    proc = sweep("run", str(exp), "--workdir", str(wd))
+    proc, wd, trials = run_to_the_end(tmp_path, sqlite_store_template, data)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
-    trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "repeats")
     launched = [t for t in trials if not t.attrs.get("skipped")]
     keys = [(t.role, sp.key(t.params)) for t in launched]
     assert len(keys) == len(set(keys)) == 8  # every point once: the whole space, nothing twice
@@ -246,9 +234,7 @@ def test_identical_failing_parameters_are_not_measured_again(tmp_path, sqlite_st
 
 
 def test_wall_time_budget_stops_launching(tmp_path, sqlite_store_template):
-    data = demo_experiment(name="walltime", budget={"trials": 40, "concurrent_trials": 2},
-                           benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0})
-    exp, wd = write_experiment(tmp_path, data), new_workdir(tmp_path, sqlite_store_template)
+    exp, wd = short_sweep(tmp_path, "walltime", 40), new_workdir(tmp_path, sqlite_store_template)
     started = time.monotonic()
     proc = sweep("run", str(exp), "--workdir", str(wd), "--timeout", "30s")
     took = time.monotonic() - started
