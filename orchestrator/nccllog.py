@@ -9,17 +9,26 @@ the `host:pid:tid ` part may be missing). The messages read here, as NCCL 2.28 p
     NCCL_MAX_NCHANNELS set by environment to 4.                             "4." is read as "4"
     AllReduce: 14336 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}    TUNING, one per call; older NCCL
                                                                             prints `Algo 1 proto 0` (enums)
-    TUNER/Plugin: Plugin name set by env to /opt/libnccl-tuner-example.so INIT|TUNING: NCCL_TUNER_PLUGIN opened
-    TUNER/Plugin: Using Example (v5)                                       INIT|TUNING: the plugin is the tuner
-    TUNER/Plugin: Could not find: <names>. Using internal tuner plugin.   INIT|TUNING: the library did not open
-    TUNER/ExamplePlugin: Loaded 8 tuning configurations from <file>        TUNING: ext-tuner/example read its rules
+    NCCL_TUNER_PLUGIN set by environment to /opt/libnccl-tuner-x.so       ENV|TUNING: echoed before the library
+                                                                            is opened, whatever comes of it
+    TUNER/Plugin: Using sglang-sweep-probe (v5)                           INIT|TUNING: the plugin is the tuner
+    Successfully loaded external tuner plugin /opt/libnccl-tuner-x.so     INIT|TUNING: ... from this library
+    TUNER/Plugin: Could not find: /nonexistent/libx.so                    INIT|TUNING: the library did not open
+    External tuner plugin /opt/libfoo.so is unsupported                   INIT|TUNING: it opened, but exports no
+                                                                            ncclTunerPlugin_v2..v5 struct
+    TUNER/Plugin: Could not find: libnccl-tuner.so                        INIT|TUNING: NCCL_TUNER_PLUGIN unset and
+                                                                            NCCL's default library absent: nothing
+                                                                            asked for, nothing failed (not recorded)
+    TUNER/ExamplePlugin: Loaded 8 tuning configurations from <file>       TUNING: ext-tuner/example read its rules
 
-Older NCCL (2.19-2.25) says `TUNER/Plugin: Using tuner plugin <name>` when the plugin loaded, and
-`Failed to find ncclTunerPlugin_v2 symbol, using internal tuner instead.` when the library opened but
-exports no tuner; 2.32 says `External tuner plugin <name> is unsupported`. All of them are read. NCCL
-does not echo NCCL_TUNER_PLUGIN / NCCL_TUNER_CONFIG_FILE as `set by environment` (2.28), so the
-TUNER/Plugin lines are the proof that a rule file is in use. Lines of other formats are ignored, so a
-whole server log can be given.
+The tuner lines above are NCCL 2.28.9's, seen on the H200 host (docs/measurements/h200-tuner-plugin/, with
+a minimal plugin, bench/nccl_tuner_min/); the ExamplePlugin line is ext-tuner/example's source, not seen there.
+Older NCCL says `TUNER/Plugin: NCCL_TUNER_PLUGIN set to <name>` and `TUNER/Plugin: Plugin name set by env to
+<lib>` (2.2x), `Could not find: <names>. Using internal tuner plugin.`, `TUNER/Plugin: Using tuner plugin
+<name>` (2.19-2.2x), and `Failed to find ncclTunerPlugin_v2 symbol, using internal tuner instead.` when the
+library opened but exports no tuner. All of them are read. NCCL does not echo NCCL_TUNER_CONFIG_FILE (the
+plugin reads it), so the TUNER/Plugin lines are the proof that a rule file is in use. Lines of other formats
+are ignored, so a whole server log can be given.
 """
 
 from __future__ import annotations
@@ -45,7 +54,12 @@ _VERSION = re.compile(r"^NCCL version (?P<version>\S+)")
 _SET = re.compile(r"^(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*)$")
 _CHOICE = re.compile(r"^(?P<op>[A-Za-z]+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\S+) proto (?P<proto>\S+)"
                      r"(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
-_TUNER_OPENED = re.compile(r"^TUNER/Plugin: Plugin name set by env to (?P<path>.+)$")
+_TUNER_PLUGIN_VAR = "NCCL_TUNER_PLUGIN"
+_TUNER_DEFAULT = "libnccl-tuner.so"
+"""The library NCCL looks for when NCCL_TUNER_PLUGIN is unset."""
+_TUNER_REQUESTED = re.compile(r"^TUNER/Plugin: NCCL_TUNER_PLUGIN set to (?P<name>.+)$")
+_TUNER_OPENED = re.compile(r"^(?:TUNER/Plugin: Plugin name set by env to|Successfully loaded external tuner plugin) "
+                           r"(?P<path>.+)$")
 _TUNER_INTERNAL = re.compile(r"^TUNER/Plugin: (?:.*Using internal tuner plugin\.?|.*using internal tuner instead\.?)$")
 _TUNER_NOT_FOUND = re.compile(r"^TUNER/Plugin: Could not find:\s*(?P<names>.*?)(?:\. Using internal tuner plugin\.?)?$")
 _TUNER_USING = re.compile(r"^TUNER/Plugin: Using (?:tuner plugin (?P<old>.+)|(?P<name>.+?) \(v(?P<version>\d+)\))$")
@@ -54,8 +68,9 @@ _TUNER_RULES = re.compile(r"^TUNER/ExamplePlugin: Loaded (?P<n>\d+) tuning confi
 
 NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TUNER_PLUGIN",
                         "NCCL_TUNER_CONFIG_FILE"})
-"""Variables NCCL 2.28 does not echo as `... set by environment to ...`: their absence from its log proves
-nothing (the tuner plugin's are proven by the TUNER/Plugin lines instead, see tuner_problems)."""
+"""Variables not held to a `... set by environment to ...` line: NCCL does not echo them, so their absence
+from its log proves nothing. NCCL 2.28.9 does echo NCCL_TUNER_PLUGIN (TunerLoad.requested), older NCCL does
+not; the tuner plugin is proven by the TUNER/Plugin lines instead (tuner_problems)."""
 
 TUNER_MASKED = ("NCCL_ALGO", "NCCL_PROTO")
 """Set beside NCCL_TUNER_PLUGIN, these mask the plugin: NCCL offers it only the algorithms/protocols they allow."""
@@ -97,10 +112,15 @@ class NcclCall(Frozen):
 
 
 class TunerLoad(Frozen):
-    """What one device said about loading a tuner plugin (TUNER/Plugin lines)."""
+    """What one device said about loading a tuner plugin (TUNER/Plugin lines). Empty when NCCL_TUNER_PLUGIN
+    was not set and NCCL did not find its default libnccl-tuner.so either."""
 
+    requested: str | None = None
+    """NCCL_TUNER_PLUGIN as NCCL read it (2.28: `NCCL_TUNER_PLUGIN set by environment to ...`; 2.2x:
+    `TUNER/Plugin: NCCL_TUNER_PLUGIN set to ...`), printed before the library is opened."""
     opened: str | None = None
-    """The library NCCL opened for NCCL_TUNER_PLUGIN (`Plugin name set by env to ...`)."""
+    """The library NCCL loaded the tuner from (2.28: `Successfully loaded external tuner plugin ...`; 2.2x:
+    `Plugin name set by env to ...`)."""
     plugin: str | None = None
     """The plugin NCCL uses as its tuner (`Using <name> (v<N>)`), with its interface version when given."""
     not_found: str | None = None
@@ -137,7 +157,9 @@ def _name(token: str, names: tuple[str, ...]) -> str:
 
 def _tuner_line(tuner: dict[str, str], message: str) -> bool:
     """Record a TUNER/Plugin line in `tuner`; False when `message` is not one."""
-    if m := _TUNER_OPENED.match(message):
+    if m := _TUNER_REQUESTED.match(message):
+        tuner.setdefault("requested", m["name"].strip())
+    elif m := _TUNER_OPENED.match(message):
         tuner.setdefault("opened", m["path"].strip())
     elif _TUNER_INTERNAL.match(message):
         tuner.setdefault("internal", message)
@@ -154,6 +176,16 @@ def _tuner_line(tuner: dict[str, str], message: str) -> bool:
     else:
         return False
     return True
+
+
+def _tuner_load(tuner: dict[str, str]) -> TunerLoad:
+    """The TunerLoad of one device's recorded lines. With NCCL_TUNER_PLUGIN unset, NCCL looks for its default
+    libnccl-tuner.so and says `Could not find: libnccl-tuner.so` when it is absent (2.28.9; older NCCL adds
+    `. Using internal tuner plugin.`): no plugin was asked for and none failed, so that is not recorded."""
+    if "requested" not in tuner and tuner.get("not_found") == _TUNER_DEFAULT:
+        tuner = {k: v for k, v in tuner.items()
+                 if k != "not_found" and not (k == "internal" and _TUNER_NOT_FOUND.match(v))}
+    return TunerLoad(**tuner)
 
 
 def parse_nccl_log(text: str) -> dict[int, DeviceLog]:
@@ -176,6 +208,8 @@ def parse_nccl_log(text: str) -> dict[int, DeviceLog]:
             if value.endswith(".") and value[:-1].lstrip("-").isdigit():
                 value = value[:-1]  # NCCL_PARAM integers are printed as "%lld."
             info["env"][s["name"]] = value
+            if s["name"] == _TUNER_PLUGIN_VAR:  # NCCL 2.28 echoes it before opening the library
+                info["tuner"].setdefault("requested", value)
         elif c := _CHOICE.match(message):
             choice = NcclChoice(algorithm=_name(c["algo"], _ALGORITHMS), protocol=_name(c["proto"], _PROTOCOLS),
                                 channels=int(c["hi"]) - int(c["lo"]) + 1 if c["lo"] is not None else None)
@@ -189,7 +223,7 @@ def parse_nccl_log(text: str) -> dict[int, DeviceLog]:
     return {
         device: DeviceLog(device=device, hosts=tuple(sorted(i["hosts"])), pids=tuple(sorted(i["pids"])),
                           version=i["version"], env=i["env"], collectives=i["collectives"], max_bytes=i["max_bytes"],
-                          calls=tuple(i["calls"].values()), tuner=TunerLoad(**i["tuner"]))
+                          calls=tuple(i["calls"].values()), tuner=_tuner_load(i["tuner"]))
         for device, i in sorted(acc.items())
     }
 

@@ -1,15 +1,18 @@
 """NCCL's own lines, parsed once for the trial and the probe: real texts from the H200 host (reference/measurements
-and a captured log), and the tuner plugin's lines as NCCL 2.28 prints them (src/plugin, ext-tuner/example)."""
+and a captured log), the tuner plugin's lines as NCCL 2.28.9 printed them there
+(docs/measurements/h200-tuner-plugin/), and older NCCL's and ext-tuner/example's tuner lines from their source."""
 
 from __future__ import annotations
 
 import json
 import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
 from orchestrator.nccllog import (
+    DeviceLog,
     NcclChoice,
     TunerLoad,
     choice_for,
@@ -133,23 +136,26 @@ SO = "/opt/nccl/libnccl-tuner-example.so"
 CSV = "/srv/nccl-tuner.csv"
 
 TUNER_CASES = [
-    ("2.28 loaded", [f"TUNER/Plugin: Plugin name set by env to {SO}", "TUNER/Plugin: Using Example (v5)",
+    ("2.2x loaded", [f"TUNER/Plugin: Plugin name set by env to {SO}", "TUNER/Plugin: Using Example (v5)",
                      "TUNER/ExamplePlugin: Initializing tuner for 1 nodes, 2 ranks, 0 NVL domains",
                      f"TUNER/ExamplePlugin: Loaded 6 tuning configurations from {CSV}"],
      TunerLoad(opened=SO, plugin="Example (v5)", rules=f"6 from {CSV}")),
-    ("2.28 not found", [f"TUNER/Plugin: Could not find: {SO} libnccl-tuner-{SO}.so. Using internal tuner plugin."],
+    ("2.2x not found", [f"TUNER/Plugin: Could not find: {SO} libnccl-tuner-{SO}.so. Using internal tuner plugin."],
      TunerLoad(not_found=f"{SO} libnccl-tuner-{SO}.so",
                internal=f"TUNER/Plugin: Could not find: {SO} libnccl-tuner-{SO}.so. Using internal tuner plugin.")),
     ("2.19 loaded", ["TUNER/Plugin: Using tuner plugin Example"], TunerLoad(plugin="Example")),
     ("2.19 no symbol", ["TUNER/Plugin: Failed to find ncclTunerPlugin_v3 symbol.",
                         "TUNER/Plugin: Failed to find ncclTunerPlugin_v2 symbol, using internal tuner instead."],
      TunerLoad(internal="TUNER/Plugin: Failed to find ncclTunerPlugin_v2 symbol, using internal tuner instead.")),
+    # NCCL_TUNER_PLUGIN unset: NCCL's search for its default libnccl-tuner.so is no failed load
     ("net plugin's tuner instead", ["TUNER/Plugin: Could not find: libnccl-tuner.so. Using internal tuner plugin.",
                                     "TUNER/Plugin: Using nccl_ofi_tuner (v3)"],
-     TunerLoad(not_found="libnccl-tuner.so", plugin="nccl_ofi_tuner (v3)",
-               internal="TUNER/Plugin: Could not find: libnccl-tuner.so. Using internal tuner plugin.")),
-    ("2.32 unsupported", [f"External tuner plugin {SO} is unsupported"],
+     TunerLoad(plugin="nccl_ofi_tuner (v3)")),
+    ("2.28 unsupported", [f"External tuner plugin {SO} is unsupported"],
      TunerLoad(internal=f"External tuner plugin {SO} is unsupported")),
+    ("2.2x requested, loaded", [f"TUNER/Plugin: NCCL_TUNER_PLUGIN set to {SO}",
+                                f"TUNER/Plugin: Plugin name set by env to {SO}", "TUNER/Plugin: Using Example (v4)"],
+     TunerLoad(requested=SO, opened=SO, plugin="Example (v4)")),
 ]
 
 
@@ -190,3 +196,52 @@ def test_tuner_problems_name_the_device_and_the_reason(log, problems):
 def test_the_tuner_variables_are_not_expected_as_set_by_environment_lines():
     logs = parse_nccl_log(_two_devices("TUNER/Plugin: Using Example (v5)"))
     assert env_problems({"NCCL_TUNER_PLUGIN": SO, "NCCL_TUNER_CONFIG_FILE": CSV}, logs, range(2)) == []
+
+
+# --- NCCL 2.28.9's own tuner lines, logged on the H200 host (docs/measurements/h200-tuner-plugin/) -------
+
+H200_TUNER_LOGS = Path(__file__).resolve().parents[1] / "docs" / "measurements" / "h200-tuner-plugin"
+PROBE_SO = "/tmp/nccl_tuner_min/libnccl-tuner-sglang-sweep-probe.so"
+NOSYM_SO = "/tmp/nccl_tuner_min/libnccl-tuner-sglang-sweep-nosym.so"
+
+
+def _h200_log(name: str) -> dict[int, DeviceLog]:
+    logs = parse_nccl_log((H200_TUNER_LOGS / f"{name}.log").read_text())
+    assert list(logs) == [0] and version_of(logs) == "2.28.9+cuda13.0"
+    assert logs[0].calls == ()  # one rank: NCCL tunes nothing, so no per-size TUNING line
+    return logs
+
+
+def test_the_h200_tuner_plugin_logs():
+    """(a) the plugin loaded, with its name and library; (b) a path that is not there; (c) no tuner variable."""
+    loaded = _h200_log("a")
+    assert loaded[0].tuner == TunerLoad(requested=PROBE_SO, opened=PROBE_SO, plugin="sglang-sweep-probe (v5)")
+    assert tuner_problems(PROBE_SO, loaded, [0]) == []
+    # NCCL 2.28.9 echoes NCCL_TUNER_PLUGIN, not NCCL_TUNER_CONFIG_FILE (only the plugin reads that)
+    assert loaded[0].env["NCCL_TUNER_PLUGIN"] == PROBE_SO and "NCCL_TUNER_CONFIG_FILE" not in loaded[0].env
+    assert env_problems({"NCCL_TUNER_PLUGIN": PROBE_SO, "NCCL_TUNER_CONFIG_FILE": "/tmp/x.csv"}, loaded, [0]) == []
+
+    missing = _h200_log("b")
+    assert missing[0].tuner == TunerLoad(requested="/nonexistent/libx.so", not_found="/nonexistent/libx.so")
+    assert tuner_problems("/nonexistent/libx.so", missing, [0]) == [
+        "NCCL_TUNER_PLUGIN=/nonexistent/libx.so was not loaded on device 0: NCCL could not open "
+        "/nonexistent/libx.so and used its internal tuner"]
+
+    # NCCL still looks for its default libnccl-tuner.so and says it could not find it: no plugin asked for
+    assert "TUNER/Plugin: Could not find: libnccl-tuner.so" in (H200_TUNER_LOGS / "c.log").read_text()
+    assert _h200_log("c")[0].tuner == TunerLoad()
+
+
+def test_the_h200_library_that_is_no_tuner():
+    logs = _h200_log("d")
+    said = f"External tuner plugin {NOSYM_SO} is unsupported"
+    assert logs[0].tuner == TunerLoad(requested=NOSYM_SO, internal=said)
+    assert tuner_problems(NOSYM_SO, logs, [0]) == [
+        f"NCCL_TUNER_PLUGIN={NOSYM_SO} was not loaded on device 0: NCCL said {said!r} and used its internal tuner"]
+
+
+def test_a_requested_default_name_that_is_not_found_is_kept():
+    """Only the default search with NCCL_TUNER_PLUGIN unset is dropped: asked for by name, a miss counts."""
+    logs = parse_nccl_log("vm:1:1 [0] NCCL INFO NCCL_TUNER_PLUGIN set by environment to libnccl-tuner.so\n"
+                          "vm:1:1 [0] NCCL INFO TUNER/Plugin: Could not find: libnccl-tuner.so\n")
+    assert logs[0].tuner == TunerLoad(requested="libnccl-tuner.so", not_found="libnccl-tuner.so")
