@@ -65,15 +65,18 @@ class Confirmed(Frozen):
     gain: float
     low: float | None = None
     high: float | None = None
+    concurrency: int | None = None
+    """Concurrent requests both were measured at (the gate's level); None in summaries written before."""
 
     def text(self) -> str:
+        at = f" at {streams(self.concurrency)}" if self.concurrency is not None else ""
         if self.label == "unconfirmed":
-            return (f"UNCONFIRMED (search phase, one measurement): {self.metric} {self.champion_median:.2f} vs "
+            return (f"UNCONFIRMED (search phase, one measurement{at}): {self.metric} {self.champion_median:.2f} vs "
                     f"baseline {self.baseline_median:.2f}, {_pct(self.gain)}")
         interval = (f" [{_pct(self.low)}, {_pct(self.high)}] (the gate's bounds)"
                     if self.low is not None and self.high is not None else "")
-        return (f"confirmed over {self.rounds} interleaved rounds: {self.metric} median {self.champion_median:.2f} vs "
-                f"baseline {self.baseline_median:.2f}, {_pct(self.gain)}{interval}")
+        return (f"confirmed over {self.rounds} interleaved rounds{at}: {self.metric} median "
+                f"{self.champion_median:.2f} vs baseline {self.baseline_median:.2f}, {_pct(self.gain)}{interval}")
 
     def metrics(self) -> dict[str, float]:
         """The figures as serving-config metrics (the env file header and the registry show them)."""
@@ -81,6 +84,8 @@ class Confirmed(Frozen):
         out = {f"{prefix}_{self.metric}": self.champion_median,
                f"{prefix}_baseline_{self.metric}": self.baseline_median,
                f"{prefix}_gain": self.gain, f"{prefix}_rounds": float(self.rounds)}
+        if self.concurrency is not None:
+            out[f"{prefix}_concurrency"] = float(self.concurrency)
         if self.low is not None and self.high is not None:
             out.update({f"{prefix}_gain_low": self.low, f"{prefix}_gain_high": self.high})
         return out
@@ -111,8 +116,7 @@ class StepsGain(Frozen):
         iv = self.interval
         who = ("adaptive wins" if iv.low > 0.0 else f"{self.fixed} wins" if iv.high < 0.0
                else "no significant difference")
-        streams = "stream" if concurrency == 1 else "streams"
-        return f"x{1 + iv.gain:.2f} [x{1 + iv.low:.2f}, x{1 + iv.high:.2f}] at {concurrency} {streams} ({who})"
+        return f"x{1 + iv.gain:.2f} [x{1 + iv.low:.2f}, x{1 + iv.high:.2f}] at {streams(concurrency, short=True)} ({who})"
 
 
 class LevelGain(Frozen):
@@ -129,6 +133,13 @@ class LevelGain(Frozen):
 
 def _pct(x: float | None) -> str:
     return "?" if x is None else f"{x * 100:+.1f}%"
+
+
+def streams(concurrency: int, *, short: bool = False) -> str:
+    """A load in words: "1 stream", "32 concurrent streams" ("32 streams" when `short`)."""
+    if concurrency == 1:
+        return "1 stream"
+    return f"{concurrency} streams" if short else f"{concurrency} concurrent streams"
 
 
 # ------------------------------------------------------------------------------ the arms
@@ -184,15 +195,17 @@ def compare(a: Sequence[float], b: Sequence[float], *, direction: Direction, lev
                     b_median=ev.baseline_median)
 
 
-def confirmed(ev: sequential.Evidence, metric: str) -> Confirmed:
+def confirmed(ev: sequential.Evidence, metric: str, concurrency: int | None = None) -> Confirmed:
     return Confirmed(label="confirmed", metric=metric, champion_median=ev.champion_median,
-                     baseline_median=ev.baseline_median, rounds=ev.rounds, gain=ev.gain, low=ev.low, high=ev.high)
+                     baseline_median=ev.baseline_median, rounds=ev.rounds, gain=ev.gain, low=ev.low, high=ev.high,
+                     concurrency=concurrency)
 
 
-def unconfirmed(champion: float, baseline: float, metric: str, direction: Direction) -> Confirmed:
+def unconfirmed(champion: float, baseline: float, metric: str, direction: Direction,
+                concurrency: int | None = None) -> Confirmed:
     gain = champion / baseline - 1.0 if direction == "maximize" else baseline / champion - 1.0
     return Confirmed(label="unconfirmed", metric=metric, champion_median=champion, baseline_median=baseline,
-                     rounds=0, gain=gain)
+                     rounds=0, gain=gain, concurrency=concurrency)
 
 
 def contributions(values: Mapping[str, Mapping[int, float]], *, speculation: str, sole_part: str,
@@ -239,25 +252,65 @@ def simpler_choice(values: Mapping[str, Mapping[int, float]], contribs: Sequence
     return None
 
 
-def stops_paying(levels: Sequence[LevelGain], what: str) -> str:
+def stops_paying(levels: Sequence[LevelGain], what: str, *, figures: bool = True) -> str:
     """One sentence: where the champion's gain over the baseline holds and where it stops paying
-    (and, when measured, whether adaptive steps beat the fixed count at each level)."""
+    (and, when measured, whether adaptive steps beat the fixed count at each level). `figures=False`
+    leaves the per-level gains out (the verdict states them beside the gate's own figures)."""
     if not levels:
         return ""
     ordered = sorted(levels, key=lambda lv: lv.concurrency)
-    figures = "; ".join(lv.text() for lv in ordered)
+    gains = f" ({'; '.join(lv.text() for lv in ordered)})" if figures else ""
     lost = next((lv for lv in ordered if not lv.interval.low > 0.0), None)
     if lost is None:
-        sentence = f"{what} pays at every level measured ({figures})"
+        sentence = f"{what} pays at every level measured{gains}"
     else:
         paying = [lv.concurrency for lv in ordered if lv.concurrency < lost.concurrency and lv.interval.low > 0.0]
         where = f"pays up to concurrency {paying[-1]} and " if paying else ""
-        sentence = f"{what} {where}stops paying from concurrency {lost.concurrency} ({figures})"
-    steps = [(lv.concurrency, lv.steps) for lv in ordered if lv.steps is not None]
-    if steps:
-        sentence += (f". Adaptive steps (--speculative-adaptive) against {steps[0][1].fixed}: "
-                     + ", ".join(g.text(c) for c, g in steps))
-    return sentence
+        sentence = f"{what} {where}stops paying from concurrency {lost.concurrency}{gains}"
+    steps = steps_sentence(ordered)
+    return f"{sentence}. {steps}" if steps else sentence
+
+
+def steps_sentence(levels: Sequence[LevelGain]) -> str:
+    """Whether adaptive steps beat the fixed count, at each level that measured both ("" if none did)."""
+    steps = [(lv.concurrency, lv.steps) for lv in sorted(levels, key=lambda lv: lv.concurrency)
+             if lv.steps is not None]
+    if not steps:
+        return ""
+    return (f"Adaptive steps (--speculative-adaptive) against {steps[0][1].fixed}: "
+            + ", ".join(g.text(c) for c, g in steps))
+
+
+# ------------------------------------------------------------------------------ the verdict in words
+
+
+def at_level(message: str, concurrency: int | None, metric: str) -> str:
+    """A decision's message ("promoted: +12.4% [...] ...", "not better: ...", "undecided after 8
+    rounds: ...") with the load it was decided at after its head: "promoted at 32 concurrent streams
+    (objective output_tok_s): +12.4% ...". Unchanged when `concurrency` is None (the level goes
+    unnamed) or the message has no head."""
+    head, sep, rest = message.partition(": ")
+    if concurrency is None or not sep:
+        return message
+    return f"{head} at {streams(concurrency)} (objective {metric}): {rest}"
+
+
+def verdict_text(message: str, *, concurrency: int | None, metric: str, others: Sequence[LevelGain] = (),
+                 why: str = "", after: str = "") -> str:
+    """The verdict in words: the gate's decision at the level it decided at (`concurrency`; None leaves
+    it unnamed), the champion's gain at the other promotion.concurrency levels beside it, why it won
+    (the contributions), then `after` (where the gain stops paying; adaptive or fixed steps)."""
+    text = at_level(message, concurrency, metric)
+    if others:
+        ordered = sorted(others, key=lambda lv: lv.concurrency)
+        rounds = min(lv.interval.rounds for lv in ordered)
+        text += ("; " + "; ".join(f"at {streams(lv.concurrency, short=True)} {lv.interval.text()}" for lv in ordered)
+                 + f" (promotion.concurrency: 95% intervals over {rounds} rounds)")
+    if why:
+        text += f". Why (95% intervals): {why}"
+    if after:
+        text += f". {after}"
+    return text
 
 
 # ------------------------------------------------------------------------------ adaptive or fixed steps

@@ -16,6 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from orchestrator.results import contrib
+
 STYLE = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;background:#f6f7f9;color:#1d2430}
 main{max-width:1200px;margin:0 auto;padding:24px}
@@ -66,6 +68,8 @@ class ReportInput:
     gain_low: float | None = None
     gain_high: float | None = None
     confirm_rounds: int = 0
+    concurrency: int | None = None
+    """Concurrent streams the confirmed gain was measured at (the gate's level), when known."""
     model: str = ""
     model_version: str | None = None
     env_file: str | None = None
@@ -142,10 +146,11 @@ def _champion_cards(r: ReportInput) -> str:
                 else "not promoted")
     env = f"<br>env file: <code>{_e(r.env_file)}</code>" if r.env_file else ""
     rounds = f" over {r.confirm_rounds} confirmation rounds" if r.confirm_rounds else ""
+    at = "" if r.concurrency is None else f" at {contrib.streams(r.concurrency, short=True)}"
     return f"""<div class="cards">
 <div class="card" id="champion"><div class="label">Which: champion</div><div class="big">trial {r.champion_trial}</div>
 <div>{value}</div><ul>{knobs}</ul></div>
-<div class="card" id="gain"><div class="label">How much: confirmed gain</div>
+<div class="card" id="gain"><div class="label">How much: confirmed gain{_e(at)}</div>
 <div class="big {gain_cls}">{_pct(r.gain) or "n/a"}</div><div>{interval}{_e(rounds)}</div>
 <p>{_e(r.verdict)}</p><p>{promoted}{env}</p></div>
 <div class="card" id="why"><div class="label">Why</div>{_why(r)}</div>

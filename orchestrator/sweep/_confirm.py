@@ -7,10 +7,11 @@ pair (champion, baseline) continues until `results.sequential.decide` returns a 
 arms (ablations, other concurrency levels) are measured for `min_rounds` rounds only, which keeps
 their cost bounded while giving each an interval.
 
-With a speculating champion and promotion.concurrency levels (on an SGLang version that has
---speculative-adaptive), each level also measures the champion as the other kind of step control:
-adaptive when it runs a fixed count, the best fixed count of the search when it is adaptive
-(`steps_arms`); `results.contrib.steps_gain` turns them into "adaptive x1.04 over fixed 3 steps".
+With a speculating champion (on an SGLang version that has --speculative-adaptive), each
+promotion.concurrency level, or the gate's own level when none is listed, also measures the champion
+as the other kind of step control: adaptive when it runs a fixed count, the best fixed count of the
+search when it is adaptive (`steps_arms`); `results.contrib.steps_gain` turns them into "adaptive
+x1.04 over fixed 3 steps".
 """
 
 from __future__ import annotations
@@ -74,10 +75,11 @@ def at_concurrency(spec: SweepSpec, level: int) -> SweepSpec:
 
 def steps_arms(spec: SweepSpec, champion: TrialOutcome, outcomes: list[TrialOutcome],
                constraints: dict[str, tuple[float | None, float | None]]) -> tuple[list[Arm], str, str]:
-    """The arms that tell adaptive from fixed steps at each promotion.concurrency level, the
-    counterpart's kind (contrib.ADAPTIVE or FIXED) and the fixed side in words; ([], "", "") when the
-    champion does not speculate, no level is listed, or the SGLang version lacks the flag."""
-    if not spec.promotion.concurrency or spec.sglang_version not in knobs.ADAPTIVE_VERSIONS:
+    """The arms that tell adaptive from fixed steps at each promotion.concurrency level (at the
+    gate's own level when none is listed: one arm), the counterpart's kind (contrib.ADAPTIVE or FIXED)
+    and the fixed side in words; ([], "", "") when the champion does not speculate or the SGLang
+    version lacks the flag."""
+    if spec.sglang_version not in knobs.ADAPTIVE_VERSIONS:
         return [], "", ""
     best = contrib.best_fixed_steps(outcomes, metric=spec.objective.metric, direction=spec.objective.direction,
                                     constraints=constraints)
@@ -86,8 +88,8 @@ def steps_arms(spec: SweepSpec, champion: TrialOutcome, outcomes: list[TrialOutc
         return [], "", ""
     kind, params, fixed = found
     level = spec.benchmark.concurrency
-    return ([Arm(contrib.arm_name(kind, c, level), params, champion.number, c) for c in spec.promotion.concurrency],
-            kind, fixed)
+    levels = spec.promotion.concurrency or (level,)
+    return [Arm(contrib.arm_name(kind, c, level), params, champion.number, c) for c in levels], kind, fixed
 
 
 def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Measured:

@@ -122,12 +122,15 @@ def promote(ctx: Context) -> dict[str, Any]:
                      f"search_{metric}": search_value},
         "search_value": search_value}
     base_params = sp.baseline_params(spec.space)
+    level = spec.benchmark.concurrency
+    named = _gate_level_named(ctx)
     if not spec.promotion.max_rounds:
         base_value = getattr(baseline.metrics, metric)
-        figures = contrib.unconfirmed(search_value, base_value, metric, direction)
+        figures = contrib.unconfirmed(search_value, base_value, metric, direction, concurrency=level)
+        at = f" at {contrib.streams(level)}" if named is not None else ""
         verdict = (f"UNCONFIRMED: promotion.max_rounds is 0, so the search-phase champion is promoted without a "
                    f"gate: {search_value:.2f} vs baseline {base_value:.2f} {metric}, {figures.gain * 100:+.1f}% from one "
-                   f"measurement each, the best of many (optimistic); set promotion.max_rounds (e.g. 12) to confirm")
+                   f"measurement each{at}, the best of many (optimistic); set promotion.max_rounds (e.g. 12) to confirm")
         log.warning(verdict)
         return result | _register(ctx, champion, champion.params, run_id, figures, verdict, Outcome.unconfirmed,
                                   "champion")
@@ -145,26 +148,35 @@ def promote(ctx: Context) -> dict[str, Any]:
     if decision is None or decision.evidence is None:
         failed = sum(1 for r in measured.rows if r["status"] != "COMPLETE")
         return result | {"outcome": Outcome.undecided,
-                         "verdict": f"undecided: {failed} of {len(measured.rows)} confirmation runs failed, too few "
-                                    f"rounds for an interval; see {ctx.paths.root / 'confirm'}"}
+                         "verdict": contrib.at_level(
+                             f"undecided: {failed} of {len(measured.rows)} confirmation runs failed, too few rounds "
+                             f"for an interval; see {ctx.paths.root / 'confirm'}", named, metric)}
     result["gate"] = {"passed": decision.verdict is sequential.Verdict.promoted, "gain": decision.evidence.gain,
                       "ci_low": decision.evidence.low, "ci_high": decision.evidence.high,
                       "min_gain": plan.min_gain, "rounds": decision.evidence.rounds}
-    figures = contrib.confirmed(decision.evidence, metric)
+    figures = contrib.confirmed(decision.evidence, metric, concurrency=level)
     speculation = str(champion.params.get("speculative_algorithm") or "speculation").replace("EAGLE3", "EAGLE-3")
     sole = speculation if contrib.speculates(champion.params) else "NCCL settings"
     parts = contrib.contributions(measured.values, speculation=speculation, sole_part=sole, direction=direction)
+    # The promotion.concurrency levels; without them, the gate's own level when adaptive and fixed
+    # steps were compared there.
+    listed = sorted(spec.promotion.concurrency) or ([level] if counterpart else [])
     levels = [contrib.LevelGain(concurrency=c, interval=iv, steps=contrib.steps_gain(
-        measured.values, c, spec.benchmark.concurrency, counterpart=counterpart, fixed=fixed, direction=direction)
-        if counterpart else None) for c, iv in _levels(ctx, measured, champion)]
+        measured.values, c, level, counterpart=counterpart, fixed=fixed, direction=direction)
+        if counterpart else None) for c, iv in _levels(ctx, measured, listed)]
     what = f"{speculation} (with the champion's NCCL settings)" if contrib.speculates(champion.params) \
         else "the champion"
-    result.update(confirmed=figures, contributions=parts, concurrency=levels,
-                  concurrency_verdict=contrib.stops_paying(levels, what) or None)
+    if spec.promotion.concurrency:
+        by_load = contrib.stops_paying(levels, what)
+        after = f"By load: {contrib.stops_paying(levels, what, figures=False)}" if by_load else ""
+    else:
+        levels = [lv for lv in levels if lv.steps is not None]  # the gate's level is there for the steps alone
+        by_load = after = contrib.steps_sentence(levels)
+    result.update(confirmed=figures, contributions=parts, concurrency=levels, concurrency_verdict=by_load or None)
     why = "; ".join(p.text() for p in parts)
-    verdict = decision.message + (f". Why (95% intervals): {why}" if why else "")
-    if result["concurrency_verdict"]:
-        verdict += f". By load: {result['concurrency_verdict']}"
+    others = [lv for lv in levels if lv.concurrency != level]
+    verdict = contrib.verdict_text(decision.message, concurrency=named, metric=metric, others=others, why=why,
+                                   after=after)
     if decision.verdict is not sequential.Verdict.promoted:
         verdict_kind = Outcome(decision.verdict.value) if decision.verdict is not None else Outcome.undecided
         log.warning("no promotion: %s", verdict)
@@ -175,13 +187,11 @@ def promote(ctx: Context) -> dict[str, Any]:
         chosen, simple_decision = simpler
         promoted_params = next(a.params for a in arms if a.name == chosen)
         if simple_decision.evidence is not None:
-            figures = contrib.confirmed(simple_decision.evidence, metric)
+            figures = contrib.confirmed(simple_decision.evidence, metric, concurrency=level)
         left = "speculation" if chosen == "no_speculation" else "the NCCL settings"
         verdict = (f"promoted the simpler configuration without {left}: it adds nothing significant "
-                   f"({next(p.text() for p in parts if p.b == chosen)}), and without it {simple_decision.message}. "
-                   f"Champion: {decision.message}. Why (95% intervals): {why}")
-        if result["concurrency_verdict"]:
-            verdict += f". By load: {result['concurrency_verdict']}"
+                   f"({next(p.text() for p in parts if p.b == chosen)}), and without it "
+                   f"{contrib.at_level(simple_decision.message, named, metric)}. Champion: {verdict}")
     return result | _register(ctx, champion, promoted_params, run_id, figures, verdict, Outcome.promoted, chosen)
 
 
@@ -212,10 +222,19 @@ def _arms(ctx: Context, champion: TrialOutcome, base_params: dict[str, ParamValu
     return arms
 
 
-def _levels(ctx: Context, measured: _confirm.Measured, champion: TrialOutcome) -> list[tuple[int, contrib.Interval]]:
+def _gate_level_named(ctx: Context) -> int | None:
+    """The level the gate decides at, when the verdict must name it (not one stream, or other levels
+    reported beside it); None otherwise."""
+    spec = ctx.spec
+    level = spec.benchmark.concurrency
+    return level if level != 1 or spec.promotion.concurrency else None
+
+
+def _levels(ctx: Context, measured: _confirm.Measured, listed: list[int]) -> list[tuple[int, contrib.Interval]]:
+    """Champion vs baseline at each listed level, over min_rounds rounds at each (the gate's level too)."""
     direction = ctx.spec.objective.direction
     out = []
-    for c in sorted(ctx.spec.promotion.concurrency):
+    for c in listed:
         a_name, b_name = ("champion", "baseline") if c == ctx.spec.benchmark.concurrency \
             else (f"champion@{c}", f"baseline@{c}")
         if a_name in measured.values and b_name in measured.values:

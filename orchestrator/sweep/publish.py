@@ -23,7 +23,7 @@ from orchestrator.config.experiment import SweepSpec
 from orchestrator.errors import SweepError
 from orchestrator.fsio import write_atomic
 from orchestrator.records import TrialOutcome, TrialStatus
-from orchestrator.results import report, report_html
+from orchestrator.results import contrib, report, report_html
 from orchestrator.results import truth as truth_mod
 from orchestrator.search import plots as optuna_plots
 from orchestrator.search import space as sp
@@ -99,9 +99,12 @@ def _findings(summary: SweepSummary) -> dict[str, Any]:
     if summary.promoted_config and summary.promoted_config != "champion":
         found["promoted configuration"] = summary.promoted_config
     if summary.concurrency:
-        found["gain per concurrency"] = [f"{g.concurrency} streams: {g.interval.gain * 100:+.1f}% "
-                                         f"({g.interval.low * 100:+.1f}% to {g.interval.high * 100:+.1f}%)"
-                                         for g in summary.concurrency]
+        gate = summary.confirmed.concurrency if summary.confirmed else None
+        found["gain per concurrency"] = [
+            f"{contrib.streams(g.concurrency, short=True)}{' (the gate level)' if g.concurrency == gate else ''}: "
+            f"{g.interval.gain * 100:+.1f}% ({g.interval.low * 100:+.1f}% to {g.interval.high * 100:+.1f}%)"
+            + (f"; adaptive steps against {g.steps.fixed}: {g.steps.text(g.concurrency)}" if g.steps else "")
+            for g in summary.concurrency]
     if summary.concurrency_verdict:
         found["concurrency"] = summary.concurrency_verdict
     if summary.search_value is not None:
@@ -163,7 +166,8 @@ def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> 
         champion_value=champ.get(spec.objective.metric) if champ else None,
         verdict=_verdict(summary),
         promoted=bool(summary and summary.promoted), gain=gain, gain_low=low, gain_high=high,
-        confirm_rounds=confirmed.rounds if confirmed else 0, model=spec.promotion.model_name,
+        confirm_rounds=confirmed.rounds if confirmed else 0, concurrency=confirmed.concurrency if confirmed else None,
+        model=spec.promotion.model_name,
         model_version=summary.model_version if summary else None, env_file=summary.env_file if summary else None,
         findings=_findings(summary) if summary else {}, importances=summary.importances if summary else {},
         failures=_failures(done), skipped=summary.skipped if summary else state.skipped,
@@ -185,7 +189,8 @@ def description(r: Report, links: dict[str, str]) -> str:
         interval = (f" (95% interval {c.gain_low * 100:+.1f}% to {c.gain_high * 100:+.1f}%"
                     f"{f', {c.confirm_rounds} rounds' if c.confirm_rounds else ''})"
                     if c.gain_low is not None and c.gain_high is not None else "")
-        lines.append(f"**Confirmed gain: {c.gain * 100:+.1f}%** {c.objective} over the baseline{interval}.")
+        at = f" at {contrib.streams(c.concurrency)}" if c.concurrency is not None else ""
+        lines.append(f"**Confirmed gain{at}: {c.gain * 100:+.1f}%** {c.objective} over the baseline{interval}.")
     if c.verdict:
         lines.append(f"Verdict: {c.verdict}")
     if c.promoted and "model" in links:
