@@ -139,7 +139,7 @@ def _champion_cards(r: ReportInput) -> str:
     knobs = "".join(f"<li><code>{_e(k)}={_e(v)}</code></li>" for k, v in r.champion_params.items()) or \
         "<li>engine defaults</li>"
     gain_cls = "good" if r.promoted else "warn"
-    interval = (f"95% interval {_pct(r.gain_low)} to {_pct(r.gain_high)}"
+    interval = (f"gate bounds {_pct(r.gain_low)} to {_pct(r.gain_high)}"  # sequential: wider than 95%
                 if r.gain_low is not None and r.gain_high is not None and r.gain_low != r.gain_high else "")
     value = f"{r.champion_value:.1f} {_e(r.objective)}" if r.champion_value is not None else ""
     promoted = (f"promoted as <code>{_e(r.model)}</code> version {_e(r.model_version)}" if r.promoted

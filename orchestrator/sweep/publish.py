@@ -186,7 +186,8 @@ def description(r: Report, links: dict[str, str]) -> str:
     lines = [f"## {c.experiment}: " + (f"champion trial {c.champion_trial}" if c.champion_trial is not None
                                        else "no champion")]
     if c.gain is not None:
-        interval = (f" (95% interval {c.gain_low * 100:+.1f}% to {c.gain_high * 100:+.1f}%"
+        # The gate's sequential bounds (each look spends a share of the error budget): wider than 95%.
+        interval = (f" (gate bounds {c.gain_low * 100:+.1f}% to {c.gain_high * 100:+.1f}%"
                     f"{f', {c.confirm_rounds} rounds' if c.confirm_rounds else ''})"
                     if c.gain_low is not None and c.gain_high is not None else "")
         at = f" at {contrib.streams(c.concurrency)}" if c.concurrency is not None else ""

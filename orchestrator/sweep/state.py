@@ -157,7 +157,8 @@ class SweepSummary(BaseModel):
     promoted_config: str | None = None
     """Which arm was promoted: champion, or a simpler one (no_speculation, default_communication)."""
     concurrency: list[LevelGain] = Field(default_factory=list)
-    """Champion vs baseline at each promotion.concurrency level."""
+    """Champion vs baseline at each promotion.concurrency level (or, with none set, the gate's own level when
+    the champion speculates: adaptive against fixed steps there)."""
     concurrency_verdict: str | None = None
     importances: dict[str, float] = Field(default_factory=dict)
     """Optuna's parameter importances (fANOVA) over the complete trials, largest first."""

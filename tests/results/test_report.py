@@ -79,7 +79,7 @@ def test_report_page_answers_which_how_much_and_why_before_the_table():
         findings={"contributions": ["NCCL settings: +50.0%"]}, importances={"NCCL_PROTO": 1.0},
         failures=[report_html.Failure(kind="oom", count=2, trial=7, reason="CUDA out of memory")]))
     top = page[:page.index('id="trials"')]
-    for needed in ("trial 1", "+50.0%", "95% interval +40.0% to +60.0%", "NCCL settings: +50.0%", "NCCL_PROTO=LL",
+    for needed in ("trial 1", "+50.0%", "gate bounds +40.0% to +60.0%", "NCCL settings: +50.0%", "NCCL_PROTO=LL",
                    "version 1", "oom"):
         assert needed in top, needed
     assert page.index('id="champion"') < page.index('id="history"') < page.index('id="trials"')
