@@ -6,30 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-from e2e_helpers import demo_experiment
+from e2e_helpers import chain_experiment
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 from test_loop import run_sweep
 
 
 def _experiment(tmp_path: Path) -> dict:
-    # On the simulated 2-GPU H200 host a 3-step chain is the best fixed count at one stream and 1 step
-    # at eight; adaptive runs the best of 1, 3, 7 at each load, 3% slower (the model's stated cost):
-    # about x0.97 at 1 stream and x1.05 at 8 against the fixed 3 steps.
-    space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump({"name": "chain", "params": {
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [3], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-    }}))
-    data = demo_experiment(name="adaptive", budget={"trials": 2, "concurrent_trials": 2},
-                           sampler={"kind": "grid", "seed": 0}, server={"tp": 2, "env": {}},
-                           simulator={"hardware_profile": "h200-nvlink", "noise": 0.005},
-                           objective={"concurrency": 1, "constraints": {}},
-                           benchmark={"output_len": 96},
-                           promotion={"min_rounds": 4, "max_rounds": 5, "concurrency": [1, 8]})
-    data["search_space"] = [str(space)]
-    return data
+    # About x0.97 at 1 stream and x1.05 at 8 for adaptive against the fixed 3 steps.
+    return chain_experiment(tmp_path, "adaptive", objective={"concurrency": 1},
+                            promotion={"min_rounds": 4, "max_rounds": 5, "concurrency": [1, 8]})
 
 
 def test_the_verdict_says_per_level_whether_adaptive_beats_the_fixed_count(tmp_path, sqlite_store_template):

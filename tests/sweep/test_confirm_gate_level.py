@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-from e2e_helpers import demo_experiment
+from e2e_helpers import chain_experiment
 from mlflow import MlflowClient
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 from test_loop import run_sweep
@@ -19,22 +18,8 @@ from orchestrator.sweep import publish
 
 
 def _experiment(tmp_path: Path) -> dict:
-    # On the simulated 2-GPU H200 host EAGLE-3 with a 3-step chain still beats no speculation at eight
-    # streams; adaptive runs the best of 1, 3, 7 steps there, 3% slower (the model's stated cost).
-    space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump({"name": "chain", "params": {
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [3], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-    }}))
-    data = demo_experiment(name="gate-level", budget={"trials": 2, "concurrent_trials": 2},
-                           sampler={"kind": "grid", "seed": 0}, server={"tp": 2, "env": {}},
-                           simulator={"hardware_profile": "h200-nvlink", "noise": 0.005},
-                           objective={"concurrency": 8, "constraints": {}},
-                           benchmark={"output_len": 96},
-                           promotion={"min_rounds": 3, "max_rounds": 4, "concurrency": []})
-    data["search_space"] = [str(space)]
-    return data
+    return chain_experiment(tmp_path, "gate-level", objective={"concurrency": 8},
+                            promotion={"min_rounds": 3, "max_rounds": 4, "concurrency": []})
 
 
 def test_the_verdict_names_the_gate_level_and_compares_adaptive_steps_there(tmp_path, sqlite_store_template):
@@ -45,7 +30,10 @@ def test_the_verdict_names_the_gate_level_and_compares_adaptive_steps_there(tmp_
     head = verdict.split(": ")[0]
     assert head in ("promoted at 8 concurrent streams (objective decode_tok_s)",
                     "not better at 8 concurrent streams (objective decode_tok_s)",
-                    "undecided after 4 rounds at 8 concurrent streams (objective decode_tok_s)"), verdict
+                    "undecided after 4 rounds at 8 concurrent streams (objective decode_tok_s)",
+                    # a loaded host widens the intervals: EAGLE-3 may add nothing significant on top
+                    "promoted the simpler configuration without speculation"), verdict
+    assert " at 8 concurrent streams (objective decode_tok_s): " in verdict, verdict
 
     # The adaptive arm ran at the gate's level for min_rounds rounds, as SGLang's flag.
     adaptive = [r for r in summary.confirmations or [] if r["who"] == "adaptive"]
