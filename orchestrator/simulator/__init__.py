@@ -16,6 +16,7 @@ Pieces:
     api.py        the HTTP routes (Starlette)        telemetry.py  /metrics (prometheus_client)
     logs.py       SGLang's log lines                 ranks.py      rank worker processes
     failures.py   the text real failures print      faults.py     fault injection specs
+    tuner_plugin.py  NCCL's tuner plugin loader and ext-tuner/example (rule file -> ranks' lines and timing)
     server.py     start-up, serving, shutdown
 
 Simulator flags (never abbreviated, unlike SGLang's):

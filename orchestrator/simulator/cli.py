@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from orchestrator.simulator import tuner_plugin
 from orchestrator.simulator.faults import Faults, parse_faults
-from orchestrator.simulator.model import NCCL_PARAM_NAMES
+from orchestrator.simulator.model import NCCL_PARAM_NAMES, TUNER_RULES
 from orchestrator.simulator.profiles import DEFAULT_HARDWARE, DEFAULT_MODEL
 
 PROG = "sglang serve"
@@ -438,7 +439,8 @@ def _config_phase(config: object, phase: str) -> dict[str, Any]:
 
 
 def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """The model's knob dict for resolved server args and the environment NCCL runs in."""
+    """The model's knob dict for resolved server args and the environment NCCL runs in (its NCCL_* values,
+    and the rules of the tuner plugin it loads, read from NCCL_TUNER_CONFIG_FILE now)."""
     graph, max_bs = cuda_graph_decode(args)
     params: dict[str, Any] = {
         "tp": args.get("tp_size") or 1,
@@ -456,6 +458,7 @@ def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[st
         if isinstance(config, AdaptiveConfig):
             params.update(speculative_adaptive=True, speculative_adaptive_candidate_steps=config.candidate_steps)
     params.update({name: env.get(name) for name in NCCL_PARAM_NAMES})
+    params[TUNER_RULES] = tuner_plugin.rules_for(env)
     return params
 
 

@@ -57,6 +57,13 @@ in different directions (P2P latency vs host-bounce bandwidth, channels' bandwid
 cost, threads' bandwidth vs their step cost), so the best setting depends on the message size and
 thus on draft tokens and batch size.
 
+A loaded NCCL tuner plugin (NCCL_TUNER_PLUGIN naming ext-tuner/example, its CSV rules in
+NcclSettings.tuner_rules, read by tuner_plugin.py, the same code that writes the ranks' TUNING lines)
+then picks: the first rule matching the all-reduce's size and nRanks whose algorithm/protocol NCCL_ALGO /
+NCCL_PROTO allow sets them and the channel count (-1: one channel; 0: NCCL's own), with no small-message
+channel reduction (NCCL's threads stay as it sized them); no matching rule leaves NCCL's own algorithm and
+protocol on one channel, as the example plugin does.
+
 SGLang's custom all-reduce (NVLink hosts, `--disable-custom-all-reduce` not given, message within
 its workspace) replaces NCCL for decode/verify messages: T = launch + base_us + B / bandwidth; the
 NCCL variables then do not touch those messages.
@@ -86,12 +93,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.simulator import tuner_plugin
+from orchestrator.simulator.tuner_plugin import Rule
+
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("Ring", "Tree")
 # NCCL's topology path types, nearest first (NCCL's PATH_* order). P2P is allowed up to a level.
 PATH_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 NCCL_PARAM_NAMES = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_BUFFSIZE",
                     "NCCL_NTHREADS", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
+TUNER_RULES = "nccl_tuner_rules"
+"""The params key of a loaded tuner plugin's rules (`tuner_plugin.rules_for`: None when none loaded)."""
 _NCCL_STEPS = 8  # NCCL splits a channel's buffer into 8 pipeline slots
 _SHM_STAGING_BYTES = 4 << 20
 _PIPELINE_OVERLAP = 0.25  # each further chunk of a pipelined message adds a quarter of a ring step
@@ -233,12 +245,18 @@ class NcclSettings:
     p2p_level: str | None = None
     p2p_disable: bool = False
     shm_disable: bool = False
+    tuner_rules: tuple[Rule, ...] | None = None
+    """The loaded ext-tuner/example plugin's rules (None: no plugin, NCCL tunes alone; (): a plugin without
+    rules, which gives every all-reduce one channel)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, Any]) -> NcclSettings:
-        """Read NCCL_* values as NCCL would (lists, '^' exclusions, case-insensitive names)."""
-        return _nccl_settings(tuple(None if env.get(n) is None else str(env.get(n)).strip()
-                                    for n in NCCL_PARAM_NAMES))
+        """Read NCCL_* values as NCCL would (lists, '^' exclusions, case-insensitive names), and the tuner
+        rules under TUNER_RULES when present (cli.params_from_args puts them there)."""
+        settings = _nccl_settings(tuple(None if env.get(n) is None else str(env.get(n)).strip()
+                                        for n in NCCL_PARAM_NAMES))
+        rules = env.get(TUNER_RULES)
+        return settings if rules is None else dataclasses.replace(settings, tuner_rules=tuple(rules))
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -267,14 +285,7 @@ def _nccl_settings(values: tuple[str | None, ...]) -> NcclSettings:
         p2p_disable=raw.get("NCCL_P2P_DISABLE") == "1", shm_disable=raw.get("NCCL_SHM_DISABLE") == "1")
 
 
-def _select(spec: str | None, known: tuple[str, ...]) -> tuple[str, ...] | None:
-    """NCCL's list syntax: 'LL,Simple' allows those, '^LL128' allows all but those."""
-    if spec is None:
-        return None
-    exclude = spec.startswith("^")
-    names = {n.strip().lower() for n in spec.lstrip("^").split(",") if n.strip()}
-    picked = tuple(k for k in known if (k.lower() in names) != exclude)
-    return picked
+_select = tuner_plugin.select  # NCCL's list syntax, one reading for the model and the ranks' plugin
 
 
 @dataclass(frozen=True)
@@ -310,7 +321,9 @@ def _ring(nccl: NcclProfile, s: NcclSettings, tp: int) -> tuple[dict[str, float]
 
 
 def _nccl_time(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, graph: bool,
-               algorithm: str, protocol: str) -> tuple[float, int]:
+               algorithm: str, protocol: str, plugin_channels: int = 0) -> tuple[float, int]:
+    """Latency and channels of one NCCL all-reduce; `plugin_channels` (0: none) is a tuner plugin's count,
+    which replaces NCCL's own after NCCL sized its threads (enqueue.cc: nMaxChannels from the plugin wins)."""
     nccl = hw.nccl
     channels = nccl.default_channels
     if s.max_channels is not None:
@@ -324,6 +337,7 @@ def _nccl_time(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, graph
     channels = max(1, min(channels, nbytes // (nthreads * threshold)))
     while channels == 1 and nbytes < nthreads * threshold and nthreads % 128 == 0:
         nthreads //= 2
+    channels = plugin_channels or channels
     step_by_proto, link_gbps, via_shm = _ring(nccl, s, tp)
     step_us = step_by_proto[protocol]
     buffsize = s.buffsize or nccl.default_buffsize
@@ -366,7 +380,16 @@ def nccl_all_reduce(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, 
             if best is None or us < best.us:
                 best = AllReduceChoice("nccl", us, algo, proto, channels)
     assert best is not None
-    return best
+    if s.tuner_rules is None:
+        return best
+    # The plugin's choice, from what NCCL allows and would pick itself (tuner_plugin.get_coll_info).
+    choice, _ = tuner_plugin.get_coll_info(
+        s.tuner_rules, nbytes, tp, tuple(a.lower() for a in s.algorithms or ALGORITHMS),
+        tuple(p.lower() for p in s.protocols or PROTOCOLS), (best.algorithm.lower(), best.protocol.lower()))
+    algo = next(a for a in ALGORITHMS if a.lower() == choice.algorithm)
+    proto = next(p for p in PROTOCOLS if p.lower() == choice.protocol)
+    us, channels = _nccl_time(hw, s, tp, nbytes, graph, algo, proto, choice.channels)
+    return AllReduceChoice("nccl", us, algo, proto, channels)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -658,7 +681,7 @@ def _adaptive_cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch
 _RESOLVE_KEYS = ("tp", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                  "speculative_num_draft_tokens", "speculative_attention_mode", "all_reduce_path", "cuda_graph",
                  "cuda_graph_max_bs", "speculative_adaptive", "speculative_adaptive_candidate_steps",
-                 "max_running_requests", *NCCL_PARAM_NAMES)
+                 "max_running_requests", *NCCL_PARAM_NAMES, TUNER_RULES)
 
 
 @functools.lru_cache(maxsize=1 << 16)
