@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from orchestrator.simulator import tuner_plugin
 from orchestrator.simulator.faults import Faults, parse_faults
 from orchestrator.simulator.model import NCCL_PARAM_NAMES, TUNER_RULES
 from orchestrator.simulator.profiles import DEFAULT_HARDWARE, DEFAULT_MODEL
+from orchestrator.simulator.tuner_plugin import rules_for
 
 PROG = "sglang serve"
 _HELP_FILE = "launch_server_help.txt"
@@ -458,7 +458,7 @@ def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[st
         if isinstance(config, AdaptiveConfig):
             params.update(speculative_adaptive=True, speculative_adaptive_candidate_steps=config.candidate_steps)
     params.update({name: env.get(name) for name in NCCL_PARAM_NAMES})
-    params[TUNER_RULES] = tuner_plugin.rules_for(env)
+    params[TUNER_RULES] = rules_for(env)
     return params
 
 

@@ -93,8 +93,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.simulator import tuner_plugin
-from orchestrator.simulator.tuner_plugin import Rule
+from orchestrator.simulator.tuner_plugin import Rule, get_coll_info
+from orchestrator.simulator.tuner_plugin import select as _plugin_select
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("Ring", "Tree")
@@ -285,7 +285,7 @@ def _nccl_settings(values: tuple[str | None, ...]) -> NcclSettings:
         p2p_disable=raw.get("NCCL_P2P_DISABLE") == "1", shm_disable=raw.get("NCCL_SHM_DISABLE") == "1")
 
 
-_select = tuner_plugin.select  # NCCL's list syntax, one reading for the model and the ranks' plugin
+_select = _plugin_select  # NCCL's list syntax, one reading for the model and the ranks' plugin
 
 
 @dataclass(frozen=True)
@@ -383,7 +383,7 @@ def nccl_all_reduce(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, 
     if s.tuner_rules is None:
         return best
     # The plugin's choice, from what NCCL allows and would pick itself (tuner_plugin.get_coll_info).
-    choice, _ = tuner_plugin.get_coll_info(
+    choice, _ = get_coll_info(
         s.tuner_rules, nbytes, tp, tuple(a.lower() for a in s.algorithms or ALGORITHMS),
         tuple(p.lower() for p in s.protocols or PROTOCOLS), (best.algorithm.lower(), best.protocol.lower()))
     algo = next(a for a in ALGORITHMS if a.lower() == choice.algorithm)
