@@ -186,14 +186,18 @@ class ServingConfig(Frozen):
     """ISO-8601 UTC time the config was made."""
 
 
-def comm_knob(name: str) -> bool:
-    """Whether knob `name` sets how the ranks communicate (an NCCL variable, the all-reduce path)
-    rather than what the server computes (speculation and the rest)."""
-    return name.startswith("NCCL_") or name == "all_reduce_path"
+SPECULATION_PREFIX = "speculative_"
+"""Knobs of speculative decoding; the others (NCCL_*, all_reduce_path, ...) are the communication
+settings: the two parts a configuration's gain is split into (results.contrib) and pooled over
+(stats.pooled_scores)."""
+
+
+def speculation_knob(name: str) -> bool:
+    return name.startswith(SPECULATION_PREFIX)
 
 
 def split_point(params: Mapping[str, ParamValue]) -> tuple[tuple[tuple[str, ParamValue], ...], tuple[tuple[str, ParamValue], ...]]:
-    """(the point's other knobs, its communication knobs) as hashable, sorted items: the two groups
-    stats.pooled_scores pools measurements over."""
+    """(the point's speculation knobs, its other knobs) as hashable, sorted items, unset ones left out:
+    the two groups stats.pooled_scores pools measurements over."""
     items = sorted((k, v) for k, v in params.items() if v is not None)
-    return tuple(i for i in items if not comm_knob(i[0])), tuple(i for i in items if comm_knob(i[0]))
+    return tuple(i for i in items if speculation_knob(i[0])), tuple(i for i in items if not speculation_knob(i[0]))

@@ -16,13 +16,31 @@ from orchestrator.errors import UserError
 from orchestrator.sweep.status import read_state
 from orchestrator.tracking.convert import trials_view_path
 
+_HOST = typer.Option("127.0.0.1", "--host", help="keep 127.0.0.1 unless you know who can reach it")
+
+
+def _installed(command: str) -> str:
+    """`command` from this environment's bin folder first, then PATH; one message when missing."""
+    found = shutil.which(command, path=str(Path(sys.executable).parent)) or shutil.which(command)
+    if found is None:
+        raise UserError(f"the `{command}` command is not installed in this environment; run `make install`")
+    return found
+
+
+def _serve(argv: list[str], env: dict[str, str] | None = None) -> None:
+    """Run a UI server in the foreground until it ends or Ctrl-C; exit with its status (0 on Ctrl-C)."""
+    try:
+        raise typer.Exit(subprocess.call(argv, env=env))
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
 
 @app.command()
 @guard
 def ui(
     workdir: Path | None = typer.Option(None, "--workdir"),
     port: int = typer.Option(5000, "--port", min=1, max=65535),
-    host: str = typer.Option("127.0.0.1", "--host", help="keep 127.0.0.1 unless you know who can reach it"),
+    host: str = _HOST,
 ) -> None:
     """Start the MLflow UI on the sweep's tracking store and print its URL."""
     wd = resolve_workdir(workdir).resolve()
@@ -34,17 +52,11 @@ def ui(
         out.print(f"this sweep logs to the MLflow server {uri}: open {uri.rstrip('/')}/{view}")
         return
     require_free_port(host, port)
-    mlflow_bin = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
-    if mlflow_bin is None:
-        raise UserError("the `mlflow` command is not installed in this environment; run `make install`")
+    mlflow_bin = _installed("mlflow")
     argv = [mlflow_bin, "server", "--backend-store-uri", uri, "--default-artifact-root",
             (wd / "mlartifacts").as_uri(), "--host", host, "--port", str(port), "--workers", "1"]
     out.print(f"MLflow UI: [bold]http://{host}:{port}/{view}[/]  (trials ranked; Ctrl-C stops it)")
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    try:
-        raise typer.Exit(subprocess.call(argv, env=env))
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None
+    _serve(argv, {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
 
 
 @app.command()
@@ -52,7 +64,7 @@ def ui(
 def dashboard(
     workdir: Path | None = typer.Option(None, "--workdir"),
     port: int = typer.Option(8080, "--port", min=1, max=65535),
-    host: str = typer.Option("127.0.0.1", "--host", help="keep 127.0.0.1 unless you know who can reach it"),
+    host: str = _HOST,
     storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
                                        help="the Optuna RDB URL the sweep used, when not its sqlite file"),
 ) -> None:
@@ -62,15 +74,10 @@ def dashboard(
     url = storage or state.optuna_storage or f"sqlite:///{wd / 'optuna.db'}"
     if ":***@" in url:
         raise UserError("the sweep's Optuna storage needs a password that is never written down; pass --storage URL")
-    binary = shutil.which("optuna-dashboard", path=str(Path(sys.executable).parent)) or shutil.which("optuna-dashboard")
-    if binary is None:
-        raise UserError("the `optuna-dashboard` command is not installed in this environment; run `make install`")
+    binary = _installed("optuna-dashboard")
     require_free_port(host, port)
     out.print(f"optuna-dashboard: [bold]http://{host}:{port}/dashboard/[/]  (study {state.experiment}; Ctrl-C stops it)")
-    try:
-        raise typer.Exit(subprocess.call([binary, url, "--host", host, "--port", str(port)]))
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None
+    _serve([binary, url, "--host", host, "--port", str(port)])
 
 
 @app.command()

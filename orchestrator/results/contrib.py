@@ -17,13 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from orchestrator.config.knobs import ADAPTIVE_CANDIDATE_STEPS
-from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import select, sequential
 
 Direction = Literal["maximize", "minimize"]
-
-SPECULATION_PREFIX = "speculative_"
-"""Knobs of speculative decoding; the others (NCCL_*, all_reduce_path) are the communication settings."""
 
 LEVEL = 0.95
 """Two-sided confidence of the contribution and per-concurrency intervals."""
@@ -151,13 +148,13 @@ def speculates(params: Mapping[str, ParamValue]) -> bool:
 
 def without_speculation(params: Mapping[str, ParamValue], baseline: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
     """The champion with speculation off (its baseline values), its communication settings kept."""
-    return {k: (baseline.get(k) if k.startswith(SPECULATION_PREFIX) else v) for k, v in params.items()}
+    return {k: (baseline.get(k) if speculation_knob(k) else v) for k, v in params.items()}
 
 
 def with_default_communication(params: Mapping[str, ParamValue],
                                baseline: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
     """The champion's speculation with NCCL and the all-reduce path at their baseline values."""
-    return {k: (v if k.startswith(SPECULATION_PREFIX) else baseline.get(k)) for k, v in params.items()}
+    return {k: (v if speculation_knob(k) else baseline.get(k)) for k, v in params.items()}
 
 
 def knobs_set(params: Mapping[str, ParamValue], baseline: Mapping[str, ParamValue]) -> int:

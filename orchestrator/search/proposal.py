@@ -82,7 +82,7 @@ class ProposalPolicy:
         self.study = study
         self._known: dict[str, _Known] = {}
         self._refine = refine
-        self._best: float | None = None
+        self._latency: dict[str, dict[str, float]] = {}
         self._measured: list[tuple[float, dict[str, ParamValue]]] = []
         self._queues: dict[str, list[dict[str, ParamValue]]] = {}
         self._rr = 0
@@ -103,8 +103,6 @@ class ProposalPolicy:
         if values is not None and values and self.refining:
             sign = 1.0 if self.study.directions[0] == "maximize" else -1.0
             self._measured.append((sign * values[0], dict(params)))
-            if self._best is None or sign * values[0] > sign * self._best:
-                self._best = values[0]
 
     def next(self, in_flight: Mapping[str, int] | None = None) -> Proposal | Settled | None:
         """Ask once: a Proposal to launch, a Settled proposal, or None when a grid has nothing left.
@@ -184,7 +182,9 @@ class ProposalPolicy:
     def fastest_nccl(self, params: Mapping[str, ParamValue]) -> dict[str, ParamValue] | None:
         """The kept NCCL setting the probe measured fastest at `params`' own all-reduce size (its
         verify pass: draft tokens per request; a decode step without speculation), or None."""
-        latency: dict[str, dict[str, float]] = self.study.get_attr("probe_latency") or {}
+        if not self._latency:  # kept in the study by the probe stage, which may run after this policy exists
+            self._latency = self.study.get_attr("probe_latency") or {}
+        latency = self._latency
         eff = eagle.effective(dict(params))
         draft = eff.get("speculative_num_draft_tokens") if eff.get("speculative_algorithm") else None
         size = f"verify-{draft}" if draft else "decode"

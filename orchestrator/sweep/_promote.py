@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestrator.errors import TrackingError
 from orchestrator.fsio import write_atomic, write_json
-from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, formats, report, select, sequential
 from orchestrator.search import space as sp
 from orchestrator.sweep import _confirm
@@ -205,7 +205,7 @@ def _arms(ctx: Context, champion: TrialOutcome, base_params: dict[str, ParamValu
             _confirm.Arm("baseline", base_params, -1, level, main=True)]
     if spec.promotion.explain:
         set_knobs = {k for k, v in champion.params.items() if v != base_params.get(k)}
-        if contrib.speculates(champion.params) and any(not k.startswith(contrib.SPECULATION_PREFIX) for k in set_knobs):
+        if contrib.speculates(champion.params) and any(not speculation_knob(k) for k in set_knobs):
             arms.append(_confirm.Arm("no_speculation", contrib.without_speculation(champion.params, base_params),
                                      champion.number, level))
             arms.append(_confirm.Arm("default_communication",
