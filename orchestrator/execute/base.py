@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from orchestrator.clock import Clock
 from orchestrator.records import FailureKind, TrialOutcome, TrialSpec, TrialStatus
 
 
@@ -39,6 +40,9 @@ class Finished:
 
 class Executor(Protocol):
     """Runs trials, at most `slots` at a time."""
+
+    clock: Clock
+    """The time the driver reads while this executor runs its trials (RealClock but for the model-backed one)."""
 
     def start(self) -> ExecutorInfo:
         """Acquire the workers; raises a UserError when they cannot be had."""

@@ -14,6 +14,7 @@ import time
 import traceback
 from pathlib import Path
 
+from orchestrator.clock import RealClock
 from orchestrator.execute.base import ExecutorInfo, Finished, last_line, made_outcome
 from orchestrator.records import FailureKind, TrialSpec
 from orchestrator.trial.runner import run_trial
@@ -27,6 +28,7 @@ class InlineExecutor:
 
     def __init__(self, slots: int):
         self.slots = slots
+        self.clock = RealClock()
         self._done: queue.Queue[Finished] = queue.Queue()
         self._running: dict[int, tuple[TrialSpec, threading.Thread]] = {}
         """Submitted and not yet returned by wait(): a slot is free once its outcome is collected, as on Ray."""

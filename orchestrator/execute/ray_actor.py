@@ -20,6 +20,7 @@ from typing import Any
 
 import ray
 
+from orchestrator.clock import RealClock
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.errors import ClusterUnreachable
 from orchestrator.execute.base import ExecutorInfo, Finished, last_line, made_outcome
@@ -207,6 +208,7 @@ class RayExecutor:
         self.concurrent = concurrent
         self.address = address
         self.logical_gpus = logical_gpus
+        self.clock = RealClock()
         self._idle: list[Any] = []
         self._running: dict[Any, tuple[int, Any, TrialSpec]] = {}  # ObjectRef -> (handle, actor, spec)
         self._next = 0

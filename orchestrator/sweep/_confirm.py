@@ -17,7 +17,6 @@ x1.04 over fixed 3 steps".
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,7 +104,7 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Me
     for i in range(plan.max_rounds):
         open_arms = [a for a in arms if a.main or i < plan.min_rounds]
         round_s = trial_s * -(-len(open_arms) // slots)
-        if i >= plan.min_rounds and time.monotonic() - ctx.run_started + round_s > ctx.timeout_s:
+        if i >= plan.min_rounds and ctx.elapsed() + round_s > ctx.timeout_s:
             out.stopped = (f"the wall-time budget ({ctx.timeout_s / 60:.0f} min for this run) leaves no time "
                            f"for round {i + 1}")
             break

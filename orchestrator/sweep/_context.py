@@ -4,12 +4,12 @@ executor and the running counters. A plain record; the behaviour lives in the ve
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.clock import Clock, RealClock
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.execute.base import Executor
 from orchestrator.records import ParamValue, TrialOutcome, TrialSpec
@@ -72,10 +72,12 @@ class Context:
     parent_run_id: str | None = None
     progress: Progress = field(default_factory=Progress)
     interrupts: Interrupts = field(default_factory=Interrupts)
-    started_at: float = field(default_factory=time.time)
+    clock: Clock = field(default_factory=RealClock)
+    """The time every verb reads (real, or the model-backed executor's virtual clock)."""
+    started_at: float = -1.0
     """When the sweep first started (kept across --resume): the simulator's drift epoch, `sweep status`."""
-    run_started: float = field(default_factory=time.monotonic)
-    """When this invocation started: the wall-time budget counts from here."""
+    run_started: float = -1.0
+    """When this invocation started (the clock's monotonic seconds): the wall-time budget counts from here."""
     abort_reason: str = ""
     """Set once the trials in flight are being aborted, and why."""
     in_flight: dict[int, InFlight] = field(default_factory=dict)
@@ -84,6 +86,20 @@ class Context:
     overhead: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Per-trial orchestration timings (bench/orchestration_overhead.py reads overhead.jsonl)."""
     requeued: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.started_at < 0:
+            self.started_at = self.clock.time()
+        if self.run_started < 0:
+            self.run_started = self.clock.monotonic()
+
+    def elapsed(self) -> float:
+        """Seconds since this invocation started, on the sweep's clock."""
+        return self.clock.monotonic() - self.run_started
+
+    def remaining(self) -> float:
+        """Seconds left of the wall-time budget (negative once past it)."""
+        return self.timeout_s - self.elapsed()
 
     @property
     def tracking_uri(self) -> str:
@@ -101,12 +117,12 @@ class Context:
         return f"`sweep run {self.spec.source or 'EXPERIMENT'} --workdir {self.paths.root} --resume`"
 
     def deadline_passed(self) -> bool:
-        return time.monotonic() - self.run_started >= self.timeout_s
+        return self.elapsed() >= self.timeout_s
 
     def write_state(self, status: str) -> None:
         p = self.progress
         state = SweepState(
-            experiment=self.spec.name, status=status, pid=os.getpid(), updated_at=time.time(),
+            experiment=self.spec.name, status=status, pid=os.getpid(), updated_at=self.clock.time(),
             started_at=self.started_at, budget_trials=self.budget_trials, timeout_s=self.timeout_s,
             optuna_storage=without_password(self.paths.optuna_url), direction=self.spec.objective.direction,
             parent_run_id=self.parent_run_id, tracking_uri=without_password(self.tracking_uri),

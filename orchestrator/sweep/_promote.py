@@ -4,7 +4,6 @@ executor as the trials), promotion to the registry alias, the env file, and the 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from orchestrator.errors import TrackingError
@@ -286,13 +285,13 @@ def _run_id_of(ctx: Context, outcome: TrialOutcome) -> str | None:
 
 def _send_outbox(ctx: Context, wait_s: float) -> bool:
     """Replay the MLflow outbox, retrying for up to `wait_s` while MLflow is unreachable; True once empty."""
-    deadline = time.monotonic() + wait_s
+    deadline = ctx.clock.monotonic() + wait_s
     _, pending = ctx.track.replay_outbox()
     if pending:
         log.warning("MLflow unreachable with %d result(s) in the outbox: waiting up to %.0fs for it", pending, wait_s)
         ctx.emit(TrackingWait(pending=pending, wait_s=wait_s))
-    while pending and time.monotonic() < deadline and not ctx.interrupts.pressed:
-        time.sleep(min(5.0, max(deadline - time.monotonic(), 0.0)))
+    while pending and ctx.clock.monotonic() < deadline and not ctx.interrupts.pressed:
+        ctx.clock.sleep(min(5.0, max(deadline - ctx.clock.monotonic(), 0.0)))
         _, pending = ctx.track.replay_outbox()
     return not pending
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 
 from orchestrator.errors import TrackingError
 from orchestrator.execute.processes import reap_processes
@@ -75,7 +74,7 @@ def _recover_running(ctx: Context, t: TrialView) -> None:
         number=t.number, params=sp.complete(ctx.spec.space, t.params), role=TrialRole(t.role),
         status=TrialStatus.FAILED, failure_kind=FailureKind.interrupted,
         reason="the driver stopped while this trial ran; its parameters are measured again",
-        trial_dir=str(tdir), started_at=t.start or 0.0, finished_at=time.time()), run_id, written=False)
+        trial_dir=str(tdir), started_at=t.start or 0.0, finished_at=ctx.clock.time()), run_id, written=False)
 
 
 def _count_existing(ctx: Context, t: TrialView) -> None:

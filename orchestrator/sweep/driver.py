@@ -83,7 +83,8 @@ class Sweep:
             n_trials = _stored_budget(paths)  # --resume continues the original budget (--n-trials included)
         self.ctx = Context(spec=spec, paths=paths, study=study, budget_trials=n_trials or spec.budget.trials,
                            timeout_s=timeout_s or spec.budget.wall_time, emit=on_event or (lambda event: None),
-                           resume=resume, policy=ProposalPolicy(study), executor=executor)
+                           resume=resume, policy=ProposalPolicy(study), executor=executor,
+                           clock=executor.clock)
         self._lock = WorkdirLock(paths.root)
         self._log = SweepLog(paths.root)
 
