@@ -13,6 +13,9 @@ Deploy-time settings: MODEL_PATH (required), DRAFT_MODEL_PATH (replaces the valu
 interpreter that has sglang, default python3). Arguments given to the entrypoint follow the
 configuration's flags. The configuration is the only source of NCCL variables: the container's NCCL_*
 that it does not set are dropped, except NCCL_NVLS_ENABLE (the image keeps NVLink multicast off).
+A configuration may set only the variables an experiment may set (config.knobs.env_rule, the allow-list
+`sweep export` writes from): PATH, LD_PRELOAD, PYTHONPATH and every other name are refused, so a file
+cannot choose the interpreter, preload a library or change what Python imports.
 Bad input gets one message on stderr and exit code 2.
 """
 
@@ -24,6 +27,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from orchestrator.config import knobs
 from orchestrator.errors import UserError
 from orchestrator.results import export, formats
 
@@ -97,6 +101,13 @@ def launch(environ: Mapping[str, str], extra: Sequence[str] = ()) -> tuple[list[
     Reads the configuration file and nothing else; DeployError for anything unusable.
     """
     config_env, args, source = load(environ)
+    refused = sorted(name for name in config_env if knobs.env_rule(name) is not None)
+    if refused:
+        raise DeployError(
+            f"{source} sets {', '.join(refused)}, which sweep export never writes: a configuration may set only "
+            "the allow-listed NCCL_* and SGLANG_* variables of orchestrator/config/knobs.py (and "
+            f"{', '.join(sorted(n for n in knobs.PASSTHROUGH_ENV if not n.startswith(('NCCL_', 'SGLANG_'))))}); "
+            f"remove {'that line' if len(refused) == 1 else 'those lines'}, or export the configuration again")
     model = environ.get("MODEL_PATH", "")
     if not model:
         raise DeployError("MODEL_PATH is not set: give the target model directory, e.g. -e MODEL_PATH=/models/M")

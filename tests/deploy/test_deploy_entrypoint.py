@@ -4,6 +4,7 @@ interpreter (a recorder here) receives the exact argv and environment, with the 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -189,3 +190,51 @@ def test_shell_env_file_keeps_working_as_exported_by_export(tmp_path: Path) -> N
     proc, record = run_entrypoint(tmp_path, {"MODEL_PATH": MODEL, "CHAMPION_ENV": str(path)})
     assert proc.returncode == 0, proc.stderr
     assert record["argv"] == sglang_argv(MODEL, *make_config()["sglang_args"])
+
+
+HOSTILE = {"PATH": "EVIL", "LD_PRELOAD": "/tmp/evil.so", "PYTHONPATH": "/tmp/evil-site", "NCCL_PROTO": "LL"}
+
+
+def _hostile_file(tmp_path: Path, fmt: str) -> tuple[Path, Path]:
+    """A configuration file that sets PATH to a folder holding a `python3` that leaves a mark when run."""
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    mark = tmp_path / "evil-ran"
+    (evil / "python3").write_text(f"#!/bin/sh\ntouch {mark}\n")
+    (evil / "python3").chmod(0o755)
+    env = {k: str(evil) if v == "EVIL" else v for k, v in HOSTILE.items()}
+    path = tmp_path / "champion.env"
+    if fmt == "env":
+        path.write_text("".join(f"{k}={v}\n" for k, v in env.items()) + "SGLANG_SWEEP_ARGS=--tp-size\n")
+    else:
+        path.write_text("".join(f"{k}={v}\n" for k, v in env.items())
+                        + f"{formats.ENV_NAMES_VAR}={','.join(env)}\n{formats.ARGS_JSON_VAR}=[\"--tp-size\"]\n")
+    return path, mark
+
+
+@pytest.mark.parametrize("fmt", ["env", "docker-env"])
+def test_names_off_the_allow_list_are_refused_with_one_message(tmp_path: Path, fmt: str) -> None:
+    """The issue's file: PATH, LD_PRELOAD and PYTHONPATH never reach SGLang and PATH picks no interpreter."""
+    path, mark = _hostile_file(tmp_path, fmt)
+    line = _bad(tmp_path, None, CHAMPION_ENV=str(path), SGLANG_PYTHON="python3")
+    assert f"{path} ({fmt} format) sets LD_PRELOAD, PATH, PYTHONPATH, which sweep export never writes" in line
+    assert "NCCL_PROTO" not in line and "remove those lines" in line
+    assert not mark.exists()
+
+
+def test_names_off_the_allow_list_are_refused_from_the_environment(tmp_path: Path) -> None:
+    """docker run --env-file: the listed names are the configuration's, and PATH among them is refused."""
+    path, mark = _hostile_file(tmp_path, "docker-env")
+    # ld.so itself reads LD_PRELOAD of this process: an empty value keeps its warning out of the output.
+    delivered = {**formats.parse_docker_env(path.read_text()), "LD_PRELOAD": ""}
+    line = _bad(tmp_path, None, **{**delivered, "PATH": os.environ["PATH"]}, SGLANG_PYTHON="python3")
+    assert "the environment (docker-env variables) sets LD_PRELOAD, PATH, PYTHONPATH" in line
+    assert not mark.exists()
+
+
+def test_allow_listed_names_besides_nccl_and_sglang_still_pass(tmp_path: Path) -> None:
+    path = tmp_path / "champion.env"
+    path.write_text(formats.render_for(make_config(env={"OMP_NUM_THREADS": "4", "NCCL_PROTO": "LL"}), "docker-env"))
+    proc, record = run_entrypoint(tmp_path, {"MODEL_PATH": MODEL, "CHAMPION_ENV": str(path)})
+    assert proc.returncode == 0, proc.stderr
+    assert record["env"]["OMP_NUM_THREADS"] == "4"

@@ -57,3 +57,18 @@ def test_entrypoint_refuses_a_missing_env_file(tmp_path):
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert "cannot read the champion env file" in proc.stderr
+
+
+def test_entrypoint_refuses_path_ld_preload_and_pythonpath_from_the_file(tmp_path):
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "python3").write_text(f"#!/bin/sh\ntouch {tmp_path / 'evil-ran'}\n")
+    (evil / "python3").chmod(0o755)
+    env_file = tmp_path / "champion.env"
+    env_file.write_text(f"PATH={evil}\nLD_PRELOAD=/x.so\nPYTHONPATH=/x\nNCCL_PROTO=LL\nSGLANG_SWEEP_ARGS=--tp-size\n")
+    proc = subprocess.run(["bash", str(ENTRYPOINT)], env={"PATH": os.environ["PATH"], "CHAMPION_ENV": str(env_file),
+                                                          "MODEL_PATH": "/m"},
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "sets LD_PRELOAD, PATH, PYTHONPATH, which sweep export never writes" in proc.stderr
+    assert not (tmp_path / "evil-ran").exists()
