@@ -31,7 +31,7 @@ browser:
 # Types and lint first: mypy (pinned in the test extra, configured in pyproject) must report zero errors.
 check: install
 	$(BIN)/mypy
-	$(BIN)/ruff check orchestrator tests bench
+	$(BIN)/ruff check orchestrator tests bench scripts
 
 test: install browser check
 	$(BIN)/python -m pytest -q -p no:cacheprovider
