@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.trial.server import recorded_server
+
 
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (tells a live pid from a reused one)."""
@@ -54,29 +56,48 @@ def local_processes() -> list[dict[str, Any]]:
     return found
 
 
+def valid_records(data: object) -> list[dict[str, Any]] | None:
+    """The process records of a ray-processes.json document (pid > 1, start ticks, non-empty command), or
+    None when the document does not have that shape; a record with a wrong shape makes it all untrusted."""
+    if not isinstance(data, dict) or not isinstance(data.get("processes", []), list):
+        return None
+    out = []
+    for r in data.get("processes", []):
+        if not isinstance(r, dict):
+            return None
+        pid, start, cmd = r.get("pid"), r.get("start"), r.get("cmd")
+        if (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or not isinstance(start, int)
+                or isinstance(start, bool) or not isinstance(cmd, str) or not cmd.strip()):
+            return None
+        out.append({"pid": pid, "start": start, "cmd": cmd})
+    return out
+
+
+def _same(r: dict[str, Any]) -> bool:
+    """Whether the recorded process still runs: same pid, start time and (the first 200 characters of) argv."""
+    pid = int(r["pid"])
+    return pid != os.getpid() and start_time(pid) == int(r["start"]) and cmdline(pid)[:200] == r["cmd"]
+
+
 def reap_processes(recorded: list[dict[str, Any]], grace_s: float = 3.0) -> list[str]:
-    """End the recorded processes that still run (same pid and start time); say which."""
-    alive = [r for r in recorded if start_time(int(r["pid"])) == int(r["start"])]
+    """End the recorded processes (`valid_records`) that still run; say which."""
+    alive = [r for r in recorded if _same(r)]
     for r in alive:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(int(r["pid"]), signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(start_time(int(r["pid"])) == int(r["start"]) for r in alive):
+    while time.monotonic() < deadline and any(_same(r) for r in alive):
         time.sleep(0.1)
     for r in alive:
-        if start_time(int(r["pid"])) == int(r["start"]):
+        if _same(r):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(r["pid"]), signal.SIGKILL)
     return [f"{r['pid']} ({r['cmd'][:60]})" for r in alive]
 
 
 def kill_server_now(trial_dir: Path) -> None:
-    """SIGKILL the process group of the trial's server (server.pid), if it is still that server."""
-    try:
-        pid_s, cmd = (trial_dir / "server.pid").read_text().split("\n", 1)
-        pid = int(pid_s)
-    except (OSError, ValueError):
-        return
-    if cmdline(pid).startswith(cmd.strip()):
+    """SIGKILL the process group of the trial's server (server.pid), if the record names that very server."""
+    pid = recorded_server(trial_dir)
+    if pid is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)

@@ -7,8 +7,8 @@ import json
 import logging
 import os
 
-from orchestrator.errors import TrackingError
-from orchestrator.execute.processes import reap_processes
+from orchestrator.errors import SweepError, TrackingError
+from orchestrator.execute.processes import reap_processes, valid_records
 from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.search import space as sp
 from orchestrator.search.study import TrialView
@@ -25,13 +25,20 @@ def reap_previous_driver(paths: Paths) -> None:
 
     We hold the work directory's lock, so the driver that wrote these records is gone.
     """
-    if paths.ray_processes.exists():
+    if paths.ray_processes.is_dir():
+        raise SweepError(f"{paths.ray_processes} is a directory, where the sweep keeps a file (the Ray processes it "
+                         "started); remove it and run the same command again")
+    if paths.ray_processes.exists() or paths.ray_processes.is_symlink():
         try:
-            data = json.loads(paths.ray_processes.read_text())
-        except ValueError:
-            data = {}
-        if data.get("driver_pid") != os.getpid():
-            ended = reap_processes(data.get("processes", []))
+            data = json.loads(paths.ray_processes.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            data = None
+        recorded = valid_records(data)
+        if recorded is None:
+            log.warning("%s is unreadable or not a list of processes: ending none of them (if the previous "
+                        "driver's Ray processes still run, end them yourself: ps -ef | grep ray)", paths.ray_processes)
+        elif not (isinstance(data, dict) and data.get("driver_pid") == os.getpid()):
+            ended = reap_processes(recorded)
             if ended:
                 log.info("ended %d Ray process(es) the previous driver left: %s", len(ended), ", ".join(ended))
         paths.ray_processes.unlink(missing_ok=True)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,7 +99,7 @@ class ServerProcess:
                 list(self.plan.argv), env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True,
             )
-        (self.log_path.parent / "server.pid").write_text(f"{self.proc.pid}\n{' '.join(self.plan.argv[:3])}\n")
+        write_pid_record(self.log_path.parent / "server.pid", self.proc.pid, self.plan.argv)
         self.phase = Phase.starting
 
     def returncode(self) -> int | None:
@@ -179,17 +180,39 @@ def kill_group(pgid: int, grace_s: float, *, wait: Callable[..., object] | None 
     return problems
 
 
-def reap_orphan(trial_dir: Path) -> str | None:
-    """Kill a server left behind by a killed driver (pid file present, same command); say what was done."""
-    pid_file = Path(trial_dir) / "server.pid"
+def write_pid_record(path: Path, pid: int, argv: Sequence[str]) -> None:
+    """Record the server's pid with what a stranger cannot share: its start time and its full argv."""
+    path.write_text(json.dumps({"pid": pid, "start": procs.start_time(pid), "argv": list(argv)}) + "\n")
+
+
+def recorded_server(trial_dir: Path) -> int | None:
+    """The pid in `trial_dir`/server.pid when that very process still runs (same pid, start time and full
+    argv); None for a record that is missing, empty, unreadable or names any other process."""
     try:
-        pid_s, cmd = pid_file.read_text().split("\n", 1)
-        pid = int(pid_s)
-    except (OSError, ValueError):
+        record = json.loads((Path(trial_dir) / "server.pid").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
         return None
-    cmdline = " ".join(procs.cmdline(pid) or ())
+    if not isinstance(record, dict):
+        return None
+    pid, start, argv = record.get("pid"), record.get("start"), record.get("argv")
+    if (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or not isinstance(start, (int, float))
+            or not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv)):
+        return None
+    wanted = tuple(a.strip() for a in argv if a.strip())
+    now = procs.start_time(pid)
+    # The start time alone tells a reused pid from ours; the argv guards against a record written by hand.
+    if not wanted or now is None or abs(now - start) > 1e-3 or procs.cmdline(pid) != wanted:
+        return None
+    return pid
+
+
+def reap_orphan(trial_dir: Path) -> str | None:
+    """Kill a server left behind by a killed driver (its pid file names that very process); say what was done."""
+    pid_file = Path(trial_dir) / "server.pid"
+    if not pid_file.is_file():
+        return None
     msg = None
-    if cmdline and cmdline.startswith(cmd.strip()):
+    if (pid := recorded_server(trial_dir)) is not None:
         kill_group(pid, 5.0)
         msg = f"killed orphaned server process group {pid} of {trial_dir.name}"
     with contextlib.suppress(OSError):
