@@ -34,6 +34,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "sweep": frozenset({"leaf", "config", "search", "trial", "probe", "results", "tracking", "execute"}),
     "cli": frozenset({"leaf", "config", "search", "trial", "probe", "results", "tracking", "execute", "sweep"}),
     "simulator": frozenset(),
+    "testing": frozenset({"leaf", "config", "trial", "execute", "simulator", "results"}),
 }
 """room -> the rooms it may import (besides itself)."""
 

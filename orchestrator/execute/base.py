@@ -41,8 +41,10 @@ class Finished:
 class Executor(Protocol):
     """Runs trials, at most `slots` at a time."""
 
-    clock: Clock
-    """The time the driver reads while this executor runs its trials (RealClock but for the model-backed one)."""
+    @property
+    def clock(self) -> Clock:
+        """The time the driver reads while this executor runs its trials (RealClock but for the model-backed one)."""
+        ...
 
     def start(self) -> ExecutorInfo:
         """Acquire the workers; raises a UserError when they cannot be had."""

@@ -87,7 +87,7 @@ def _launch_next(ctx: Context) -> bool:
                                    tags={"sweep.engine": ctx.spec.engine})
     ctx.overhead[number] = {"number": number, "ask_s": ask_s, "mlflow_start_s": time.perf_counter() - t_mlflow}
     ctx.study.set_trial_attrs(number, {"role": role.value, "mlflow_run_id": run_id or "", "trial_dir": str(tdir)})
-    ctx.overhead[number]["submitted_at"] = time.time()
+    ctx.overhead[number]["submitted_at"] = ctx.clock.time()
     handle = ctx.executor.submit(spec)
     ctx.in_flight[handle] = InFlight(spec, run_id)
     p.launched += 1
@@ -130,7 +130,7 @@ def _collect(ctx: Context, finished: Finished) -> None:
     flight = ctx.in_flight.pop(finished.handle)
     spec, outcome = flight.spec, finished.outcome
     timing = ctx.overhead.get(spec.number, {})
-    collected_at = time.time()
+    collected_at = ctx.clock.time()
     t_files = time.perf_counter()
     written = finished.lost is None
     if ctx.abort_reason and outcome.status is not TrialStatus.COMPLETE:

@@ -1,0 +1,344 @@
+"""An Executor that answers trials from the simulator's model, on a virtual clock.
+
+No server process starts. Each trial goes through the tool's own launch plan (trial.plan.make: the
+argv and environment a real trial would start), the simulated server's own parser and resolution
+(simulator.cli.parse / resolve / params_from_args: what that launch runs, SGLang's refusals and the
+`--sim-fault` injections included), then:
+
+- the noise-free model (simulator.model.evaluate) at the benchmark's concurrency,
+- times the simulated server's run factor for that seed (simulator.engine.run_factor: the same
+  run-to-run noise a real simulator process draws) and the host drift at the virtual time the
+  benchmark ends (`--sim-drift` since the sweep's epoch); repeats of one trial differ by a per-repeat
+  jitter of an eighth of the noise (one server run, averaged over many cycles),
+- the faults the simulated server would show, as the outcome the trial runner would classify them:
+  never_ready -> startup_timeout, oom_above_draft_tokens -> oom, nccl_hang / nccl_hang_when /
+  hang_after_tokens -> nccl_hang, crash_after_tokens -> server_crash, env_drop -> env_not_applied
+  (through trial.observe's own rule on simulated rank processes), a launch SGLang refuses -> server_crash
+  with the refusal,
+- and the seconds the simulated server would take: its start-up (the profile's load and graph capture
+  times `simulator.time_scale`, as `--sim-time-scale` sleeps them, at least a process start), then the
+  warm-up and the benchmark's repeats at the model's rate (simulator.cost.trial_cost); the virtual
+  clock advances by them when the trial ends; several slots run side by side. With time_scale 1 these
+  are the real-scale seconds of a GPU host (bench/overnight.py).
+
+The files a trial writes (spec.json, launch.json, outcome.json) are written as the trial runner
+writes them, before the outcome is returned, so resume and reports read them as usual; server.log
+says that no server ran.
+
+It runs the real driver (sweep.Sweep) in milliseconds per trial: the in-process sweep tests and
+bench/overnight.py use it. It is not a stand-in for the engine path (the inline and Ray executors
+with real simulator servers are; tests/execute/test_executor_contract.py runs one contract on all).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import redact
+from orchestrator.clock import VirtualClock
+from orchestrator.config.experiment import SweepSpec
+from orchestrator.execute.base import ExecutorInfo, Finished
+from orchestrator.fsio import write_json
+from orchestrator.records import (
+    FailureKind,
+    LaunchPlan,
+    Metrics,
+    ParamValue,
+    TrialOutcome,
+    TrialSpec,
+    TrialStatus,
+)
+from orchestrator.simulator import cli as sim_cli
+from orchestrator.simulator.cost import trial_cost
+from orchestrator.simulator.engine import run_factor
+from orchestrator.simulator.faults import Faults
+from orchestrator.simulator.model import HardwareProfile, ModelProfile, Prediction, evaluate
+from orchestrator.simulator.profiles import load_hardware, load_model
+from orchestrator.trial import metrics as metrics_mod
+from orchestrator.trial import observe
+from orchestrator.trial import plan as planner
+
+__all__ = ["ModelExecutor", "Answer", "HOST"]
+
+PROCESS_START_S = 2.5
+"""Seconds from launch to ready of a simulated server that sleeps no load time (--sim-time-scale 0):
+its imports and rank workers, about 2.6 s measured on the 2-core machine (issue 18)."""
+
+HOST = "model-executor"
+"""The node name every trial of this executor reports."""
+
+Failure = tuple[FailureKind, str]
+ExtraFailure = Callable[[Mapping[str, ParamValue]], Failure | None]
+"""A test's or benchmark's own failure rule: params -> (kind, reason), or None."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the model says one trial does: its outcome and the real-scale seconds it takes."""
+
+    outcome: TrialOutcome
+    seconds: float
+
+
+@dataclass(order=True)
+class _Running:
+    ends_at: float
+    handle: int
+    spec: TrialSpec = field(compare=False)
+    answer: Answer = field(compare=False)
+
+
+class ModelExecutor:
+    """Runs `slots` trials at a time on the simulator's model; `clock` is the virtual time they take.
+
+    `failures` adds a failure rule of the caller's (a benchmark's hidden OOM region, say) on top of the
+    experiment's own `simulator.faults`.
+    """
+
+    def __init__(self, slots: int = 1, *, clock: VirtualClock | None = None,
+                 failures: ExtraFailure | None = None):
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, but got {slots}")
+        self.slots = slots
+        self.clock: VirtualClock = clock or VirtualClock()
+        self.failures = failures
+        self.launched = 0
+        """Trials submitted so far (server launches a real executor would have made)."""
+        self.busy_s = 0.0
+        """Real-scale seconds of every trial submitted (GPU-time / tp)."""
+        self._running: list[_Running] = []
+        self._next = 0
+        self._profiles: dict[tuple[str, str], tuple[HardwareProfile, ModelProfile]] = {}
+
+    # ------------------------------------------------------------------ the Executor interface
+
+    def start(self) -> ExecutorInfo:
+        return ExecutorInfo(address=None, gpus=0.0, slots=self.slots)
+
+    def idle(self) -> int:
+        return self.slots - len(self._running)
+
+    def submit(self, spec: TrialSpec) -> int:
+        if not self.idle():
+            raise RuntimeError(f"submit() with all {self.slots} slots busy")
+        self._next += 1
+        started = self.clock.time()
+        answer = self.answer(spec, started_at=started)
+        self.launched += 1
+        self.busy_s += answer.seconds
+        heapq.heappush(self._running, _Running(self.clock.monotonic() + answer.seconds, self._next, spec, answer))
+        return self._next
+
+    def wait(self, timeout_s: float) -> list[Finished]:
+        """The trials that end first: the clock moves to their end (a wait on a virtual clock lasts
+        until something happens); with nothing running, `timeout_s` passes."""
+        if not self._running:
+            self.clock.advance(max(timeout_s, 0.0))
+            return []
+        first = self._running[0].ends_at
+        self.clock.advance_to(first)
+        done: list[Finished] = []
+        while self._running and self._running[0].ends_at <= first:
+            r = heapq.heappop(self._running)
+            done.append(Finished(r.handle, r.spec, self._written(r.spec, r.answer.outcome)))
+        return done
+
+    def abort(self, handle: int) -> None:
+        """The trial's server is killed now: it ends at once, FAILED (the sweep names it interrupted)."""
+        for i, r in enumerate(self._running):
+            if r.handle == handle:
+                killed = r.answer.outcome.model_copy(update={
+                    "status": TrialStatus.FAILED, "failure_kind": FailureKind.server_crash, "metrics": None,
+                    "repeats": (), "summary": None, "finished_at": self.clock.time(),
+                    "reason": "server died (killed by signal 9 (SIGKILL)): aborted"})
+                self._running[i] = _Running(self.clock.monotonic(), handle, r.spec, Answer(killed, 0.0))
+                heapq.heapify(self._running)
+                return
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    # ------------------------------------------------------------------ the model's answer
+
+    def answer(self, spec: TrialSpec, *, started_at: float) -> Answer:
+        """The outcome of `spec` started at `started_at` (epoch seconds on the clock), and its cost.
+        Writes spec.json and launch.json to the trial folder, as the runner does before a launch."""
+        sweep = spec.experiment
+        if not isinstance(sweep, SweepSpec):
+            raise TypeError(f"TrialSpec.experiment must be the validated SweepSpec, but got {type(sweep).__name__}")
+        trial_dir = Path(spec.trial_dir)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        write_json(trial_dir / "spec.json", {"number": spec.number, "role": spec.role.value, "params": spec.params,
+                                             "repeats": spec.repeats, "seed": spec.seed, "node": HOST, "gpu_ids": []})
+        plan = planner.make(sweep, spec.params, port=30_000 + spec.number % 10_000, seed=spec.seed,
+                            drift_epoch=spec.sweep_started_at)
+        write_json(trial_dir / "launch.json", {
+            "argv": list(plan.argv), "env": redact.redact_env(plan.env), "host": plan.host, "port": plan.port,
+            "engine": plan.engine, "warnings": list(plan.warnings), "executor": "model"})
+        (trial_dir / "server.log").write_text(
+            "model-backed executor (orchestrator/testing/model_executor.py): no server process was started; "
+            "the outcome is the simulator's model of this launch\n", encoding="utf-8")
+        base = TrialOutcome(number=spec.number, params=spec.params, role=spec.role, status=TrialStatus.FAILED,
+                            trial_dir=str(trial_dir), node=HOST, started_at=started_at, launch=plan,
+                            finished_at=started_at)
+        return _Trial(self, sweep, spec, plan, base).answer()
+
+    def profiles(self, sweep: SweepSpec, hardware: str, model: str) -> tuple[HardwareProfile, ModelProfile]:
+        key = (hardware, model)
+        if key not in self._profiles:
+            self._profiles[key] = (load_hardware(hardware), load_model(model))
+        return self._profiles[key]
+
+    def _written(self, spec: TrialSpec, outcome: TrialOutcome) -> TrialOutcome:
+        write_json(Path(spec.trial_dir) / "outcome.json", outcome.model_dump(mode="json"))
+        return outcome
+
+
+class _Trial:
+    """One trial's answer, step by step as the trial runner meets them."""
+
+    def __init__(self, executor: ModelExecutor, sweep: SweepSpec, spec: TrialSpec, plan: LaunchPlan,
+                 base: TrialOutcome):
+        self.x, self.sweep, self.spec, self.plan, self.base = executor, sweep, spec, plan, base
+
+    def _failed(self, kind: FailureKind, reason: str, seconds: float, **found: Any) -> Answer:
+        timings = {"server_start": round(min(seconds, self._load_s), 3)}
+        log = Path(self.spec.trial_dir) / "server.log"
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"[model] the trial ends {kind.value}: {reason}\n")
+        outcome = self.base.model_copy(update={
+            "failure_kind": kind, "reason": reason, "finished_at": self.base.started_at + seconds,
+            "timings": timings, "log_tail": log.read_text(encoding="utf-8"), **found})
+        return Answer(outcome, seconds)
+
+    def answer(self) -> Answer:
+        sweep, bench = self.sweep, self.sweep.benchmark
+        try:
+            ns, options = sim_cli.parse(self.plan.argv[3:], {**self.plan.env})
+        except SystemExit as exc:
+            self._load_s = 0.0
+            return self._failed(FailureKind.server_crash, f"sglang serve rejects these arguments (exit code {exc.code})", 1.0)
+        hw, model = self.x.profiles(sweep, options.hardware_profile, options.model_profile)
+        # As the simulated server: it sleeps time_scale x the profile's load and graph capture (0 in the
+        # demo and the tests: a process start), real-scale at 1 (bench/overnight.py).
+        self._load_s = max(options.time_scale * (model.load_weights_s + model.graph_capture_s), PROCESS_START_S) \
+            + options.faults.slow_start_s
+        resolved = sim_cli.resolve(ns)
+        if resolved.error or resolved.unsupported:
+            return self._failed(FailureKind.server_crash,
+                                f"server exited with code 1: {resolved.error or resolved.unsupported}", 5.0)
+        faults = options.faults
+        env = dict(self.plan.env)
+        ranks_env = {k: v for k, v in env.items() if not (faults.env_drop and k.startswith("NCCL_"))}
+        params = sim_cli.params_from_args(resolved.args, ranks_env)
+        prediction = evaluate(params, hw, model, concurrency=bench.concurrency)
+        early = self._start_failure(faults, params, prediction)
+        if early is not None:
+            return early
+        found = self._observed(env, ranks_env, hw, model, prediction)
+        if not found["effective_env"]["ok"]:
+            problems = "; ".join(found["effective_env"]["problems"])
+            return self._failed(FailureKind.env_not_applied, problems, self._load_s, **found)
+        rate = prediction.decode_tok_s
+        cost = trial_cost(model, hw, decode_tok_s=rate, requests=bench.requests, output_len=bench.output_len,
+                          concurrency=bench.concurrency, repeats=self.spec.repeats,
+                          warmup_requests=bench.warmup_requests, input_len=bench.input_len, tp=sweep.server.tp)
+        late = self._run_failure(faults, env, rate, self._load_s, found)
+        if late is not None:
+            return late
+        seconds = self._load_s + cost.warmup_s + cost.benchmark_s
+        if seconds > sweep.budget.trial_timeout_s:
+            return self._failed(FailureKind.trial_timeout, f"trial deadline (budget.trial_timeout_s="
+                                f"{sweep.budget.trial_timeout_s:g}) passed", sweep.budget.trial_timeout_s, **found)
+        repeats = self._measurements(options.seed, options.noise, options.drift_per_hour, options.drift_epoch,
+                                     prediction, hw, model, cost.benchmark_s)
+        median, summary = metrics_mod.summarize(repeats, seed=self.spec.seed)
+        outcome = self.base.model_copy(update={
+            "status": TrialStatus.COMPLETE, "metrics": median, "repeats": tuple(repeats), "summary": summary,
+            "finished_at": self.base.started_at + seconds, **found,
+            "timings": {"server_start": round(self._load_s, 3), "bench": round(cost.warmup_s + cost.benchmark_s, 3)}})
+        return Answer(outcome, seconds)
+
+    def _start_failure(self, faults: Faults, params: Mapping[str, Any], prediction: Prediction) -> Answer | None:
+        """What ends a trial before the server is ready."""
+        if faults.never_ready:
+            t = self.sweep.server.startup_timeout_s
+            return self._failed(FailureKind.startup_timeout, f"server not ready after {t:.0f}s (server.startup_timeout_s="
+                                f"{t:g}); see the log tail", t)
+        topk = int(params.get("speculative_eagle_topk") or 1)
+        ndt = int(params.get("speculative_num_draft_tokens") or 0)
+        if faults.ooms(ndt, topk):
+            return self._failed(FailureKind.oom, "torch.OutOfMemoryError: CUDA out of memory (simulated "
+                                f"oom_above_draft_tokens={faults.oom_above_draft_tokens})", self._load_s)
+        extra = self.x.failures(self.spec.params) if self.x.failures else None
+        if extra is not None:
+            kind, reason = extra
+            hang = kind is FailureKind.nccl_hang
+            return self._failed(kind, reason, self._load_s + (self.sweep.benchmark.stall_timeout_s if hang else 0.0))
+        if not prediction.ok:
+            return self._failed(FailureKind.server_crash, f"server exited with code 1: {prediction.failure}", 5.0)
+        return None
+
+    def _run_failure(self, faults: Faults, env: Mapping[str, str], rate: float, load_s: float,
+                     found: dict[str, Any]) -> Answer | None:
+        """What ends a trial during the benchmark."""
+        stall = self.sweep.benchmark.stall_timeout_s
+        if faults.hangs(env):
+            return self._failed(FailureKind.nccl_hang, f"no token for {stall:g}s while the server lived "
+                                "(benchmark.stall_timeout_s): a collective that never completes", load_s + stall, **found)
+        streams = max(1, self.sweep.benchmark.concurrency)
+        for after, kind in ((faults.hang_after_tokens, FailureKind.nccl_hang),
+                            (faults.crash_after_tokens, FailureKind.server_crash)):
+            if after is not None:
+                seconds = load_s + after / (rate * streams) + (stall if kind is FailureKind.nccl_hang else 0.0)
+                reason = (f"no token for {stall:g}s after {after} tokens (benchmark.stall_timeout_s)"
+                          if kind is FailureKind.nccl_hang else
+                          f"server died (exit code 1) after {after} tokens: RuntimeError: CUDA error: an illegal "
+                          "memory access was encountered")
+                return self._failed(kind, reason, seconds, **found)
+        return None
+
+    def _observed(self, env: Mapping[str, str], ranks_env: Mapping[str, str], hw: HardwareProfile,
+                  model: ModelProfile, prediction: Prediction) -> dict[str, Any]:
+        """What the runner's observation would record: env per rank (trial.observe's rule on the
+        simulated processes), fingerprint, all-reduce path."""
+        tp = self.sweep.server.tp
+        server = 100_000 + self.spec.number * 64
+        snaps = [observe.ProcessSnapshot(pid=server, ppid=1, cmdline=tuple(self.plan.argv), exe=None, environ=dict(env))]
+        snaps += [observe.ProcessSnapshot(pid=server + 1 + r, ppid=server,
+                                          cmdline=("python", f"orchestrator.simulator::scheduler_TP{r}"),
+                                          exe=None, environ=dict(ranks_env)) for r in range(tp)]
+        observation = observe.evaluate_env(server, snaps, env, tp)
+        fp = {"simulated": True, "host": HOST, "executor": "model", "hardware_profile": hw.name,
+              "model_profile": model.name}
+        return {"effective_env": redact.redact_env_tree(observation.model_dump(mode="json")),
+                "fingerprint": fp, "fingerprint_hash": observe.fingerprint_hash(fp),
+                "allreduce_path": "none" if tp == 1 else prediction.ar_path}
+
+    def _measurements(self, seed: int | None, noise: float, drift: float, epoch: float | None,
+                      p: Prediction, hw: HardwareProfile, model: ModelProfile, bench_s: float) -> list[Metrics]:
+        bench = self.sweep.benchmark
+        base_factor = run_factor(seed, noise)
+        rng = random.Random(json.dumps([seed, self.spec.number, "repeats"]))
+        scale = model.reference_tp / self.sweep.server.tp / hw.compute_speed
+        ttft = (model.prefill_fixed_ms + model.prefill_per_token_ms * bench.input_len) * scale
+        out = []
+        for r in range(self.spec.repeats):
+            at = self.base.started_at + self._load_s + bench_s * (r + 1) / self.spec.repeats
+            hours = max(0.0, at - (epoch if epoch is not None else self.base.started_at)) / 3600.0
+            jitter = max(0.5, 1.0 + (noise / 8.0) * rng.gauss(0.0, 1.0)) if noise > 0 else 1.0
+            f = base_factor * (1.0 + drift * hours) * jitter
+            out.append(Metrics(
+                decode_tok_s=p.decode_tok_s / f, output_tok_s=p.output_tok_s / f,
+                ttft_ms_p50=ttft * f, ttft_ms_p99=ttft * f, itl_ms_p50=p.cycle_ms * f, itl_ms_p99=p.cycle_ms * f,
+                tpot_ms_p50=1000.0 / (p.decode_tok_s / f), accept_length=p.accept_length, accept_rate=p.accept_rate,
+                verify_ms=p.verify_ms * f if p.verify_ms is not None else None, cycle_ms=p.cycle_ms * f,
+                requests_ok=bench.requests, requests_failed=0,
+                sources={"decode_tok_s": "model", "verify_ms": "model", "accept_length": "model"}))
+        return out
