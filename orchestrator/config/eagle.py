@@ -10,7 +10,9 @@ point costs no server start:
   4. `speculative_adaptive` (SGLang 0.5.23 `--speculative-adaptive`: steps adapted at run time from
      an EMA of the acceptance length) runs a chain: top-k 1, draft tokens = steps + 1, and steps, the
      initial count, given and one of the adaptive config's candidate_steps (default 1, 3, 7);
-     SGLang refuses any other steps at resolution, and skips its automatic choice when adaptive.
+     SGLang refuses any other steps at resolution, and skips its automatic choice when adaptive;
+  5. an `all_reduce_backend` the host or model cannot take (config/allreduce.py `backend_refusal`, SGLang
+     0.5.23's own conditions and warning text), when the host is known (a CommContext).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.config.allreduce import CommContext
 from orchestrator.config.knobs import ADAPTIVE_CANDIDATE_STEPS
 from orchestrator.records import ParamValue
 
 EAGLE_KNOBS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
-RULE_KNOBS = ("speculative_algorithm", *EAGLE_KNOBS, "speculative_adaptive")
+RULE_KNOBS = ("speculative_algorithm", *EAGLE_KNOBS, "speculative_adaptive", "all_reduce_backend")
 """The knobs feasibility depends on; every other knob is free."""
 
 
@@ -36,6 +39,7 @@ class Rule(str, enum.Enum):
     tree_capacity = "draft tokens - 1 <= topk + (steps - 1) * topk^2"
     adaptive_chain = "speculative_adaptive runs a chain: top-k 1"
     adaptive_steps = "speculative_adaptive needs steps in candidate_steps (1, 3, 7)"
+    backend_unavailable = "all_reduce_backend this host or model cannot take (SGLang 0.5.23)"
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,12 @@ def effective(params: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
     return out
 
 
-def infeasible(params: Mapping[str, ParamValue]) -> Infeasible | None:
-    """The rule a point breaks, or None when SGLang would run it as asked."""
+def infeasible(params: Mapping[str, ParamValue], comm: CommContext | None = None) -> Infeasible | None:
+    """The rule a point breaks, or None when SGLang would run it as asked. With `comm` (the host and
+    model known) an all_reduce_backend SGLang would not run there breaks rule 5."""
+    if comm is not None and (refusal := comm.refusal(params)) is not None:
+        return Infeasible(Rule.backend_unavailable, f"all_reduce_backend {params.get('all_reduce_backend')} on "
+                                                    f"{comm.host.describe()}: {refusal.reason}")
     params = effective(params)
     eagle = {k: params.get(k) for k in EAGLE_KNOBS}
     given = [k for k, v in eagle.items() if v is not None]

@@ -10,7 +10,7 @@ Values: None always means "not set" (the variable or flag is left out, the engin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -66,8 +66,12 @@ _KNOBS: tuple[Knob, ...] = (
     _env_enum("NCCL_PROTO", ("LL", "LL128", "Simple"), "NCCL protocol; LL wins for small messages"),
     _env_enum("NCCL_ALGO", ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"),
               "NCCL all-reduce algorithm"),
-    _env_int("NCCL_MAX_NCHANNELS", 1, 64, "upper bound on NCCL channels, i.e. SMs used by collectives"),
-    _env_int("NCCL_MIN_NCHANNELS", 1, 64, "lower bound on NCCL channels"),
+    _env_int("NCCL_MAX_CTAS", 1, 64, "upper bound on the CTAs (channels, i.e. SMs) an NCCL collective uses; "
+                                     "NCCL 2.28+'s name for NCCL_MAX_NCHANNELS"),
+    _env_int("NCCL_MIN_CTAS", 1, 64, "lower bound on NCCL's CTAs (channels); NCCL 2.28+'s name for NCCL_MIN_NCHANNELS"),
+    _env_int("NCCL_CTA_POLICY", 0, 2, "NCCL's CTA policy (ncclConfig_t.CTAPolicy): 0 default, 1 efficiency, 2 zero-CTA"),
+    _env_int("NCCL_MAX_NCHANNELS", 1, 64, "deprecated since NCCL 2.28 (use NCCL_MAX_CTAS): upper bound on NCCL channels"),
+    _env_int("NCCL_MIN_NCHANNELS", 1, 64, "deprecated since NCCL 2.28 (use NCCL_MIN_CTAS): lower bound on NCCL channels"),
     Knob("NCCL_BUFFSIZE", "env", "power_of_two", "NCCL per-channel buffer in bytes, default 4 MiB",
          low=1 << 12, high=1 << 30),
     Knob("NCCL_NTHREADS", "env", "enum", "threads per NCCL block", choices=(64, 128, 256, 512)),
@@ -92,6 +96,9 @@ _KNOBS: tuple[Knob, ...] = (
     _env_int("SGLANG_FORCE_CUSTOM_ALL_REDUCE_V2_PULL_SIZE_KB", 0, 1 << 20, "force the 1-shot pull threshold"),
     _env_int("SGLANG_FORCE_CUSTOM_ALL_REDUCE_V2_PUSH_SIZE_KB", 0, 1 << 20, "force the 1-shot push threshold"),
     _env_int("SGLANG_HEALTH_CHECK_TIMEOUT", 1, 3600, "seconds /health waits for a generation"),
+    _env_enum("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", ("0", "1"),
+              "1: FlashInfer's PCIe-IPC all-reduce for decode-sized TP reductions (0.5.23 pcie_ipc_ar.py)"),
+    _env_int("SGLANG_PCIE_IPC_MAX_NUMEL", 0, 1 << 31, "PCIe-IPC workspace in elements; 0: decode-sized (0.5.23)"),
     # SGLang server settings (flags).
     Knob("speculative_algorithm", "flag", "enum", "speculative decoding algorithm; None = no speculation",
          choices=("EAGLE3", "EAGLE")),
@@ -103,8 +110,14 @@ _KNOBS: tuple[Knob, ...] = (
          "at speculative_num_steps (one of candidate_steps 1, 3, 7), as a chain (top-k 1); false = not set"),
     Knob("speculative_attention_mode", "flag", "enum", "attention backend for verify/draft-extend",
          choices=("prefill", "decode")),
+    Knob("all_reduce_backend", "flag", "enum",
+         "which backend carries decode/verify all-reduces (SGLang 0.5.23, trial/allreduce.py): auto = SGLang's "
+         "own choice; nccl = every other backend off; custom, flashinfer_fusion, pcie_ipc, torch_symm_mem, "
+         "mscclpp = that backend on and those 0.5.23 tries before it off",
+         choices=("auto", "nccl", "custom", "flashinfer_fusion", "pcie_ipc", "torch_symm_mem", "mscclpp")),
     Knob("all_reduce_path", "flag", "enum",
-         "custom: SGLang's custom all-reduce where available; nccl: --disable-custom-all-reduce",
+         "deprecated, use all_reduce_backend: custom = auto (SGLang's default), nccl = "
+         "--disable-custom-all-reduce only (FlashInfer fusion, where 0.5.23 auto-enables it, stays on)",
          choices=("custom", "nccl")),
     Knob("cuda_graph", "flag", "bool", "false runs decode eagerly (no CUDA graph)"),
     Knob("cuda_graph_max_bs", "flag", "int", "largest decode batch captured in a CUDA graph", low=1, high=1024),
@@ -116,8 +129,14 @@ KNOBS: Mapping[str, Knob] = {k.name: k for k in _KNOBS}
 # Environment variables an experiment may set that are not tunables but are harmless and useful; the NCCL
 # tuner plugin's library and rule file (sweep export --format nccl-tuner) are paths, proven by NCCL's
 # TUNER/Plugin lines on every rank (trial.observe.check_env_applied).
+# SGLang's own settings a user needs to run a server at all on some hosts (read by SGLang 0.5.23 in
+# sglang/srt/environ.py and sglang/srt/utils/common.py): the CPU engine and its thread binding, the
+# PCIe-IPC all-reduce of PCIe hosts and its size cap, and the NCCL library SGLang loads.
+SGLANG_SETTINGS_ENV = frozenset({"SGLANG_USE_CPU_ENGINE", "SGLANG_CPU_OMP_THREADS_BIND",
+                                 "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "SGLANG_PCIE_IPC_MAX_NUMEL",
+                                 "SGLANG_NCCL_SO_PATH"})
 PASSTHROUGH_ENV = frozenset({"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
-                             "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"})
+                             "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"}) | SGLANG_SETTINGS_ENV
 
 # Variables an experiment must not set, with the reason (the value would not be what runs).
 _SET_ELSEWHERE = {
@@ -152,6 +171,22 @@ ADAPTIVE_CANDIDATE_STEPS = (1, 3, 7)
 the step counts it switches between, and the only values --speculative-num-steps may take with it."""
 
 
+DEPRECATED_KNOBS: Mapping[str, str] = {
+    "NCCL_MAX_NCHANNELS": "NCCL_MAX_NCHANNELS is deprecated since NCCL 2.28 in favour of NCCL_MAX_CTAS (when both are "
+                          "set the more restrictive wins); it still works",
+    "NCCL_MIN_NCHANNELS": "NCCL_MIN_NCHANNELS is deprecated since NCCL 2.28 in favour of NCCL_MIN_CTAS (when both are "
+                          "set the more restrictive wins); it still works",
+    "all_reduce_path": "all_reduce_path is deprecated: use all_reduce_backend (custom -> auto, nccl -> nccl, which "
+                       "also turns off the FlashInfer fusion SGLang 0.5.23 auto-enables on SM90/SM100)",
+}
+"""Knobs still accepted under an old name, with the warning `sweep validate/plan` prints."""
+
+
+def deprecation_warnings(names: Iterable[str]) -> list[str]:
+    """The deprecation warning of every name in `names` that has one, in order, once each."""
+    return [DEPRECATED_KNOBS[n] for n in dict.fromkeys(names) if n in DEPRECATED_KNOBS]
+
+
 def env_rule(name: str) -> str | None:
     """Why an experiment may not set environment variable `name` (what is wrong and the fix), or None."""
     if name in KNOBS and KNOBS[name].target == "env" or name in PASSTHROUGH_ENV:
@@ -166,4 +201,4 @@ def env_rule(name: str) -> str | None:
     if name.startswith("SGLANG_"):
         return "not an SGLang variable this tool knows; remove it, or add it to orchestrator/knobs.py"
     return (f"not on the allow-list (the NCCL_* and SGLANG_* variables of orchestrator/knobs.py, "
-            f"{', '.join(sorted(n for n in PASSTHROUGH_ENV if not n.startswith('NCCL_')))}); remove it")
+            f"{', '.join(sorted(n for n in PASSTHROUGH_ENV if not n.startswith(('NCCL_', 'SGLANG_'))))}); remove it")

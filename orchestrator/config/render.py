@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from orchestrator.config import knobs
+from orchestrator.config import allreduce, knobs
 from orchestrator.config.eagle import EAGLE_KNOBS, effective
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.config.space import Scalar
@@ -47,8 +47,10 @@ def tuned_flags(spec: SweepSpec, params: Mapping[str, ParamValue]) -> Flags:
             _put(flags, knob.replace("_", "-"), params.get(knob))
         _put(flags, "speculative-adaptive", params.get("speculative_adaptive"))
         _put(flags, "speculative-attention-mode", params.get("speculative_attention_mode"))
-    if params.get("all_reduce_path") == "nccl":
+    if params.get("all_reduce_path") == "nccl":  # deprecated spelling: only custom all-reduce off
         flags["--disable-custom-all-reduce"] = True
+    backend_flags, _ = allreduce.backend_flags(_backend(params))
+    flags.update(backend_flags)
     if params.get("cuda_graph") is False:
         flag, *value = names.disable_cuda_graph
         flags[flag] = value[0] if value else True
@@ -77,6 +79,11 @@ def serving_args(spec: SweepSpec, params: Mapping[str, ParamValue]) -> list[str]
     return flag_args({"--tp-size": str(spec.server.tp), **fixed_flags(spec), **tuned_flags(spec, params)})
 
 
+def _backend(params: Mapping[str, ParamValue]) -> str | None:
+    value = params.get("all_reduce_backend")
+    return None if value is None else str(value)
+
+
 def env_knobs(params: Mapping[str, ParamValue]) -> Iterable[str]:
     """The environment-variable knobs this point sets (not None)."""
     return (n for n, v in params.items() if v is not None and n in knobs.KNOBS and knobs.KNOBS[n].target == "env")
@@ -86,4 +93,5 @@ def tuned_env(spec: SweepSpec, params: Mapping[str, ParamValue]) -> dict[str, st
     """The experiment's fixed environment plus the trial's environment knobs (None = not set)."""
     env = {name: str(value) for name, value in spec.server.env.items()}
     env.update({name: str(params[name]) for name in env_knobs(params)})
+    env.update(allreduce.backend_flags(_backend(params))[1])  # pcie_ipc: SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1
     return env

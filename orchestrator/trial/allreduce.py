@@ -1,6 +1,7 @@
-"""Which all-reduce carries the decode/verify messages (SGLang's custom kernel or NCCL), and the warnings a
-plan deserves when NCCL variables would not do what the sweep assumes (reference INTERFACE.md 2.1-2.2).
-Pure: flags, log text and a hardware description in, words out."""
+"""Which all-reduce carried the decode/verify messages, as SGLang's own log lines prove it, and the
+warnings a plan deserves when NCCL variables would not do what the sweep assumes (reference INTERFACE.md
+2.1-2.2). SGLang 0.5.23's resolution itself is config/allreduce.py's (re-exported here). Pure: flags, log
+text and a hardware description in, words out."""
 
 from __future__ import annotations
 
@@ -8,22 +9,32 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from orchestrator.config.allreduce import (
+    BACKEND_CHOICES,
+    CUSTOM_AR_WORLD_SIZES,
+    FUSE_ALLREDUCE_MAX_BATCH_SIZE,
+    OBJECTIVE_CLASSES,
+    Backend,
+    Band,
+    Carried,
+    CommPath,
+    Host,
+    ModelFacts,
+    Refusal,
+    backend_flags,
+    backend_refusal,
+    carried,
+    nccl_matters,
+    resolve_path,
+)
+from orchestrator.config.allreduce import flag_on as _on
+from orchestrator.config.allreduce import normalize_flags as _flags
 from orchestrator.nccllog import tuner_masked
 
-
-def _flag_key(name: str) -> str:
-    return name.lstrip("-").replace("-", "_").lower()
-
-
-def _flags(flags: Mapping[str, Any]) -> dict[str, Any]:
-    return {_flag_key(k): v for k, v in flags.items()}
-
-
-def _on(flags: Mapping[str, Any], name: str) -> bool:
-    value = flags.get(name, False)
-    if isinstance(value, str):
-        return value.strip().lower() in ("", "1", "true", "yes", "on")
-    return bool(value)
+__all__ = ["BACKEND_CHOICES", "CUSTOM_AR_WORLD_SIZES", "FUSE_ALLREDUCE_MAX_BATCH_SIZE", "OBJECTIVE_CLASSES", "Backend",
+           "Band", "Carried", "CommPath", "Host", "ModelFacts", "Refusal", "allreduce_path", "backend_flags",
+           "backend_refusal", "carried", "check_backend_applied", "decode_backend_in_log", "nccl_matters",
+           "plan_warnings", "refused_in_log", "resolve_path"]
 
 
 def _tp_size(flags: Mapping[str, Any]) -> int | None:
@@ -60,15 +71,16 @@ _AR_NCCL = re.compile(
     r"setup custom all-?reduce failed|custom all-?reduce.*not supported")
 _AR_CUSTOM = re.compile(r"(?i)\[AR\].*custom\s*all-?reduce")
 
-CUSTOM_AR_WORLD_SIZES = (2, 4, 6, 8)
 
 
 def allreduce_path(flags: Mapping[str, Any], log_text: str, hardware: str | None) -> str:
-    """Which implementation carried the decode/verify all-reduces: 'custom' (SGLang's kernel),
-    'nccl', 'none' (TP 1: there are none) or 'unknown'.
+    """Which implementation carried the decode all-reduces: 'flashinfer_fusion', 'pcie_ipc', 'custom'
+    (SGLang's kernel), 'nccl', 'none' (TP 1: there are none) or 'unknown'.
 
-    The server log decides when it says so (SGLang's `[AR] ...` lines, 'Custom allreduce ...
-    disabled/failed' warnings; the last such line wins). Otherwise the flags and hardware:
+    The server log decides when it says so: 0.5.23's 'FlashInfer AllReduce Fusion enabled and workspace
+    initialized' or 'FlashInfer PCIe-IPC ... enabled/workspace built' without a fallback line after it
+    (decode_backend_in_log), else SGLang's `[AR] ...` lines, 'Custom allreduce ... disabled/failed'
+    warnings (the last such line wins). Otherwise the flags and hardware:
     `hardware` is a description ('h200-nvlink', '8x RTX PRO 6000 PCIe') or the fingerprint's
     `nvidia-smi topo -m` matrix.
     --disable-custom-all-reduce or --enable-deterministic-inference -> nccl; custom all-reduce
@@ -79,6 +91,9 @@ def allreduce_path(flags: Mapping[str, Any], log_text: str, hardware: str | None
     tp = _tp_size(f)
     if tp == 1:
         return "none"
+    proven = decode_backend_in_log(log_text)
+    if proven in (Backend.flashinfer_fusion.value, Backend.pcie_ipc.value):
+        return proven
     verdict = None
     for line in (log_text or "").splitlines():
         if _AR_NCCL.search(line):
@@ -157,3 +172,79 @@ def plan_warnings(
     if masked := tuner_masked({**env, **{n: env.get(n, "") for n in names}}):
         warnings.append(masked + ".")
     return warnings
+
+
+# ---------------------------------------------------------------------------------------------
+# What SGLang's log says ran
+
+_FUSION_ON = re.compile(r"FlashInfer AllReduce Fusion enabled and workspace initialized: .*max_token_num=(\d+)")
+_FUSION_OFF = re.compile(
+    r"(FlashInfer allreduce fusion is forcibly disabled.*|Failed to initialize FlashInfer workspace.*|"
+    r"FlashInfer workspace preflight: cuMemCreate probe failed.*|FlashInfer AllReduce fusion disabled:.*|"
+    r"flashinfer\.comm (?:unified )?allreduce_fusion API is not available.*|"
+    r"FlashInfer comm not available, skipping workspace initialization)")
+_PCIE_ON = re.compile(r"FlashInfer PCIe-IPC (?:all-reduce enabled|workspace built) \(world=\d+(?:, max_numel=(\d+))?")
+_PCIE_OFF = re.compile(
+    r"(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm.*|"
+    r"Deterministic inference is on; leaving PCIe-IPC all-reduce off.*|"
+    r"FlashInfer PCIe-IPC all-reduce serves bf16 only.*|FlashInfer PCIe-IPC workspace \(max_numel=\d+\) failed.*|"
+    r"Setup FlashInfer PCIe-IPC allreduce failed.*|FlashInfer PCIe-IPC all-reduce skipped.*)")
+_CUSTOM_ON = re.compile(r"All Reduce config: symmetric_memory = |\[AR\] Using CustomAllReduceV2|\[AR\].*custom\s*all-?reduce")
+_TSM_OFF = re.compile(r"(TorchSymmMemCommunicator: .*not (?:supported|available).*)")
+_MSCCLPP_OFF = re.compile(r"(PyMscclpp is (?:disabled|unavailable).*)")
+_OFF = {Backend.flashinfer_fusion: _FUSION_OFF, Backend.pcie_ipc: _PCIE_OFF, Backend.torch_symm_mem: _TSM_OFF,
+        Backend.mscclpp: _MSCCLPP_OFF}
+
+
+def _message(line: str) -> str:
+    """A log line without SGLang's `[time TPn]` prefix and level word."""
+    line = re.sub(r"^\[[^\]]*\]\s*", "", line.strip())
+    return re.sub(r"^(?:WARNING|INFO|ERROR)\s*:?\s*", "", line)
+
+
+def refused_in_log(backend: str, log_text: str) -> str | None:
+    """SGLang's own sentence that it turned `backend` off or fell back from it, or None."""
+    try:
+        want = Backend(backend)
+    except ValueError:
+        return None
+    pattern = _OFF.get(want)
+    if want is Backend.custom:
+        pattern = _AR_NCCL
+    if pattern is None:
+        return None
+    for line in (log_text or "").splitlines():
+        if m := pattern.search(line):
+            return _message(line[m.start():] if want is not Backend.custom else line)
+    return None
+
+
+def decode_backend_in_log(log_text: str) -> str | None:
+    """The backend SGLang's start-up lines prove for one-token (decode) all-reduces, in 0.5.23's order:
+    the fusion's workspace, then custom all-reduce, then PCIe-IPC; None when the log does not say."""
+    text = log_text or ""
+    fused = bool(_FUSION_ON.search(text)) and not _FUSION_OFF.search(text)
+    if fused:
+        return Backend.flashinfer_fusion.value
+    lines = text.splitlines()
+    if any(_CUSTOM_ON.search(line) for line in lines) and not any(_AR_NCCL.search(line) for line in lines):
+        return Backend.custom.value
+    if _PCIE_ON.search(text) and not _PCIE_OFF.search(text):
+        return Backend.pcie_ipc.value
+    return None
+
+
+def check_backend_applied(requested: str | None, log_text: str) -> tuple[bool, str]:
+    """(ok, reason) for a trial that asked for all-reduce backend `requested`: not ok (env_not_applied)
+    when SGLang's log says it refused or fell back from it (its sentence is the reason), or, for the
+    FlashInfer backends, when its start-up line that the backend is on never came."""
+    if requested in (None, "auto", "nccl"):
+        return True, ""
+    why = refused_in_log(str(requested), log_text)
+    if why:
+        return False, f"all_reduce_backend {requested} not applied: SGLang fell back to NCCL: {why}"
+    proof = {"flashinfer_fusion": _FUSION_ON, "pcie_ipc": _PCIE_ON}.get(str(requested))
+    if proof is not None and not proof.search(log_text or ""):
+        return False, (f"all_reduce_backend {requested} not applied: SGLang never logged that it is on "
+                       f"({'FlashInfer AllReduce Fusion enabled' if requested == 'flashinfer_fusion' else 'FlashInfer PCIe-IPC all-reduce enabled'} ...)")
+    return True, f"SGLang's log shows {requested} on"

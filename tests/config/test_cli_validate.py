@@ -132,8 +132,8 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("negative knob value",
      dict(spaces=("eagle3",), extra_space={"params": {"NCCL_MAX_NCHANNELS": {"choices": [None, -4]}}}),
      "{spaces}/extra.yaml: params.NCCL_MAX_NCHANNELS.choices: NCCL_MAX_NCHANNELS must be in [1, 64], "
-     "but got -4; fix or remove that value (NCCL_MAX_NCHANNELS: upper bound on NCCL channels, "
-     "i.e. SMs used by collectives)"),
+     "but got -4; fix or remove that value (NCCL_MAX_NCHANNELS: deprecated since NCCL 2.28 (use NCCL_MAX_CTAS): "
+     "upper bound on NCCL channels)"),
     ("range outside the knob's bounds",
      dict(extra_space={"params": {"max_running_requests": {
          "low": 0, "high": 8, "when": {"speculative_algorithm": "EAGLE3"}}}}),
