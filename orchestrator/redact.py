@@ -27,6 +27,7 @@ A URL to show or keep (a storage or tracking URI) goes through mask_url_password
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -55,6 +56,7 @@ def _words(name: str) -> list[str]:
     return [w.upper() for w in _SPLIT.split(_CAMEL.sub("_", name)) if w]
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
     """Whether a variable, field or flag name looks like it holds a credential (rule in the module doc)."""
     words = _words(name)
@@ -143,7 +145,11 @@ def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     replaced by '***'."""
     if not text:
         return text
-    for value in secret_values(os.environ if env is None else env):
+    return _redact_with(text, secret_values(os.environ if env is None else env))
+
+
+def _redact_with(text: str, values: list[str]) -> str:
+    for value in values:
         text = text.replace(value, MASK)
     for pattern, replacement in _SHAPES:
         text = pattern.sub(replacement, text)
@@ -158,6 +164,11 @@ def redact_env_tree(tree: Any, env: Mapping[str, str] | None = None) -> Any:
     """A copy of a JSON-like tree (dicts, lists, strings) safe to write: values under secret-named
     keys become '***' (None and empty values stay, so "not set" remains visible), the value after a
     secret flag in a list of strings (an argv) too, and every string goes through redact_text."""
+    return _redact_tree(tree, secret_values(os.environ if env is None else env))
+
+
+def _redact_tree(tree: Any, values: list[str]) -> Any:
+    # The secret values are read once per tree, not once per string (an observation holds hundreds).
     if isinstance(tree, Mapping):
         out = {}
         for key, value in tree.items():
@@ -165,15 +176,15 @@ def redact_env_tree(tree: Any, env: Mapping[str, str] | None = None) -> Any:
                     and not isinstance(value, (Mapping, list, tuple, bool)):
                 out[key] = MASK
             else:
-                out[key] = redact_env_tree(value, env)
+                out[key] = _redact_tree(value, values)
         return out
     if isinstance(tree, (list, tuple)):
         items = list(tree)
         if items and all(isinstance(v, str) for v in items):
             items = redact_argv(items)  # an argv list: the value follows its flag
-        return type(tree)(redact_env_tree(v, env) for v in items)
+        return type(tree)(_redact_tree(v, values) for v in items)
     if isinstance(tree, str):
-        return redact_text(tree, env)
+        return _redact_with(tree, values) if tree else tree
     return tree
 
 
