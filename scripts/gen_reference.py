@@ -320,21 +320,29 @@ def _sample_values(knob: knobs.Knob) -> list[Any]:
     return [knob.low if knob.low is not None else 1]
 
 
-def _emitted(version: str, params: dict[str, Any], base: dict[str, Any]) -> dict[str, str | bool]:
-    spec = SweepSpec.model_construct(sglang_version=version,
-                                     server=ServerSpec.model_construct(draft_model="<server.draft_model>"))
-    before = render.tuned_flags(spec, base)
-    after = render.tuned_flags(spec, {**base, **params})
-    return {flag: value for flag, value in after.items() if before.get(flag) != value}
+Emitted = tuple[dict[str, str | bool], dict[str, str]]
+"""What a knob value adds to a launch: SGLang flags, and environment variables."""
 
 
-def _words(flags: dict[str, str | bool], sample: Any, ranged: bool) -> str:
+def _emitted(version: str, params: dict[str, Any], base: dict[str, Any]) -> Emitted:
+    """The flags and variables config.render gives `params` on top of `base`, beyond what `base` alone gets."""
+    spec = SweepSpec.model_construct(sglang_version=version, server=ServerSpec.model_construct(
+        draft_model="<server.draft_model>", env={}))
+    flags_before, env_before = render.tuned_flags(spec, base), render.tuned_env(spec, base)
+    flags, env = render.tuned_flags(spec, {**base, **params}), render.tuned_env(spec, {**base, **params})
+    return ({flag: value for flag, value in flags.items() if flags_before.get(flag) != value},
+            {name: value for name, value in env.items() if env_before.get(name) != value})
+
+
+def _words(emitted: Emitted, sample: Any, ranged: bool) -> str:
+    flags, env = emitted
     words = []
     for flag, value in flags.items():
         if value is True:
             words.append(flag)
         else:
             words.append(f"{flag} {'<n>' if ranged and value == str(sample) else value}")
+    words += [f"{name}={value}" for name, value in env.items()]
     return " ".join(words)
 
 
@@ -347,12 +355,12 @@ def flag_text(knob: knobs.Knob, version: str) -> str:
         tries.append(({"speculative_algorithm": "EAGLE3"}, " (with speculative_algorithm set)"))
     for base, condition in tries:
         per_value = [(v, _emitted(version, {knob.name: v}, base)) for v in _sample_values(knob)]
-        if not any(flags for _, flags in per_value):
+        if not any(flags or env for _, (flags, env) in per_value):
             continue
         if ranged:
             return f"`{_words(per_value[0][1], per_value[0][0], True)}`{condition}"
-        parts = [f"{_yaml(v)}: " + (f"`{_words(flags, v, False)}`" if flags else "nothing")
-                 for v, flags in per_value]
+        parts = [f"{_yaml(v)}: " + (f"`{_words(emitted, v, False)}`" if any(emitted) else "nothing")
+                 for v, emitted in per_value]
         return "; ".join(parts) + condition
     return "(no flag)"
 
@@ -383,8 +391,8 @@ def knob_catalogue() -> str:
         "",
         "## SGLang settings (flags)",
         "",
-        f"What each value puts on SGLang's command line (sglang {default}, the default `sglang_version`; other "
-        "versions' spellings are named where they differ). The flags are what a deployment passes too: "
+        f"What each value puts on SGLang's command line and in its environment (sglang {default}, the default "
+        "`sglang_version`; other versions' spellings are named where they differ). A deployment needs them too: "
         "`sweep export` carries them.",
         "",
         "| knob | kind | values | sets | notes |",
