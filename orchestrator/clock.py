@@ -29,6 +29,11 @@ class Clock(Protocol):
         """Let `seconds` pass on this clock."""
         ...
 
+    def spend(self, seconds: float) -> None:
+        """Count work done outside the clock's sight (the probe run in-process, say) as `seconds`: a
+        real clock saw the time pass already and does nothing; a virtual clock advances."""
+        ...
+
 
 class RealClock:
     """The machine's clocks."""
@@ -42,6 +47,9 @@ class RealClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
+
+    def spend(self, seconds: float) -> None:
+        """The time already passed on the machine's clocks."""
 
 
 class VirtualClock:
@@ -66,6 +74,9 @@ class VirtualClock:
 
     def sleep(self, seconds: float) -> None:
         self.advance(seconds)
+
+    def spend(self, seconds: float) -> None:
+        self.advance(max(seconds, 0.0))
 
     def advance(self, seconds: float) -> None:
         """Move forward by `seconds` (a negative value is refused: time never goes back)."""

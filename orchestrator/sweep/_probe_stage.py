@@ -31,6 +31,7 @@ from orchestrator.probe import (
 )
 from orchestrator.probe.settings import space_size
 from orchestrator.records import ParamValue
+from orchestrator.results import cost as cost_mod
 from orchestrator.search import space as sp
 from orchestrator.search.study import Study
 from orchestrator.sweep._context import Context
@@ -63,8 +64,9 @@ def reusable(result: ProbeResult, spec: SweepSpec) -> str | None:
     return next((why for ok, why in checks if not ok), None)
 
 
-def probe_or_reuse(spec: SweepSpec, workdir: Path) -> tuple[ProbeResult, str]:
-    """probe.json of `workdir` when reusable, else a fresh probe; and a line saying which."""
+def probe_or_reuse(spec: SweepSpec, workdir: Path) -> tuple[ProbeResult, str, bool]:
+    """probe.json of `workdir` when reusable, else a fresh probe; a line saying which; and whether it
+    was probed now (its time then counts on the sweep's clock)."""
     path = workdir / PROBE_FILE
     if path.exists():
         try:
@@ -75,11 +77,20 @@ def probe_or_reuse(spec: SweepSpec, workdir: Path) -> tuple[ProbeResult, str]:
             why = reusable(old, spec)
             if why is None:
                 return old, (f"probe: reusing {path} ({len(old.settings)} settings probed on {old.host}); "
-                             f"delete it to probe again")
+                             f"delete it to probe again"), False
         log.info("probe: not reusing %s: %s", path, why)
     result = run_probe(spec, workdir, budget=spec.probe.budget)
     return result, (f"probe: {len(result.settings)} NCCL settings probed on {result.host} in "
-                    f"{result.seconds:.1f} s ({result.seconds_per_setting:.2f} s per setting)")
+                    f"{result.seconds:.1f} s ({result.seconds_per_setting:.2f} s per setting)"), True
+
+
+def probe_cost_s(spec: SweepSpec, result: ProbeResult) -> float:
+    """The seconds a fresh probe counts on the sweep's clock: what it took, or on the simulated engine
+    at simulator.time_scale 1 (a simulated night at real scale) the cost model's real-scale seconds
+    (results.cost.probe_seconds)."""
+    if spec.engine != "simulator":
+        return result.seconds
+    return max(result.seconds, spec.simulator.time_scale * cost_mod.probe_seconds(spec, len(result.settings)))
 
 
 def kept_settings(spec: SweepSpec, ranked: tuple[RankedSetting, ...]) -> dict[str, dict[str, ParamValue]]:
@@ -166,7 +177,9 @@ def run_probe_stage(ctx: Context) -> None:
     if ctx.study.nccl_settings:
         log.info("probe: the study already searches %d kept NCCL settings (resumed)", len(ctx.study.nccl_settings))
         return
-    result, how = probe_or_reuse(spec, ctx.paths.root)
+    result, how, fresh = probe_or_reuse(spec, ctx.paths.root)
+    if fresh:
+        ctx.clock.spend(probe_cost_s(spec, result))
     log.info(how)
     summary = apply_probe(ctx.study, spec, result)
     if "skipped" in summary:

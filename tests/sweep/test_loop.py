@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 import yaml
 from e2e_helpers import demo_experiment, write_experiment
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)

@@ -1,5 +1,6 @@
-"""A two-stage sweep in-process (inline executor, simulator, real Optuna and MLflow sqlite stores):
-stage one probes the NCCL settings, stage two measures only the kept ones, warm-started."""
+"""A two-stage sweep in-process (the real driver on the model-backed executor, the simulated probe,
+real Optuna and MLflow sqlite stores): stage one probes the NCCL settings, stage two measures only
+the kept ones, warm-started; the probe's time counts on the sweep's clock."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from e2e_helpers import demo_experiment, write_experiment
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
 from orchestrator.config import experiment as spec_mod
-from orchestrator.execute.inline import InlineExecutor
 from orchestrator.probe import rank_settings, read_probe
+from orchestrator.results import cost as cost_mod
 from orchestrator.search.study import read_only
 from orchestrator.sweep import state as st
 from orchestrator.sweep.driver import Sweep
+from orchestrator.testing import ModelExecutor
 
 
 def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(tmp_path, sqlite_store_template):
@@ -23,7 +25,7 @@ def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)
     events: list = []
-    summary = Sweep(spec, wd, executor=InlineExecutor(2), on_event=events.append).run()
+    summary = Sweep(spec, wd, executor=ModelExecutor(2), on_event=events.append).run()
     (stage,) = [e for e in events if isinstance(e, st.ProbeStage)]  # what the terminal shows of stage one
     assert "48 NCCL settings probed" in stage.text and "kept" in stage.text
 
@@ -48,7 +50,7 @@ def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(
     # Resumed with a larger budget: the probe is not run again (probe.json untouched), the kept set holds.
     mtime = (wd / "probe.json").stat().st_mtime_ns
     events = []
-    Sweep(spec, wd, executor=InlineExecutor(2), resume=True, n_trials=9, on_event=events.append).run()
+    Sweep(spec, wd, executor=ModelExecutor(2), resume=True, n_trials=9, on_event=events.append).run()
     assert not [e for e in events if isinstance(e, st.ProbeStage)]  # the study already holds its kept settings
     assert (wd / "probe.json").stat().st_mtime_ns == mtime
     trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", spec.name)  # type: ignore[misc]
@@ -68,8 +70,8 @@ def test_a_probe_json_is_reused_only_for_the_same_space_host_and_a_whole_probe(t
     wd = tmp_path / "wd"
     first = run_probe(spec, wd, budget=12)
     assert reusable(first, spec) is None
-    again, how = probe_or_reuse(spec, wd)
-    assert "reusing" in how and again == first
+    again, how, fresh = probe_or_reuse(spec, wd)
+    assert "reusing" in how and again == first and not fresh
     other_host = spec_mod.load(write_experiment(tmp_path, demo_experiment(
         name="reuse", probe={"enabled": True, "budget": 12},
         simulator={"hardware_profile": "pcie-rtxpro6000-x8-turin"}), name="turin.yaml"))
@@ -80,3 +82,20 @@ def test_a_probe_json_is_reused_only_for_the_same_space_host_and_a_whole_probe(t
     fewer_knobs["search_space"] = [str(tmp_path / "small.yaml")]
     (tmp_path / "small.yaml").write_text("name: s\nparams:\n  NCCL_PROTO: {choices: [null, LL]}\n")
     assert "space changed" in (reusable(first, spec_mod.load(write_experiment(tmp_path, fewer_knobs, "s.yaml"))) or "")
+
+
+def test_the_probe_s_real_scale_time_comes_before_the_first_launch_on_the_clock(tmp_path, sqlite_store_template):
+    """At simulator.time_scale 1 (a night at real scale) stage one costs the cost model's probe seconds
+    (results.cost.probe_seconds) before any trial starts, so the night's budget pays for it."""
+    data = demo_experiment(name="probeclock", budget={"trials": 2, "concurrent_trials": 1, "trial_timeout_s": 7200},
+                           server={"startup_timeout_s": 3600}, promotion={"max_rounds": 0},
+                           probe={"enabled": True}, simulator={"time_scale": 1.0})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)
+    executor = ModelExecutor(1)
+    Sweep(spec, wd, executor=executor).run()
+    probe = read_probe(wd / "probe.json")
+    first = json.loads((wd / "trials" / "0000" / "outcome.json").read_text())
+    epoch = executor.clock.time() - executor.clock.monotonic()  # the clock's time at monotonic 0
+    assert first["started_at"] - epoch >= cost_mod.probe_seconds(spec, len(probe.settings)) - 1e-6 > 0
