@@ -30,7 +30,7 @@ from orchestrator.records import TrialRole
 from orchestrator.redact import mask_url_password
 from orchestrator.search import space as sp
 from orchestrator.search.proposal import ProposalPolicy
-from orchestrator.search.study import Study
+from orchestrator.search.study import Study, read_only
 from orchestrator.sweep import _promote, _record, _resume
 from orchestrator.sweep._context import Context, Progress
 from orchestrator.sweep._loop import run_loop
@@ -50,12 +50,25 @@ def _directions(spec: SweepSpec) -> list[str]:
     return d
 
 
-def _stored_budget(paths: Paths) -> int | None:
-    """The trial budget the sweep in `paths` started with (sweep.json), or None without one."""
+BUDGET_ATTR = "budget_trials"
+"""The study attribute that keeps the trial budget the sweep started with (--n-trials included)."""
+
+
+def _stored_budget(paths: Paths, name: str) -> int | None:
+    """The trial budget the sweep in `paths` started with: from sweep.json, or, when that is unreadable,
+    from the study's attributes (BUDGET_ATTR); None without either."""
     try:
-        return SweepState.model_validate_json(paths.state.read_text()).budget_trials or None
+        return SweepState.model_validate_json(paths.state.read_bytes()).budget_trials or None
     except (OSError, ValueError):
-        return None
+        pass
+    if paths.storage is None and not (paths.root / "optuna.db").is_file():
+        return None  # nothing to read, and opening a missing sqlite file would create it
+    read = read_only(paths.optuna_url, name)
+    budget = read[1].get(BUDGET_ATTR) if read else None
+    if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
+        log.warning("%s is unreadable: the trial budget (%d) comes from the study", paths.state, budget)
+        return budget
+    return None
 
 
 class Sweep:
@@ -80,7 +93,7 @@ class Sweep:
         paths = Paths(Path(workdir).resolve(), storage)
         study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
         if resume and n_trials is None:
-            n_trials = _stored_budget(paths)  # --resume continues the original budget (--n-trials included)
+            n_trials = _stored_budget(paths, spec.name)  # --resume continues the original budget (--n-trials included)
         self.ctx = Context(spec=spec, paths=paths, study=study, budget_trials=n_trials or spec.budget.trials,
                            timeout_s=timeout_s or spec.budget.wall_time, emit=on_event or (lambda event: None),
                            resume=resume, policy=ProposalPolicy(study), executor=executor,
@@ -162,6 +175,7 @@ class Sweep:
             ctx.started_at = float(ctx.study.get_attr("sweep_started_at", ctx.started_at))
         else:
             ctx.study.set_attr("sweep_started_at", ctx.started_at)
+            ctx.study.set_attr(BUDGET_ATTR, ctx.budget_trials)
         uri = ctx.tracking_uri
         ctx.tracker = Tracker(uri, spec.tracking.experiment or spec.name, outbox_dir=ctx.paths.root,
                               artifact_location=(ctx.paths.root / "mlartifacts").as_uri()

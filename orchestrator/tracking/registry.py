@@ -23,6 +23,7 @@ from orchestrator.tracking._client import Store
 from orchestrator.tracking.outage import Failure, classify
 
 if TYPE_CHECKING:
+    from mlflow.entities.model_registry import ModelVersion
     from mlflow.tracking import MlflowClient
 
 
@@ -65,12 +66,21 @@ def promote(store: Store, run_id: str, *, model_name: str,
             with contextlib.suppress(MlflowException):  # another process may create it too
                 client.create_registered_model(
                     model_name, description="Serving configurations chosen by sglang-sweep")
-        version = client.create_model_version(
-            model_name, source=f"runs:/{run_id}/serving_config", run_id=run_id,
-            tags=tags, description=description or None)
+        source = f"runs:/{run_id}/serving_config"
+        # A driver killed between creating the version and setting the alias left one: reuse it, so a
+        # resumed promotion sets the alias on v1 instead of registering v2.
+        version = _version_from(client, model_name, run_id, source) or client.create_model_version(
+            model_name, source=source, run_id=run_id, tags=tags, description=description or None)
         client.set_registered_model_alias(model_name, alias, version.version)
         client.set_tag(run_id, "sweep.promoted", f"{model_name}@{alias} v{version.version}")
     return str(version.version)
+
+
+def _version_from(client: MlflowClient, model_name: str, run_id: str, source: str) -> ModelVersion | None:
+    """The newest version of `model_name` registered from `source` of run `run_id`, or None."""
+    found = [v for v in client.search_model_versions(f"run_id = '{run_id}'")
+             if v.name == model_name and v.source == source]
+    return max(found, key=lambda v: int(v.version), default=None)
 
 
 def resolve(store: Store, model_name: str, alias: str = "champion") -> dict[str, Any]:
