@@ -31,8 +31,27 @@ class StorageError(UserError):
     """The Optuna storage cannot be opened or read."""
 
 
+class StorageWriteError(StorageError):
+    """The Optuna storage failed while the sweep ran (a full disk, a locked or damaged database, a lost
+    server): exit code 1, an environment failure; what was measured is kept and --resume continues."""
+
+    exit_code = 1
+
+
+class StateFileError(SweepError):
+    """A state file of the work directory (sweep.json, experiment.json, ray-processes.json, ...) is
+    unreadable or in the way; the message names it and how to fix it."""
+
+
 class ClusterUnreachable(UserError):
     """The Ray cluster named by --ray-address cannot be reached or lacks the GPUs a trial needs."""
+
+
+class RayStartError(ClusterUnreachable):
+    """The private Ray instance did not start (its start-up timed out, no space or memory for it): exit code 1;
+    the start counts as failed, so the same command works again once the cause is gone."""
+
+    exit_code = 1
 
 
 class NoChampion(SweepToolError):

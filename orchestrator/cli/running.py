@@ -145,6 +145,8 @@ def run(
     # Ray's note that its local cluster uses token authentication is not the user's concern here.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
 
+    if ray_address is not None:
+        _check_ray_address(ray_address)
     s = load_experiment(experiment)
     try:
         timeout_s = spec_mod.parse_duration(timeout) if timeout else None
@@ -169,6 +171,20 @@ def run(
         raise typer.Exit(1)
     if not summary.promoted:
         raise typer.Exit(NoChampion.exit_code)  # finished without a champion (README: exit codes)
+
+
+def _check_ray_address(address: str) -> None:
+    """UserError for a --ray-address the driver cannot join as a node of the cluster."""
+    if "://" in address:
+        scheme = address.split("://", 1)[0]
+        what = "Ray Client addresses" if scheme == "ray" else f"{scheme}:// addresses"
+        raise UserError(f"--ray-address {address}: {what} are not supported (the driver runs on a node of the "
+                        f"cluster); run sweep on a cluster node with --ray-address auto, or give the head's GCS "
+                        f"address as HOST:PORT, e.g. 10.0.0.1:6379")
+    host, sep, port = address.rpartition(":")
+    if address != "auto" and not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+        raise UserError(f"--ray-address {address!r}: must be auto or the head's GCS address HOST:PORT, "
+                        f"e.g. 10.0.0.1:6379")
 
 
 def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) -> None:

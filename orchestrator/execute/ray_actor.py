@@ -22,7 +22,7 @@ import ray
 
 from orchestrator.clock import RealClock
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.errors import ClusterUnreachable
+from orchestrator.errors import ClusterUnreachable, RayStartError
 from orchestrator.execute.base import ExecutorInfo, Finished, last_line, made_outcome
 from orchestrator.execute.processes import kill_server_now
 from orchestrator.records import FailureKind, TrialOutcome, TrialSpec
@@ -40,17 +40,26 @@ def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: in
     authentication, so the instance binds to another loopback address (127.0.0.2) instead.
     `num_gpus` may be logical (the simulator needs no GPU) or None to let Ray detect them.
     """
-    ctx = ray.init(
-        address="local",
-        _node_ip_address=node_ip,
-        num_gpus=num_gpus,
-        num_cpus=num_cpus if num_cpus is not None else max(os.cpu_count() or 1, 2),
-        include_dashboard=False,
-        object_store_memory=200_000_000,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        configure_logging=True,
-    )
+    try:
+        ctx = ray.init(
+            address="local",
+            _node_ip_address=node_ip,
+            num_gpus=num_gpus,
+            num_cpus=num_cpus if num_cpus is not None else max(os.cpu_count() or 1, 2),
+            include_dashboard=False,
+            object_store_memory=200_000_000,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            configure_logging=True,
+        )
+    except Exception as exc:  # noqa: BLE001 - Ray's start-up timeout is a bare Exception; OSError, TimeoutError too
+        with contextlib.suppress(Exception):
+            ray.shutdown()  # what did start of the instance goes with it
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        raise RayStartError(
+            f"the private Ray instance on {node_ip} did not start ({type(exc).__name__}: {first}); check free "
+            "memory and space in Ray's temporary folder (/tmp/ray, or RAY_TMPDIR), then run the same command "
+            "again") from None
     return {"address": _address(ctx), "node_ip": node_ip}
 
 

@@ -8,12 +8,13 @@ killed driver left RUNNING itself and closes them.
 
 from __future__ import annotations
 
+import functools
 import random
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy.exc
@@ -23,10 +24,12 @@ from optuna.trial import TrialState
 from orchestrator.config import eagle
 from orchestrator.config.experiment import SamplerSpec, SearchSpace
 from orchestrator.config.space import check_enumerable
-from orchestrator.errors import StorageError
+from orchestrator.errors import StorageError, StorageWriteError
 from orchestrator.records import ParamValue
 from orchestrator.redact import mask_url_password
 from orchestrator.search import space as sp
+
+T = TypeVar("T")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -107,6 +110,26 @@ class _FailureAwareTPE(optuna.samplers.TPESampler):
         return super()._sample(_WithFailures(study), trial, search_space)  # type: ignore[arg-type]
 
 
+def _storage_op(fn: Callable[..., T]) -> Callable[..., T]:
+    """A Study method whose storage failures (a full disk, a locked or damaged database, a lost server)
+    become one StorageWriteError saying what, where and the fix, instead of SQLAlchemy's traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Study, *args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(self, *args, **kwargs)
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+            cause = exc.__cause__ if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ else exc
+            if self.storage_url.startswith("sqlite:///"):
+                what = sqlite_problem(self.storage_url.removeprefix("sqlite:///"), cause)
+            else:
+                what = (f"Optuna storage {mask_url_password(self.storage_url)} failed: {type(cause).__name__}: "
+                        f"{str(cause).splitlines()[0][:300]}")
+            raise StorageWriteError(f"{what}. What was measured is kept: once fixed, `sweep run ... --resume` "
+                                    "continues") from None
+    return wrapper
+
+
 class Study:
     """An Optuna study in RDB storage driven by ask/tell."""
 
@@ -139,6 +162,7 @@ class Study:
                                f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from None
         return self.name in names
 
+    @_storage_op
     def open(self) -> None:
         if self.sampler_cfg.kind == "grid":
             check_enumerable(self.space, "sampler kind grid")  # before anything is created
@@ -167,9 +191,11 @@ class Study:
 
     # -- attributes of the whole sweep
 
+    @_storage_op
     def get_attr(self, key: str, default: Any = None) -> Any:
         return self.study.user_attrs.get(key, default)
 
+    @_storage_op
     def set_attr(self, key: str, value: Any) -> None:
         self.study.set_user_attr(key, value)
 
@@ -195,6 +221,7 @@ class Study:
 
     # -- ask / tell
 
+    @_storage_op
     def enqueue(self, params: Mapping[str, ParamValue], attrs: Mapping[str, Any]) -> None:
         """Queue exact parameters (baseline, re-measure); the next ask() returns them first."""
         attrs = dict(attrs)
@@ -208,6 +235,7 @@ class Study:
         fixed = {k: v for k, v in params.items() if v is not None or _none_allowed(self.space, k)}
         self.study.enqueue_trial(fixed, user_attrs=dict(attrs), skip_if_exists=False)
 
+    @_storage_op
     def ask(self) -> tuple[int, dict[str, ParamValue], dict[str, Any]] | None:
         """A new trial: (number, every knob of the space, user attrs it was enqueued with), or None
         when a grid sweep has measured every point."""
@@ -245,6 +273,7 @@ class Study:
     def _waiting(self) -> bool:
         return any(t.state == TrialState.WAITING for t in self.study.get_trials(deepcopy=False))
 
+    @_storage_op
     def set_trial_attrs(self, number: int, attrs: Mapping[str, Any]) -> None:
         trial = self._asked.get(number)
         if trial is not None:
@@ -255,11 +284,13 @@ class Study:
         for k, v in attrs.items():
             self.study._storage.set_trial_user_attr(frozen._trial_id, k, v)  # no public API for old trials
 
+    @_storage_op
     def tell_complete(self, number: int, values: Sequence[float], attrs: Mapping[str, Any]) -> None:
         self.set_trial_attrs(number, attrs)
         self.study.tell(number, list(values) if len(values) > 1 else values[0])
         self._asked.pop(number, None)
 
+    @_storage_op
     def tell_failed(self, number: int, attrs: Mapping[str, Any], *, learn: bool = False) -> None:
         """A failure. `learn`: the parameters caused it (an OOM, a hang), so the sampler is told to avoid
         them (a violated constraint TPE reads, see _WithFailures); otherwise it ignores the trial."""
@@ -277,6 +308,7 @@ class Study:
 
     # -- reading
 
+    @_storage_op
     def trials(self) -> list[TrialView]:
         return [_view(t, self._settings) for t in self.study.get_trials(deepcopy=False)]
 
@@ -338,9 +370,26 @@ def _rdb(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
                            f"({str(exc).splitlines()[0][:200]}); for PostgreSQL: pip install 'sglang-sweep[postgres]'"
                            ) from None
     except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
+        if url.startswith("sqlite:///") and isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
+            raise StorageError(sqlite_problem(url.removeprefix("sqlite:///"), exc)) from None
         raise StorageError(f"Optuna storage {shown} cannot be opened: {type(exc).__name__}: "
                            f"{str(exc).splitlines()[0][:300]}; pass a URL such as sqlite:////abs/path/optuna.db "
                            f"or postgresql://user@host/db") from None
+
+
+def sqlite_problem(path: str, exc: BaseException) -> str:
+    """One message for a sqlite database file that cannot be used: what, where and how to fix it."""
+    text = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200]
+    if "locked" in text:
+        return (f"{path} is locked by another process ({text}); wait for the sweep or command using it to "
+                "finish, or stop it, and run this again")
+    if "disk" in text and ("full" in text or "I/O" in text):
+        return f"{path}: the disk is full or failing ({text}); free space and run this again"
+    if "unable to open" in text or "readonly" in text:
+        return (f"{path} cannot be opened ({text}); check that it is a file you can read and write "
+                "(not a directory) in a folder you can write to")
+    return (f"{path} is not a readable SQLite database ({text}): it was cut short, overwritten or damaged; "
+            "restore it from a backup, or start a new sweep in another --workdir")
 
 
 def read_only(storage_url: str, name: str) -> tuple[list[TrialView], dict[str, Any]] | None:
@@ -348,7 +397,12 @@ def read_only(storage_url: str, name: str) -> tuple[list[TrialView], dict[str, A
     storage = _rdb(storage_url, skip_compatibility_check=True)
     try:
         study = optuna.load_study(study_name=name, storage=storage)
+        settings = study.user_attrs.get(PROBE_SETTINGS_ATTR) or {}
+        return [_view(t, settings) for t in study.get_trials(deepcopy=False)], dict(study.user_attrs)
     except KeyError:
         return None
-    settings = study.user_attrs.get(PROBE_SETTINGS_ATTR) or {}
-    return [_view(t, settings) for t in study.get_trials(deepcopy=False)], dict(study.user_attrs)
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+        if storage_url.startswith("sqlite:///"):
+            raise StorageError(sqlite_problem(storage_url.removeprefix("sqlite:///"), exc)) from None
+        raise StorageError(f"Optuna storage {mask_url_password(storage_url)} cannot be read: {type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:300]}") from None

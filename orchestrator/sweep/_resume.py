@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 
-from orchestrator.errors import SweepError, TrackingError
+from pydantic import ValidationError
+
+from orchestrator.errors import StateFileError, TrackingError
 from orchestrator.execute.processes import reap_processes, valid_records
 from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.search import space as sp
@@ -26,7 +29,7 @@ def reap_previous_driver(paths: Paths) -> None:
     We hold the work directory's lock, so the driver that wrote these records is gone.
     """
     if paths.ray_processes.is_dir():
-        raise SweepError(f"{paths.ray_processes} is a directory, where the sweep keeps a file (the Ray processes it "
+        raise StateFileError(f"{paths.ray_processes} is a directory, where the sweep keeps a file (the Ray processes it "
                          "started); remove it and run the same command again")
     if paths.ray_processes.exists() or paths.ray_processes.is_symlink():
         try:
@@ -69,9 +72,8 @@ def _recover_running(ctx: Context, t: TrialView) -> None:
     one, else closed as interrupted (Optuna FAIL, MLflow KILLED) and queued to be measured again."""
     tdir = ctx.paths.trial_dir(t.number)
     run_id = t.attrs.get("mlflow_run_id") or None
-    outcome_file = tdir / "outcome.json"
-    if outcome_file.exists():
-        outcome = TrialOutcome.model_validate_json(outcome_file.read_text())
+    outcome = _read_outcome(tdir / "outcome.json", "it is measured again")
+    if outcome is not None:
         log.info("trial %d finished before the driver died; telling it from outcome.json", t.number)
         ctx.progress.launched += 1
         record(ctx, outcome, run_id)
@@ -104,9 +106,22 @@ def _count_existing(ctx: Context, t: TrialView) -> None:
         ctx.policy.remember(params, t.number, None, learn=learn)
     p.launched += 1
     p.finished += 1
-    outcome_file = ctx.paths.trial_dir(t.number) / "outcome.json"
-    if outcome_file.exists():
-        ctx.outcomes.append(TrialOutcome.model_validate_json(outcome_file.read_text()))
+    outcome = _read_outcome(ctx.paths.trial_dir(t.number) / "outcome.json",
+                            "the study keeps its result, but the report and the champion's pick leave it out")
+    if outcome is not None:
+        ctx.outcomes.append(outcome)
+
+
+def _read_outcome(path: Path, consequence: str) -> TrialOutcome | None:
+    """A trial's outcome.json, or None (with a warning saying what follows) when it is missing or unreadable."""
+    try:
+        return TrialOutcome.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValidationError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else exc.errors()[0]["msg"]
+        log.warning("%s is unreadable (%s): %s", path, why, consequence)
+        return None
 
 
 def _reconcile_mlflow(ctx: Context, trials: list[TrialView]) -> None:

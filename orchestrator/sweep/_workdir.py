@@ -109,6 +109,14 @@ class _RedactSecrets(logging.Filter):
         return True
 
 
+class _QuietFileHandler(logging.FileHandler):
+    """sweep.log on a full or failing disk: a line that cannot be written is dropped (the sweep's own
+    writes then fail with one message) instead of logging printing a traceback for each record."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        pass
+
+
 class SweepLog:
     """sweep.log: the driver's own log and the package's modules (tracking's outbox warnings among them)."""
 
@@ -117,7 +125,7 @@ class SweepLog:
         self._handler: logging.Handler | None = None
 
     def open(self) -> None:
-        handler = logging.FileHandler(self.root / "sweep.log", encoding="utf-8")
+        handler = _QuietFileHandler(self.root / "sweep.log", encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handler.addFilter(_RedactSecrets())
         for logger in (log, logging.getLogger("orchestrator")):

@@ -51,23 +51,29 @@ class Report:
 def _spec(workdir: Path) -> SweepSpec:
     path = workdir / "experiment.json"
     try:
-        return SweepSpec.model_validate(json.loads(path.read_text()))
+        data = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise SweepError(f"{workdir}: no sweep here (experiment.json missing); pass the --workdir `sweep run` "
                          f"used") from None
-    except (ValidationError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # a directory, unreadable, cut short, not UTF-8, not JSON
+        why = exc.strerror if isinstance(exc, OSError) else str(exc).splitlines()[0][:200]
+        raise SweepError(f"{path} cannot be read ({why}): it was cut short, overwritten or is not a file; "
+                         "`sweep run EXPERIMENT --resume` with the same experiment writes it again") from None
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
         raise SweepError(f"{path} was written by another version of sweep and cannot be read: "
                          f"{str(exc).splitlines()[0][:200]}; run the sweep again with this version") from None
 
 
 def _summary(workdir: Path) -> SweepSummary | None:
     try:
-        return SweepSummary.model_validate_json((workdir / "summary.json").read_text())
+        return SweepSummary.model_validate_json((workdir / "summary.json").read_bytes())
     except FileNotFoundError:
         return None  # still running: the report shows the search so far
-    except ValidationError as exc:
+    except (OSError, ValidationError) as exc:
         log.warning("%s/summary.json not read (%s); the report leaves the promotion out", workdir,
-                    exc.errors()[0]["msg"])
+                    exc.strerror if isinstance(exc, OSError) else exc.errors()[0]["msg"])
         return None
 
 

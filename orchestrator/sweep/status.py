@@ -6,6 +6,7 @@ Imports neither Ray nor MLflow, so it answers in a moment while a sweep runs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections import Counter
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.errors import SweepError
+from orchestrator.errors import StateFileError, SweepError
 from orchestrator.records import ParamValue, TrialRole
 from orchestrator.results import cost
 from orchestrator.search.study import read_only
@@ -29,6 +30,8 @@ from orchestrator.sweep.state import (
     TrialFinished,
     TrialLaunched,
 )
+
+log = logging.getLogger("sweep")
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ def phase_of(workdir: Path, status: str) -> str:
 def _promotion(workdir: Path) -> tuple[str | None, str | None]:
     """(verdict, env file) from summary.json, or (None, None) before the end."""
     try:
-        summary = SweepSummary.model_validate_json((workdir / "summary.json").read_text())
+        summary = SweepSummary.model_validate_json((workdir / "summary.json").read_bytes())
     except (OSError, ValidationError):
         return None, None
     return summary.verdict, summary.env_file
@@ -115,13 +118,54 @@ def _pid_alive(pid: int | None) -> bool:
 
 
 def read_state(workdir: Path) -> SweepState:
-    """The sweep's sweep.json; SweepError when the directory holds no sweep."""
+    """The sweep's sweep.json, its work-directory databases resolved against `workdir` (a moved or copied
+    work directory reads its own optuna.db and mlflow.db, never the original's); SweepError when the
+    directory holds no readable sweep."""
+    path = Path(workdir) / "sweep.json"
     try:
-        return SweepState.model_validate_json((Path(workdir) / "sweep.json").read_text())
+        state = SweepState.model_validate_json(path.read_bytes())
     except FileNotFoundError:
         raise SweepError(f"{workdir}: no sweep here (sweep.json missing); pass the --workdir `sweep run` used") from None
+    except IsADirectoryError:
+        raise StateFileError(f"{path} is a directory, not the sweep's state file; remove it (the study in optuna.db "
+                         "keeps the trials) and run `sweep run --resume` to write it again") from None
+    except OSError as exc:
+        raise StateFileError(f"{path} cannot be read ({exc.strerror or exc}); check its permissions and the disk") from None
     except ValidationError as exc:
-        raise SweepError(f"{workdir}/sweep.json is not a sweep state file: {exc.errors()[0]['msg']}") from None
+        raise StateFileError(f"{path} is not a sweep state file ({exc.errors()[0]['msg']}); it was cut short or "
+                         "overwritten: `sweep run --resume` with the same experiment writes it again") from None
+    return relocated(state, Path(workdir))
+
+
+_OWN_FILES = {"optuna_storage": "optuna.db", "tracking_uri": "mlflow.db"}
+
+
+def relocated(state: SweepState, workdir: Path) -> SweepState:
+    """`state` with the sqlite files it names inside its recorded work directory resolved in `workdir`.
+
+    sweep.json records absolute URLs (sqlite:////old/place/optuna.db): after `mv` or `cp -r` they name the
+    original's databases. Where the recorded file is this work directory's own (same name) and `workdir`
+    holds one, the copy in `workdir` is read and a warning says where the work directory came from.
+    """
+    here = workdir.resolve()
+    changes: dict[str, str] = {}
+    origin: Path | None = None
+    for field_name, filename in _OWN_FILES.items():
+        url = getattr(state, field_name) or ""
+        if not url.startswith("sqlite:///"):
+            continue
+        recorded = Path(url.removeprefix("sqlite:///"))
+        if recorded.name != filename or not (here / filename).is_file():
+            continue
+        if recorded.parent != here:
+            origin = recorded.parent
+            changes[field_name] = f"sqlite:///{here / filename}"
+    if origin is None:
+        return state
+    how = "copied" if (origin / "sweep.json").exists() else "moved"
+    log.warning("%s was %s from %s: reading its own optuna.db and mlflow.db (artifacts logged before the %s "
+                "stay where the MLflow store recorded them)", workdir, how, origin, "copy" if how == "copied" else "move")
+    return state.model_copy(update=changes)
 
 
 def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
