@@ -459,6 +459,20 @@ def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[st
             params.update(speculative_adaptive=True, speculative_adaptive_candidate_steps=config.candidate_steps)
     params.update({name: env.get(name) for name in NCCL_PARAM_NAMES})
     params[TUNER_RULES] = rules_for(env)
+    # The communication path (model.resolve_comm): server args and SGLang's environment variables.
+    fusion = args.get("flashinfer_allreduce_fusion_backend") or ("auto" if args.get("enable_flashinfer_allreduce_fusion")
+                                                                 else None)
+    params.update({
+        "disable_custom_all_reduce": bool(args.get("disable_custom_all_reduce")),
+        "flashinfer_allreduce_fusion_backend": fusion,
+        **{key: bool(args.get(key)) for key in ("enforce_disable_flashinfer_allreduce_fusion", "enable_torch_symm_mem",
+                                                "enable_mscclpp", "enable_dp_attention")},
+        "moe_a2a_backend": args.get("moe_a2a_backend"),
+        "enable_deterministic_inference": bool(args.get("enable_deterministic_inference"))
+        or env.get("SGLANG_ENABLE_DETERMINISTIC_INFERENCE", "").strip().lower() in ("1", "true"),
+        **{key: env.get(key) for key in ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "SGLANG_PCIE_IPC_MAX_NUMEL",
+                                         "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB")},
+    })
     return params
 
 

@@ -101,7 +101,8 @@ ALGORITHMS = ("Ring", "Tree")
 # NCCL's topology path types, nearest first (NCCL's PATH_* order). P2P is allowed up to a level.
 PATH_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 NCCL_PARAM_NAMES = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_BUFFSIZE",
-                    "NCCL_NTHREADS", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
+                    "NCCL_NTHREADS", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_MAX_CTAS",
+                    "NCCL_MIN_CTAS")
 TUNER_RULES = "nccl_tuner_rules"
 """The params key of a loaded tuner plugin's rules (`tuner_plugin.rules_for`: None when none loaded)."""
 _NCCL_STEPS = 8  # NCCL splits a channel's buffer into 8 pipeline slots
@@ -159,6 +160,28 @@ class CustomAllReduce:
 
 
 @dataclass(frozen=True, eq=False)
+class BackendTiming:
+    """One all-reduce backend's latency on a host: launch + base_us + bytes / bandwidth, or, where measured
+    points exist, straight lines through them (bytes, microseconds, kernel time as published; the last
+    segment's slope beyond the last point)."""
+
+    base_us: float = 0.0
+    gbps: float = 0.0
+    points: tuple[tuple[int, float], ...] = ()
+
+    def us(self, nbytes: int, launch_us: float) -> float:
+        pts = self.points
+        if not pts:
+            return launch_us + self.base_us + nbytes / (self.gbps * 1e3)
+        if len(pts) == 1 or nbytes <= pts[0][0]:
+            return pts[0][1]
+        for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
+            if nbytes <= b1 or (b1, t1) == pts[-1]:
+                return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
+        return pts[-1][1]
+
+
+@dataclass(frozen=True, eq=False)
 class HardwareProfile:
     name: str
     description: str
@@ -184,6 +207,19 @@ class HardwareProfile:
     verify_overhead_gpu_share: float = 0.0
     """Share (0-1) of the model profile's verify_overhead_ms that is GPU work and scales like the forward;
     the rest is host synchronisation in absolute ms. 0: all of it absolute, as the reference fit has it."""
+    compute_capability: tuple[int, int] = (0, 0)
+    """(major, minor) of the GPUs: SGLang 0.5.23's backends depend on it (SM90/SM100 fusion, SM90+ symm mem)."""
+    nodes: int = 1
+    nvlink_multicast: bool = False
+    """NVSwitch multicast (torch symmetric memory needs it)."""
+    flashinfer_fusion: BackendTiming | None = None
+    """FlashInfer's fused all-reduce + RMSNorm, where 0.5.23 can run it (SM90/SM100)."""
+    pcie_ipc: BackendTiming | None = None
+    """FlashInfer's PCIe-IPC all-reduce (SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1)."""
+    pcie_ipc_unavailable: str = ""
+    """SGLang's warning when it falls back from PCIe-IPC to NCCL on this host (e.g. no pcie_ipc_comm)."""
+    torch_symm_mem: BackendTiming | None = None
+    mscclpp: BackendTiming | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -280,9 +316,17 @@ def _nccl_settings(values: tuple[str | None, ...]) -> NcclSettings:
         nthreads = None  # NCCL warns and keeps its default for invalid thread counts
     return NcclSettings(
         protocols=_select(raw.get("NCCL_PROTO"), PROTOCOLS), algorithms=algorithms, unsupported_algorithm=unsupported,
-        max_channels=as_int("NCCL_MAX_NCHANNELS"), min_channels=as_int("NCCL_MIN_NCHANNELS"),
+        max_channels=_restrictive(min, as_int("NCCL_MAX_NCHANNELS"), as_int("NCCL_MAX_CTAS")),
+        min_channels=_restrictive(max, as_int("NCCL_MIN_NCHANNELS"), as_int("NCCL_MIN_CTAS")),
         buffsize=as_int("NCCL_BUFFSIZE"), nthreads=nthreads, p2p_level=level if level in PATH_LEVELS else None,
         p2p_disable=raw.get("NCCL_P2P_DISABLE") == "1", shm_disable=raw.get("NCCL_SHM_DISABLE") == "1")
+
+
+def _restrictive(pick: Any, old: int | None, new: int | None) -> int | None:
+    """NCCL 2.28+: NCCL_MAX_CTAS / NCCL_MIN_CTAS replace the *_NCHANNELS names; with both set the more
+    restrictive one wins (the smaller maximum, the larger minimum)."""
+    given = [v for v in (old, new) if v is not None]
+    return pick(given) if given else None
 
 
 _select = _plugin_select  # NCCL's list syntax, one reading for the model and the ranks' plugin
@@ -407,6 +451,181 @@ def custom_all_reduce_usable(hw: HardwareProfile, tp: int, disabled: bool) -> bo
     return not disabled and hw.custom_all_reduce is not None and tp in hw.custom_all_reduce.world_sizes
 
 
+# SGLang 0.5.23's choice among its all-reduce backends, as read from its code (the twin of the
+# orchestrator's config/allreduce.py; tests/simulator/test_sim_backends.py holds the two to one answer).
+FUSION_ARCHS = frozenset({
+    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GptOssForCausalLM",
+    "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "MistralLarge3ForCausalLM",
+    "Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration", "Qwen3NextForCausalLM",
+    "Qwen4ExpForConditionalGeneration", "KimiK25ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "NemotronHForCausalLM",
+    "NemotronHPuzzleForCausalLM", "NemotronH_Omni_Reasoning_V3",
+})
+"""0.5.23 arg_groups/overrides.py _FLASHINFER_ALLREDUCE_FUSION_ARCHS."""
+FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048
+"""0.5.23 layers/layer_boundary/residual/add_norm.py: tokens the fused all-reduce + RMSNorm runs on."""
+PCIE_IPC_WORLD_SIZES = (2, 4, 8)
+PCIE_IPC_FALLBACK_ROWS = 64
+TORCH_SYMM_MEM_MAX_MIB = {9: {2: 64, 4: 64, 6: 128, 8: 128}, 10: {2: 64, 4: 64, 6: 128, 8: 128}}
+MSCCLPP_WORLD_SIZES = (4, 8, 16, 32, 64)
+COMM_KEYS = ("all_reduce_backend", "disable_custom_all_reduce", "flashinfer_allreduce_fusion_backend",
+             "enforce_disable_flashinfer_allreduce_fusion", "enable_torch_symm_mem", "enable_mscclpp",
+             "enable_dp_attention", "moe_a2a_backend", "enable_deterministic_inference",
+             "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "SGLANG_PCIE_IPC_MAX_NUMEL", "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB")
+"""The params keys (server args and environment) the communication path depends on."""
+_BACKEND_PARAMS: Mapping[str, Mapping[str, Any]] = {
+    "auto": {},
+    "nccl": {"disable_custom_all_reduce": True, "enforce_disable_flashinfer_allreduce_fusion": True},
+    "custom": {"enforce_disable_flashinfer_allreduce_fusion": True},
+    "flashinfer_fusion": {"flashinfer_allreduce_fusion_backend": "auto"},
+    "pcie_ipc": {"disable_custom_all_reduce": True, "enforce_disable_flashinfer_allreduce_fusion": True,
+                 "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"},
+    "torch_symm_mem": {"enable_torch_symm_mem": True, "disable_custom_all_reduce": True,
+                       "enforce_disable_flashinfer_allreduce_fusion": True},
+    "mscclpp": {"enable_mscclpp": True, "enforce_disable_flashinfer_allreduce_fusion": True},
+}
+"""The all_reduce_backend knob's values as server args and environment (what the orchestrator renders)."""
+
+
+@dataclass(frozen=True)
+class Comm:
+    """The backends one server runs, in SGLang 0.5.23's order, and what it logs about them."""
+
+    fusion: bool = False
+    mscclpp: bool = False
+    custom: bool = False
+    """Custom all-reduce built (flags allow it and the host supports it)."""
+    custom_max_bytes: int = 0
+    pcie_ipc_rows: int = 0
+    torch_symm_mem_bytes: int = 0
+    lines: tuple[tuple[str, int, str], ...] = ()
+    """SGLang's start-up lines: (where: 'main' | 'scheduler', level, text)."""
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on") if isinstance(value, str) else bool(value)
+
+
+def resolve_comm(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, tp: int, *,
+                 decode_rows: int | None) -> Comm:
+    """Which backends SGLang 0.5.23 builds for this launch (`decode_rows`: the widest captured decode
+    reduction, None without CUDA graphs), and its lines about them."""
+    p = {**params, **_BACKEND_PARAMS.get(str(params.get("all_reduce_backend") or "auto"), {})}
+    if params.get("all_reduce_path") == "nccl":
+        p["disable_custom_all_reduce"] = True
+    if tp <= 1:
+        return Comm()
+    lines: list[tuple[str, int, str]] = []
+    sm = hw.compute_capability[0]
+    arch = model.architectures[0] if model.architectures else ""
+    fusion = p.get("flashinfer_allreduce_fusion_backend") is not None
+    if (not fusion and arch in FUSION_ARCHS and sm in (9, 10) and not _truthy(p.get("enable_dp_attention"))
+            and (hw.nodes == 1 or sm == 10) and str(p.get("moe_a2a_backend") or "none") == "none"):
+        fusion = True
+        lines.append(("main", 20, f"Auto-enabling FlashInfer AllReduce Fusion (auto) for {arch}"))
+    if _truthy(p.get("enforce_disable_flashinfer_allreduce_fusion")):
+        if fusion:
+            lines.append(("main", 20, "FlashInfer allreduce fusion is forcibly disabled via "
+                                      "--enforce-disable-flashinfer-allreduce-fusion."))
+        fusion = False
+    fusion = fusion and sm in (9, 10) and hw.flashinfer_fusion is not None
+    deterministic = _truthy(p.get("enable_deterministic_inference"))
+    custom = not _truthy(p.get("disable_custom_all_reduce")) and not deterministic
+    if custom and not custom_all_reduce_usable(hw, tp, False) and hw.custom_all_reduce_unavailable:
+        for cls in ("CustomAllReduceV2", "CustomAllreduce"):
+            lines.append(("scheduler", 30, hw.custom_all_reduce_unavailable.replace("CustomAllreduce", cls)))
+    custom = custom and custom_all_reduce_usable(hw, tp, False)
+    cap_kb = p.get("SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB")
+    car_max = int(cap_kb) * 1024 if cap_kb else (hw.custom_all_reduce.max_bytes if hw.custom_all_reduce else 0)
+    if custom:
+        lines.append(("scheduler", 20, f"All Reduce config: symmetric_memory = {car_max / (1 << 20) * 2:.2f} MB, "
+                                       f"local_buffer = 0.06 MB, multicast = False, pull = True"))
+    if fusion:
+        lines.append(("scheduler", 20, f"FlashInfer AllReduce Fusion enabled and workspace initialized: "
+                                       f"backend={'mnnvl' if sm == 10 else 'trtllm'}, rank=0, world_size={tp}, "
+                                       f"max_token_num={FUSE_ALLREDUCE_MAX_BATCH_SIZE}, hidden_dim={model.hidden_size}"))
+    mscclpp = _truthy(p.get("enable_mscclpp")) and tp in MSCCLPP_WORLD_SIZES and hw.mscclpp is not None
+    if _truthy(p.get("enable_mscclpp")) and tp not in MSCCLPP_WORLD_SIZES:
+        lines.append(("scheduler", 30, f"PyMscclpp is disabled due to an unsupported world size: {tp}. Supported "
+                                       f"world sizes: {list(MSCCLPP_WORLD_SIZES)}. To silence this warning, specify "
+                                       f"disable_mscclpp=True explicitly."))
+    rows = _pcie_ipc_rows(p, hw, model, tp, decode_rows, deterministic, lines)
+    tsm = _torch_symm_mem_bytes(p, hw, tp, lines)
+    return Comm(fusion=fusion, mscclpp=mscclpp, custom=custom, custom_max_bytes=car_max, pcie_ipc_rows=rows,
+                torch_symm_mem_bytes=tsm, lines=tuple(lines))
+
+
+def _pcie_ipc_rows(p: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, tp: int, decode_rows: int | None,
+                   deterministic: bool, lines: list[tuple[str, int, str]]) -> int:
+    """0.5.23 pcie_ipc_ar.py: eligible_group, PcieIpcCommunicator.__init__, _ensure_workspace."""
+    if not _truthy(p.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE")):
+        return 0
+    if deterministic:
+        lines.append(("scheduler", 30, "Deterministic inference is on; leaving PCIe-IPC all-reduce off. Its kernels "
+                                       "pick a tactic per shape, so the reduction order would follow the batch shape."))
+        return 0
+    if tp not in PCIE_IPC_WORLD_SIZES:
+        return 0  # a debug line only in 0.5.23
+    if hw.pcie_ipc is None:
+        lines.append(("scheduler", 30, hw.pcie_ipc_unavailable or (
+            "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm; "
+            "falling back to NCCL all-reduce.")))
+        return 0
+    lines.append(("scheduler", 20, f"FlashInfer PCIe-IPC all-reduce enabled (world={tp}, workspace sized on first "
+                                   f"reduction)"))
+    override = int(p.get("SGLANG_PCIE_IPC_MAX_NUMEL") or 0)
+    rows = override // model.hidden_size if override else (decode_rows or PCIE_IPC_FALLBACK_ROWS)
+    lines.append(("scheduler", 20, f"FlashInfer PCIe-IPC workspace built (world={tp}, "
+                                   f"max_numel={rows * model.hidden_size}, hidden={model.hidden_size})"))
+    return rows
+
+
+def _torch_symm_mem_bytes(p: Mapping[str, Any], hw: HardwareProfile, tp: int, lines: list[tuple[str, int, str]]) -> int:
+    """0.5.23 torch_symm_mem.py TorchSymmMemCommunicator.__init__."""
+    if not _truthy(p.get("enable_torch_symm_mem")):
+        return 0
+    sm = hw.compute_capability[0]
+    sizes = TORCH_SYMM_MEM_MAX_MIB.get(sm)
+    if sizes is None:
+        lines.append(("scheduler", 30, f"TorchSymmMemCommunicator: Device capability {sm} not supported, "
+                                       f"communicator is not available."))
+        return 0
+    if tp not in sizes:
+        lines.append(("scheduler", 30, f"TorchSymmMemCommunicator: World size {tp} not supported, communicator is "
+                                       f"not available."))
+        return 0
+    if not hw.nvlink_multicast or hw.torch_symm_mem is None:
+        lines.append(("scheduler", 30, "TorchSymmMemCommunicator: torch symmetric memory multicast operations are "
+                                       "not supported."))
+        return 0
+    return sizes[tp] << 20
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def carried_all_reduce(hw: HardwareProfile, s: NcclSettings, comm: Comm, tp: int, tokens: int, token_bytes: int,
+                       graph: bool, fused: bool = True) -> AllReduceChoice:
+    """One tensor-parallel all-reduce of `tokens` rows on the backend 0.5.23 picks: a layer's reduction
+    (`fused`: the fused all-reduce + RMSNorm first, add_norm.py flashinfer_ar_fusion_applies) or another one
+    through GroupCoordinator.all_reduce (MSCCL++, custom, FlashInfer's workspace, PCIe-IPC, torch symm mem)."""
+    nbytes = tokens * token_bytes
+    launch = hw.launch_us_graph if graph else hw.launch_us_eager
+    fusion = comm.fusion and tokens <= FUSE_ALLREDUCE_MAX_BATCH_SIZE and hw.flashinfer_fusion is not None
+    if fusion and fused and hw.flashinfer_fusion is not None:
+        return AllReduceChoice("flashinfer_fusion", hw.flashinfer_fusion.us(nbytes, launch))
+    if comm.mscclpp and hw.mscclpp is not None:
+        return AllReduceChoice("mscclpp", hw.mscclpp.us(nbytes, launch))
+    car = hw.custom_all_reduce
+    if comm.custom and car is not None and nbytes <= comm.custom_max_bytes:
+        return AllReduceChoice("custom", launch + car.base_us + nbytes / (car.gbps * 1e3))
+    if fusion and hw.flashinfer_fusion is not None:
+        return AllReduceChoice("flashinfer_fusion", hw.flashinfer_fusion.us(nbytes, launch))
+    if comm.pcie_ipc_rows and tokens <= comm.pcie_ipc_rows and hw.pcie_ipc is not None:
+        return AllReduceChoice("pcie_ipc", hw.pcie_ipc.us(nbytes, launch))
+    if comm.torch_symm_mem_bytes and nbytes < comm.torch_symm_mem_bytes and hw.torch_symm_mem is not None:
+        return AllReduceChoice("torch_symm_mem", hw.torch_symm_mem.us(nbytes, launch))
+    return nccl_all_reduce(hw, s, tp, nbytes, graph)
+
+
 # ------------------------------------------------------------------------------------- acceptance
 
 @functools.lru_cache(maxsize=4096)
@@ -477,6 +696,8 @@ class Config:
     candidate_steps: tuple[int, ...] = ()
     max_running_requests: int | None = None
     """Most requests decoding together (None: no cap); the others wait in the queue."""
+    comm: Comm = Comm()
+    """The all-reduce backends SGLang 0.5.23 builds for this launch (resolve_comm)."""
 
 
 def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, *, tp: int | None = None) -> Config | str:
@@ -532,15 +753,23 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
     max_running = params.get("max_running_requests")
     if max_running is None and algo is not None:
         max_running = SPECULATIVE_MAX_RUNNING_REQUESTS
+    graph_on = True if graph is None else bool(graph)
+    widest = int(max_bs or hw.default_cuda_graph_max_bs)
+    if max_running is not None:
+        widest = min(widest, int(max_running))
+    rows = widest * (int(ndt or 1) if algo is not None else 1) if graph_on else None
+    comm = resolve_comm(params, hw, model, tp, decode_rows=rows)
     return Config(
         tp=tp, speculative=algo is not None, drafter=drafter,
         steps=int(steps or 0), topk=int(topk or 0), draft_tokens=int(ndt or 0),
-        custom_all_reduce_disabled=params.get("all_reduce_path") == "nccl",
+        custom_all_reduce_disabled=params.get("all_reduce_path") == "nccl" or bool(
+            _BACKEND_PARAMS.get(str(params.get("all_reduce_backend") or "auto"), {}).get("disable_custom_all_reduce"))
+        or _truthy(params.get("disable_custom_all_reduce")),
         cuda_graph=True if graph is None else bool(graph),
         cuda_graph_max_bs=None if max_bs is None else int(max_bs),
         attention_mode=str(params.get("speculative_attention_mode") or "prefill"),
         nccl=nccl, adaptive=adaptive, candidate_steps=candidates if adaptive else (),
-        max_running_requests=None if max_running is None else max(1, int(max_running)),
+        max_running_requests=None if max_running is None else max(1, int(max_running)), comm=comm,
     )
 
 
@@ -620,8 +849,7 @@ def verify_overhead_ms(hw: HardwareProfile, model: ModelProfile, cfg: Config) ->
 def prefill_ms(hw: HardwareProfile, model: ModelProfile, cfg: Config, new_tokens: int) -> float:
     """Time of a prefill (extend) forward over `new_tokens` uncached prompt tokens."""
     tokens = max(new_tokens, 1)
-    ar = all_reduce(hw, cfg.nccl, cfg.tp, tokens * model.hidden_size * model.dtype_bytes, False,
-                    not cfg.custom_all_reduce_disabled)
+    ar = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, tokens, model.hidden_size * model.dtype_bytes, False)
     compute = (model.prefill_fixed_ms + model.prefill_per_token_ms * tokens) * _scale(hw, model, cfg.tp)
     return compute + model.layers * model.allreduces_per_layer * ar.us / 1e3
 
@@ -632,13 +860,12 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
     if cfg.adaptive:
         return _adaptive_cycle(hw, model, cfg, batch)
     graph = cfg.cuda_graph and batch <= (cfg.cuda_graph_max_bs or hw.default_cuda_graph_max_bs)
-    custom = not cfg.custom_all_reduce_disabled
     token_bytes = model.hidden_size * model.dtype_bytes
     n_ar = model.layers * model.allreduces_per_layer
     eager_ms = 0.0 if graph else hw.eager_us_per_layer * model.layers / 1e3
     scale = _scale(hw, model, cfg.tp)
     if not cfg.speculative:
-        ar = all_reduce(hw, cfg.nccl, cfg.tp, batch * token_bytes, graph, custom)
+        ar = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, batch, token_bytes, graph)
         step = forward_ms(hw, model, cfg.tp, batch) + eager_ms + n_ar * ar.us / 1e3
         return Prediction(
             decode_tok_s=1e3 / step, output_tok_s=batch * 1e3 / step, cycle_ms=step, accept_length=1.0,
@@ -648,16 +875,18 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
     per_depth = depth_acceptance(model.drafters[cfg.drafter], cfg.steps, cfg.topk, cfg.draft_tokens)
     accept = expected_accept_length(per_depth)
     verify_tokens = batch * cfg.draft_tokens
-    ar_v = all_reduce(hw, cfg.nccl, cfg.tp, verify_tokens * token_bytes, graph, custom)
+    ar_v = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, verify_tokens, token_bytes, graph)
+    # The draft model's collectives go through GroupCoordinator.all_reduce, not the target's fused layers.
+    ar_dx = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, verify_tokens, token_bytes, graph, fused=False)
     verify = (forward_ms(hw, model, cfg.tp, verify_tokens) + verify_overhead_ms(hw, model, cfg) + eager_ms
               + n_ar * ar_v.us / 1e3)
     draft_tokens_step = batch * cfg.topk
-    ar_d = all_reduce(hw, cfg.nccl, cfg.tp, draft_tokens_step * token_bytes, graph, custom)
+    ar_d = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, draft_tokens_step, token_bytes, graph, fused=False)
     draft_eager = 0.0 if graph else hw.eager_us_per_layer / 1e3
     draft_step = ((model.draft_step_ms + model.draft_per_token_ms * draft_tokens_step) * scale + draft_eager
                   + model.draft_collectives * ar_d.us / 1e3)
     draft_extend = ((model.draft_extend_ms + model.draft_per_token_ms * verify_tokens) * scale + draft_eager
-                    + model.draft_collectives * ar_v.us / 1e3)
+                    + model.draft_collectives * ar_dx.us / 1e3)
     total = cfg.steps * draft_step + verify + draft_extend
     return Prediction(
         decode_tok_s=accept * 1e3 / total, output_tok_s=batch * accept * 1e3 / total, cycle_ms=total,
@@ -681,7 +910,7 @@ def _adaptive_cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch
 _RESOLVE_KEYS = ("tp", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                  "speculative_num_draft_tokens", "speculative_attention_mode", "all_reduce_path", "cuda_graph",
                  "cuda_graph_max_bs", "speculative_adaptive", "speculative_adaptive_candidate_steps",
-                 "max_running_requests", *NCCL_PARAM_NAMES, TUNER_RULES)
+                 "max_running_requests", *NCCL_PARAM_NAMES, TUNER_RULES, *COMM_KEYS)
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -17,7 +17,14 @@ from typing import Any
 
 import yaml
 
-from orchestrator.simulator.model import CustomAllReduce, Drafter, HardwareProfile, ModelProfile, NcclProfile
+from orchestrator.simulator.model import (
+    BackendTiming,
+    CustomAllReduce,
+    Drafter,
+    HardwareProfile,
+    ModelProfile,
+    NcclProfile,
+)
 
 DEFAULT_HARDWARE = "pcie-rtxpro6000-x8"
 DEFAULT_MODEL = "kimi-k2.5"
@@ -123,6 +130,9 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE) -> HardwareProfile:
         car = CustomAllReduce(world_sizes=tuple(int(w) for w in c("world_sizes")), max_bytes=int(c("max_bytes")),
                               base_us=float(c("base_us")), gbps=float(c("gbps")))
         c.done()
+    cc = str(r("compute_capability", "0.0")).split(".")
+    if len(cc) != 2 or not all(part.isdigit() for part in cc):
+        raise ProfileError(f"{source}: compute_capability must be 'major.minor' such as 9.0, got {'.'.join(cc)!r}")
     hw = HardwareProfile(
         name=str(r("name")), description=str(r("description", "")), gpus=int(r("gpus")),
         gpu_name=str(r("gpu_name")), gpu_memory_gib=float(r("gpu_memory_gib")), interconnect=str(r("interconnect")),
@@ -134,6 +144,11 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE) -> HardwareProfile:
         per_unique_expert_factor=_factor(source, r, "per_unique_expert_factor", 1.0),
         per_token_factor=_factor(source, r, "per_token_factor", 1.0),
         verify_overhead_gpu_share=_factor(source, r, "verify_overhead_gpu_share", 0.0, at_most=1.0),
+        compute_capability=(int(cc[0]), int(cc[1])), nodes=int(r("nodes", 1)),
+        nvlink_multicast=bool(r("nvlink_multicast", False)),
+        flashinfer_fusion=_timing(source, r, "flashinfer_fusion"), pcie_ipc=_timing(source, r, "pcie_ipc"),
+        pcie_ipc_unavailable=str(r("pcie_ipc_unavailable", "")),
+        torch_symm_mem=_timing(source, r, "torch_symm_mem"), mscclpp=_timing(source, r, "mscclpp"),
     )
     calibration = r("calibration", None)  # free-form notes: where the numbers come from
     weighted = [k for k in ("per_unique_expert_factor", "per_token_factor", "verify_overhead_gpu_share") if k in data]
@@ -142,6 +157,23 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE) -> HardwareProfile:
                            f"calibration must say what they are fitted to")
     r.done()
     return hw
+
+
+def _timing(source: str, r: _Reader, key: str) -> BackendTiming | None:
+    """An all-reduce backend's timing: {base_us, gbps} or {points: [[bytes, us], ...]}, and a `source`
+    saying where the figures come from; absent or null: the host has no such backend."""
+    data = r(key, None)
+    if data is None:
+        return None
+    t = _Reader(source, data, f"{key}.")
+    if not str(t("source", "")).strip():
+        raise ProfileError(f"{source}: {key}.source must say where the figures come from")
+    points = tuple((int(b), float(us)) for b, us in t("points", ()))
+    timing = BackendTiming(base_us=float(t("base_us", 0.0)), gbps=float(t("gbps", 0.0)), points=points)
+    t.done()
+    if not points and timing.gbps <= 0:
+        raise ProfileError(f"{source}: {key} needs points or gbps > 0")
+    return timing
 
 
 def _factor(source: str, r: _Reader, key: str, default: float, at_most: float | None = None) -> float:

@@ -35,18 +35,6 @@ from orchestrator.simulator.telemetry import Metrics
 _WARMUP_PROMPT = "The capital city of France is"
 
 
-def _ar_line(hw: perf.HardwareProfile, cfg: perf.Config) -> str:
-    """SGLang's `[AR]` line: which implementation carries tensor-parallel all-reduces."""
-    nccl = "All-reduce call path: NCCL (PyNccl in CUDA graphs, torch.distributed eager)"
-    if cfg.custom_all_reduce_disabled:
-        return f"[AR] {nccl}; custom all-reduce disabled by --disable-custom-all-reduce"
-    if perf.custom_all_reduce_usable(hw, cfg.tp, False):
-        mib = hw.custom_all_reduce.max_bytes / (1 << 20) if hw.custom_all_reduce else 0
-        return (f"[AR] Using custom all-reduce (CustomAllReduceV2) for all-reduces up to {mib:g} MiB, "
-                f"PyNccl above")
-    return f"[AR] {nccl}; custom all-reduce not supported on this topology ({hw.interconnect}, tp_size={cfg.tp})"
-
-
 def _tuning_lines(hw: perf.HardwareProfile, model: perf.ModelProfile, cfg: perf.Config) -> list[str]:
     """NCCL's tuning decisions for the decode/verify message sizes that NCCL (not custom AR) carries."""
     token_bytes = model.hidden_size * model.dtype_bytes
@@ -55,7 +43,8 @@ def _tuning_lines(hw: perf.HardwareProfile, model: perf.ModelProfile, cfg: perf.
         sizes |= {token_bytes * cfg.topk, token_bytes * cfg.draft_tokens}
     out = []
     for nbytes in sorted(sizes):
-        ar = perf.all_reduce(hw, cfg.nccl, cfg.tp, nbytes, cfg.cuda_graph, not cfg.custom_all_reduce_disabled)
+        ar = perf.carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, nbytes // token_bytes, token_bytes,
+                                     cfg.cuda_graph)
         if ar.path == "nccl":
             out.append(f"{nbytes} {ar.algorithm.upper()} {ar.protocol.upper()} {ar.channels}")
     return out
@@ -125,11 +114,8 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
 
     log.scheduler("Init torch distributed begin.")
     proc.workers = ranks.start(tp, rank_env, nccl_version=hw.nccl.version, tuning=_tuning_lines(hw, md, cfg))
-    if tp > 1:
-        if hw.custom_all_reduce_unavailable and not cfg.custom_all_reduce_disabled \
-                and not perf.custom_all_reduce_usable(hw, tp, False):
-            log.warning(hw.custom_all_reduce_unavailable)
-        log.scheduler(_ar_line(hw, cfg))
+    for where, level, line in cfg.comm.lines:  # SGLang 0.5.23's own lines about its all-reduce backends
+        (log.main if where == "main" else log.scheduler)(line, level=level)
     mem = hw.gpu_memory_gib
     log.scheduler("Init torch distributed ends. elapsed=0.21 s, mem usage=0.56 GB")
     log.scheduler(f"Load weight begin. avail mem={mem - 0.6:.2f} GB")

@@ -67,7 +67,7 @@ def _link(hardware: str | None) -> str | None:
 
 
 _AR_NCCL = re.compile(
-    r"(?i)call path: NCCL|custom AR disabled|custom all-?reduce (?:is )?disabled|"
+    r"(?i)call path: NCCL|custom AR disabled|custom ?all-?reduce(?:V2)? (?:is )?disabled|"
     r"setup custom all-?reduce failed|custom all-?reduce.*not supported")
 _AR_CUSTOM = re.compile(r"(?i)\[AR\].*custom\s*all-?reduce")
 

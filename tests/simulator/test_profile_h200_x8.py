@@ -80,12 +80,17 @@ def test_eight_ranks_cost_more_than_two_on_both_all_reduce_paths():
     assert all_reduce(X8, settings, 8, TOKEN, True, True).us > all_reduce(X2, settings, 2, TOKEN, True, True).us
 
 
-def test_custom_all_reduce_carries_verify_at_tp8_so_nccl_variables_do_not_matter():
+def test_flashinfer_fusion_carries_verify_at_tp8_so_nccl_variables_do_not_matter():
+    """SGLang 0.5.23 arg_groups/overrides.py _flashinfer_allreduce_fusion_auto_enable turns the fusion on for
+    KimiK25ForConditionalGeneration on SM90 at TP 8; --disable-custom-all-reduce (all_reduce_path nccl) does
+    not turn it off, only all_reduce_backend nccl (--enforce-disable-flashinfer-allreduce-fusion) does."""
     runs = [evaluate({**spec(3), **env}, X8, KIMI, concurrency=48)
-            for env in ({}, {"NCCL_PROTO": "Simple"}, {"NCCL_MAX_NCHANNELS": "1"})]
-    assert {p.ar_path for p in runs} == {"custom"}
+            for env in ({}, {"NCCL_PROTO": "Simple"}, {"NCCL_MAX_NCHANNELS": "1"}, {"all_reduce_path": "nccl"})]
+    assert {p.ar_path for p in runs} == {"flashinfer_fusion"}
     assert len({round(p.decode_tok_s, 9) for p in runs}) == 1
-    nccl = evaluate({**spec(3), "all_reduce_path": "nccl"}, X8, KIMI, concurrency=48)
+    custom = evaluate({**spec(3), "all_reduce_backend": "custom"}, X8, KIMI, concurrency=48)
+    assert custom.ar_path == "custom"
+    nccl = evaluate({**spec(3), "all_reduce_backend": "nccl"}, X8, KIMI, concurrency=48)
     assert nccl.ar_path == "nccl" and nccl.decode_tok_s < runs[0].decode_tok_s
 
 

@@ -69,11 +69,15 @@ def test_h200_profile_follows_the_measured_cuda_graph_all_reduce_latencies():
 
 def test_custom_all_reduce_makes_nccl_variables_irrelevant_unless_disabled():
     h200 = load_hardware("h200-nvlink")
-    base = {**eagle3(3), "tp": 2}
+    base = {**eagle3(3), "tp": 2, "all_reduce_backend": "custom"}  # the fusion off: custom carries
     custom = [evaluate({**base, **env}, h200, KIMI) for env in ({}, TUNED, {"NCCL_PROTO": "Simple"})]
     assert {p.ar_path for p in custom} == {"custom"}
     assert len({round(p.decode_tok_s, 6) for p in custom}) == 1
-    nccl = [evaluate({**base, **env, "all_reduce_path": "nccl"}, h200, KIMI) for env in ({}, {"NCCL_PROTO": "Simple"})]
+    # SGLang 0.5.23 auto-enables FlashInfer fusion for Kimi-K2.5 on SM90: all_reduce_path nccl
+    # (--disable-custom-all-reduce) leaves it on; all_reduce_backend nccl turns it off too.
+    assert evaluate({**base, "all_reduce_backend": None, "all_reduce_path": "nccl"}, h200, KIMI).ar_path == \
+        "flashinfer_fusion"
+    nccl = [evaluate({**base, **env, "all_reduce_backend": "nccl"}, h200, KIMI) for env in ({}, {"NCCL_PROTO": "Simple"})]
     assert {p.ar_path for p in nccl} == {"nccl"}
     assert nccl[1].decode_tok_s < nccl[0].decode_tok_s < custom[0].decode_tok_s
     assert evaluate(TUNED, PCIE, KIMI).ar_path == "nccl"  # PCIe x8: no custom all-reduce at all
