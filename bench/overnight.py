@@ -1,28 +1,29 @@
-"""A simulated night: the full experiments/kimi-k2.5-tp8.yaml space (670,464 feasible points), an
-8-hour wall time at real-scale costs, judged by the TRUE value of the champion the sweep promotes.
+"""A simulated night of the real driver: the full experiments/kimi-k2.5-tp8.yaml space (670,464
+feasible points) on the simulated engine at real scale, judged by the TRUE value of what it deploys.
 
-No server is started. What is simulated: each full trial's result is the simulator's noise-free
-model (results.truth) divided by a seeded run factor N(1, noise) and the host drift (1 + drift x
-hours), as the simulated server does; its GPU-time is the cost model's (simulator.cost.trial_cost:
-load + graph capture + warm-up + 3 repeats of 16 x 512 tokens at the trial's true decode rate; a
-failed start costs the load, an NCCL hang the load plus the stall timeout). What is the tool's own:
-the proposal policy (search/proposal.py), the Optuna study and sampler (search/study.py, TPE told of
-failures), the probe on the simulated engine (probe.run_probe, its time counted at the cost model's
-real-scale seconds per setting), the two-stage restriction and warm start (sweep/_probe_stage.py),
-and the promotion statistics (results/sequential.py: interleaved champion/baseline rounds, min_gain
-2%). The confirmation rounds are counted inside the night: the search stops early enough to fit the
-first three.
+Each night is `sweep.Sweep` itself (probe stage, proposal policy, Optuna study, record, baselines,
+confirmation with the experiment's arms, gate, verdict, registry and env file, real Optuna and MLflow
+sqlite stores in a temporary work directory) on the model-backed executor
+(orchestrator/testing/model_executor.py): no server starts; each trial is the simulator's model of
+the tool's own launch plan, times the simulated server's seeded run noise and host drift, and takes
+the simulated server's seconds at simulator.time_scale 1 (real-scale load + graph capture, warm-up,
+repeats of 16 x 512 tokens) on a virtual clock; the probe stage counts the cost model's probe seconds.
+The budget is `--timeout` as `sweep run --timeout` takes it, and the wall time reported is the whole
+run, confirmation included, as the tool spent it (nothing here holds time back or stops the search:
+the driver does, or not).
 
-Policies: two-stage (probe + kept NCCL settings + warm start) with failure-aware TPE; TPE alone (the
-tool before this change: no probe, failures invisible to TPE); random. Scenarios: `plain`; `hidden`,
-with an OOM above 8 draft tokens at top-k 4 and an NCCL hang under NCCL_ALGO=Ring + NCCL_PROTO=LL128
-(full trials spent in that region are counted; the optimum is then the best point outside it).
+Policies: two-stage (probe + kept NCCL settings + warm start, failure-aware TPE: the tool's default);
+tpe (the same failure-aware TPE without the probe); random. Scenarios: `plain`; `hidden`, with an
+OOM above 8 draft tokens at top-k 4 and an NCCL hang under NCCL_ALGO=Ring + NCCL_PROTO=LL128 (trials
+spent in that region are counted; the optimum is then the best point outside it). Worlds: --noise,
+--hours, --profiles, --objective (decode_tok_s at 1 stream, or output_tok_s at 32).
 
-    .venv/bin/python bench/overnight.py [--seeds 10] [--profiles pcie-rtxpro6000-x8,pcie-rtxpro6000-x8-turin]
-        [--jobs 2] [--out bench/results-overnight.json]
+    .venv/bin/python bench/overnight.py [--seeds 10] [--first-seed 0] [--profiles pcie-rtxpro6000-x8,...]
+        [--policies two-stage,tpe] [--scenarios plain,hidden] [--noise 0.02] [--hours 8]
+        [--objective decode@1|output@32] [--jobs 2] [--out bench/results-overnight.json]
 
-The true optimum needs every feasible point evaluated (about 15 s per profile); it is cached in
-the temp directory (sglang-sweep-overnight-optimum.json), keyed by the profile and the space.
+The true optimum needs every feasible point evaluated (about 15 s per profile and objective); it is
+cached in the temp directory (sglang-sweep-overnight-optimum.json), keyed by the world and the space.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import math
-import random
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -49,22 +52,22 @@ sys.path.insert(0, str(REPO))
 
 from orchestrator.config import eagle  # noqa: E402
 from orchestrator.config import experiment as spec_mod  # noqa: E402
-from orchestrator.probe import run_probe  # noqa: E402
-from orchestrator.records import Metrics, ParamValue, TrialOutcome, TrialRole, TrialStatus  # noqa: E402
+from orchestrator.probe import PROBE_FILE, read_probe  # noqa: E402
+from orchestrator.records import FailureKind, ParamValue, TrialOutcome, TrialRole, TrialStatus  # noqa: E402
 from orchestrator.results import cost as cost_mod  # noqa: E402
-from orchestrator.results import select, sequential, truth  # noqa: E402
-from orchestrator.search import space as sp  # noqa: E402
-from orchestrator.search.proposal import Proposal, ProposalPolicy  # noqa: E402
-from orchestrator.search.study import IN_MEMORY, Study  # noqa: E402
-from orchestrator.simulator import evaluate, load_hardware, load_model, trial_cost  # noqa: E402
-from orchestrator.sweep._probe_stage import apply_probe  # noqa: E402
+from orchestrator.results import truth  # noqa: E402
+from orchestrator.search.study import read_only  # noqa: E402
+from orchestrator.sweep.driver import Sweep  # noqa: E402
+from orchestrator.testing import ModelExecutor  # noqa: E402
+from orchestrator.tracking.tracker import Tracker  # noqa: E402
 
 PROFILES = ("pcie-rtxpro6000-x8", "pcie-rtxpro6000-x8-turin")
 POLICIES = ("two-stage", "tpe", "random")
+OBJECTIVES = {"decode@1": ("decode_tok_s", 1), "output@32": ("output_tok_s", 32)}
 NOISE = 0.02
 DRIFT_PER_HOUR = 0.005
 """The host slows 0.5% an hour (4% over the night): the simulator's --sim-drift."""
-WALL_S = 8 * 3600.0
+HOURS = 8.0
 GPUS = 8
 TARGET = 0.98
 OOM_TOPK, OOM_ABOVE = 4, 8
@@ -72,94 +75,110 @@ HANG = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128"}
 CACHE = Path(tempfile.gettempdir()) / "sglang-sweep-overnight-optimum.json"
 
 
-def experiment(profile: str, policy: str, seed: int, scenario: str, workdir: Path) -> spec_mod.SweepSpec:
-    """experiments/kimi-k2.5-tp8.yaml on the simulated engine (its model paths are placeholders)."""
+@dataclass(frozen=True)
+class World:
+    profile: str
+    noise: float = NOISE
+    hours: float = HOURS
+    objective: str = "decode@1"
+
+
+def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Path) -> spec_mod.SweepSpec:
+    """experiments/kimi-k2.5-tp8.yaml on the simulated engine at real scale (its model paths are placeholders)."""
     data = yaml.safe_load((REPO / "experiments" / "kimi-k2.5-tp8.yaml").read_text(encoding="utf-8"))
     data["engine"] = "simulator"
     data["server"].update(model="moonshotai/Kimi-K2.5", draft_model="lightseekorg/kimi-k2.5-eagle3")
     data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
-    data["simulator"] = {"hardware_profile": profile, "model_profile": "kimi-k2.5", "noise": NOISE,
-                         "drift_per_hour": DRIFT_PER_HOUR}
-    if scenario == "hidden":
-        data["simulator"]["faults"] = [
-            {"fault": f"oom_above_draft_tokens={OOM_ABOVE}", "when": {"speculative_eagle_topk": OOM_TOPK}},
-            {"fault": "nccl_hang", "when": dict(HANG)}]
+    data["simulator"] = {"hardware_profile": world.profile, "model_profile": "kimi-k2.5", "noise": world.noise,
+                         "drift_per_hour": DRIFT_PER_HOUR, "time_scale": 1.0}
     data["sampler"] = {"kind": "random" if policy == "random" else "tpe", "seed": seed,
                        "startup_trials": data["sampler"].get("startup_trials", 10)}
-    data["probe"] = {"enabled": policy == "two-stage"}
-    # The field report's question, whatever load the experiment file judges at: one stream's decode speed.
-    data["objective"] = {**data["objective"], "metric": "decode_tok_s", "concurrency": 1}
-    data["benchmark"] = {**data["benchmark"], "requests": 16}
+    data["probe"] = {**data.get("probe", {}), "enabled": policy == "two-stage"}
+    metric, level = OBJECTIVES[world.objective]
+    data["objective"] = {**data["objective"], "metric": metric, "concurrency": level}
+    data["benchmark"] = {**data["benchmark"], "requests": max(16, level)}
+    data["budget"] = {**data["budget"], "trials": 100_000, "wall_time": f"{world.hours:g}h"}
+    data["tracking"] = {"experiment": f"overnight-{seed}"}
     path = workdir / "exp.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return spec_mod.load(path)
 
 
-def hidden_failure(params: Mapping[str, ParamValue]) -> str | None:
+def hidden_failure(params: Mapping[str, ParamValue]) -> tuple[FailureKind, str] | None:
     """The hidden scenario's failure for `params`: oom, nccl_hang or None."""
     eff = eagle.effective(dict(params))
     if eff.get("speculative_eagle_topk") == OOM_TOPK and int(eff.get("speculative_num_draft_tokens") or 0) > OOM_ABOVE:
-        return "oom"
+        return FailureKind.oom, "torch.OutOfMemoryError: CUDA out of memory (the hidden region)"
     if all(params.get(k) == v for k, v in HANG.items()):
-        return "nccl_hang"
+        return FailureKind.nccl_hang, "no token for 300s: a collective that never completes (the hidden region)"
     return None
 
 
 # ---------------------------------------------------------------- the true optimum (cached)
 
-def _space_hash(spec: spec_mod.SweepSpec) -> str:
-    return hashlib.sha256(spec.space.model_dump_json().encode()).hexdigest()[:16]
-
-
-def _optimum_of(profile: str) -> dict[str, Any]:
+def _key(world: World) -> str:
     with tempfile.TemporaryDirectory() as tmp:
-        spec = experiment(profile, "tpe", 0, "plain", Path(tmp))
+        spec = experiment(world, "tpe", 0, "plain", Path(tmp))
+    space = hashlib.sha256(spec.space.model_dump_json().encode()).hexdigest()[:16]
+    return f"{world.profile}|{world.objective}|{space}"
+
+
+def _optimum_of(world: World) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = experiment(world, "tpe", 0, "plain", Path(tmp))
     value = truth.evaluator(spec)
-    best = best_hidden = (0.0, {})
+    best: tuple[float, dict[str, Any]] = (0.0, {})
+    best_hidden = best
     for p in truth.feasible_points(spec):
         v = value(p)
         if v > best[0]:
             best = (v, dict(p))
         if v > best_hidden[0] and hidden_failure(p) is None:
             best_hidden = (v, dict(p))
-    return {"space": _space_hash(spec), "plain": best[0], "plain_params": best[1],
-            "hidden": best_hidden[0], "hidden_params": best_hidden[1]}
+    return {"plain": best[0], "plain_params": best[1], "hidden": best_hidden[0], "hidden_params": best_hidden[1]}
 
 
-def optima(profiles: tuple[str, ...], jobs: int) -> dict[str, dict[str, Any]]:
+def optima(worlds: list[World], jobs: int) -> dict[str, dict[str, Any]]:
     cached = json.loads(CACHE.read_text()) if CACHE.exists() else {}
-    with tempfile.TemporaryDirectory() as tmp:
-        want = _space_hash(experiment(profiles[0], "tpe", 0, "plain", Path(tmp)))
-    todo = [p for p in profiles if cached.get(p, {}).get("space") != want]
+    keys = {w: _key(w) for w in worlds}
+    todo = sorted({w for w in worlds if keys[w] not in cached}, key=lambda w: keys[w])
+    todo = list({keys[w]: w for w in todo}.values())
     if todo:
-        print(f"computing the true optimum of {', '.join(todo)} (every feasible point; cached afterwards)", flush=True)
+        print(f"computing the true optimum of {len(todo)} world(s) (every feasible point; cached afterwards)", flush=True)
         with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as pool:
-            for profile, found in zip(todo, pool.map(_optimum_of, todo)):
-                cached[profile] = found
+            for w, found in zip(todo, pool.map(_optimum_of, todo)):
+                cached[keys[w]] = found
         CACHE.write_text(json.dumps(cached, indent=1))
-    return {p: cached[p] for p in profiles}
+    return {keys[w]: cached[keys[w]] for w in worlds}
 
 
 # ---------------------------------------------------------------- one night
 
 @dataclass
 class Night:
-    profile: str
+    world: World
     policy: str
     seed: int
     scenario: str
     optimum: float
+    launches: int = 0
+    """Every server launch: search trials, baselines and confirmation runs."""
     trials: int = 0
+    """Search and baseline trials."""
     failed: int = 0
     failed_in_region: int = 0
     probe_s: float = 0.0
     search_s: float = 0.0
     confirm_s: float = 0.0
+    wall_s: float = 0.0
+    """The whole run on the sweep's clock, from start to the verdict: never above the night, or the tool overran."""
     hours_to_target: float | None = None
-    """GPU-hours until the best measured search trial (the champion candidate) was truly within TARGET."""
+    """GPU-hours until the best measured search trial was truly within TARGET of the optimum."""
     champion_true: float = 0.0
-    """True value of what the night deploys: the promoted champion, else the baseline (nothing promoted)."""
+    """True value of what the night deploys: the registered configuration, else the baseline."""
     candidate_true: float = 0.0
+    """True value of the search's champion (before the gate and the simpler-configuration rule)."""
+    promoted_config: str = ""
     verdict: str = ""
     kept: int | None = None
     history: list[tuple[float, float]] = field(default_factory=list)
@@ -169,139 +188,80 @@ class Night:
         return self.champion_true / self.optimum
 
 
-class Bench:
-    """The costs and measurements of one experiment: true values, noisy measurements, GPU-seconds."""
-
-    def __init__(self, spec: spec_mod.SweepSpec, scenario: str, rng: random.Random):
-        self.spec, self.scenario, self.rng = spec, scenario, rng
-        self.hw = load_hardware(spec.simulator.hardware_profile)
-        self.model = load_model(spec.simulator.model_profile)
-        self.value = truth.evaluator(spec)
-
-    def rate(self, params: Mapping[str, ParamValue]) -> float:
-        return self.value(params)
-
-    def failure(self, params: Mapping[str, ParamValue]) -> str | None:
-        if self.scenario == "hidden" and (kind := hidden_failure(params)) is not None:
-            return kind
-        pred = evaluate({**eagle.effective(dict(params)), "tp": self.spec.server.tp}, self.hw, self.model)
-        return None if pred.ok else "server_crash"
-
-    def seconds(self, params: Mapping[str, ParamValue], failure: str | None) -> float:
-        load = self.model.load_weights_s + self.model.graph_capture_s
-        if failure == "nccl_hang":
-            return load + self.spec.benchmark.stall_timeout_s
-        if failure is not None:
-            return load
-        b = self.spec.benchmark
-        return trial_cost(self.model, self.hw, decode_tok_s=self.rate(params), requests=b.requests,
-                          output_len=b.output_len, concurrency=b.concurrency, repeats=b.repeats,
-                          warmup_requests=b.warmup_requests, input_len=b.input_len,
-                          tp=self.spec.server.tp).total_s
-
-    def measure(self, params: Mapping[str, ParamValue], at_s: float) -> float:
-        run_factor = max(self.rng.gauss(1.0, NOISE), 0.5)
-        return self.rate(params) / (run_factor * (1.0 + DRIFT_PER_HOUR * at_s / 3600.0))
+_TEMPLATE: dict[str, Path] = {}
 
 
-LEARNED = frozenset({"oom", "nccl_hang", "startup_timeout", "server_crash"})
+def _store_template() -> Path:
+    """A migrated, empty MLflow sqlite store per process (migrating one costs seconds; copying, ms)."""
+    if "path" not in _TEMPLATE:
+        from mlflow.tracking import MlflowClient  # deferred: only the template needs MLflow here
+
+        path = Path(tempfile.mkdtemp(prefix="overnight-mlflow-")) / "mlflow.db"
+        MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+        _TEMPLATE["path"] = path
+    return _TEMPLATE["path"]
 
 
-def night(profile: str, policy: str, seed: int, scenario: str, optimum: float, pick: str = "pooled") -> Night:
-    """One simulated night. `pick`: the champion is the sweep's own pick (`pooled`: results/select.py's
-    pick_champion, a confidence bound pooled over speculation and communication settings), the search
-    trial with the best single measured value (`value`: the pick before it), or the best speed-up over
-    the nearest baseline measurement (`speedup`: select.speedup / nearest_baseline)."""
+def _outcomes(workdir: Path) -> list[TrialOutcome]:
+    found = []
+    for f in sorted((workdir / "trials").glob("*/outcome.json")):
+        found.append(TrialOutcome.model_validate_json(f.read_text()))
+    return found
+
+
+def night(world: World, policy: str, seed: int, scenario: str, optimum: float) -> Night:
+    """One night of the real driver in `world`."""
+    logging.getLogger("sweep").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as tmp:
-        spec = experiment(profile, policy, seed, scenario, Path(tmp))
-        result = Night(profile, policy, seed, scenario, optimum)
-        bench = Bench(spec, scenario, random.Random(f"{seed}:{profile}:{policy}:{scenario}"))
-        study = Study(IN_MEMORY, "night", spec.space, spec.sampler, ["maximize"])
-        study.open()
-        proposals = ProposalPolicy(study)
-        clock = 0.0
-        if spec.probe.enabled:
-            probed = run_probe(spec, Path(tmp), budget=spec.probe.budget)
-            result.probe_s = clock = cost_mod.probe_seconds(spec, len(probed.settings))
-            result.kept = apply_probe(study, spec, probed).get("kept")
-        baseline = sp.baseline_params(spec.space)
-        study.enqueue(baseline, {"role": "baseline"})
-        learn = policy == "two-stage"
-        reserve = 2 * 3 * bench.seconds(baseline, None)  # the first three confirmation rounds
-        searched: list[tuple[float, float, dict[str, ParamValue]]] = []
-        baselines: list[tuple[float, float]] = []
-        best: tuple[float, dict[str, ParamValue]] | None = None
-        skips = finished = 0
-        while clock + reserve < WALL_S and skips < 200:
-            got = proposals.next()
-            if got is None:
-                break
-            if not isinstance(got, Proposal):
-                skips += 1
-                continue
-            skips = 0
-            params = got.params
-            failure = bench.failure(params)
-            clock += bench.seconds(params, failure)
-            result.trials += 1
-            finished += 1
-            if failure is not None:
-                result.failed += 1
-                result.failed_in_region += scenario == "hidden" and hidden_failure(params) is not None
-                told = learn and failure in LEARNED and got.role == "search"
-                study.tell_failed(got.number, {"failure_kind": failure}, learn=told)
-                proposals.remember(params, got.number, None, learn=told)
-            else:
-                measured = bench.measure(params, clock)
-                study.tell_complete(got.number, [measured], {})
-                proposals.remember(params, got.number, [measured])
-                if got.role == "search":
-                    searched.append((clock, measured, dict(params)))
-                else:
-                    baselines.append((clock, measured))
-                if got.role == "search" and (best is None or measured > best[0]):
-                    best = (measured, dict(params))
-                    true = bench.rate(params)
-                    result.history.append((round(clock * GPUS / 3600, 3), round(true / optimum, 4)))
-                    if result.hours_to_target is None and true >= TARGET * optimum:
-                        result.hours_to_target = clock * GPUS / 3600
-            if finished % spec.budget.baseline_every == 0:
-                study.enqueue(baseline, {"role": "baseline"})
-        result.search_s = clock - result.probe_s
-        result.champion_true = bench.rate(baseline)
-        if best is not None and pick == "pooled":  # the sweep's own pick (results/select.py)
-            trials = [TrialOutcome(number=i, params=params, role=TrialRole.search, status=TrialStatus.COMPLETE,
-                                   metrics=Metrics(decode_tok_s=value, output_tok_s=value), effective_env={"ok": True})
-                      for i, (_, value, params) in enumerate(searched)]
-            picked = select.pick_champion(trials, metric="decode_tok_s", direction="maximize")
-            assert picked is not None
-            best = (searched[picked.number][1], searched[picked.number][2])
-        if best is not None and pick == "speedup":
-            gains = [(select.speedup(value, select.nearest_baseline(at, baselines) or value), params)
-                     for at, value, params in searched]
-            best = max(gains, key=lambda vp: vp[0])
-        if best is not None:
-            champion = best[1]
-            result.candidate_true = bench.rate(champion)
-            plan = sequential.RoundsPlan(spec.promotion.min_rounds, spec.promotion.max_rounds, spec.promotion.min_gain)
-            champ_vals: list[float] = []
-            base_vals: list[float] = []
-            while True:
-                for who in sequential.round_order(len(champ_vals)):
-                    params = champion if who == "champion" else baseline
-                    clock += bench.seconds(params, None)
-                    (champ_vals if who == "champion" else base_vals).append(bench.measure(params, clock))
-                decision = sequential.decide(champ_vals, base_vals, plan)
-                if decision.verdict is not None:
-                    break
-            result.verdict = decision.verdict.value
-            result.confirm_s = clock - result.probe_s - result.search_s
-            if decision.verdict is sequential.Verdict.promoted:
-                result.champion_true = result.candidate_true
+        spec = experiment(world, policy, seed, scenario, Path(tmp))
+        wd = Path(tmp) / "wd"
+        wd.mkdir()
+        shutil.copyfile(_store_template(), wd / "mlflow.db")
+        executor = ModelExecutor(spec.budget.concurrent_trials,
+                                 failures=hidden_failure if scenario == "hidden" else None)
+        epoch = executor.clock.time()
+        summary = Sweep(spec, wd, executor=executor).run()
+        value = truth.evaluator(spec)
+        result = Night(world, policy, seed, scenario, optimum, launches=executor.launched,
+                       wall_s=executor.clock.monotonic(), verdict=summary.outcome.value if summary.outcome else "",
+                       promoted_config=summary.promoted_config or "")
+        if (wd / PROBE_FILE).exists():
+            probe = read_probe(wd / PROBE_FILE)
+            result.probe_s = cost_mod.probe_seconds(spec, len(probe.settings))
+            views = read_only(f"sqlite:///{wd / 'optuna.db'}", spec.name)
+            result.kept = (views[1].get("probe") or {}).get("kept") if views is not None else None
+        searched = [o for o in _outcomes(wd) if o.role in (TrialRole.search, TrialRole.baseline)]
+        result.trials = len(searched)
+        result.failed = sum(o.status is TrialStatus.FAILED for o in searched)
+        result.failed_in_region = sum(o.status is TrialStatus.FAILED and hidden_failure(o.params) is not None
+                                      for o in searched) if scenario == "hidden" else 0
+        last = max((o.finished_at for o in searched), default=epoch)
+        result.search_s = last - epoch - result.probe_s
+        result.confirm_s = result.wall_s - result.probe_s - result.search_s
+        metric = spec.objective.metric
+        best: float | None = None
+        for o in sorted((o for o in searched if o.role is TrialRole.search and o.metrics is not None),
+                        key=lambda o: o.finished_at):
+            measured = float(getattr(o.metrics, metric))
+            if best is None or measured > best:
+                best = measured
+                true = value(o.params)
+                hours = (o.finished_at - epoch) * GPUS / 3600
+                result.history.append((round(hours, 3), round(true / optimum, 4)))
+                if result.hours_to_target is None and true >= TARGET * optimum:
+                    result.hours_to_target = hours
+        baseline = next(o.params for o in searched if o.role is TrialRole.baseline)
+        result.champion_true = value(baseline)
+        if summary.champion:
+            result.candidate_true = value(summary.champion["params"])
+        if summary.promoted:
+            deployed = Tracker(f"sqlite:///{wd / 'mlflow.db'}", spec.name, outbox_dir=wd).resolve(
+                spec.promotion.model_name, spec.promotion.alias)
+            result.champion_true = value(deployed.params)
         return result
 
 
-def _run(task: tuple[str, str, int, str, float, str]) -> Night:
+def _run(task: tuple[World, str, int, str, float]) -> Night:
     return night(*task)
 
 
@@ -313,67 +273,82 @@ def _median(values: list[float | None]) -> float | None:
     return None if math.isinf(m) else m
 
 
+def _row(group: list[Night]) -> dict[str, Any]:
+    return {
+        "seeds": len(group),
+        "champion_at_98pct": sum(n.ratio >= TARGET for n in group),
+        "champion_ratio_median": round(statistics.median(n.ratio for n in group), 4),
+        "champion_ratio_min": round(min(n.ratio for n in group), 4),
+        "candidate_ratio_median": round(statistics.median(n.candidate_true / n.optimum for n in group), 4),
+        "promoted": sum(n.verdict == "promoted" for n in group),
+        "promoted_configs": dict(sorted(Counter(n.promoted_config or "-" for n in group).items())),
+        "gpu_hours_to_98pct_median": _median([n.hours_to_target for n in group]),
+        "reached_98pct": sum(n.hours_to_target is not None for n in group),
+        "trials_median": statistics.median(n.trials for n in group),
+        "launches_median": statistics.median(n.launches for n in group),
+        "failed_trials_in_region_median": statistics.median(n.failed_in_region for n in group),
+        "failed_trials_in_region_max": max(n.failed_in_region for n in group),
+        "probe_hours": round(statistics.median(n.probe_s for n in group) / 3600, 3),
+        "search_hours_median": round(statistics.median(n.search_s for n in group) / 3600, 2),
+        "confirm_hours_median": round(statistics.median(n.confirm_s for n in group) / 3600, 2),
+        "wall_hours_median": round(statistics.median(n.wall_s for n in group) / 3600, 2),
+        "wall_hours_max": round(max(n.wall_s for n in group) / 3600, 2),
+    }
+
+
+def world_name(w: World) -> str:
+    return f"{w.profile}, {w.objective}, noise {w.noise:g}, {w.hours:g} h"
+
+
 def summarize(nights: list[Night]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    groups: dict[tuple[str, str, str], list[Night]] = {}
     for n in nights:
-        out.setdefault(n.scenario, {}).setdefault(n.profile, {}).setdefault(n.policy, []).append(n)
+        groups.setdefault((n.scenario, world_name(n.world), n.policy), []).append(n)
     table: dict[str, Any] = {}
-    for scenario, by_profile in out.items():
-        for profile, by_policy in by_profile.items():
-            for policy, group in by_policy.items():
-                table.setdefault(scenario, {}).setdefault(profile, {})[policy] = {
-                    "seeds": len(group),
-                    "champion_at_98pct": sum(n.ratio >= TARGET for n in group),
-                    "champion_ratio_median": round(statistics.median(n.ratio for n in group), 4),
-                    "champion_ratio_min": round(min(n.ratio for n in group), 4),
-                    "candidate_ratio_median": round(statistics.median(n.candidate_true / n.optimum for n in group), 4),
-                    "promoted": sum(n.verdict == "promoted" for n in group),
-                    "gpu_hours_to_98pct_median": _median([n.hours_to_target for n in group]),
-                    "reached_98pct": sum(n.hours_to_target is not None for n in group),
-                    "full_trials_median": statistics.median(n.trials for n in group),
-                    "failed_trials_in_region_median": statistics.median(n.failed_in_region for n in group),
-                    "failed_trials_in_region_max": max(n.failed_in_region for n in group),
-                    "probe_hours": round(statistics.median(n.probe_s for n in group) / 3600, 3),
-                    "confirm_hours_median": round(statistics.median(n.confirm_s for n in group) / 3600, 2),
-                }
+    for (scenario, world, policy), group in groups.items():
+        table.setdefault(scenario, {}).setdefault(world, {})[policy] = _row(group)
     return table
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--profiles", default=",".join(PROFILES))
-    ap.add_argument("--policies", default=",".join(POLICIES))
-    ap.add_argument("--scenarios", default="plain,hidden")
+    ap.add_argument("--policies", default="two-stage,tpe")
+    ap.add_argument("--scenarios", default="plain")
+    ap.add_argument("--noise", type=float, default=NOISE)
+    ap.add_argument("--hours", type=float, default=HOURS)
+    ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="decode@1")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--pick", choices=("pooled", "value", "speedup"), default="pooled",
-                    help="champion by the sweep's pooled pick (results/select.pick_champion), by best single measured "
-                         "value, or by speed-up over the nearest baseline")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results-overnight.json")
     args = ap.parse_args()
-    profiles = tuple(args.profiles.split(","))
     started = time.time()
-    best = optima(profiles, args.jobs)
-    tasks = [(profile, policy, seed, scenario, best[profile][scenario], args.pick)
-             for scenario in args.scenarios.split(",") for profile in profiles
-             for policy in args.policies.split(",") for seed in range(args.seeds)]
+    worlds = [World(p, args.noise, args.hours, args.objective) for p in args.profiles.split(",")]
+    best = optima(worlds, args.jobs)
+    keys = {w: _key(w) for w in worlds}
+    tasks = [(w, policy, seed, scenario, best[keys[w]][scenario])
+             for scenario in args.scenarios.split(",") for w in worlds
+             for policy in args.policies.split(",") for seed in range(args.first_seed, args.first_seed + args.seeds)]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         nights = list(pool.map(_run, tasks))
     table = summarize(nights)
-    for scenario, by_profile in table.items():
-        for profile, by_policy in by_profile.items():
-            print(f"\n{scenario} / {profile} (true optimum {best[profile][scenario]:.2f} tok/s)")
+    for scenario, by_world in table.items():
+        for world, by_policy in by_world.items():
+            print(f"\n{scenario} / {world}")
             for policy, row in by_policy.items():
-                print(f"  {policy:9s} champion>=98%: {row['champion_at_98pct']}/{row['seeds']} "
-                      f"(median {row['champion_ratio_median']:.3f}, min {row['champion_ratio_min']:.3f}); "
+                print(f"  {policy:9s} deployed>=98%: {row['champion_at_98pct']}/{row['seeds']} "
+                      f"(median {row['champion_ratio_median']:.3f}, worst {row['champion_ratio_min']:.3f}); "
                       f"GPU-h to 98%: {row['gpu_hours_to_98pct_median']} ({row['reached_98pct']} reached); "
-                      f"trials {row['full_trials_median']}; failing-region trials median "
-                      f"{row['failed_trials_in_region_median']} max {row['failed_trials_in_region_max']}")
+                      f"trials {row['trials_median']}, launches {row['launches_median']}; wall h median "
+                      f"{row['wall_hours_median']} max {row['wall_hours_max']} (search {row['search_hours_median']}, "
+                      f"confirmation {row['confirm_hours_median']}); promoted {row['promoted_configs']}")
     args.out.write_text(json.dumps({
         "command": "bench/overnight.py " + " ".join(sys.argv[1:]),
-        "noise": NOISE, "drift_per_hour": DRIFT_PER_HOUR, "wall_hours": WALL_S / 3600, "target": TARGET,
-        "optima": best, "summary": table, "nights": [asdict(n) for n in nights],
-        "seconds": round(time.time() - started, 1)}, indent=1))
+        "driver": "the real sweep.Sweep on orchestrator.testing.ModelExecutor (virtual clock)",
+        "drift_per_hour": DRIFT_PER_HOUR, "target": TARGET,
+        "optima": {world_name(w): best[keys[w]] for w in worlds}, "summary": table,
+        "nights": [asdict(n) for n in nights], "seconds": round(time.time() - started, 1)}, indent=1))
     print(f"\nwrote {args.out} in {time.time() - started:.0f} s")
     return 0
 

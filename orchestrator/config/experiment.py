@@ -87,6 +87,9 @@ class ServerSpec(Strict):
     """Fixed environment for every trial (allow-listed: NCCL_*, SGLANG_* we know)."""
     python: Text | None = None
     """Interpreter that runs the server (default: the one running the sweep)."""
+    device: Literal["cuda", "cpu"] = "cuda"
+    """Where the server computes: cuda (one GPU per TP rank, Ray hands them out) or cpu (SGLang's CPU
+    engine, `--device cpu` with SGLANG_USE_CPU_ENGINE=1; trials hold no GPUs)."""
 
     @field_validator("port_range")
     @classmethod
@@ -256,6 +259,11 @@ class PromotionSpec(Strict):
     load you will serve), e.g. [1, 8, 32]; empty: only the level the objective is judged at
     (objective.concurrency, else benchmark.concurrency). With a speculating champion, each level also
     compares --speculative-adaptive against the fixed step count (SGLang versions that have it)."""
+    confirm_share: Annotated[float, Field(strict=False, ge=0, le=0.9)] = 0.3
+    """Share of budget.wall_time held back for the confirmation's other arms (runner-up, ablations,
+    other load levels, adaptive vs fixed steps), beside the gate's own two arms at min_rounds, which
+    are always held back: the search stops in time for them, and an arm that does not fit is not
+    measured (a line says so)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -479,6 +487,27 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
                                 f"or {knob} from the space")
 
 
+_DEVICE_TIMER = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
+
+
+def _check_cpu_device(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
+    """server.device cpu: what SGLang 0.5.23's CPU engine needs, and what cannot run there."""
+    at = f"{where}: server.device"
+    if spec.engine == "simulator":
+        raise SpecError(f"{at}: cpu: the simulator models GPU hosts only; use engine: sglang for SGLang's CPU "
+                        f"engine, or remove server.device")
+    if spec.server.env.get("SGLANG_USE_CPU_ENGINE") != "1":
+        raise SpecError(f"{at}: cpu: SGLang 0.5.23 takes its CPU paths only with SGLANG_USE_CPU_ENGINE=1 "
+                        f"(sglang/srt/utils/common.py::is_cpu); add server.env.SGLANG_USE_CPU_ENGINE: \"1\"")
+    timer = spec.server.env.get(_DEVICE_TIMER) == "1" or any(
+        str(v) == "1" for v in (spec.space.params[_DEVICE_TIMER].values() if _DEVICE_TIMER in spec.space.params else ()))
+    if timer:
+        src = origin.get(_DEVICE_TIMER, "server.env")
+        raise SpecError(f"{at}: cpu: {_DEVICE_TIMER}=1 ({src}) times forward passes with CUDA events, and SGLang "
+                        f"exits at start-up without a GPU (\"Found no NVIDIA driver\"); remove it (verify_ms then "
+                        f"comes from the log and the request timings)")
+
+
 def _flag_hint(flag: str, known: frozenset[str]) -> str:
     """did-you-mean for a flag: the full name of an argparse abbreviation, else the closest spelling."""
     longer = sorted((f for f in known if f.startswith(flag)), key=len)
@@ -534,6 +563,8 @@ def _load(path: Path) -> SweepSpec:
         except SpecError as exc:
             raise SpecError(f"{where}: sampler.kind: {exc}") from None
     _check_server(spec, origin, where)
+    if spec.server.device == "cpu":
+        _check_cpu_device(spec, origin, where)
     _check_adaptive(spec, origin, where)
     _check_objective(spec, where)
     return _objective_load(spec, where)

@@ -12,6 +12,7 @@ from typing import Any
 from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import select
 from orchestrator.search import space as sp
+from orchestrator.sweep import _schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._workdir import write_json
 from orchestrator.sweep.state import StopKind, StopReason, TrialFinished
@@ -56,7 +57,32 @@ def should_launch(ctx: Context) -> bool:
         p.stop = StopReason(StopKind.wall_time, f"wall-time budget reached ({duration(ctx.timeout_s)}); "
                                                 f"trials in flight finished")
         return False
+    if p.launched and not _search_fits(ctx):
+        held = ctx.reserve.seconds if ctx.reserve else 0.0
+        p.stop = StopReason(StopKind.wall_time, (
+            f"wall-time budget reached for the search after {duration(ctx.elapsed())} of "
+            f"{duration(ctx.timeout_s)}: {duration(held)} held back for the confirmation "
+            f"({len(ctx.reserve.arms) if ctx.reserve else 0} arm(s) x {ctx.spec.promotion.min_rounds} rounds); "
+            f"trials in flight finished"))
+        return False
     return True
+
+
+def plan_reserve(ctx: Context) -> None:
+    """Plan (again) the confirmation held back from the search, from this sweep's measured trials."""
+    ctx.reserve = _schedule.reserve(ctx.spec, ctx.outcomes, wall_s=ctx.timeout_s,
+                                    slots=ctx.spec.budget.concurrent_trials)
+
+
+def _search_fits(ctx: Context) -> bool:
+    """Whether one more search trial is expected to end before the confirmation's reserve begins."""
+    if not ctx.spec.promotion.max_rounds:
+        return True
+    if ctx.reserve is None:
+        plan_reserve(ctx)
+    held = ctx.reserve.seconds if ctx.reserve else 0.0
+    trial_s = _schedule.run_seconds(ctx.spec, ctx.outcomes)(ctx.spec.benchmark.concurrency)
+    return ctx.elapsed() + trial_s + held <= ctx.timeout_s
 
 
 def abort_in_flight(ctx: Context, reason: str) -> None:
@@ -104,6 +130,8 @@ def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: 
     if outcome.failure_kind is not FailureKind.interrupted:
         p.finished += 1
         ctx.outcomes.append(outcome)
+        if outcome.status is TrialStatus.COMPLETE:
+            plan_reserve(ctx)  # measured seconds replace the cost model's
     tell_s = time.perf_counter() - t_tell
     t_log = time.perf_counter()
     ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=run_id or None, extra_metrics=extra,

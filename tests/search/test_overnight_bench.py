@@ -1,5 +1,5 @@
-"""bench/overnight.py's night, one seed: it drives the tool's probe, study and proposal policy (kept
-from rotting; the figures themselves are in docs/benchmarks.md)."""
+"""bench/overnight.py's night, one seed: the real driver (sweep.Sweep) on the model-backed executor
+at real scale, kept from rotting (the figures themselves are in docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import overnight  # noqa: E402
 
+PCIE = overnight.World("pcie-rtxpro6000-x8")
+
 
 def test_a_two_stage_night_probes_first_and_avoids_the_hidden_failing_region():
-    night = overnight.night("pcie-rtxpro6000-x8", "two-stage", 0, "hidden", optimum=100.0)
+    night = overnight.night(PCIE, "two-stage", 0, "hidden", optimum=100.0)
     assert night.probe_s == 58.0 and night.kept is not None and 1 < night.kept < 48
-    assert 25 <= night.trials <= 45  # an 8-hour night of ~10-minute trials, less the probe and confirmation
+    assert 15 <= night.trials <= 60  # an 8-hour night of ~10-minute trials, less the confirmation held back
+    assert night.launches > night.trials  # the confirmation's runs are server launches too
     assert night.failed_in_region <= 3 and night.verdict == "promoted"
-    assert night.probe_s + night.search_s + night.confirm_s <= overnight.WALL_S + 3 * 3600
+    assert night.probe_s + night.search_s + night.confirm_s == night.wall_s
     assert night.champion_true > 90.0  # the simulator's truth on this profile: optimum 100.70 tok/s
 
 
 def test_tpe_alone_has_no_probe_stage():
-    night = overnight.night("pcie-rtxpro6000-x8", "tpe", 0, "plain", optimum=100.0)
-    assert night.probe_s == 0.0 and night.kept is None and night.trials >= 25
+    night = overnight.night(PCIE, "tpe", 0, "plain", optimum=100.0)
+    assert night.probe_s == 0.0 and night.kept is None and night.trials >= 15
