@@ -78,9 +78,11 @@ def probe(
 # ---------------------------------------------------------------------------- run
 
 
-def _progress_printer(live: LiveProgress | None = None, line: Status | None = None) -> Callable[[st.Event], None]:
+def _progress_printer(live: LiveProgress | None = None, line: Status | None = None, *,
+                      objective: str = "decode_tok_s") -> Callable[[st.Event], None]:
     """Print each event; with `live` and `line` (a terminal), keep the live line (trials in flight, best so
-    far, ETA, phase) under the printed ones."""
+    far, ETA, phase) under the printed ones. A finished trial shows the `objective` metric, the one its
+    percentage against the baseline is of."""
 
     def on_event(event: st.Event) -> None:
         if live is not None:
@@ -103,7 +105,10 @@ def _progress_printer(live: LiveProgress | None = None, line: Status | None = No
             if o.status is TrialStatus.COMPLETE and o.metrics is not None:
                 sp_txt = f" ({(event.speedup - 1) * 100:+.1f}% vs baseline)" if event.speedup else ""
                 al = f", accept len {o.metrics.accept_length:.2f}" if o.metrics.accept_length else ""
-                out.print(f"[green]✔ trial {o.number:>3}[/] {o.metrics.decode_tok_s:7.1f} tok/s{sp_txt}{al}"
+                value = getattr(o.metrics, objective)
+                shown = f"{value:7.1f} tok/s" if objective == "decode_tok_s" else (
+                    f"{objective} {value:.2f}" if value is not None else f"{objective} not measured")
+                out.print(f"[green]✔ trial {o.number:>3}[/] {shown}{sp_txt}{al}"
                           f"  [dim]took {took:4.0f}s[/]")
             else:
                 kind_txt = o.failure_kind.value if o.failure_kind else o.status.value
@@ -157,7 +162,8 @@ def run(
     sweep = Sweep(s, wd, executor=RayExecutor.for_sweep(s, ray_address), storage=storage, resume=resume,
                   n_trials=n_trials, timeout_s=timeout_s,
                   on_event=_progress_printer(LiveProgress(budget=n_trials or s.budget.trials, objective=s.objective.metric,
-                                                          maximize=s.objective.direction == "maximize"), line))
+                                                          maximize=s.objective.direction == "maximize"), line,
+                                                            objective=s.objective.metric))
     out.print(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
               f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
     try:

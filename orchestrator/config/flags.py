@@ -14,6 +14,7 @@ from orchestrator.config import knobs
 MANAGED_FLAGS: Mapping[str, str] = {
     "--model-path": "server.model",
     "--tp-size": "server.tp",
+    "--device": "server.device",
     "--host": "server.host",
     "--port": "server.port_range",
     "--speculative-algorithm": "the speculative_algorithm knob",

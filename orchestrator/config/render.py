@@ -65,6 +65,8 @@ def fixed_flags(spec: SweepSpec) -> Flags:
     for name, value in spec.server.flags.items():
         _put(flags, name, value)
     flags.setdefault("--enable-metrics", True)
+    if spec.server.device == "cpu":
+        flags["--device"] = "cpu"  # server.device: SGLang's CPU engine
     return flags
 
 

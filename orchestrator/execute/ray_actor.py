@@ -212,11 +212,13 @@ class RayExecutor:
     """
 
     def __init__(self, *, tp: int, concurrent: int, address: str | None = None,
-                 logical_gpus: int | None = None):
+                 logical_gpus: int | None = None, gpus_per_trial: int | None = None):
         self.tp = tp
         self.concurrent = concurrent
         self.address = address
         self.logical_gpus = logical_gpus
+        self.gpus_per_trial = tp if gpus_per_trial is None else gpus_per_trial
+        """GPUs one trial holds: tp, or 0 for a server on CPU (server.device cpu)."""
         self.clock = RealClock()
         self._idle: list[Any] = []
         self._running: dict[Any, tuple[int, Any, TrialSpec]] = {}  # ObjectRef -> (handle, actor, spec)
@@ -224,28 +226,35 @@ class RayExecutor:
 
     @classmethod
     def for_sweep(cls, spec: SweepSpec, address: str | None) -> RayExecutor:
-        """`budget.concurrent_trials` slots of `server.tp` GPUs; logical GPUs for the simulator."""
+        """`budget.concurrent_trials` slots of `server.tp` GPUs; logical GPUs for the simulator; no GPUs
+        for a server on CPU (server.device cpu)."""
         tp, n = spec.server.tp, spec.budget.concurrent_trials
+        if spec.server.device == "cpu":
+            return cls(tp=tp, concurrent=n, address=address, logical_gpus=0, gpus_per_trial=0)
         return cls(tp=tp, concurrent=n, address=address, logical_gpus=tp * n if spec.engine == "simulator" else None)
 
     def start(self) -> ExecutorInfo:
         info = connect(self.address) if self.address else init_local(num_gpus=self.logical_gpus)
         gpus = float(ray.cluster_resources().get("GPU", 0.0))
-        if gpus < self.tp:
+        need = self.gpus_per_trial
+        if gpus < need:
             raise ClusterUnreachable(f"the Ray cluster has {gpus:g} GPUs but one trial needs server.tp={self.tp}; "
-                                     f"add GPUs/hosts or lower server.tp")
-        slots = min(self.concurrent, int(gpus // self.tp))
+                                     f"add GPUs/hosts or lower server.tp (or set server.device: cpu for SGLang's "
+                                     f"CPU engine)")
+        slots = min(self.concurrent, int(gpus // need)) if need else self.concurrent
         self._idle = [self._new_actor() for _ in range(slots)]
         # A local instance is this process's children; a cluster's processes are not ours to end.
         return ExecutorInfo(address=info.get("address"), gpus=gpus, slots=slots, owns_processes=not self.address)
 
     def _new_actor(self) -> Any:
-        return TrialActor.options(num_gpus=self.tp, num_cpus=0).remote()  # type: ignore[attr-defined]
+        return TrialActor.options(num_gpus=self.gpus_per_trial, num_cpus=0).remote()  # type: ignore[attr-defined]
 
     def idle(self) -> int:
         return len(self._idle)
 
     def submit(self, spec: TrialSpec) -> int:
+        if not self._idle:
+            raise RuntimeError(f"submit() with all {len(self._running)} slots busy")
         actor = self._idle.pop()
         self._next += 1
         self._running[actor.run.remote(spec)] = (self._next, actor, spec)

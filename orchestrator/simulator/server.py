@@ -69,16 +69,26 @@ class _Process:
         self.workers: list[subprocess.Popen] = []
 
     def fatal(self, traceback_text: str, launcher_line: str) -> NoReturn:
-        """A scheduler died: print what SGLang prints, take the workers down, exit 1 now."""
+        """A scheduler died: print what SGLang prints, then end as SGLang 0.5.23 does. The failing child
+        SIGQUITs the launcher, whose handler (sglang/srt/entrypoints/engine.py::launch_phase_sigquit_handler)
+        calls srt/utils/common.py::kill_process_tree(os.getpid()): SIGKILL to every descendant, then to
+        itself, so the server's exit status is -9 whatever the cause and only the log tells why."""
         first, _, rest = traceback_text.partition("\n")
         self.log.scheduler(first, level=40)
         if rest:
             self.log.raw(rest)
         self.log.main(launcher_line, level=40)
-        ranks.stop(self.workers, timeout_s=1.0)
+        self.log.main(f"kill_process_tree called: parent_pid={os.getpid()}, include_parent=True, pid={os.getpid()}")
+        for worker in self.workers:
+            with contextlib.suppress(OSError):
+                worker.kill()
+        for worker in self.workers:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                worker.wait(timeout=2.0)
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(1)  # not reached: SIGKILL cannot be caught
 
 
 async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOptions,

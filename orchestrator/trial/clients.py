@@ -4,11 +4,13 @@ Measurement, or raises failures.TrialFailed with the kind and reason."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,9 +44,13 @@ class Measurement:
     gpus_under_load: list[dict[str, Any]] | None = None
 
 
+Remaining = Callable[[], float]
+"""Seconds left of the trial's deadline; raises failures.TrialFailed (trial_timeout) once it has passed."""
+
+
 class BenchmarkClient(Protocol):
-    def run(self, target: Target, repeat: int, remaining_s: float) -> Measurement:
-        """Measure repeat number `repeat` within `remaining_s` seconds."""
+    def run_repeats(self, target: Target, repeats: int, remaining: Remaining) -> list[Measurement]:
+        """Measure `repeats` repeats, one Measurement each, within the trial's deadline."""
         ...
 
 
@@ -80,6 +86,9 @@ class _UnderLoad:
 class Builtin:
     """bench.py's streaming /generate client; records go to bench.jsonl, metrics.compute turns them into numbers."""
 
+    def run_repeats(self, target: Target, repeats: int, remaining: Remaining) -> list[Measurement]:
+        return [self.run(target, r, remaining()) for r in range(repeats)]
+
     def run(self, target: Target, repeat: int, remaining_s: float) -> Measurement:
         b, server = target.sweep.benchmark, target.server
         t0 = time.monotonic()
@@ -107,7 +116,7 @@ class Builtin:
         if not all(r.ok for r in records):
             rc = server.returncode()
             if rc is not None:
-                died = classify_exit(srv.tail(target.trial_dir / "server.log", 200), rc)
+                died = classify_exit(srv.tail(target.trial_dir / "server.log", 200), rc, starting=False)
                 raise TrialFailed(Failure(died.kind, f"{died.reason} during the benchmark after "
                                                      f"{sum(r.completion_tokens for r in records)} tokens"))
             verdict = classify_records(records, stall_timeout_s=b.stall_timeout_s)
@@ -124,44 +133,66 @@ class Builtin:
 
 
 class BenchServing:
-    """One run of `python -m sglang.bench_serving` against the server; its JSONL row is the measurement."""
+    """`sglang.bench_serving` against the server, every repeat of the trial in one process
+    (_bench_serving_repeats.py: SGLang's import is paid once per trial); each repeat's JSONL row is
+    its measurement."""
 
     def __init__(self, env: dict[str, str] | None):
         self.env = env
         """The benchmark's environment (the server's), or None to inherit the worker's."""
 
-    def run(self, target: Target, repeat: int, remaining_s: float) -> Measurement:
+    def run_repeats(self, target: Target, repeats: int, remaining: Remaining) -> list[Measurement]:
         b, srv_spec, server = target.sweep.benchmark, target.sweep.server, target.server
-        out_file = target.trial_dir / f"bench_serving-{repeat}.jsonl"
-        argv = bench.bench_serving_argv(
-            b.client_python or srv_spec.python or sys.executable, server.base_url, model=srv_spec.model, tokenizer=b.tokenizer,
-            dataset_path=b.dataset_path, requests=b.requests, concurrency=b.concurrency, input_len=b.input_len,
-            output_len=b.output_len, warmup_requests=b.warmup_requests, seed=target.seed * 1000 + repeat,
-            output_file=str(out_file))
-        before = _metrics_text(server)
+        d = target.trial_dir
+        runs: list[dict[str, Any]] = []
+        for repeat in range(repeats):
+            argv = bench.bench_serving_argv(
+                "", server.base_url, model=srv_spec.model, tokenizer=b.tokenizer,
+                dataset_path=b.dataset_path, requests=b.requests, concurrency=b.concurrency, input_len=b.input_len,
+                output_len=b.output_len, warmup_requests=b.warmup_requests, seed=target.seed * 1000 + repeat,
+                output_file=str(d / f"bench_serving-{repeat}.jsonl"))[3:]  # without "python -m sglang.bench_serving"
+            runs.append({"argv": argv, "metrics_before": str(d / f"bench_serving-{repeat}.metrics-before.txt"),
+                         "metrics_after": str(d / f"bench_serving-{repeat}.metrics-after.txt"),
+                         "status": str(d / f"bench_serving-{repeat}.status.json")})
+        python = b.client_python or srv_spec.python or sys.executable
+        job = {"module": "sglang.bench_serving", "metrics_url": server.base_url + "/metrics", "runs": runs}
         t0 = time.monotonic()
         rc: int | None
-        with open(target.trial_dir / f"bench_serving-{repeat}.log", "wb") as log:
+        with open(d / "bench_serving.log", "wb") as log:
             try:
-                rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    timeout=min(b.timeout_s, remaining_s), env=self.env).returncode
+                rc = subprocess.run([python, str(_REPEATS_SCRIPT), json.dumps(job)], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, timeout=min(b.timeout_s * repeats, remaining()),
+                                    env=self.env).returncode
             except subprocess.TimeoutExpired:
                 rc = None
         bench_s = time.monotonic() - t0
-        after = _metrics_text(server)
         if server.returncode() is not None:
-            died = classify_exit(srv.tail(target.trial_dir / "server.log", 200), server.returncode())
+            died = classify_exit(srv.tail(d / "server.log", 200), server.returncode(), starting=False)
             raise TrialFailed(Failure(died.kind, f"{died.reason} during sglang.bench_serving"))
-        if rc != 0 or not out_file.exists():
-            why = "timed out" if rc is None else f"exited with {describe_returncode(rc)}"
-            raise TrialFailed(Failure(FailureKind.bench_error,
-                                      f"sglang.bench_serving {why}; see bench_serving-{repeat}.log"))
+        measured = []
+        for repeat in range(repeats):
+            status = _read_json(Path(runs[repeat]["status"]))
+            out_file = d / f"bench_serving-{repeat}.jsonl"
+            if not status.get("ok") or not out_file.exists():
+                why = ("timed out" if rc is None else
+                       status.get("error") or f"exited with {describe_returncode(rc)}")
+                raise TrialFailed(Failure(FailureKind.bench_error,
+                                          f"sglang.bench_serving repeat {repeat} {why}; see bench_serving.log"))
+            before = _read_text(Path(runs[repeat]["metrics_before"]))
+            after = _read_text(Path(runs[repeat]["metrics_after"]))
+            measured.append(self._measurement(target, repeat, out_file, before, after, bench_s / repeats))
+        return measured
+
+    @staticmethod
+    def _measurement(target: Target, repeat: int, out_file: Path, before: str | None, after: str | None,
+                     bench_s: float) -> Measurement:
+        b = target.sweep.benchmark
         rows = metrics.read_bench_serving_jsonl(out_file.read_text())
         completed = _completed(rows[-1]) if rows else None
         if completed is not None and completed <= 0:  # as the builtin client: none worked -> bench_error
             raise TrialFailed(Failure(FailureKind.bench_error,
                                       f"all {b.requests} requests failed: sglang.bench_serving completed none; "
-                                      f"see bench_serving-{repeat}.log"))
+                                      f"see bench_serving.log"))
         try:
             m = metrics.metrics_from_bench_serving(rows[-1], requested=b.requests)
         except (metrics.MetricMissing, IndexError) as exc:
@@ -169,11 +200,29 @@ class BenchServing:
         warnings: tuple[str, ...] = ()
         if m.requests_failed:  # some failed while others worked: keep the measurement, say so
             warnings = (f"{m.requests_failed} of {b.requests} requests failed: sglang.bench_serving completed "
-                        f"{m.requests_ok}; see bench_serving-{repeat}.log",)
+                        f"{m.requests_ok} in repeat {repeat}; see bench_serving.log",)
         verify = metrics.verify_ms_from_metrics(before, after) if before and after else None
         if verify is not None:
             m = m.model_copy(update={"verify_ms": verify, "sources": {**m.sources, "verify_ms": "device_timer"}})
         return Measurement(m, bench_s, warnings)
+
+
+_REPEATS_SCRIPT = Path(__file__).with_name("_bench_serving_repeats.py")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text() or None
+    except OSError:
+        return None
 
 
 def _completed(row: dict[str, Any]) -> int | None:

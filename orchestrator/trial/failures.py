@@ -3,6 +3,7 @@ records. Pure rules (text and values in, a FailureKind and the reason in words o
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,8 +12,17 @@ from orchestrator.records import BenchRecord, FailureKind
 
 _OOM_MARKERS = ("out of memory", "outofmemoryerror", "not enough memory")
 _PORT_MARKERS = ("address already in use", "errno 98")
+_NCCL_MARKERS = ("nccl error", "ncclsystemerror", "ncclinternalerror", "ncclinvalidusage", "ncclunhandledcudaerror",
+                 "distbackenderror")
+_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
+_ARGUMENT_ERRORS = ("ValueError", "AssertionError", "TypeError", "NotImplementedError")
 
-
+# A Python exception line as a traceback ends: at the start of a line, a dotted name ending in Error,
+# Exception or Exit, then its message. SGLang's logger prefix (`[2026-12-01 21:00:00 TP0] `) never
+# starts such a line; the traceback's own lines are written raw.
+_EXCEPTION_LINE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit))(?::\s?(.*))?$")
+# argparse refuses a value before any traceback: "launch_server.py: error: argument --x: invalid choice ..."
+_ARGPARSE_LINE = re.compile(r"^(?:usage: .*|\S+: error: (?P<msg>.+))$")
 @dataclass(frozen=True)
 class Failure:
     """A failure the trial's outcome reports."""
@@ -33,10 +43,62 @@ def describe_returncode(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def classify_exit(log_text: str, returncode: int | None) -> Failure:
-    """Why a server process ended, from its log and exit status."""
+@dataclass(frozen=True)
+class LoggedException:
+    """The exception a server's log ends with: its type as printed (e.g. torch.OutOfMemoryError) and message."""
+
+    name: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}" if self.message else self.name
+
+
+def last_exception(log_text: str) -> LoggedException | None:
+    """The last exception printed in `log_text` (a traceback's closing line, or argparse's refusal), or None.
+
+    SGLang 0.5.23 prints a failing child's traceback and then kills its own process tree with SIGKILL
+    (sglang/srt/entrypoints/engine.py::launch_phase_sigquit_handler -> srt/utils/common.py::kill_process_tree),
+    so the exception is the cause and the signal only how the launcher went."""
+    found: LoggedException | None = None
+    for line in log_text.splitlines():
+        line = line.rstrip()
+        m = _EXCEPTION_LINE.match(line)
+        if m:
+            found = LoggedException(m.group(1), (m.group(2) or "").strip()[:300])
+            continue
+        a = _ARGPARSE_LINE.match(line)
+        if a and a.group("msg"):
+            found = LoggedException("argparse error", a.group("msg").strip()[:300])
+    return found
+
+
+def _category(exc: LoggedException, *, starting: bool) -> tuple[FailureKind, str]:
+    short = exc.name.rsplit(".", 1)[-1]
+    low = str(exc).lower()
+    if any(m in low for m in _OOM_MARKERS):
+        return FailureKind.oom, "server ran out of memory"
+    if any(m in low for m in _PORT_MARKERS):
+        return FailureKind.port_in_use, "server could not bind its port"
+    if any(m in low for m in _NCCL_MARKERS):
+        return FailureKind.server_crash, "server hit an NCCL error"
+    if short in _IMPORT_ERRORS:
+        return FailureKind.server_crash, "server could not import a module"
+    if starting and (short in _ARGUMENT_ERRORS or exc.name == "argparse error"):
+        return FailureKind.server_crash, "server refused its arguments"
+    return FailureKind.server_crash, "server died"
+
+
+def classify_exit(log_text: str, returncode: int | None, *, starting: bool = True) -> Failure:
+    """Why a server process ended: from the exception its log ends with first (OOM, port in use, NCCL
+    error, import error, and while `starting` a refused argument), from markers in the log next, from
+    the exit status last."""
     low = log_text.lower()
     how = describe_returncode(returncode)
+    exc = last_exception(log_text)
+    if exc is not None:
+        kind, what = _category(exc, starting=starting)
+        return Failure(kind, f"{what}: {exc} ({how})")
     if any(m in low for m in _OOM_MARKERS):
         return Failure(FailureKind.oom, f"server ran out of GPU memory ({how})")
     if any(m in low for m in _PORT_MARKERS):

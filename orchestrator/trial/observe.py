@@ -75,13 +75,20 @@ def snapshot_tree(server_pid: int) -> list[ProcessSnapshot]:
 
 RANK_WORKER_RULE = (
     "rank workers are the server's descendants whose command line names a tensor-parallel rank: "
-    "SGLang's process title 'sglang::scheduler_TP<r>' (also with DP/PP/EP parts), or an argument "
+    "SGLang's process title 'sglang::scheduler_TP<r>' (also with DP/PP/EP parts; plain "
+    "'sglang::scheduler' is rank 0 of a TP=1 server), or an argument "
     "'--tp-rank <r>' / '--rank <r>' / 'tp_rank=<r>'. When no descendant names a rank, every Python "
-    "descendant except multiprocessing's helpers (resource_tracker, forkserver) counts, numbered "
-    "0, 1, ... in pid order."
+    "descendant except multiprocessing's helpers (resource_tracker, forkserver) and SGLang's other "
+    "processes (sglang::detokenizer, sglang::tokenizer_worker, ...) counts, numbered 0, 1, ... in pid order."
 )
 
 _TITLE_RANK = re.compile(r"scheduler(?:_[A-Z]+\d+)*_TP(\d+)")
+# sglang/srt/managers/scheduler.py::run_scheduler_process titles a scheduler `sglang::scheduler` plus
+# `_TP<r>` only when tp_size > 1: without it, the one scheduler of a TP=1 server is rank 0.
+_TITLE_TP1 = re.compile(r"^sglang::scheduler(?:_(?:DP|PP|ATTN_CP|MOE_DP|EP)\d+)*$")
+# SGLang's processes that are not schedulers (detokenizer_manager.py, multi_tokenizer_mixin.py,
+# data_parallel_controller.py): never rank workers, whatever the fallback counts.
+_SGLANG_OTHER = re.compile(r"^sglang::(?!scheduler)")
 _ARG_RANK = re.compile(r"^(?:--tp-rank|--tp_rank|--rank)(?:=(\d+))?$")
 _KV_RANK = re.compile(r"\btp_rank=(\d+)\b")
 _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver",
@@ -94,6 +101,8 @@ def rank_from_cmdline(cmdline: Sequence[str]) -> int | None:
         m = _TITLE_RANK.search(arg) or _KV_RANK.search(arg)
         if m:
             return int(m.group(1))
+        if _TITLE_TP1.match(arg.strip()):
+            return 0
         m = _ARG_RANK.match(arg)
         if m:
             if m.group(1) is not None:
@@ -116,7 +125,8 @@ def rank_workers(server_pid: int, snapshots: Sequence[ProcessSnapshot]) -> list[
     if named:
         return sorted(named, key=lambda rs: (rs[0], rs[1].pid))
     fallback = [s for s in children
-                if _is_python(s) and not any(h in " ".join(s.cmdline) for h in _MP_HELPERS)]
+                if _is_python(s) and not any(h in " ".join(s.cmdline) for h in _MP_HELPERS)
+                and not (s.cmdline and _SGLANG_OTHER.match(s.cmdline[0]))]
     return list(enumerate(fallback))
 
 
@@ -350,12 +360,49 @@ def _dist_version(*names: str) -> str | None:
     return None
 
 
+_PACKAGES = {"torch": ("torch",), "sglang": ("sglang",), "sgl_kernel": ("sgl-kernel", "sglang-kernel"),
+             "nccl_package": ("nvidia-nccl-cu13", "nvidia-nccl-cu12")}
+"""Fingerprint field -> the distributions whose version it records (the first one installed)."""
+
+# Run by the server's interpreter: the versions it imports, not the sweep's own (the two differ when
+# server.python names another venv). Standard library only, one JSON line.
+_VERSIONS_SCRIPT = (
+    "import importlib.metadata as m, json, platform\n"
+    "def v(*names):\n"
+    "    for n in names:\n"
+    "        try:\n"
+    "            return m.version(n)\n"
+    "        except m.PackageNotFoundError:\n"
+    "            pass\n"
+    "packages = json.loads(%r)\n"
+    "print(json.dumps({'python': platform.python_version(), **{k: v(*n) for k, n in packages.items()}}))\n"
+)
+
+
+def interpreter_versions(python: str, *, run: Run = subprocess.run) -> tuple[dict[str, Any], str | None]:
+    """(python, torch, sglang, sgl_kernel and nccl_package versions as `python` sees them, None) or
+    ({}, why) when that interpreter could not be asked. Never raises."""
+    out, why = _call(run, [python, "-I", "-c", _VERSIONS_SCRIPT % json.dumps(_PACKAGES)], timeout=60.0)
+    if out is None:
+        return {}, why
+    try:
+        found = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}, f"unreadable answer: {out.strip()[:200]!r}"
+    if not isinstance(found, dict):
+        return {}, f"unreadable answer: {out.strip()[:200]!r}"
+    return {k: found.get(k) for k in ("python", *_PACKAGES)}, None
+
+
 def fingerprint(
-    *, run: Run = subprocess.run, nccl_log: str | None = None, simulated: Mapping[str, Any] | None = None
+    *, run: Run = subprocess.run, nccl_log: str | None = None, simulated: Mapping[str, Any] | None = None,
+    python: str | None = None,
 ) -> dict[str, Any]:
     """The host as a trial saw it: GPUs (names, driver, clocks, power, temperature, PCIe link),
     CUDA, topology, NCCL version loaded (from `nccl_log`, NCCL_DEBUG=INFO lines, else None), torch
     and SGLang versions, Python, CPU, host name. Works without nvidia-smi and never raises.
+    `python` is the server's interpreter: the Python, torch and SGLang versions are the ones it
+    imports (`server_python` names it; `versions_error` says why when it could not be asked).
     `simulated` (the simulator's fake hardware) is merged in and marked with 'simulated': True."""
     fp: dict[str, Any] = {
         "host": socket.gethostname(),
@@ -363,12 +410,17 @@ def fingerprint(
         "platform": platform.platform(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
-        "torch": _dist_version("torch"),
-        "sglang": _dist_version("sglang"),
-        "sgl_kernel": _dist_version("sgl-kernel", "sglang-kernel"),
-        "nccl_package": _dist_version("nvidia-nccl-cu13", "nvidia-nccl-cu12"),
+        **{k: _dist_version(*names) for k, names in _PACKAGES.items()},
         "nccl": None,
     }
+    if python is not None:
+        fp["server_python"] = python
+        found, why = interpreter_versions(python, run=run)
+        if why is None:
+            fp.update(found)
+        else:
+            fp.update({k: None for k in _PACKAGES})
+            fp["versions_error"] = why
     if nccl_log:
         versions = sorted({i.version for i in parse_nccl_log(nccl_log).values() if i.version})
         fp["nccl"] = ", ".join(versions) or None

@@ -107,7 +107,7 @@ class _Runner:
             server, plan = self._start()
             self._observe(server, plan)
             client = clients.client_for(self.sweep, srv.child_env(plan, dict(os.environ)))
-            repeats = [self._measure(client, server, r) for r in range(self.spec.repeats)]
+            repeats = self._measure(client, server)
         finally:
             if self.server is not None:
                 t0 = time.monotonic()
@@ -182,7 +182,8 @@ class _Runner:
         if self.sweep.engine == "simulator":
             simulated = {"hardware_profile": self.sweep.simulator.hardware_profile,
                          "model_profile": self.sweep.simulator.model_profile}
-        fp = observe.fingerprint(simulated=simulated, nccl_log=log_text)
+        # The versions are the server interpreter's (plan.argv[0]), not this worker's.
+        fp = observe.fingerprint(simulated=simulated, nccl_log=log_text, python=plan.argv[0])
         # The simulator names its interconnect; on a real host the topology matrix tells NVLink from PCIe.
         hardware = planner.hardware(self.sweep) or fp.get("topology")
         self.found.update(
@@ -199,18 +200,25 @@ class _Runner:
         if not ok:
             raise TrialFailed(Failure(FailureKind.env_not_applied, reason))
 
-    def _measure(self, client: clients.BenchmarkClient, server: srv.ServerProcess, repeat: int) -> Metrics:
+    def _remaining(self) -> float:
         remaining = self.deadline - time.monotonic()
         if remaining <= 1:
             raise TrialFailed(Failure(FailureKind.trial_timeout, f"trial deadline (budget.trial_timeout_s="
                                                                  f"{self.sweep.budget.trial_timeout_s:g}) passed"))
+        return remaining
+
+    def _measure(self, client: clients.BenchmarkClient, server: srv.ServerProcess) -> list[Metrics]:
         ndt = self.spec.params.get("speculative_num_draft_tokens")
         target = clients.Target(server=server, sweep=self.sweep, trial_dir=self.dir, seed=self.spec.seed,
                                 num_draft_tokens=int(ndt) if ndt is not None else None)
-        measured = client.run(target, repeat, remaining)
-        self._timed("bench", measured.bench_s)
-        self._warn(*measured.warnings)
-        if measured.gpus_under_load:
-            self.found["fingerprint"] = {**self.found.get("fingerprint", {}), "gpus_under_load": measured.gpus_under_load}
-            write_json(self.dir / "fingerprint.json", self.found["fingerprint"])
-        return measured.metrics
+        self._remaining()
+        found = []
+        for measured in client.run_repeats(target, self.spec.repeats, self._remaining):
+            self._timed("bench", measured.bench_s)
+            self._warn(*measured.warnings)
+            if measured.gpus_under_load:
+                self.found["fingerprint"] = {**self.found.get("fingerprint", {}),
+                                             "gpus_under_load": measured.gpus_under_load}
+                write_json(self.dir / "fingerprint.json", self.found["fingerprint"])
+            found.append(measured.metrics)
+        return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 
@@ -42,7 +43,13 @@ def test_slow_start_binds_late(sim_factory):
     assert sim.wait_ready() >= 1.5
 
 
-def test_crash_after_tokens_cuts_the_stream_and_exits_1(sim_factory):
+# A failing scheduler SIGQUITs SGLang's launcher, which SIGKILLs its whole process tree, itself last
+# (sglang/srt/entrypoints/engine.py::launch_phase_sigquit_handler -> srt/utils/common.py::kill_process_tree):
+# the server's exit status is -9 whatever the cause; the simulator ends the same way.
+KILLED = -signal.SIGKILL
+
+
+def test_crash_after_tokens_cuts_the_stream_and_kills_the_tree(sim_factory):
     sim = sim_factory("--tp-size", "4", *SPEC, faults=("crash_after_tokens=30",))
     sim.wait_ready()
     workers = sim.workers(4)
@@ -53,7 +60,7 @@ def test_crash_after_tokens_cuts_the_stream_and_exits_1(sim_factory):
             for line in resp.iter_lines():
                 if line.startswith("data: {"):
                     received += 1
-    assert sim.wait_exit() == 1
+    assert sim.wait_exit() == KILLED
     assert 0 < received < 200
     log = sim.log()
     assert "RuntimeError: CUDA error: an illegal memory access was encountered" in log
@@ -89,7 +96,7 @@ def test_no_hang_when_the_environment_does_not_match(sim_factory):
 
 def test_oom_above_draft_token_limit(sim_factory):
     sim = sim_factory("--tp-size", "2", *SPEC, faults=("oom_above_draft_tokens=8",))  # 6 draft tokens x top-k 2
-    assert sim.wait_exit() == 1
+    assert sim.wait_exit() == KILLED
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in sim.log()
 
 
@@ -98,7 +105,7 @@ def test_draft_tree_too_small_for_draft_tokens_crashes(sim_factory, graph_flags,
     """At CUDA-graph capture, or without graphs at the first verify (the warmup request)."""
     sim = sim_factory("--tp-size", "2", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
                       "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "8", *graph_flags)
-    assert sim.wait_exit() == 1
+    assert sim.wait_exit() == KILLED
     log = sim.log()
     assert "RuntimeError: selected index k out of range" in log
     assert ("Capture cuda graph begin" in log) == at_capture
@@ -133,7 +140,8 @@ def test_port_in_use_fails_like_uvicorn(sim_factory):
     (("--tp-size", "4"), {}, "invalid device ordinal"),
     (("--tp-size", "2"), {"NCCL_ALGO": "NVLS"}, "no algorithm/protocol available"),
 ])
-def test_start_up_errors_exit_1(sim_factory, args, env, text):
+def test_start_up_errors_kill_the_tree(sim_factory, args, env, text):
     sim = sim_factory(*args, "--hardware-profile", "h200-nvlink", env=env)
-    assert sim.wait_exit() == 1
+    assert sim.wait_exit() == KILLED
     assert text in sim.log()
+    assert descendants(sim.proc.pid) == []

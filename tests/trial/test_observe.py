@@ -181,6 +181,31 @@ def test_sglang_process_titles_name_the_ranks():
     assert "hf_abc" not in obs.model_dump_json()
 
 
+def test_a_tp1_sglang_server_has_one_rank_and_its_detokenizer_is_not_one():
+    """SGLang 0.5.23 titles its one TP=1 scheduler plain `sglang::scheduler` (no _TP part:
+    sglang/srt/managers/scheduler.py::run_scheduler_process) and its detokenizer `sglang::detokenizer`
+    (detokenizer_manager.py::run_detokenizer_process); the process tree of a real CPU server at TP=1."""
+    snaps = [
+        snap(100, ["/v/bin/python", "-m", "sglang.launch_server", "--device", "cpu"], GOOD),
+        snap(101, ["/v/bin/python", "-c", "from multiprocessing.resource_tracker import main;main(9)"], {}),
+        snap(102, ["sglang::scheduler"], GOOD),
+        snap(103, ["sglang::detokenizer"], {}),
+    ]
+    obs = evaluate_env(100, snaps, REQUESTED, expected_ranks=1)
+    assert obs.ok and obs.workers == {102: 0}, obs.problems
+
+
+def test_the_fallback_never_counts_sglangs_other_processes():
+    snaps = [
+        snap(100, ["python", "-m", "sglang.launch_server"], GOOD),
+        snap(101, ["python", "worker.py"], GOOD),
+        snap(102, ["sglang::detokenizer"], {}),
+        snap(103, ["sglang::tokenizer_worker:103"], {}),
+    ]
+    obs = evaluate_env(100, snaps, REQUESTED, expected_ranks=1)
+    assert obs.ok and obs.workers == {101: 0}, obs.problems
+
+
 def test_data_parallel_groups_are_all_checked():
     snaps = [
         snap(100, ["python", "-m", "sglang.launch_server"], GOOD),
@@ -416,3 +441,36 @@ def test_hash_ignores_clocks_and_temperature_but_not_the_driver():
     assert fingerprint_hash(upgraded) != fingerprint_hash(a)
     assert fingerprint_diff(a, upgraded) == ["driver: '580.159.04' -> '580.160.01'",
                                              "nccl: '2.28.9+cuda13.0' -> '2.29.1+cuda13.0'"]
+
+
+def _venv_with(tmp_path: Path, **versions: str) -> str:
+    """A real, separate interpreter (a venv without pip) whose site-packages holds these distributions'
+    metadata: what a server venv looks like to importlib.metadata."""
+    venv = tmp_path / "server-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    for name, version in versions.items():
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return str(venv / "bin" / "python")
+
+
+def test_fingerprint_reads_the_versions_the_servers_interpreter_imports(tmp_path: Path):
+    """server.python names another venv (torch 2.14.1 and sglang 0.5.23 there, torch 2.13.0+cpu and no
+    sglang here): the fingerprint records the server's, not the sweep's own."""
+    python = _venv_with(tmp_path, torch="2.14.1", sglang="0.5.23")
+    smi = FakeSmi(fail=FileNotFoundError())
+
+    def run(argv, **kwargs):
+        return smi(argv, **kwargs) if argv[0] == "nvidia-smi" else subprocess.run(argv, **kwargs)
+
+    fp = fingerprint(run=run, python=python)
+    assert (fp["torch"], fp["sglang"], fp["sgl_kernel"], fp["server_python"]) == ("2.14.1", "0.5.23", None, python)
+    assert "versions_error" not in fp
+
+
+def test_fingerprint_says_why_when_the_servers_interpreter_cannot_be_asked(tmp_path: Path):
+    missing = str(tmp_path / "no-such-python")
+    fp = fingerprint(run=FakeSmi(fail=FileNotFoundError()), python=missing)
+    assert (fp["torch"], fp["sglang"], fp["versions_error"]) == (None, None, "absent")

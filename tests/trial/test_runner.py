@@ -15,6 +15,7 @@ from orchestrator.config.experiment import SweepSpec
 from orchestrator.errors import SpecError
 from orchestrator.records import TrialSpec, TrialStatus
 from orchestrator.search import space as sp
+from orchestrator.trial import clients
 from orchestrator.trial.runner import run_trial
 
 DEMO = Path(__file__).resolve().parents[2] / "experiments" / "demo.yaml"
@@ -134,8 +135,31 @@ def test_bench_serving_runs_under_benchmark_client_python(tmp_path: Path, monkey
     spec = TrialSpec(number=7, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0007"), experiment=s)
     outcome = run_trial(spec)
     assert outcome.status is TrialStatus.COMPLETE, (outcome.reason, outcome.log_tail)
-    assert record.read_text().startswith("-m sglang.bench_serving ")
+    ran = record.read_text()
+    assert ran.startswith(f"{Path(clients.__file__).with_name('_bench_serving_repeats.py')} ")
+    assert '"module": "sglang.bench_serving"' in ran
     assert outcome.metrics is not None and outcome.metrics.requests_failed == 0
+
+
+def test_bench_serving_pays_sglangs_import_once_per_trial_not_per_repeat(tmp_path: Path, monkeypatch) -> None:
+    """Importing SGLang takes minutes on a small machine and tens of seconds on a GPU host: the three
+    repeats of a trial run in one bench_serving process, each with its own JSONL row and /metrics window."""
+    _fake_sglang(tmp_path, monkeypatch)
+    imports = tmp_path / "sglang-imported"
+    (tmp_path / "fake" / "sglang" / "__init__.py").write_text(
+        f"with open({str(imports)!r}, 'a') as f:\n    f.write('imported\\n')\n")
+    s = _bench_serving_demo()
+    spec = TrialSpec(number=10, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0010"), experiment=s,
+                     repeats=3)
+    outcome = run_trial(spec)
+    assert outcome.status is TrialStatus.COMPLETE, (outcome.reason, outcome.log_tail)
+    assert imports.read_text() == "imported\n"  # one process, one import, three runs
+    assert len(outcome.repeats) == 3 and all(m.output_tok_s == 250.0 for m in outcome.repeats)
+    folder = tmp_path / "0010"
+    for r in range(3):
+        assert len((folder / f"bench_serving-{r}.jsonl").read_text().splitlines()) == 1
+        assert "sglang:" in (folder / f"bench_serving-{r}.metrics-after.txt").read_text()  # the simulator's /metrics
+    assert (folder / "bench_serving.log").read_text().count("=== repeat ") == 3
 
 
 def test_benchmark_client_python_refuses_control_characters(tmp_path: Path) -> None:
@@ -195,3 +219,37 @@ def test_a_tuner_plugin_that_does_not_load_is_env_not_applied_naming_the_rank_an
     for device in (0, 1):
         assert (f"NCCL_TUNER_PLUGIN={missing} was not loaded on device {device}: NCCL could not open {missing} and "
                 f"used its internal tuner") in (outcome.reason or "")
+
+
+# --- a server that crashes: the simulator ends as SGLang 0.5.23 does, the exception is the reason ----------------
+
+def _crashing_demo(fault: str) -> SweepSpec:
+    s = small_demo()
+    return s.model_copy(update={"simulator": s.simulator.model_copy(update={"faults": (fault,)})})
+
+
+def test_a_crash_mid_benchmark_is_reported_with_the_exception_not_the_signal(tmp_path: Path) -> None:
+    """SGLang's launcher SIGKILLs its own process tree when a scheduler fails
+    (sglang/srt/entrypoints/engine.py::launch_phase_sigquit_handler -> srt/utils/common.py::kill_process_tree),
+    so every crash ends as 'killed by signal 9'; the simulator does the same, and the reason is the
+    exception the scheduler printed."""
+    s = _crashing_demo("crash_after_tokens=5")
+    spec = TrialSpec(number=11, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0011"), experiment=s)
+    outcome = run_trial(spec)
+    assert outcome.status is TrialStatus.FAILED and outcome.failure_kind == "server_crash", outcome.reason
+    assert outcome.reason.startswith("server died: RuntimeError: CUDA error: an illegal memory access was "
+                                     "encountered (killed by signal 9 (SIGKILL)) during the benchmark"), outcome.reason
+    log = (tmp_path / "0011" / "server.log").read_text()
+    assert "Received sigquit from a child process. It usually means the child failed." in log
+    assert "kill_process_tree called:" in log
+
+
+def test_a_start_up_crash_names_sglangs_exception(tmp_path: Path) -> None:
+    """More TP ranks than GPUs: the rank without a GPU fails in set_device, the launcher kills its tree."""
+    s = small_demo()
+    s = s.model_copy(update={"server": s.server.model_copy(update={"tp": 16})})
+    spec = TrialSpec(number=12, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0012"), experiment=s)
+    outcome = run_trial(spec)
+    assert outcome.status is TrialStatus.FAILED and outcome.failure_kind == "server_crash", outcome.reason
+    assert outcome.reason == ("server died: torch.AcceleratorError: CUDA error: invalid device ordinal "
+                              "(tp_size=16, 8 GPUs visible) (killed by signal 9 (SIGKILL))"), outcome.reason
