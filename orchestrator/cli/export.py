@@ -71,8 +71,8 @@ def export(
     except OSError as exc:
         raise UserError(f"-o {output}: cannot write it ({exc.strerror or exc}); name a regular file in a folder "
                         f"you can write to") from None
-    out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.get('trial_number')}, "
-              f"run {config.get('run_id')}")
+    out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.trial_number}, "
+              f"run {config.run_id}")
 
 
 def _export_tuner(output: Path, workdir: Path | None) -> None:

@@ -3,7 +3,8 @@ argument line.
 
 The serving configuration is stored as `serving_config/serving_config.json` on the trial's MLflow run
 and registered as a model version; what is read back from there is a dict, which `validate_serving_config`
-turns into the model (or refuses, naming the field).
+turns into the model (or refuses, naming the field): the one place a dict becomes a ServingConfig.
+Everything else takes and returns the model.
 
 The env format is meant for `set -a; . champion.env; set +a`: a provenance header of `#` lines,
 one `VAR=value` line per environment variable (sorted, shell-quoted only where needed) and a last
@@ -28,8 +29,8 @@ from pydantic import ValidationError
 from orchestrator.fsio import write_atomic
 from orchestrator.records import ServingConfig
 
-__all__ = ["ARGS_VAR", "FORMATS", "Format", "parse_env", "render", "split_args", "validate_serving_config",
-           "write_atomic"]
+__all__ = ["ARGS_VAR", "FORMATS", "Format", "check_env_names", "parse_env", "render", "split_args",
+           "validate_serving_config", "write_atomic"]
 
 ARGS_VAR = "SGLANG_SWEEP_ARGS"
 """The variable of the env file that holds the tuned SGLang flags, `shlex.join`-ed."""
@@ -41,22 +42,27 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _ASSIGNMENT = re.compile(r"(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)\Z")
 
 
-def validate_serving_config(config: ServingConfig | Mapping[str, Any]) -> ServingConfig:
-    """The config as a ServingConfig; ValueError naming the first field that does not have the
-    serving-config shape (types are checked strictly: "7" is not a trial number)."""
-    if isinstance(config, ServingConfig):
-        model = config
-    elif not isinstance(config, Mapping):
-        raise ValueError(f"serving config must be a dict, but got {type(config).__name__}")
-    else:
-        data = dict(config)
-        if isinstance(data.get("sglang_args"), list):  # JSON has no tuples
-            data["sglang_args"] = tuple(data["sglang_args"])
-        try:
-            model = ServingConfig.model_validate(data, strict=True)
-        except ValidationError as err:
-            raise ValueError(_first_problem(err)) from None
-    for name in model.env:
+def validate_serving_config(data: Mapping[str, Any]) -> ServingConfig:
+    """The serving config read from a file (the registry's serving_config.json) as a ServingConfig;
+    ValueError naming the first field that does not have the serving-config shape (types are checked
+    strictly: "7" is not a trial number)."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"serving config must be a dict, but got {type(data).__name__}")
+    fields = dict(data)
+    if isinstance(fields.get("sglang_args"), list):  # JSON has no tuples
+        fields["sglang_args"] = tuple(fields["sglang_args"])
+    try:
+        model = ServingConfig.model_validate(fields, strict=True)
+    except ValidationError as err:
+        raise ValueError(_first_problem(err)) from None
+    check_env_names(model)
+    return model
+
+
+def check_env_names(config: ServingConfig) -> None:
+    """ValueError naming the first variable of the config that no env file can set (an invalid name, or
+    the name that carries the SGLang flags)."""
+    for name in config.env:
         if not _NAME.match(name):
             raise ValueError(
                 f"serving config env: {name!r} is not a valid variable name "
@@ -66,7 +72,6 @@ def validate_serving_config(config: ServingConfig | Mapping[str, Any]) -> Servin
             raise ValueError(
                 f"serving config env: {ARGS_VAR} is reserved for the SGLang flags (sglang_args)"
             )
-    return model
 
 
 def _first_problem(err: ValidationError) -> str:
@@ -100,15 +105,15 @@ def _kind_name(annotation: Any) -> str:
     return "None" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))
 
 
-def render(config: ServingConfig | Mapping[str, Any], fmt: Format) -> str:
+def render(config: ServingConfig, fmt: Format) -> str:
     """Render a serving config as `env`, `json` or `sglang-args` text (ends with a newline)."""
-    model = validate_serving_config(config)
+    check_env_names(config)
     if fmt == "json":
-        return json.dumps(model.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        return json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
     if fmt == "sglang-args":
-        return shlex.join(model.sglang_args) + "\n"
+        return shlex.join(config.sglang_args) + "\n"
     if fmt == "env":
-        return _render_env(model)
+        return _render_env(config)
     raise ValueError(f"format must be one of {', '.join(FORMATS)}, but got {fmt!r}")
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import yaml
 
@@ -63,11 +62,10 @@ OBSERVATION_SWITCHES: frozenset[str] = frozenset({"--enable-metrics", "--enable-
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def production(config: ServingConfig | Mapping[str, Any], *,
-               keep_observation: bool = False) -> tuple[ServingConfig, list[str]]:
+def production(model: ServingConfig, *, keep_observation: bool = False) -> tuple[ServingConfig, list[str]]:
     """The config without its observation-only variables and switches, and what was left out
-    (`NAME=value` and `--switch` words, in order). ValueError names a field of a malformed config."""
-    model = export.validate_serving_config(config)
+    (`NAME=value` and `--switch` words, in order). ValueError names a variable no env file can set."""
+    export.check_env_names(model)
     if keep_observation:
         return model, []
     left_out = [f"{name}={value}" for name, value in sorted(model.env.items()) if name in OBSERVATION_ENV]
@@ -88,7 +86,7 @@ def with_tuner_file(config: ServingConfig, tuner_file: str) -> tuple[ServingConf
     return config.model_copy(update={"env": env}), masked
 
 
-def render_for(config: ServingConfig | Mapping[str, Any], fmt: str, *, keep_observation: bool = False,
+def render_for(config: ServingConfig, fmt: str, *, keep_observation: bool = False,
                tuner_file: str | None = None) -> str:
     """Render a serving config in one of FORMATS (text ending with a newline); production by default.
 

@@ -17,14 +17,14 @@ x1.04 over fixed 3 steps".
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.config import eagle, knobs
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.execute.base import Finished
-from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialSpec, TrialStatus
+from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialSpec, TrialStatus
 from orchestrator.results import contrib, sequential
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import WAIT_S, keep_files
@@ -47,21 +47,57 @@ class Arm:
     """The champion/baseline pair the verdict is about: measured until decided."""
 
 
-@dataclass
+class ConfirmationRow(Frozen):
+    """One confirmation run: which arm, in which round, how it ended (summary.json's `confirmations`)."""
+
+    round: int
+    """0-based."""
+    who: str
+    """The arm's name (champion, baseline, no_speculation, champion@8, ...)."""
+    status: TrialStatus
+    concurrency: int | None = None
+    """Concurrent requests it was measured at; None when the executor lost the run before it reported."""
+    value: float | None = None
+    """The objective's value, when the run completed with a positive one."""
+    reason: str | None = None
+    """Why it gave no value (at most 200 characters)."""
+
+    @property
+    def lost(self) -> bool:
+        """The executor lost the run: no outcome, so no level and no value either."""
+        return self.concurrency is None
+
+    def record(self, metric: str) -> dict[str, Any]:
+        """The row as summary.json holds it: the value under the objective's name."""
+        out: dict[str, Any] = {"round": self.round, "who": self.who}
+        if not self.lost:
+            out.update(concurrency=self.concurrency, status=self.status.value)
+            out[metric] = self.value
+        else:
+            out["status"] = self.status.value
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclass(frozen=True)
 class Measured:
     """What the rounds measured: per arm, the objective value of each round that completed."""
 
-    values: dict[str, dict[int, float]] = field(default_factory=dict)
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    decision: sequential.Decision | None = None
-    rounds: int = 0
+    values: Mapping[str, Mapping[int, float]]
+    """Arm name -> round -> value (rounds that failed are absent)."""
+    rows: tuple[ConfirmationRow, ...]
+    decision: sequential.Decision | None
+    """The main pair's last decision; None with fewer than two complete rounds."""
+    rounds: int
     stopped: str = ""
     """Why the rounds stopped before a verdict (interrupted, the wall time), or empty."""
 
     def main(self) -> tuple[list[float], list[float]]:
-        champ, base = self.values.get("champion", {}), self.values.get("baseline", {})
-        rounds = sorted(set(champ) & set(base))
-        return [champ[i] for i in rounds], [base[i] for i in rounds]
+        return _main(self.values)
+
+    def failed(self) -> int:
+        return sum(1 for r in self.rows if r.status is not TrialStatus.COMPLETE)
 
 
 def at_concurrency(spec: SweepSpec, level: int) -> SweepSpec:
@@ -94,59 +130,83 @@ def steps_arms(spec: SweepSpec, champion: TrialOutcome, outcomes: list[TrialOutc
 def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Measured:
     """Measure the arms round after round until the main pair decides, max_rounds, the wall time
     (beyond min_rounds: the minimum is always measured) or an interruption."""
-    spec = ctx.spec
-    metric, direction = spec.objective.metric, spec.objective.direction
-    out = Measured(values={a.name: {} for a in arms})
-    # This run's own time counts (not the first start's, after --resume): a round takes about as long
-    # as the slowest trial of this sweep, times the arms measured one slot after another.
-    trial_s = max((o.finished_at - o.started_at for o in ctx.outcomes if o.finished_at), default=0.0)
-    slots = max(ctx.executor.idle(), 1)
+    direction = ctx.spec.objective.direction
+    values: dict[str, dict[int, float]] = {a.name: {} for a in arms}
+    rows: list[ConfirmationRow] = []
+    stopped, rounds = "", 0
+    round_s = _round_s(ctx)
     for i in range(plan.max_rounds):
         open_arms = [a for a in arms if a.main or i < plan.min_rounds]
-        round_s = trial_s * -(-len(open_arms) // slots)
-        if i >= plan.min_rounds and ctx.elapsed() + round_s > ctx.timeout_s:
-            out.stopped = (f"the wall-time budget ({ctx.timeout_s / 60:.0f} min for this run) leaves no time "
-                           f"for round {i + 1}")
+        if i >= plan.min_rounds and ctx.elapsed() + round_s(len(open_arms)) > ctx.timeout_s:
+            stopped = (f"the wall-time budget ({ctx.timeout_s / 60:.0f} min for this run) leaves no time "
+                       f"for round {i + 1}")
             break
         order = open_arms if i % 2 == 0 else list(reversed(open_arms))
-        for arm, finished in _measure(ctx, order, i, plan.max_rounds):
-            if finished.lost is not None:
-                out.rows.append({"round": i, "who": arm.name, "status": "FAILED", "reason": finished.lost[:200]})
-                continue
-            outcome = finished.outcome
-            keep_files(ctx.paths.confirm_dir(i, arm.name.replace("@", "-c")), finished.files)
-            ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=None, extra_metrics={},
-                                extra_tags={"sweep.confirm_round": str(i), "sweep.confirm_of": arm.name,
-                                            "sweep.confirm_concurrency": str(arm.concurrency)})
-            raw = getattr(outcome.metrics, metric) if outcome.metrics is not None else None
-            value = float(raw) if outcome.status is TrialStatus.COMPLETE and raw is not None and raw > 0 else None
-            ok = value is not None
-            if value is not None:
-                out.values[arm.name][i] = value
-                if arm.name == "baseline":
-                    ctx.progress.baselines.append((outcome.finished_at, value))  # the end-of-sweep baseline
-            out.rows.append({"round": i, "who": arm.name, "concurrency": arm.concurrency,
-                             "status": outcome.status.value, metric: value,
-                             **({} if ok else {"reason": outcome.reason[:200]})})
-        out.rounds = i + 1
+        rows += [_row(ctx, arm, finished, i, values) for arm, finished in _measure(ctx, order, i, plan.max_rounds)]
+        rounds = i + 1
         if ctx.interrupts.pressed:
-            out.stopped = "interrupted during the confirmation rounds"
+            stopped = "interrupted during the confirmation rounds"
             break
-        champ, base = out.main()
-        if len(champ) >= plan.min_rounds:
-            out.decision = sequential.decide(champ, base, plan, direction=direction)
-            if out.decision.verdict is not None:
-                return out
-    champ, base = out.main()
-    if len(champ) >= 2:
-        # Stopped early or rounds failed: the evidence so far, and no verdict but "undecided".
-        ev = sequential.evidence(champ, base, direction=direction, level=plan.level)
-        why = out.stopped or f"{out.rounds - len(champ)} of {out.rounds} rounds failed"
-        out.decision = sequential.Decision(
-            sequential.Verdict.undecided, ev,
-            f"undecided after {len(champ)} complete round(s): {_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}]; "
-            f"{why}; see {ctx.paths.root / 'confirm'}, then {ctx.resume_hint} or raise budget.wall_time")
-    return out
+        champ, base = _main(values)
+        decision = sequential.decide(champ, base, plan, direction=direction) if len(champ) >= plan.min_rounds \
+            else None
+        if decision is not None and decision.verdict is not None:
+            return Measured(values=values, rows=tuple(rows), decision=decision, rounds=rounds)
+    return Measured(values=values, rows=tuple(rows), decision=_undecided(ctx, values, plan, rounds, stopped),
+                    rounds=rounds, stopped=stopped)
+
+
+def _round_s(ctx: Context) -> Callable[[int], float]:
+    """How long a round of n arms takes: about as long as the slowest trial of this run (not the first
+    start's, after --resume), times the arms measured one slot after another."""
+    trial_s = max((o.finished_at - o.started_at for o in ctx.outcomes if o.finished_at), default=0.0)
+    slots = max(ctx.executor.idle(), 1)
+    return lambda n: trial_s * -(-n // slots)
+
+
+def _row(ctx: Context, arm: Arm, finished: Finished, i: int, values: dict[str, dict[int, float]]) -> ConfirmationRow:
+    """Keep and log one finished confirmation run; its value goes into `values` (and the baseline's
+    into the sweep's baselines: the end-of-sweep measurement)."""
+    if finished.lost is not None:
+        return ConfirmationRow(round=i, who=arm.name, status=TrialStatus.FAILED, reason=finished.lost[:200])
+    outcome = finished.outcome
+    keep_files(ctx.paths.confirm_dir(i, arm.name.replace("@", "-c")), finished.files)
+    ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=None, extra_metrics={},
+                        extra_tags={"sweep.confirm_round": str(i), "sweep.confirm_of": arm.name,
+                                    "sweep.confirm_concurrency": str(arm.concurrency)})
+    value = _value(outcome, ctx.spec.objective.metric)
+    if value is not None:
+        values[arm.name][i] = value
+        if arm.name == "baseline":
+            ctx.progress.baselines.append((outcome.finished_at, value))
+    return ConfirmationRow(round=i, who=arm.name, status=outcome.status, concurrency=arm.concurrency,
+                           value=value, reason=None if value is not None else outcome.reason[:200])
+
+
+def _value(outcome: TrialOutcome, metric: str) -> float | None:
+    """The objective's value of a complete run, when positive; None otherwise."""
+    raw = getattr(outcome.metrics, metric) if outcome.metrics is not None else None
+    return float(raw) if outcome.status is TrialStatus.COMPLETE and raw is not None and raw > 0 else None
+
+
+def _main(values: Mapping[str, Mapping[int, float]]) -> tuple[list[float], list[float]]:
+    """The champion's and the baseline's values of the rounds that measured both, in round order."""
+    return contrib.paired(values.get("champion", {}), values.get("baseline", {}))
+
+
+def _undecided(ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan, rounds: int,
+               stopped: str) -> sequential.Decision | None:
+    """Stopped early or rounds failed: the evidence so far, and no verdict but "undecided" (None
+    with fewer than two complete rounds)."""
+    champ, base = _main(values)
+    if len(champ) < 2:
+        return None
+    ev = sequential.evidence(champ, base, direction=ctx.spec.objective.direction, level=plan.level)
+    why = stopped or f"{rounds - len(champ)} of {rounds} rounds failed"
+    return sequential.Decision(
+        sequential.Verdict.undecided, ev,
+        f"undecided after {len(champ)} complete round(s): {_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}]; "
+        f"{why}; see {ctx.paths.root / 'confirm'}, then {ctx.resume_hint} or raise budget.wall_time")
 
 
 def _pct(x: float) -> str:

@@ -1,14 +1,30 @@
 """The end of a sweep: champion, interleaved confirmation against the baseline (through the same
-executor as the trials), promotion to the registry alias, the env file, and the summary."""
+executor as the trials), promotion to the registry alias, the env file, and the summary.
+
+The promotion is a pipeline of values, each step a function returning a frozen one:
+
+    pick -> Champion           the trial to confirm, the baseline, its MLflow run
+    arms -> Arms               what the rounds measure (the main pair, ablations, levels, steps)
+    rounds -> Measured         _confirm.run_rounds: the values and the rows of every run
+    decide -> Gate             the main pair's decision, the figures, the contributions, the loads
+    choose -> Choice           the configuration to register (the champion or a simpler one)
+    register -> Promotion      the registry version and champion.env, or why not
+
+Any step may end the promotion instead: it then returns the Promotion saying why. `finish` builds
+the SweepSummary from the Promotion.
+"""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ValidationError
 
 from orchestrator.errors import TrackingError
 from orchestrator.fsio import write_atomic, write_json
-from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
+from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, formats, report, select, sequential
 from orchestrator.search import space as sp
 from orchestrator.sweep import _confirm
@@ -23,44 +39,235 @@ log = logging.getLogger("sweep")
 MLFLOW_WAIT_AT_END_S = 60.0
 """At the end, how long results waiting in the outbox wait for MLflow to return before promotion gives up."""
 
+DECISION_ATTR = "promotion_decision"
+"""The study attribute that keeps the promotion's outcome (a Decided), so a --resume finds it without summary.json."""
+
+Constraints = dict[str, tuple[float | None, float | None]]
+
+
+# ------------------------------------------------------------------------------ the values
+
+
+@dataclass(frozen=True)
+class Champion:
+    """The searched trial the confirmation is about, the baseline it is measured against, its MLflow run."""
+
+    trial: TrialOutcome
+    baseline: TrialOutcome
+    """The last complete baseline of the search (the gate-less verdict compares with it)."""
+    run_id: str
+    metric: str
+
+    @property
+    def search_value(self) -> float:
+        """Its search-phase measurement (one run, the best of many: optimistic)."""
+        return float(getattr(self.trial.metrics, self.metric))
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json's `champion`: {number, params (the set ones), search_<metric>}."""
+        return {"number": self.trial.number, "params": {k: v for k, v in self.trial.params.items() if v is not None},
+                f"search_{self.metric}": self.search_value}
+
+
+@dataclass(frozen=True)
+class Arms:
+    """What the confirmation measures, and the step-control comparison among them."""
+
+    arms: tuple[_confirm.Arm, ...]
+    counterpart: str
+    """contrib.ADAPTIVE or FIXED: the kind of step control the champion is compared with ("" when none)."""
+    fixed: str
+    """The fixed side in words ("fixed 3 steps"), when compared."""
+
+    def params_of(self, name: str) -> dict[str, ParamValue]:
+        return next(dict(a.params) for a in self.arms if a.name == name)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The main pair's decision with what explains it: the figures, each part's contribution, the loads."""
+
+    decision: sequential.Decision
+    evidence: sequential.Evidence
+    min_gain: float
+    figures: contrib.Confirmed
+    contributions: tuple[contrib.Contribution, ...]
+    levels: tuple[contrib.LevelGain, ...]
+    by_load: str
+    """Where the gain stops paying, or adaptive against fixed steps ("" when neither was measured)."""
+    verdict: str
+
+    @property
+    def passed(self) -> bool:
+        return self.decision.verdict is sequential.Verdict.promoted
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome(self.decision.verdict.value) if self.decision.verdict is not None else Outcome.undecided
+
+    def record(self) -> dict[str, Any]:
+        """summary.json's `gate`."""
+        ev = self.evidence
+        return {"passed": self.passed, "gain": ev.gain, "ci_low": ev.low, "ci_high": ev.high,
+                "min_gain": self.min_gain, "rounds": ev.rounds}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The configuration to register: the champion, or a simpler arm that passes the gate as well."""
+
+    name: str
+    """champion | no_speculation | default_communication."""
+    params: dict[str, ParamValue]
+    figures: contrib.Confirmed
+    verdict: str
+    outcome: Outcome
+    """promoted, or unconfirmed without a gate."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    """The registry version and the env file of the promoted configuration."""
+
+    model_version: str
+    env_file: str
+    run_id: str
+    promoted_config: str
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """How the promotion ended, with every value it reached (None: the step was not reached)."""
+
+    outcome: Outcome | None
+    """None: interrupted during the rounds (confirm again on --resume)."""
+    verdict: str
+    champion: Champion | None = None
+    rows: tuple[_confirm.ConfirmationRow, ...] | None = None
+    """Every confirmation run, when rounds ran."""
+    gate: Gate | None = None
+    confirmed: contrib.Confirmed | None = None
+    """The figures of what the verdict is about (the registered configuration's, when registered)."""
+    registered: Registered | None = None
+
+    @property
+    def rounds(self) -> int:
+        return self.gate.evidence.rounds if self.gate is not None else 0
+
+    def summary_fields(self, metric: str) -> dict[str, Any]:
+        """The SweepSummary fields of the steps reached (summary.json leaves out the others)."""
+        out: dict[str, Any] = {"verdict": self.verdict}
+        if self.outcome is not None:
+            out["outcome"] = self.outcome
+        if self.champion is not None:
+            out.update(champion=self.champion.summary(), search_value=self.champion.search_value)
+        if self.rows is not None:
+            out["confirmations"] = [r.record(metric) for r in self.rows]
+        if self.gate is not None:
+            out.update(gate=self.gate.record(), contributions=list(self.gate.contributions),
+                       concurrency=list(self.gate.levels), concurrency_verdict=self.gate.by_load or None)
+        if self.confirmed is not None:
+            out["confirmed"] = self.confirmed
+        if self.registered is not None:
+            r = self.registered
+            out.update(promoted=True, model_version=r.model_version, env_file=r.env_file, run_id=r.run_id,
+                       promoted_config=r.promoted_config)
+        return out
+
+
+class Decided(Frozen):
+    """The promotion's outcome as the study keeps it (DECISION_ATTR), with the counts it was reached at."""
+
+    outcome: Outcome
+    verdict: str
+    rounds: int = 0
+    model_version: str | None = None
+    run_id: str | None = None
+    env_file: str | None = None
+    promoted_config: str | None = None
+    champion: dict[str, Any] | None = None
+    launched: int
+    complete: int
+    failed: int
+
+    def summary_fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"outcome": self.outcome, "verdict": self.verdict}
+        if self.champion is not None:
+            out["champion"] = self.champion
+        if self.model_version is not None:
+            out.update(promoted=True, model_version=self.model_version, run_id=self.run_id, env_file=self.env_file,
+                       promoted_config=self.promoted_config)
+        return out
+
+
+# ------------------------------------------------------------------------------ finish
+
 
 def finish(ctx: Context) -> SweepSummary:
     """Promote unless interrupted or the baseline failed; log the summary to MLflow; write summary.json."""
-    p = ctx.progress
     act_on_interrupts(ctx)
     status = "stopped" if ctx.interrupts.pressed else "finished"
-    fields: dict[str, Any] = {
-        "workdir": str(ctx.paths.root), "stop_reason": p.stop_text, "stop_kind": p.stop.kind if p.stop else None,
-        "parent_run_id": ctx.parent_run_id, "launched": p.launched, "complete": p.complete, "failed": p.failed,
-        "failures": dict(p.failures), "skipped": p.skipped, "champion": None, "promoted": False,
-        "stopped_by_failure": p.stopped_by_failure}
-    previous = _previous_verdict(ctx)
-    if previous is not None:
-        fields.update(previous)
-    elif not ctx.interrupts.pressed and p.stop and p.stop.kind is not StopKind.baseline_failed:
-        fields.update(promote(ctx))
-    fields["importances"] = ctx.study.importances()
-    # After the promotion gate: its interleaved baselines are the end-of-sweep measurement.
-    drift, flagged = select.drift(p.baselines, threshold=ctx.spec.budget.baseline_drift_threshold)
-    fields["baseline_drift"] = BaselineDrift(max_relative_change=drift, flagged=flagged, baselines=p.baselines)
-    changed = fingerprint_changes(ctx.outcomes)
-    fields["fingerprint_changes"] = changed
-    summary = SweepSummary(**fields)
-    confirmed = summary.confirmed.metrics() if summary.confirmed else {}
-    confirmed.update({f"importance_{k}": v for k, v in summary.importances.items()})
-    ctx.track.log_sweep_summary(
-        ctx.parent_run_id or "", metrics={**report.parent_metrics(summary.to_json(), ctx.outcomes), **confirmed},
-        tags={"sweep.stop_reason": p.stop_text[:250], "sweep.baseline_drift_flagged": str(flagged),
-              "sweep.verdict": summary.outcome.value if summary.outcome else "none",
-              "sweep.status": status, "sweep.fingerprint_changed": str(bool(changed)),
-              **({"sweep.fingerprint_changes": "; ".join(changed)[:1000]} if changed else {})},
-        table=report.results_table(ctx.spec, ctx.outcomes, p.baselines),
-        figures=report.figures(ctx.spec, ctx.outcomes, p.baselines),
-    )
+    earlier = _already_decided(ctx)
+    promotion: dict[str, Any] = {}
+    if earlier is not None:
+        promotion = earlier
+    elif _promotes(ctx):
+        promoted = promote(ctx)
+        _remember(ctx, promoted)
+        promotion = promoted.summary_fields(ctx.spec.objective.metric)
+    summary = _summary(ctx, promotion)
+    _log_summary(ctx, summary, status)
     ctx.track.end_sweep(ctx.parent_run_id or "", "FINISHED" if status == "finished" else "KILLED")
     ctx.write_state(status)
     write_json(ctx.paths.summary, summary.to_json())
     return summary
+
+
+def _promotes(ctx: Context) -> bool:
+    """Whether the sweep ended in a way that promotes: not interrupted, and the baseline did not fail."""
+    stop = ctx.progress.stop
+    return not ctx.interrupts.pressed and stop is not None and stop.kind is not StopKind.baseline_failed
+
+
+def _summary(ctx: Context, promotion: dict[str, Any]) -> SweepSummary:
+    """The summary of the sweep: its counts, the promotion's fields, importances, drift, fingerprints."""
+    p = ctx.progress
+    # After the promotion gate: its interleaved baselines are the end-of-sweep measurement.
+    drift, flagged = select.drift(p.baselines, threshold=ctx.spec.budget.baseline_drift_threshold)
+    fields: dict[str, Any] = {"champion": None, "promoted": False, **promotion}
+    return SweepSummary(
+        workdir=str(ctx.paths.root), stop_reason=p.stop_text, stop_kind=p.stop.kind if p.stop else None,
+        parent_run_id=ctx.parent_run_id, launched=p.launched, complete=p.complete, failed=p.failed,
+        failures=dict(p.failures), skipped=p.skipped, stopped_by_failure=p.stopped_by_failure, **fields,
+        importances=ctx.study.importances(),
+        baseline_drift=BaselineDrift(max_relative_change=drift, flagged=flagged, baselines=p.baselines),
+        fingerprint_changes=fingerprint_changes(ctx.outcomes))
+
+
+def _log_summary(ctx: Context, summary: SweepSummary, status: str) -> None:
+    """The summary on the parent run: its metrics, tags, results table and figures."""
+    p = ctx.progress
+    confirmed = summary.confirmed.metrics() if summary.confirmed else {}
+    confirmed.update({f"importance_{k}": v for k, v in summary.importances.items()})
+    changed = summary.fingerprint_changes
+    figures = report.figures(ctx.spec, ctx.outcomes, p.baselines)
+    try:
+        ctx.track.log_sweep_summary(
+            ctx.parent_run_id or "", metrics={**report.parent_metrics(summary.to_json(), ctx.outcomes), **confirmed},
+            tags={"sweep.stop_reason": p.stop_text[:250],
+                  "sweep.baseline_drift_flagged": str(summary.baseline_drift.flagged),
+                  "sweep.verdict": summary.outcome.value if summary.outcome else "none",
+                  "sweep.status": status, "sweep.fingerprint_changed": str(bool(changed)),
+                  **({"sweep.fingerprint_changes": "; ".join(changed)[:1000]} if changed else {})},
+            table=report.results_table(ctx.spec, ctx.outcomes, p.baselines), figures=figures)
+    finally:
+        import matplotlib.pyplot as plt  # deferred: report.figures imported it already
+
+        for figure in figures.values():
+            plt.close(figure)  # pyplot keeps every figure it made open: sweeps in one process would pile them up
+
+
+# ------------------------------------------------------------------------------ --resume of a decided sweep
 
 
 _PROMOTION_FIELDS = ("champion", "promoted", "verdict", "outcome", "confirmed", "search_value", "contributions",
@@ -68,157 +275,290 @@ _PROMOTION_FIELDS = ("champion", "promoted", "verdict", "outcome", "confirmed", 
                      "model_version", "env_file", "run_id")
 
 
-def _previous_verdict(ctx: Context) -> dict[str, Any] | None:
-    """Resuming a sweep that already reached a verdict, with nothing new measured since: that verdict,
-    neither measured again nor registered again (None otherwise)."""
-    if not ctx.resume or not ctx.paths.summary.exists():
+def _already_decided(ctx: Context) -> dict[str, Any] | None:
+    """Resuming a sweep that already reached a verdict, with nothing new measured since: that verdict's
+    summary fields, neither measured again nor registered again (None otherwise). The verdict is read
+    from summary.json, or, when that is missing or unreadable, from the study (DECISION_ATTR)."""
+    if not ctx.resume:
         return None
-    try:
-        before = SweepSummary.model_validate_json(ctx.paths.summary.read_text())
-    except ValueError:
-        return None
-    p = ctx.progress
-    if (before.launched, before.complete, before.failed) != (p.launched, p.complete, p.failed):
-        return None
-    rounds = int((before.gate or {}).get("rounds") or 0)
-    decided = before.outcome in (Outcome.promoted, Outcome.unconfirmed, Outcome.not_better) or (
-        before.outcome is Outcome.undecided and rounds >= ctx.spec.promotion.max_rounds)
-    if before.outcome is None or not decided:
+    before = _summary_before(ctx)
+    decided = _decided_in_study(ctx) if before is None else _decided_in_summary(before)
+    if decided is None or not _final(ctx, decided):
         return None  # interrupted, cut short by the wall time, or not registered: confirm (again) now
     log.info("the sweep had already reached its verdict and nothing new was measured: not confirmed or "
-             "registered again (%s)", before.outcome.value)
-    kept = before.model_dump(include=set(_PROMOTION_FIELDS), exclude_unset=True)
+             "registered again (%s)", decided.outcome.value)
+    kept = before.model_dump(include=set(_PROMOTION_FIELDS), exclude_unset=True) if before is not None \
+        else decided.summary_fields()
     kept["verdict"] = (f"already decided before this --resume, nothing measured or registered again: "
-                       f"{before.verdict or before.outcome.value}")
+                       f"{decided.verdict or decided.outcome.value}")
     return kept
 
 
-def promote(ctx: Context) -> dict[str, Any]:
+def _summary_before(ctx: Context) -> SweepSummary | None:
+    """The summary.json of the run before, or None when missing or unreadable."""
+    try:
+        return SweepSummary.model_validate_json(ctx.paths.summary.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _decided_in_summary(before: SweepSummary) -> Decided | None:
+    """The promotion's outcome summary.json holds, or None (no promotion ended there)."""
+    if before.outcome is None:
+        return None
+    return Decided(outcome=before.outcome, verdict=before.verdict or "",
+                   rounds=int((before.gate or {}).get("rounds") or 0), launched=before.launched,
+                   complete=before.complete, failed=before.failed)
+
+
+def _decided_in_study(ctx: Context) -> Decided | None:
+    """The promotion's outcome the study keeps, or None (never decided, or not readable)."""
+    kept = ctx.study.get_attr(DECISION_ATTR)
+    if kept is None:
+        return None
+    try:
+        return Decided.model_validate(kept)
+    except ValidationError:
+        log.warning("the study's %s is not a promotion decision: promoting again", DECISION_ATTR)
+        return None
+
+
+def _final(ctx: Context, decided: Decided) -> bool:
+    """Whether the verdict stands: reached at the counts of now, and not one more rounds could change."""
+    p = ctx.progress
+    if (decided.launched, decided.complete, decided.failed) != (p.launched, p.complete, p.failed):
+        return False
+    return decided.outcome in (Outcome.promoted, Outcome.unconfirmed, Outcome.not_better) or (
+        decided.outcome is Outcome.undecided and decided.rounds >= ctx.spec.promotion.max_rounds)
+
+
+def _remember(ctx: Context, promotion: Promotion) -> None:
+    """Keep the promotion's outcome in the study, which --resume reads when summary.json is unreadable."""
+    if promotion.outcome is None:
+        return  # interrupted: nothing decided
+    p = ctx.progress
+    r = promotion.registered
+    decided = Decided(outcome=promotion.outcome, verdict=promotion.verdict, rounds=promotion.rounds,
+                      model_version=r.model_version if r else None, run_id=r.run_id if r else None,
+                      env_file=r.env_file if r else None, promoted_config=r.promoted_config if r else None,
+                      champion=promotion.champion.summary() if promotion.champion else None,
+                      launched=p.launched, complete=p.complete, failed=p.failed)
+    ctx.study.set_attr(DECISION_ATTR, decided.model_dump(mode="json"))
+
+
+# ------------------------------------------------------------------------------ the pipeline
+
+
+def promote(ctx: Context) -> Promotion:
     """Champion -> sequential interleaved confirmation against the baseline (with the arms that say
-    why it won and at which load) -> verdict -> registry alias -> env file.
-    Returns the summary's promotion fields (outcome, verdict, champion, confirmed, contributions, ...)."""
+    why it won and at which load) -> verdict -> registry alias -> env file."""
+    picked = pick(ctx)
+    if isinstance(picked, Promotion):
+        return picked
+    plan = _plan(ctx)
+    if plan is None:
+        chosen = ungated(ctx, picked)
+        return chosen if isinstance(chosen, Promotion) else register(ctx, picked, chosen)
+    measuring = arms(ctx, picked)
+    measured = _confirm.run_rounds(ctx, list(measuring.arms), plan)
+    gate = decide(ctx, picked, measuring, measured, plan)
+    if isinstance(gate, Promotion):
+        return gate
+    if not gate.passed:
+        log.warning("no promotion: %s", gate.verdict)
+        return Promotion(gate.outcome, gate.verdict, picked, measured.rows, gate, gate.figures)
+    promoted = register(ctx, picked, choose(ctx, measuring, measured, gate, plan))
+    return Promotion(promoted.outcome, promoted.verdict, picked, measured.rows, gate, promoted.confirmed,
+                     promoted.registered)
+
+
+def _constraints(ctx: Context) -> Constraints:
+    return {k: (b.min, b.max) for k, b in ctx.spec.objective.constraints.items()}
+
+
+def _plan(ctx: Context) -> sequential.RoundsPlan | None:
+    """The rounds the confirmation may take; None without a gate (promotion.max_rounds: 0)."""
+    p = ctx.spec.promotion
+    return sequential.RoundsPlan(p.min_rounds, p.max_rounds, p.min_gain) if p.max_rounds else None
+
+
+def pick(ctx: Context) -> Champion | Promotion:
+    """The champion of the search, with the baseline and its MLflow run; or why there is none to promote."""
     spec = ctx.spec
-    metric, direction = spec.objective.metric, spec.objective.direction
-    constraints: dict[str, tuple[float | None, float | None]] = {
-        k: (b.min, b.max) for k, b in spec.objective.constraints.items()}
+    metric = spec.objective.metric
     feasible = [o for o in ctx.outcomes if o.role is TrialRole.search]
-    champion = select.pick_champion(feasible, metric=metric, direction=direction, constraints=constraints)
+    champion = select.pick_champion(feasible, metric=metric, direction=spec.objective.direction,
+                                    constraints=_constraints(ctx))
     baseline = next((o for o in reversed(ctx.outcomes)
                      if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE), None)
     if champion is None or baseline is None:
         why = ("no feasible trial to promote: every trial failed or broke a constraint; see `sweep status` and "
                "widen the space or relax objective.constraints" if champion is None else "no baseline measured")
-        return {"verdict": why, "outcome": Outcome.no_champion}
+        return Promotion(Outcome.no_champion, why)
     run_id = _run_id_of(ctx, champion)
     if run_id is None:
-        return {"outcome": Outcome.no_champion,
-                "verdict": f"not promoted: trial {champion.number} is not in MLflow yet ({ctx.track.pending()} "
-                           f"result(s) wait in the outbox); when MLflow is reachable run `sweep sync` and "
-                           f"{ctx.resume_hint} to promote"}
-    search_value = getattr(champion.metrics, metric)
-    result: dict[str, Any] = {
-        "champion": {"number": champion.number, "params": {k: v for k, v in champion.params.items() if v is not None},
-                     f"search_{metric}": search_value},
-        "search_value": search_value}
-    base_params = sp.baseline_params(spec.space)
-    level = spec.benchmark.concurrency
-    named = _gate_level_named(ctx)
-    if not spec.promotion.max_rounds:
-        base_value = getattr(baseline.metrics, metric)
-        figures = contrib.unconfirmed(search_value, base_value, metric, direction, concurrency=level)
-        at = f" at {contrib.streams(level)}" if named is not None else ""
-        verdict = (f"UNCONFIRMED: promotion.max_rounds is 0, so the search-phase champion is promoted without a "
-                   f"gate: {search_value:.2f} vs baseline {base_value:.2f} {metric}, {figures.gain * 100:+.1f}% from one "
-                   f"measurement each{at}, the best of many (optimistic); set promotion.max_rounds (e.g. 12) to confirm")
-        log.warning(verdict)
-        return result | _register(ctx, champion, champion.params, run_id, figures, verdict, Outcome.unconfirmed,
-                                  "champion")
-    plan = sequential.RoundsPlan(spec.promotion.min_rounds, spec.promotion.max_rounds, spec.promotion.min_gain)
-    arms = _arms(ctx, champion, base_params, constraints)
-    more, counterpart, fixed = _confirm.steps_arms(spec, champion, ctx.outcomes, constraints)
-    arms += more
-    measured = _confirm.run_rounds(ctx, arms, plan)
-    result["confirmations"] = measured.rows
-    if ctx.interrupts.pressed:
-        act_on_interrupts(ctx)
-        return result | {"verdict": f"not promoted: interrupted during the confirmation rounds; {ctx.resume_hint} "
-                                    f"measures them again"}
-    decision = measured.decision
-    if decision is None or decision.evidence is None:
-        failed = sum(1 for r in measured.rows if r["status"] != "COMPLETE")
-        return result | {"outcome": Outcome.undecided,
-                         "verdict": contrib.at_level(
-                             f"undecided: {failed} of {len(measured.rows)} confirmation runs failed, too few rounds "
-                             f"for an interval; see {ctx.paths.root / 'confirm'}", named, metric)}
-    result["gate"] = {"passed": decision.verdict is sequential.Verdict.promoted, "gain": decision.evidence.gain,
-                      "ci_low": decision.evidence.low, "ci_high": decision.evidence.high,
-                      "min_gain": plan.min_gain, "rounds": decision.evidence.rounds}
-    figures = contrib.confirmed(decision.evidence, metric, concurrency=level)
-    speculation = str(champion.params.get("speculative_algorithm") or "speculation").replace("EAGLE3", "EAGLE-3")
-    sole = speculation if contrib.speculates(champion.params) else "NCCL settings"
-    parts = contrib.contributions(measured.values, speculation=speculation, sole_part=sole, direction=direction)
-    # The promotion.concurrency levels; without them, the gate's own level when adaptive and fixed
-    # steps were compared there.
-    listed = sorted(spec.promotion.concurrency) or ([level] if counterpart else [])
-    levels = [contrib.LevelGain(concurrency=c, interval=iv, steps=contrib.steps_gain(
-        measured.values, c, level, counterpart=counterpart, fixed=fixed, direction=direction)
-        if counterpart else None) for c, iv in _levels(ctx, measured, listed)]
-    what = f"{speculation} (with the champion's NCCL settings)" if contrib.speculates(champion.params) \
-        else "the champion"
-    if spec.promotion.concurrency:
-        by_load = contrib.stops_paying(levels, what)
-        after = f"By load: {contrib.stops_paying(levels, what, figures=False)}" if by_load else ""
-    else:
-        levels = [lv for lv in levels if lv.steps is not None]  # the gate's level is there for the steps alone
-        by_load = after = contrib.steps_sentence(levels)
-    result.update(confirmed=figures, contributions=parts, concurrency=levels, concurrency_verdict=by_load or None)
-    why = "; ".join(p.text() for p in parts)
-    others = [lv for lv in levels if lv.concurrency != level]
-    verdict = contrib.verdict_text(decision.message, concurrency=named, metric=metric, others=others, why=why,
-                                   after=after)
-    if decision.verdict is not sequential.Verdict.promoted:
-        verdict_kind = Outcome(decision.verdict.value) if decision.verdict is not None else Outcome.undecided
-        log.warning("no promotion: %s", verdict)
-        return result | {"outcome": verdict_kind, "verdict": verdict}
-    promoted_params, chosen = dict(champion.params), "champion"
-    simpler = contrib.simpler_choice(measured.values, parts, plan, direction=direction)
-    if simpler is not None:
-        chosen, simple_decision = simpler
-        promoted_params = next(a.params for a in arms if a.name == chosen)
-        if simple_decision.evidence is not None:
-            figures = contrib.confirmed(simple_decision.evidence, metric, concurrency=level)
-        left = "speculation" if chosen == "no_speculation" else "the NCCL settings"
-        verdict = (f"promoted the simpler configuration without {left}: it adds nothing significant "
-                   f"({next(p.text() for p in parts if p.b == chosen)}), and without it "
-                   f"{contrib.at_level(simple_decision.message, named, metric)}. Champion: {verdict}")
-    return result | _register(ctx, champion, promoted_params, run_id, figures, verdict, Outcome.promoted, chosen)
+        return Promotion(Outcome.no_champion,
+                         f"not promoted: trial {champion.number} is not in MLflow yet ({ctx.track.pending()} "
+                         f"result(s) wait in the outbox); when MLflow is reachable run `sweep sync` and "
+                         f"{ctx.resume_hint} to promote")
+    return Champion(trial=champion, baseline=baseline, run_id=run_id, metric=metric)
 
 
-def _arms(ctx: Context, champion: TrialOutcome, base_params: dict[str, ParamValue],
-          constraints: dict[str, tuple[float | None, float | None]]) -> list[_confirm.Arm]:
-    """The champion and the baseline (the main pair), the ablations (promotion.explain) and the
-    pair at each other promotion.concurrency level."""
+def ungated(ctx: Context, champion: Champion) -> Choice | Promotion:
+    """Without a gate (promotion.max_rounds: 0): the champion on its one search-phase measurement against
+    the baseline's, promoted as unconfirmed when that shows promotion.min_gain, refused otherwise."""
     spec = ctx.spec
-    level = spec.benchmark.concurrency
-    arms = [_confirm.Arm("champion", dict(champion.params), champion.number, level, main=True),
-            _confirm.Arm("baseline", base_params, -1, level, main=True)]
+    metric, level = champion.metric, spec.benchmark.concurrency
+    value, base_value = champion.search_value, float(getattr(champion.baseline.metrics, metric))
+    figures = contrib.unconfirmed(value, base_value, metric, spec.objective.direction, concurrency=level)
+    at = f" at {contrib.streams(level)}" if _gate_level_named(ctx) is not None else ""
+    measured = (f"{value:.2f} vs baseline {base_value:.2f} {metric}, {figures.gain * 100:+.1f}% from one "
+                f"measurement each{at}")
+    if figures.gain < spec.promotion.min_gain:
+        verdict = (f"not better: promotion.max_rounds is 0, so the search-phase champion is judged without a gate: "
+                   f"{measured}, below the required {spec.promotion.min_gain * 100:+.1f}% (promotion.min_gain); "
+                   f"not promoted; set promotion.max_rounds (e.g. 12) to confirm it in interleaved rounds")
+        log.warning("no promotion: %s", verdict)
+        return Promotion(Outcome.not_better, verdict, champion, confirmed=figures)
+    verdict = (f"UNCONFIRMED: promotion.max_rounds is 0, so the search-phase champion is promoted without a "
+               f"gate: {measured}, the best of many (optimistic); set promotion.max_rounds (e.g. 12) to confirm")
+    log.warning(verdict)
+    return Choice("champion", dict(champion.trial.params), figures, verdict, Outcome.unconfirmed)
+
+
+def arms(ctx: Context, champion: Champion) -> Arms:
+    """The champion and the baseline (the main pair), the ablations (promotion.explain), the pair at each
+    other promotion.concurrency level, and the champion as the other kind of step control."""
+    spec = ctx.spec
+    trial, level = champion.trial, spec.benchmark.concurrency
+    base_params = sp.baseline_params(spec.space)
+    out = [_confirm.Arm("champion", dict(trial.params), trial.number, level, main=True),
+           _confirm.Arm("baseline", base_params, -1, level, main=True)]
     if spec.promotion.explain:
-        set_knobs = {k for k, v in champion.params.items() if v != base_params.get(k)}
-        if contrib.speculates(champion.params) and any(not speculation_knob(k) for k in set_knobs):
-            arms.append(_confirm.Arm("no_speculation", contrib.without_speculation(champion.params, base_params),
-                                     champion.number, level))
-            arms.append(_confirm.Arm("default_communication",
-                                     contrib.with_default_communication(champion.params, base_params),
-                                     champion.number, level))
-        other = contrib.runner_up(ctx.outcomes, champion, metric=spec.objective.metric,
-                                  direction=spec.objective.direction, constraints=constraints)
-        if other is not None:
-            arms.append(_confirm.Arm("runner_up", dict(other.params), other.number, level))
+        out += _ablations(ctx, trial, base_params)
     for c in spec.promotion.concurrency:
         if c != level:
-            arms.append(_confirm.Arm(f"champion@{c}", dict(champion.params), champion.number, c))
-            arms.append(_confirm.Arm(f"baseline@{c}", base_params, -1, c))
-    return arms
+            out.append(_confirm.Arm(f"champion@{c}", dict(trial.params), trial.number, c))
+            out.append(_confirm.Arm(f"baseline@{c}", base_params, -1, c))
+    steps, counterpart, fixed = _confirm.steps_arms(spec, trial, ctx.outcomes, _constraints(ctx))
+    return Arms(arms=tuple(out + steps), counterpart=counterpart, fixed=fixed)
+
+
+def _ablations(ctx: Context, trial: TrialOutcome, base_params: dict[str, ParamValue]) -> list[_confirm.Arm]:
+    """The champion without each of its parts (when it sets both), and the runner-up from another region."""
+    spec = ctx.spec
+    level = spec.benchmark.concurrency
+    out = []
+    set_knobs = {k for k, v in trial.params.items() if v != base_params.get(k)}
+    if contrib.speculates(trial.params) and any(not speculation_knob(k) for k in set_knobs):
+        out.append(_confirm.Arm("no_speculation", contrib.without_speculation(trial.params, base_params),
+                                trial.number, level))
+        out.append(_confirm.Arm("default_communication",
+                                contrib.with_default_communication(trial.params, base_params), trial.number, level))
+    other = contrib.runner_up(ctx.outcomes, trial, metric=spec.objective.metric, direction=spec.objective.direction,
+                              constraints=_constraints(ctx))
+    if other is not None:
+        out.append(_confirm.Arm("runner_up", dict(other.params), other.number, level))
+    return out
+
+
+def decide(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.Measured,
+           plan: sequential.RoundsPlan) -> Gate | Promotion:
+    """The gate's decision on the main pair with its figures, the contributions and the gain per load;
+    or, interrupted or without an interval, the Promotion that says so."""
+    spec = ctx.spec
+    metric, direction = champion.metric, spec.objective.direction
+    named = _gate_level_named(ctx)
+    if ctx.interrupts.pressed:
+        act_on_interrupts(ctx)
+        return Promotion(None, f"not promoted: interrupted during the confirmation rounds; {ctx.resume_hint} "
+                               f"measures them again", champion, measured.rows)
+    decision = measured.decision
+    if decision is None or decision.evidence is None:
+        return Promotion(Outcome.undecided, contrib.at_level(
+            f"undecided: {measured.failed()} of {len(measured.rows)} confirmation runs failed, too few rounds "
+            f"for an interval; see {ctx.paths.root / 'confirm'}", named, metric), champion, measured.rows)
+    speculation = _speculation(champion)
+    sole = speculation if contrib.speculates(champion.trial.params) else "NCCL settings"
+    parts = contrib.contributions(measured.values, speculation=speculation, sole_part=sole, direction=direction)
+    levels, by_load, after = _by_load(ctx, champion, measuring, measured)
+    others = [lv for lv in levels if lv.concurrency != spec.benchmark.concurrency]
+    verdict = contrib.verdict_text(decision.message, concurrency=named, metric=metric, others=others,
+                                   why="; ".join(p.text() for p in parts), after=after)
+    return Gate(decision=decision, evidence=decision.evidence, min_gain=plan.min_gain,
+                figures=contrib.confirmed(decision.evidence, metric, concurrency=spec.benchmark.concurrency),
+                contributions=tuple(parts), levels=tuple(levels), by_load=by_load, verdict=verdict)
+
+
+def _by_load(ctx: Context, champion: Champion, measuring: Arms,
+             measured: _confirm.Measured) -> tuple[list[contrib.LevelGain], str, str]:
+    """The champion's gain at each promotion.concurrency level (without them, the gate's own level when
+    adaptive and fixed steps were compared there), the sentence about them, and what the verdict ends with."""
+    spec = ctx.spec
+    direction, level = spec.objective.direction, spec.benchmark.concurrency
+    counterpart = measuring.counterpart
+    listed = sorted(spec.promotion.concurrency) or ([level] if counterpart else [])
+    levels = [contrib.LevelGain(concurrency=c, interval=iv, steps=contrib.steps_gain(
+        measured.values, c, level, counterpart=counterpart, fixed=measuring.fixed, direction=direction)
+        if counterpart else None) for c, iv in _levels(ctx, measured, listed)]
+    if not spec.promotion.concurrency:
+        levels = [lv for lv in levels if lv.steps is not None]  # the gate's level is there for the steps alone
+        said = contrib.steps_sentence(levels)
+        return levels, said, said
+    what = f"{_speculation(champion)} (with the champion's NCCL settings)" \
+        if contrib.speculates(champion.trial.params) else "the champion"
+    by_load = contrib.stops_paying(levels, what)
+    return levels, by_load, f"By load: {contrib.stops_paying(levels, what, figures=False)}" if by_load else ""
+
+
+def _speculation(champion: Champion) -> str:
+    """The champion's speculation in words ("EAGLE-3")."""
+    return str(champion.trial.params.get("speculative_algorithm") or "speculation").replace("EAGLE3", "EAGLE-3")
+
+
+def choose(ctx: Context, measuring: Arms, measured: _confirm.Measured, gate: Gate,
+           plan: sequential.RoundsPlan) -> Choice:
+    """The configuration to promote after the gate passed: the champion, or the simpler arm without a
+    part that adds nothing significant, when that one passes the gate as well."""
+    spec = ctx.spec
+    simpler = contrib.simpler_choice(measured.values, gate.contributions, plan, direction=spec.objective.direction)
+    champion_params = measuring.params_of("champion")
+    if simpler is None:
+        return Choice("champion", champion_params, gate.figures, gate.verdict, Outcome.promoted)
+    chosen, decision = simpler
+    figures = gate.figures if decision.evidence is None else contrib.confirmed(
+        decision.evidence, spec.objective.metric, concurrency=spec.benchmark.concurrency)
+    left = "speculation" if chosen == "no_speculation" else "the NCCL settings"
+    verdict = (f"promoted the simpler configuration without {left}: it adds nothing significant "
+               f"({next(p.text() for p in gate.contributions if p.b == chosen)}), and without it "
+               f"{contrib.at_level(decision.message, _gate_level_named(ctx), spec.objective.metric)}. "
+               f"Champion: {gate.verdict}")
+    return Choice(chosen, measuring.params_of(chosen), figures, verdict, Outcome.promoted)
+
+
+def register(ctx: Context, champion: Champion, choice: Choice) -> Promotion:
+    """Register the chosen configuration under the alias and write the sweep's champion.env."""
+    spec = ctx.spec
+    trial = champion.trial
+    config = planner.serving_config(
+        spec, choice.params, trial_number=trial.number, run_id=champion.run_id,
+        metrics={**choice.figures.metrics(), f"search_{champion.metric}": champion.search_value},
+        fingerprint_hash=trial.fingerprint_hash)
+    try:
+        version = ctx.track.promote(champion.run_id, model_name=spec.promotion.model_name, serving_config=config,
+                                    alias=spec.promotion.alias,
+                                    description=f"{choice.figures.text()}. {choice.verdict}"[:5000])
+    except TrackingError as exc:
+        log.warning("champion not promoted: %s", exc)
+        return Promotion(Outcome.no_champion, f"{choice.verdict}; but not promoted: {exc}", champion,
+                         confirmed=choice.figures)
+    env_path = ctx.paths.root / "champion.env"
+    write_atomic(env_path, formats.render_for(config.model_copy(update={"model_version": version}), "env"))
+    log.info("promoted trial %d (%s) as %s@%s (version %s): %s", trial.number, choice.name, spec.promotion.model_name,
+             spec.promotion.alias, version, choice.verdict)
+    return Promotion(choice.outcome, choice.verdict, champion, confirmed=choice.figures,
+                     registered=Registered(model_version=version, env_file=str(env_path), run_id=champion.run_id,
+                                           promoted_config=choice.name))
 
 
 def _gate_level_named(ctx: Context) -> int | None:
@@ -244,29 +584,6 @@ def _levels(ctx: Context, measured: _confirm.Measured, listed: list[int]) -> lis
             if interval is not None:
                 out.append((c, interval))
     return out
-
-
-def _register(ctx: Context, champion: TrialOutcome, params: dict[str, ParamValue], run_id: str,
-              figures: contrib.Confirmed, verdict: str, outcome: Outcome, chosen: str) -> dict[str, Any]:
-    """Register the promoted configuration under the alias and write the sweep's champion.env."""
-    spec = ctx.spec
-    config = planner.serving_config(
-        spec, params, trial_number=champion.number, run_id=run_id,
-        metrics={**figures.metrics(), f"search_{spec.objective.metric}": getattr(champion.metrics, spec.objective.metric)},
-        fingerprint_hash=champion.fingerprint_hash)
-    try:
-        version = ctx.track.promote(run_id, model_name=spec.promotion.model_name, serving_config=config.model_dump(),
-                                    alias=spec.promotion.alias, description=f"{figures.text()}. {verdict}"[:5000])
-    except TrackingError as exc:
-        log.warning("champion not promoted: %s", exc)
-        return {"outcome": Outcome.no_champion, "verdict": f"{verdict}; but not promoted: {exc}",
-                "confirmed": figures}
-    env_path = ctx.paths.root / "champion.env"
-    write_atomic(env_path, formats.render_for(config.model_copy(update={"model_version": version}), "env"))
-    log.info("promoted trial %d (%s) as %s@%s (version %s): %s", champion.number, chosen, spec.promotion.model_name,
-             spec.promotion.alias, version, verdict)
-    return {"outcome": outcome, "verdict": verdict, "confirmed": figures, "promoted": True, "model_version": version,
-            "env_file": str(env_path), "run_id": run_id, "promoted_config": chosen}
 
 
 def _run_id_of(ctx: Context, outcome: TrialOutcome) -> str | None:

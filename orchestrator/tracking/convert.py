@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import redact
-from orchestrator.records import FailureKind, TrialOutcome, TrialStatus
+from orchestrator.records import FailureKind, ServingConfig, TrialOutcome, TrialStatus
 
 KIND_TAG = "sweep.kind"
 TRIAL_TAG = "sweep.trial_number"
@@ -173,15 +173,15 @@ def param_diff(new: Mapping[str, str],
     return fresh, ({"sweep.param_mismatch": ",".join(clash)[:TAG_MAX]} if clash else {})
 
 
-def version_tags(config: Mapping[str, Any]) -> dict[str, str]:
+def version_tags(config: ServingConfig) -> dict[str, str]:
     """The tags of a registered serving-config version: trial, experiment, engine, fingerprint
     and `metric.<name>` per metric."""
     return {
-        TRIAL_TAG: str(config["trial_number"]),
-        "sweep.experiment": config["experiment"],
-        "sweep.engine": config["engine"],
-        "sweep.fingerprint_hash": config["fingerprint_hash"],
-        **{f"metric.{k}": number_text(v) for k, v in config["metrics"].items()},
+        TRIAL_TAG: str(config.trial_number),
+        "sweep.experiment": config.experiment,
+        "sweep.engine": config.engine,
+        "sweep.fingerprint_hash": config.fingerprint_hash,
+        **{f"metric.{k}": number_text(v) for k, v in config.metrics.items()},
     }
 
 

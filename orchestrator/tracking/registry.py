@@ -11,9 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import TrackingError
 from orchestrator.records import ServingConfig
@@ -27,26 +26,17 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 
-def serving_config_dict(serving_config: ServingConfig | Mapping[str, Any]) -> dict[str, Any]:
-    """The serving config as the JSON-shaped dict that is stored and exported (a copy)."""
-    if isinstance(serving_config, ServingConfig):
-        return serving_config.model_dump(mode="json")
-    return dict(serving_config)
-
-
-def promote(store: Store, run_id: str, *, model_name: str,
-            serving_config: ServingConfig | Mapping[str, Any], alias: str = "champion",
+def promote(store: Store, run_id: str, *, model_name: str, serving_config: ServingConfig, alias: str = "champion",
             description: str = "") -> str:
     """Register the trial run's serving config as a new model version with `alias`; return the
-    version. Raises ValueError for a config that is not one or belongs to another run, and
-    TrackingError if MLflow is unreachable or refuses."""
-    config = serving_config_dict(serving_config)
-    export.validate_serving_config(config)
+    version. Raises ValueError for a config that belongs to another run or sets a variable no env
+    file can, and TrackingError if MLflow is unreachable or refuses."""
+    export.check_env_names(serving_config)
     if not run_id:
         raise ValueError("promote needs the trial's MLflow run id (Tracker.find_trial finds it)")
-    if config["run_id"] not in ("", run_id):  # "" = not known when the config was built
-        raise ValueError(f"serving config belongs to run {config['run_id']!r}, not to {run_id!r}")
-    config["run_id"] = run_id
+    if serving_config.run_id not in ("", run_id):  # "" = not known when the config was built
+        raise ValueError(f"serving config belongs to run {serving_config.run_id!r}, not to {run_id!r}")
+    config = serving_config.model_copy(update={"run_id": run_id})
     tags = convert.version_tags(config)
     with store.failing_as(f"promote run {run_id} as {model_name!r}@{alias}",
                           "(1) check the tracking server is up, then (2) promote again (the trial "
@@ -56,7 +46,7 @@ def promote(store: Store, run_id: str, *, model_name: str,
         client = store.client()
         with tempfile.TemporaryDirectory(prefix="serving_config-") as tmp:
             (Path(tmp) / "serving_config.json").write_text(
-                json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+                json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n", encoding="utf-8")
             client.log_artifacts(run_id, tmp, "serving_config")
         try:
             client.get_registered_model(model_name)
@@ -83,9 +73,9 @@ def _version_from(client: MlflowClient, model_name: str, run_id: str, source: st
     return max(found, key=lambda v: int(v.version), default=None)
 
 
-def resolve(store: Store, model_name: str, alias: str = "champion") -> dict[str, Any]:
-    """The serving config behind `models:/<model_name>@<alias>` (the dict `export.render` takes),
-    with `model_version` the version the alias points at and `run_id` the version's run.
+def resolve(store: Store, model_name: str, alias: str = "champion") -> ServingConfig:
+    """The serving config behind `models:/<model_name>@<alias>`, with `model_version` the version the
+    alias points at and `run_id` the version's run: where the stored JSON becomes a ServingConfig.
 
     Raises TrackingError naming the store and the fix when the model or alias does not exist,
     the files are missing or not a serving config, or MLflow is unreachable.
@@ -117,11 +107,12 @@ def resolve(store: Store, model_name: str, alias: str = "champion") -> dict[str,
             f"server and its artifact store are reachable."
         ) from e
     try:
-        config = json.loads(text)
-        config["model_version"] = str(version.version)
-        export.validate_serving_config(config)
-        if version.run_id and config["run_id"] != version.run_id:
-            raise ValueError(f"it names run {config['run_id']} but version "
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"it holds a JSON {type(data).__name__}, not an object")
+        config = export.validate_serving_config({**data, "model_version": str(version.version)})
+        if version.run_id and config.run_id != version.run_id:
+            raise ValueError(f"it names run {config.run_id} but version "
                              f"{version.version} was made from run {version.run_id}")
     except (ValueError, TypeError) as e:
         raise TrackingError(
@@ -129,7 +120,7 @@ def resolve(store: Store, model_name: str, alias: str = "champion") -> dict[str,
             f"{store.where()} is not a serving config: {e}. Fix: promote the champion again "
             f"with this version of sglang-sweep."
         ) from e
-    return dict(config)
+    return config
 
 
 def _download_version(store: Store, client: MlflowClient, model_name: str, version: str,

@@ -253,11 +253,9 @@ class Tracker:
 
     # ----------------------------------------------------------------- registry
 
-    def promote(self, run_id: str, *, model_name: str,
-                serving_config: ServingConfig | Mapping[str, Any], alias: str = "champion",
+    def promote(self, run_id: str, *, model_name: str, serving_config: ServingConfig, alias: str = "champion",
                 description: str = "") -> str:
-        """Register the trial run's serving config (a ServingConfig or its dict) as a new model
-        version with `alias`; return the version.
+        """Register the trial run's serving config as a new model version with `alias`; return the version.
 
         The config is uploaded as `serving_config/serving_config.json` on the run and the version's
         source is `runs:/<run_id>/serving_config`. Raises TrackingError if MLflow refuses.
@@ -268,8 +266,8 @@ class Tracker:
         self._outbox.backoff.up()
         return version
 
-    def resolve(self, model_name: str, alias: str = "champion") -> dict[str, Any]:
-        """Fetch the serving config behind `models:/<model_name>@<alias>` as a dict, with
+    def resolve(self, model_name: str, alias: str = "champion") -> ServingConfig:
+        """Fetch the serving config behind `models:/<model_name>@<alias>`, with
         `model_version` and `run_id` from the registry. Raises TrackingError naming the store and
         the fix when the model or alias does not exist or MLflow is unreachable."""
         return registry.resolve(self._store, model_name, alias)

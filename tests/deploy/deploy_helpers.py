@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from orchestrator.records import ServingConfig
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = shutil.which("docker")
 KUBECTL = shutil.which("kubectl")
@@ -39,11 +41,11 @@ ENV = {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216", "NCCL_MIN_NCHANNELS": "0
 PRODUCTION_ENV = {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216", "NCCL_MIN_NCHANNELS": "0"}
 
 
-def make_config(env: dict[str, str] | None = None, args: list[str] | None = None) -> dict[str, Any]:
-    return {"experiment": "demo", "trial_number": 7, "run_id": "abc123", "model_version": "3",
-            "engine": "sglang", "sglang_version": "0.5.23", "params": {}, "env": ENV if env is None else env,
-            "sglang_args": ARGS if args is None else args, "metrics": {"decode_tok_s": 94.0},
-            "fingerprint_hash": "f00d", "created_at": "2026-11-29T00:00:00+00:00"}
+def make_config(env: dict[str, str] | None = None, args: list[str] | None = None) -> ServingConfig:
+    return ServingConfig(experiment="demo", trial_number=7, run_id="abc123", model_version="3",
+                         engine="sglang", sglang_version="0.5.23", params={}, env=ENV if env is None else env,
+                         sglang_args=tuple(ARGS if args is None else args), metrics={"decode_tok_s": 94.0},
+                         fingerprint_hash="f00d", created_at="2026-11-29T00:00:00+00:00")
 
 
 def recorder(tmp_path: Path) -> Path:

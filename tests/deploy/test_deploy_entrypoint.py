@@ -189,7 +189,7 @@ def test_shell_env_file_keeps_working_as_exported_by_export(tmp_path: Path) -> N
     path.write_text(export.render(make_config(), "env"))
     proc, record = run_entrypoint(tmp_path, {"MODEL_PATH": MODEL, "CHAMPION_ENV": str(path)})
     assert proc.returncode == 0, proc.stderr
-    assert record["argv"] == sglang_argv(MODEL, *make_config()["sglang_args"])
+    assert record["argv"] == sglang_argv(MODEL, *make_config().sglang_args)
 
 
 HOSTILE = {"PATH": "EVIL", "LD_PRELOAD": "/tmp/evil.so", "PYTHONPATH": "/tmp/evil-site", "NCCL_PROTO": "LL"}

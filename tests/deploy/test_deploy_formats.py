@@ -22,7 +22,6 @@ from deploy_helpers import (
     make_config,
 )
 
-from orchestrator.records import ServingConfig
 from orchestrator.results import export, formats
 
 # Values that a shell, a quote-processing dotenv reader or a YAML writer would each read differently.
@@ -50,10 +49,10 @@ def test_docker_env_round_trips_literally(value: str) -> None:
     assert args == ["--weird", value, "--tp-size", "8"]
 
 
-def test_docker_env_takes_a_serving_config_model_as_the_dict() -> None:
+def test_docker_env_of_the_config_read_back_from_its_json_is_the_same() -> None:
     config = make_config()
-    model = ServingConfig.model_validate({**config, "sglang_args": tuple(config["sglang_args"])})
-    assert formats.render_for(model, "docker-env") == formats.render_for(config, "docker-env")
+    model = export.validate_serving_config(json.loads(config.model_dump_json()))
+    assert model == config and formats.render_for(model, "docker-env") == formats.render_for(config, "docker-env")
 
 
 @pytest.mark.skipif(DOCKER is None, reason="docker's CLI is not installed (it reads --env-file itself)")
@@ -65,7 +64,7 @@ def test_docker_cli_reads_the_docker_env_file_as_written(tmp_path: Path) -> None
     seen = docker_env_file_environment(path)
     assert seen == formats.parse_docker_env(path.read_bytes().decode())
     env, args = formats.deployment(seen, whole_file=True)
-    assert env == config["env"] and args == config["sglang_args"]
+    assert env == config.env and args == list(config.sglang_args)
 
 
 @pytest.mark.skipif(DOCKER is None, reason="docker's CLI is not installed")
@@ -142,7 +141,7 @@ def test_k8s_manifest_is_a_configmap_whose_data_round_trips() -> None:
     assert doc["metadata"]["annotations"]["sglang-sweep/run-id"] == "abc123"
     data = formats.parse_k8s(text)
     assert data == _variables(config)
-    assert formats.deployment(data, whole_file=True) == (config["env"], config["sglang_args"])
+    assert formats.deployment(data, whole_file=True) == (config.env, list(config.sglang_args))
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")

@@ -40,7 +40,7 @@ def test_a_version_left_without_its_alias_is_reused_not_registered_again(tmp_pat
     assert version == "1"
     assert [str(v.version) for v in client.search_model_versions(f"name = '{MODEL}'")] == ["1"]
     assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
-    assert export.validate_serving_config(tracker.resolve(MODEL)).run_id == run_id
+    assert tracker.resolve(MODEL).run_id == run_id
 
 
 def test_another_run_still_gets_its_own_version(tmp_path: Path, sqlite_store_template: Path) -> None:
@@ -51,4 +51,4 @@ def test_another_run_still_gets_its_own_version(tmp_path: Path, sqlite_store_tem
     assert tracker.promote(first, model_name=MODEL, serving_config=_config(first)) == "1"
     assert tracker.promote(second, model_name=MODEL, serving_config=_config(second)) == "2"
     assert tracker.promote(second, model_name=MODEL, serving_config=_config(second)) == "2"
-    assert export.validate_serving_config(tracker.resolve(MODEL)).run_id == second
+    assert tracker.resolve(MODEL).run_id == second

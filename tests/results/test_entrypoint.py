@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from orchestrator.records import ServingConfig
 from orchestrator.results import export
 
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "docker" / "entrypoint.sh"
@@ -20,13 +21,14 @@ json.dump({{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items()
 """
 
 
-def _config(env: dict[str, str], args: list[str]) -> dict:
-    return {"experiment": "demo", "trial_number": 7, "run_id": "abc123", "model_version": "3",
-            "engine": "sglang", "sglang_version": "0.5.23", "params": {}, "env": env, "sglang_args": args,
-            "metrics": {"decode_tok_s": 94.0}, "fingerprint_hash": "f00d", "created_at": "2026-11-29T00:00:00+00:00"}
+def _config(env: dict[str, str], args: list[str]) -> ServingConfig:
+    return ServingConfig(experiment="demo", trial_number=7, run_id="abc123", model_version="3", engine="sglang",
+                         sglang_version="0.5.23", params={}, env=env, sglang_args=tuple(args),
+                         metrics={"decode_tok_s": 94.0}, fingerprint_hash="f00d",
+                         created_at="2026-11-29T00:00:00+00:00")
 
 
-def _run(tmp_path: Path, config: dict, extra_env: dict[str, str] | None = None, *extra_args: str):
+def _run(tmp_path: Path, config: ServingConfig, extra_env: dict[str, str] | None = None, *extra_args: str):
     env_file = tmp_path / "champion.env"
     env_file.write_text(export.render(config, "env"))
     recorder = tmp_path / "python"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.records import ServingConfig
 from orchestrator.results import export
 
 TRICKY_VALUES = [
@@ -38,7 +39,8 @@ TRICKY_VALUES = [
 ]
 
 
-def make_config(**overrides) -> dict:
+def stored(**overrides) -> dict:
+    """A serving config as its JSON file holds it."""
     config = {
         "experiment": "demo",
         "trial_number": 7,
@@ -62,8 +64,12 @@ def make_config(**overrides) -> dict:
     return config
 
 
-def expected_env(config: dict) -> dict[str, str]:
-    return {**config["env"], export.ARGS_VAR: shlex.join(config["sglang_args"])}
+def make_config(**overrides) -> ServingConfig:
+    return export.validate_serving_config(stored(**overrides))
+
+
+def expected_env(config: ServingConfig) -> dict[str, str]:
+    return {**config.env, export.ARGS_VAR: shlex.join(config.sglang_args)}
 
 
 @pytest.mark.parametrize("value", TRICKY_VALUES)
@@ -79,7 +85,7 @@ def test_sglang_args_round_trip_through_the_env_file(value: str) -> None:
     args = ["--speculative-algorithm", "EAGLE3", "--weird", value]
     config = make_config(sglang_args=args)
     env, parsed_args = export.split_args(export.parse_env(export.render(config, "env")))
-    assert env == config["env"]
+    assert env == config.env
     assert parsed_args == args
 
 
@@ -91,7 +97,7 @@ def test_env_file_layout_header_sorted_then_args_last() -> None:
     body = [line for line in lines if not line.startswith("#")]
     assert lines[: len(header)] == header, "the provenance header comes first"
     joined = "\n".join(header)
-    for needle in ("experiment: demo", "trial: 7", config["run_id"], "model version: 3",
+    for needle in ("experiment: demo", "trial: 7", config.run_id, "model version: 3",
                    "decode_tok_s=181.25", "9f2c1e", "2025-06-01T03:04:05+00:00",
                    "set -a; . champion.env; set +a", "$SGLANG_SWEEP_ARGS"):
         assert needle in joined
@@ -156,7 +162,7 @@ def test_plain_flags_work_with_unquoted_expansion_as_the_header_says(tmp_path: P
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
         capture_output=True, check=True, timeout=30,
     ).stdout.decode().split("\0")[:-1]
-    assert out == config["sglang_args"]
+    assert out == list(config.sglang_args)
 
 
 def test_header_switches_to_eval_when_a_flag_needs_quoting() -> None:
@@ -214,17 +220,27 @@ def test_parse_env_rejects_with_line_number(text: str, message: str) -> None:
     ({"trial_number": True}, "'trial_number' must be int"),
     ({"model_version": 3}, "'model_version' must be str or None"),
 ])
-def test_render_rejects_configs_that_cannot_be_exported(overrides: dict, message: str) -> None:
+def test_a_stored_config_that_cannot_be_exported_is_refused_naming_the_field(overrides: dict, message: str) -> None:
     with pytest.raises(ValueError) as info:
-        export.render(make_config(**overrides), "env")
+        export.render(export.validate_serving_config(stored(**overrides)), "env")
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize(("env", "message"), [
+    ({"NCCL PROTO": "LL"}, "not a valid variable name"), ({"SGLANG_SWEEP_ARGS": "x"}, "reserved"),
+])
+def test_render_refuses_a_variable_no_env_file_can_set(env: dict[str, str], message: str) -> None:
+    config = make_config().model_copy(update={"env": env})
+    for fmt in export.FORMATS:
+        with pytest.raises(ValueError, match=message):
+            export.render(config, fmt)  # type: ignore[arg-type]
+
+
 def test_render_rejects_a_missing_field_and_an_unknown_format() -> None:
-    config = make_config()
+    config = stored()
     del config["fingerprint_hash"]
     with pytest.raises(ValueError, match="missing the field 'fingerprint_hash'"):
-        export.render(config, "json")
+        export.validate_serving_config(config)
     with pytest.raises(ValueError, match="format must be one of env, json, sglang-args"):
         export.render(make_config(), "yaml")  # type: ignore[arg-type]
 
@@ -232,8 +248,9 @@ def test_render_rejects_a_missing_field_and_an_unknown_format() -> None:
 def test_json_is_the_config_sorted_and_round_trips() -> None:
     config = make_config(env={"TRICKY": "$x #y 'z'"})
     text = export.render(config, "json")
-    assert json.loads(text) == config
-    assert text == json.dumps(config, indent=2, sort_keys=True) + "\n"
+    assert json.loads(text) == stored(env={"TRICKY": "$x #y 'z'"})
+    assert text == json.dumps(stored(env={"TRICKY": "$x #y 'z'"}), indent=2, sort_keys=True) + "\n"
+    assert export.validate_serving_config(json.loads(text)) == config
 
 
 def test_sglang_args_format_is_one_shell_line() -> None:

@@ -14,6 +14,7 @@ from orchestrator.records import (
     LaunchPlan,
     MeasurementSummary,
     Metrics,
+    ServingConfig,
     TrialOutcome,
     TrialRole,
     TrialStatus,
@@ -159,8 +160,9 @@ def test_number_text(value: Any, text: str) -> None:
 
 
 def test_version_tags() -> None:
-    config = {"trial_number": 2, "experiment": "demo", "engine": "simulator", "fingerprint_hash": "fp",
-              "metrics": {"decode_tok_s": 160.0, "gain": 0.125}}
+    config = ServingConfig(experiment="demo", trial_number=2, run_id="r", engine="simulator", sglang_version="0.5.23",
+                           params={}, env={}, sglang_args=(), metrics={"decode_tok_s": 160.0, "gain": 0.125},
+                           fingerprint_hash="fp", created_at="2025-06-01T03:04:05+00:00")
     assert convert.version_tags(config) == {
         "sweep.trial_number": "2", "sweep.experiment": "demo", "sweep.engine": "simulator",
         "sweep.fingerprint_hash": "fp", "metric.decode_tok_s": "160", "metric.gain": "0.125"}

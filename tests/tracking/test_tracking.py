@@ -300,7 +300,8 @@ def test_sweep_summary_lands_on_the_parent(tracker: Tracker) -> None:
         (tracker.outbox_dir / "outbox-files").iterdir()), "staged files are cleaned up"
 
 
-def serving_config(run_id: str, trial_number: int, tok_s: float) -> dict:
+def stored_config(run_id: str, trial_number: int, tok_s: float) -> dict:
+    """A serving config as serving_config.json holds it."""
     return {
         "experiment": "demo", "trial_number": trial_number, "run_id": run_id,
         "model_version": None, "engine": "simulator", "sglang_version": "0.5.23",
@@ -309,6 +310,10 @@ def serving_config(run_id: str, trial_number: int, tok_s: float) -> dict:
         "metrics": {"decode_tok_s": tok_s, "speedup_vs_baseline": 1.5},
         "fingerprint_hash": "fp-1234", "created_at": "2025-06-01T03:04:05+00:00",
     }
+
+
+def serving_config(run_id: str, trial_number: int, tok_s: float) -> ServingConfig:
+    return export.validate_serving_config(stored_config(run_id, trial_number, tok_s))
 
 
 def test_promote_then_resolve_through_the_alias(tracker: Tracker, workdir: Path) -> None:
@@ -321,8 +326,8 @@ def test_promote_then_resolve_through_the_alias(tracker: Tracker, workdir: Path)
     first = tracker.promote(runs[0], model_name="demo-serving",
                             serving_config=serving_config(runs[0], 1, 150.0))
     assert first == "1"
-    assert tracker.resolve("demo-serving") == {**serving_config(runs[0], 1, 150.0),
-                                               "model_version": "1"}
+    assert tracker.resolve("demo-serving") == serving_config(runs[0], 1, 150.0).model_copy(
+        update={"model_version": "1"})
     version = client_of(tracker).get_model_version("demo-serving", "1")
     assert version.source == f"runs:/{runs[0]}/serving_config"
 
@@ -331,7 +336,7 @@ def test_promote_then_resolve_through_the_alias(tracker: Tracker, workdir: Path)
                              description="beats trial 1")
     assert second == "2"
     resolved = tracker.resolve("demo-serving", "champion")
-    assert (resolved["model_version"], resolved["trial_number"], resolved["run_id"]) == (
+    assert (resolved.model_version, resolved.trial_number, resolved.run_id) == (
         "2", 2, runs[1])
     version = client_of(tracker).get_model_version("demo-serving", "2")
     assert version.tags["sweep.trial_number"] == "2"
@@ -380,12 +385,11 @@ def test_promote_takes_the_serving_config_model_and_stores_the_same_json(
     tracker.log_trial(parent, write_trial(workdir, 1), run_id=None, extra_metrics={},
                       extra_tags={})
     run_id = tracker.find_trial(parent, 1)
-    as_dict = serving_config(run_id, 1, 150.0)
+    as_dict = stored_config(run_id, 1, 150.0)
     assert tracker.promote(run_id, model_name="demo-serving",
                            serving_config=ServingConfig.model_validate(as_dict)) == "1"
     resolved = tracker.resolve("demo-serving")
-    assert resolved == {**as_dict, "model_version": "1"}
-    assert isinstance(resolved, dict), "export and the CLI take the dict, as before"
+    assert resolved == export.validate_serving_config({**as_dict, "model_version": "1"})
     stored = Path(client_of(tracker).download_artifacts(
         run_id, "serving_config/serving_config.json", str(workdir / "dl")))
     assert json.loads(stored.read_text()) == as_dict
