@@ -128,6 +128,9 @@ class TrialSpec(Frozen):
     seed: int = 0
     sweep_started_at: float = 0.0
     """Shared epoch of the sweep (the simulator's host drift is a function of time since it)."""
+    effective_params: dict[str, ParamValue] = Field(default_factory=dict)
+    """The values the server is launched with (config.eagle.effective: at top-k 1 SGLang forces draft
+    tokens = steps + 1); empty: the same as params. Every record shows these."""
     experiment: Any
     """The validated experiment, a config.SweepSpec (typed Any: a leaf cannot name config's types). It
     pickles through Ray as it is, so a worker needs no files and validates nothing again."""
@@ -138,6 +141,9 @@ class TrialOutcome(Frozen):
 
     number: int
     params: dict[str, ParamValue]
+    """The proposal, as the study holds it."""
+    effective_params: dict[str, ParamValue] = Field(default_factory=dict)
+    """What the server was launched with (TrialSpec.effective_params); empty: the same as params."""
     role: TrialRole = TrialRole.search
     status: TrialStatus
     failure_kind: FailureKind | None = None
@@ -160,6 +166,11 @@ class TrialOutcome(Frozen):
     timings: dict[str, float] = Field(default_factory=dict)
     """Seconds spent per phase: server_start, bench, shutdown, observe."""
     warnings: tuple[str, ...] = ()
+
+
+def launched_params(outcome: TrialOutcome) -> dict[str, ParamValue]:
+    """The knob values a trial's server ran with: what MLflow, results.csv and the report show."""
+    return dict(outcome.effective_params or outcome.params)
 
 
 class ServingConfig(Frozen):

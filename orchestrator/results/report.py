@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.records import TrialOutcome, TrialRole, TrialStatus
+from orchestrator.records import TrialOutcome, TrialRole, TrialStatus, launched_params
 from orchestrator.results import select
 
 _METRIC_COLUMNS = ("decode_tok_s", "output_tok_s", "accept_length", "accept_rate", "verify_ms", "cycle_ms",
@@ -44,7 +44,7 @@ def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome],
             best = value if best is None else (max(best, value) if direction == "maximize" else min(best, value))
         row["best_so_far"] = best
         row["allreduce_path"] = o.allreduce_path
-        row.update({k: ("unset" if v is None else v) for k, v in o.params.items()})
+        row.update({k: ("unset" if v is None else v) for k, v in launched_params(o).items()})
         if spec.objective.secondary:
             row["pareto_front"] = o.number in front
         rows.append(row)

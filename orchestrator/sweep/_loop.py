@@ -78,12 +78,14 @@ def _launch_next(ctx: Context) -> bool:
     number, params, role = proposal.number, proposal.params, TrialRole(proposal.role)
     ask_s = time.perf_counter() - t_ask
     tdir = ctx.paths.trial_dir(number)
-    spec = TrialSpec(number=number, params=params, role=role, repeats=ctx.spec.benchmark.repeats,
+    launched = eagle.effective(params)  # what the server runs: SGLang's forced values filled in
+    spec = TrialSpec(number=number, params=params, effective_params=launched, role=role,
+                     repeats=ctx.spec.benchmark.repeats,
                      trial_dir=str(tdir), seed=ctx.spec.sampler.seed * 100_003 + number,
                      sweep_started_at=ctx.started_at, experiment=ctx.spec)
     tdir.mkdir(parents=True, exist_ok=True)  # spec.json is the trial runner's to write
     t_mlflow = time.perf_counter()
-    run_id = ctx.track.start_trial(ctx.parent_run_id or "", number=number, params=params, role=role.value,
+    run_id = ctx.track.start_trial(ctx.parent_run_id or "", number=number, params=launched, role=role.value,
                                    tags={"sweep.engine": ctx.spec.engine})
     ctx.overhead[number] = {"number": number, "ask_s": ask_s, "mlflow_start_s": time.perf_counter() - t_mlflow}
     ctx.study.set_trial_attrs(number, {"role": role.value, "mlflow_run_id": run_id or "", "trial_dir": str(tdir)})

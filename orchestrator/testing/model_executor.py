@@ -184,7 +184,8 @@ class ModelExecutor:
         (trial_dir / "server.log").write_text(
             "model-backed executor (orchestrator/testing/model_executor.py): no server process was started; "
             "the outcome is the simulator's model of this launch\n", encoding="utf-8")
-        base = TrialOutcome(number=spec.number, params=spec.params, role=spec.role, status=TrialStatus.FAILED,
+        base = TrialOutcome(number=spec.number, params=spec.params, effective_params=spec.effective_params,
+                            role=spec.role, status=TrialStatus.FAILED,
                             trial_dir=str(trial_dir), node=HOST, started_at=started_at, launch=plan,
                             finished_at=started_at)
         return _Trial(self, sweep, spec, plan, base).answer()

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.records import TrialOutcome
+from orchestrator.records import TrialOutcome, launched_params
 from orchestrator.results import report_html
 from orchestrator.tracking import convert
 from orchestrator.tracking._client import Store
@@ -97,7 +97,7 @@ def write_trial(store: Store, parent_run_id: str, outcome: TrialOutcome, run_id:
         run_id = _create_trial(store, parent_run_id, outcome.number, role,
                                convert.tags({TRIAL_DIR_TAG: outcome.trial_dir or None}),
                                started_at=outcome.started_at or None)
-    new_params, clash_tags = convert.param_diff(convert.params(outcome.params), existing or {})
+    new_params, clash_tags = convert.param_diff(convert.params(launched_params(outcome)), existing or {})
     # A fixed timestamp and step make a repeated log of the same outcome a no-op in MLflow.
     when = outcome.finished_at or outcome.started_at or time.time()
     # Step = trial number: MLflow's charts then draw each metric along the sweep.

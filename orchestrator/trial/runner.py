@@ -67,7 +67,8 @@ def run_trial(spec: TrialSpec, *, gpu_ids: list[str] | None = None, node: str = 
         found = runner.found
         status, failure = TrialStatus.FAILED, failed.failure
     outcome = TrialOutcome(
-        number=spec.number, params=spec.params, role=spec.role, trial_dir=str(trial_dir), node=node,
+        number=spec.number, params=spec.params, effective_params=spec.effective_params, role=spec.role,
+        trial_dir=str(trial_dir), node=node,
         started_at=started, status=status,
         failure_kind=failure.kind if failure else None, reason=failure.reason if failure else "",
         log_tail=redact.redact_text(runner.log_tail()) if failure else "",
