@@ -15,9 +15,9 @@ from orchestrator.execute.base import Executor
 from orchestrator.records import ParamValue, TrialOutcome, TrialSpec
 from orchestrator.search.proposal import ProposalPolicy
 from orchestrator.search.study import Study
-from orchestrator.sweep._schedule import ConfirmationPlan
 from orchestrator.sweep._signals import Interrupts
 from orchestrator.sweep._workdir import Paths, without_password, write_json
+from orchestrator.sweep.schedule import ConfirmationPlan
 from orchestrator.sweep.state import Best, Event, StopReason, SweepState
 
 if TYPE_CHECKING:  # the tracker imports MLflow; only its type is needed here
@@ -88,7 +88,7 @@ class Context:
     """Per-trial orchestration timings (bench/orchestration_overhead.py reads overhead.jsonl)."""
     requeued: set[int] = field(default_factory=set)
     reserve: ConfirmationPlan | None = None
-    """The confirmation held back from the search (sweep._schedule), planned before the first launch
+    """The confirmation held back from the search (sweep.schedule), planned before the first launch
     and again as each trial's measured seconds arrive; None until planned."""
 
     def __post_init__(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import select
 from orchestrator.search import space as sp
-from orchestrator.sweep import _schedule
+from orchestrator.sweep import schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._workdir import write_json
 from orchestrator.sweep.state import StopKind, StopReason, TrialFinished
@@ -70,7 +70,7 @@ def should_launch(ctx: Context) -> bool:
 
 def plan_reserve(ctx: Context) -> None:
     """Plan (again) the confirmation held back from the search, from this sweep's measured trials."""
-    ctx.reserve = _schedule.reserve(ctx.spec, ctx.outcomes, wall_s=ctx.timeout_s,
+    ctx.reserve = schedule.reserve(ctx.spec, ctx.outcomes, wall_s=ctx.timeout_s,
                                     slots=ctx.spec.budget.concurrent_trials)
 
 
@@ -81,7 +81,7 @@ def _search_fits(ctx: Context) -> bool:
     if ctx.reserve is None:
         plan_reserve(ctx)
     held = ctx.reserve.seconds if ctx.reserve else 0.0
-    trial_s = _schedule.run_seconds(ctx.spec, ctx.outcomes)(ctx.spec.benchmark.concurrency)
+    trial_s = schedule.run_seconds(ctx.spec, ctx.outcomes)(ctx.spec.benchmark.concurrency)
     return ctx.elapsed() + trial_s + held <= ctx.timeout_s
 
 
