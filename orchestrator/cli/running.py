@@ -94,6 +94,9 @@ def _progress_printer(live: LiveProgress | None = None, line: Status | None = No
             out.print(f"[dim]Ray at {event.address}: {event.gpus:g} GPUs, {event.slots} trial(s) at a time[/]")
         elif isinstance(event, st.ProbeStage):
             out.print(f"[bold]◆ {escape(event.text)}[/]", soft_wrap=True)
+        elif isinstance(event, st.ArmDropped):
+            out.print(f"[yellow]· confirmation: {escape(event.name)} not measured: {escape(event.why)}[/]",
+                      soft_wrap=True)
         elif isinstance(event, st.TrialLaunched):
             knobs = ", ".join(f"{k}={v}" for k, v in event.params.items() if v is not None) or "engine defaults"
             out.print(f"[cyan]▶ trial {event.number:>3}[/] {event.role:<8} {knobs}", soft_wrap=True)

@@ -26,6 +26,7 @@ from orchestrator.config.experiment import SweepSpec
 from orchestrator.execute.base import Finished
 from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialSpec, TrialStatus
 from orchestrator.results import contrib, sequential
+from orchestrator.sweep import schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import WAIT_S, keep_files
 from orchestrator.sweep.state import ConfirmationRun
@@ -128,8 +129,10 @@ def steps_arms(spec: SweepSpec, champion: TrialOutcome, outcomes: list[TrialOutc
 
 
 def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Measured:
-    """Measure the arms round after round until the main pair decides, max_rounds, the wall time
-    (beyond min_rounds: the minimum is always measured) or an interruption."""
+    """Measure the arms round after round until the main pair decides, max_rounds, the wall time or an
+    interruption. A round starts only when it is expected to end inside the wall time (one clock for the
+    night, sweep.schedule): short of time before min_rounds, the other arms stop first and the main pair
+    goes on alone while it fits."""
     direction = ctx.spec.objective.direction
     values: dict[str, dict[int, float]] = {a.name: {} for a in arms}
     rows: list[ConfirmationRow] = []
@@ -137,7 +140,12 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Me
     round_s = _round_s(ctx)
     for i in range(plan.max_rounds):
         open_arms = [a for a in arms if a.main or i < plan.min_rounds]
-        if i >= plan.min_rounds and ctx.elapsed() + round_s(len(open_arms)) > ctx.timeout_s:
+        if ctx.elapsed() + round_s(open_arms) > ctx.timeout_s and len(open_arms) > 2:
+            dropped = [a.name for a in open_arms if not a.main]
+            log.warning("confirmation: round %d measures the main pair only (no time left for %s)", i + 1,
+                        ", ".join(dropped))
+            open_arms = [a for a in open_arms if a.main]
+        if ctx.elapsed() + round_s(open_arms) > ctx.timeout_s:
             stopped = (f"the wall-time budget ({ctx.timeout_s / 60:.0f} min for this run) leaves no time "
                        f"for round {i + 1}")
             break
@@ -156,12 +164,12 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Me
                     rounds=rounds, stopped=stopped)
 
 
-def _round_s(ctx: Context) -> Callable[[int], float]:
-    """How long a round of n arms takes: about as long as the slowest trial of this run (not the first
-    start's, after --resume), times the arms measured one slot after another."""
-    trial_s = max((o.finished_at - o.started_at for o in ctx.outcomes if o.finished_at), default=0.0)
+def _round_s(ctx: Context) -> Callable[[list[Arm]], float]:
+    """How long a round of these arms takes: each arm's expected run at its load (sweep.schedule, from
+    this sweep's measured trials), the arms measured `slots` at a time."""
+    seconds = schedule.run_seconds(ctx.spec, ctx.outcomes)
     slots = max(ctx.executor.idle(), 1)
-    return lambda n: trial_s * -(-n // slots)
+    return lambda arms: sum(seconds(a.concurrency) for a in arms) / slots
 
 
 def _row(ctx: Context, arm: Arm, finished: Finished, i: int, values: dict[str, dict[int, float]]) -> ConfirmationRow:
@@ -222,7 +230,8 @@ def _measure(ctx: Context, order: list[Arm], i: int, of: int) -> Iterator[tuple[
         while pending and executor.idle() > 0 and not ctx.interrupts.pressed:
             arm = pending.pop(0)
             tdir = ctx.paths.confirm_dir(i, arm.name.replace("@", "-c"))
-            spec = TrialSpec(number=arm.number, params=arm.params, role=TrialRole.confirm,
+            spec = TrialSpec(number=arm.number, params=arm.params, effective_params=eagle.effective(arm.params),
+                             role=TrialRole.confirm,
                              repeats=ctx.spec.benchmark.repeats, trial_dir=str(tdir),
                              seed=ctx.spec.sampler.seed * 7919 + i * 64 + order.index(arm),
                              sweep_started_at=ctx.started_at, experiment=at_concurrency(ctx.spec, arm.concurrency))

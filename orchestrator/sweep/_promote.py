@@ -27,10 +27,10 @@ from orchestrator.fsio import write_atomic, write_json
 from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, formats, report, select, sequential
 from orchestrator.search import space as sp
-from orchestrator.sweep import _confirm
+from orchestrator.sweep import _confirm, schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import act_on_interrupts
-from orchestrator.sweep.state import BaselineDrift, Outcome, StopKind, SweepSummary, TrackingWait
+from orchestrator.sweep.state import ArmDropped, BaselineDrift, Outcome, StopKind, SweepSummary, TrackingWait
 from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
 
@@ -78,6 +78,8 @@ class Arms:
     """contrib.ADAPTIVE or FIXED: the kind of step control the champion is compared with ("" when none)."""
     fixed: str
     """The fixed side in words ("fixed 3 steps"), when compared."""
+    dropped: tuple[str, ...] = ()
+    """Arms left out for want of time ("<arm>: <why>", sweep.schedule.plan)."""
 
     def params_of(self, name: str) -> dict[str, ParamValue]:
         return next(dict(a.params) for a in self.arms if a.name == name)
@@ -149,6 +151,8 @@ class Promotion:
     confirmed: contrib.Confirmed | None = None
     """The figures of what the verdict is about (the registered configuration's, when registered)."""
     registered: Registered | None = None
+    not_measured: tuple[str, ...] = ()
+    """Confirmation arms the night's time did not hold ("<arm>: <why>")."""
 
     @property
     def rounds(self) -> int:
@@ -168,6 +172,8 @@ class Promotion:
                        concurrency=list(self.gate.levels), concurrency_verdict=self.gate.by_load or None)
         if self.confirmed is not None:
             out["confirmed"] = self.confirmed
+        if self.not_measured:
+            out["not_measured"] = list(self.not_measured)
         if self.registered is not None:
             r = self.registered
             out.update(promoted=True, model_version=r.model_version, env_file=r.env_file, run_id=r.run_id,
@@ -359,17 +365,42 @@ def promote(ctx: Context) -> Promotion:
     if plan is None:
         chosen = ungated(ctx, picked)
         return chosen if isinstance(chosen, Promotion) else register(ctx, picked, chosen)
-    measuring = arms(ctx, picked)
+    measuring = fitted(ctx, arms(ctx, picked))
+    if not any(a.main for a in measuring.arms):
+        why = "; ".join(measuring.dropped)
+        return Promotion(Outcome.undecided, f"undecided: the night left no time for the confirmation ({why}); "
+                                            f"{ctx.resume_hint} with a longer --timeout confirms it", picked,
+                         not_measured=measuring.dropped)
     measured = _confirm.run_rounds(ctx, list(measuring.arms), plan)
     gate = decide(ctx, picked, measuring, measured, plan)
     if isinstance(gate, Promotion):
         return gate
     if not gate.passed:
         log.warning("no promotion: %s", gate.verdict)
-        return Promotion(gate.outcome, gate.verdict, picked, measured.rows, gate, gate.figures)
+        return Promotion(gate.outcome, gate.verdict, picked, measured.rows, gate, gate.figures,
+                         not_measured=measuring.dropped)
     promoted = register(ctx, picked, choose(ctx, measuring, measured, gate, plan))
     return Promotion(promoted.outcome, promoted.verdict, picked, measured.rows, gate, promoted.confirmed,
-                     promoted.registered)
+                     promoted.registered, not_measured=measuring.dropped)
+
+
+def fitted(ctx: Context, measuring: Arms) -> Arms:
+    """The arms that fit the time left of the night (sweep.schedule.plan: the gate's pair first, then by
+    value), each one left out said in a line; the step comparison dropped with its arms."""
+    spec = ctx.spec
+    planned = schedule.plan([(a.name, a.concurrency, a.main) for a in measuring.arms],
+                            seconds=schedule.run_seconds(spec, ctx.outcomes), left_s=ctx.remaining(),
+                            share_s=ctx.remaining(), min_rounds=spec.promotion.min_rounds,
+                            gate_level=spec.benchmark.concurrency, slots=max(ctx.executor.idle(), 1))
+    kept = {a.name for a in planned.arms}
+    for d in planned.dropped:
+        log.warning("confirmation: %s not measured: %s", d.name, d.why)
+        ctx.emit(ArmDropped(name=d.name, why=d.why))
+    out = tuple(a for a in measuring.arms if a.name in kept)
+    steps_left = any(a.name.split("@")[0] == measuring.counterpart for a in out)
+    return Arms(arms=out, counterpart=measuring.counterpart if steps_left else "",
+                fixed=measuring.fixed if steps_left else "",
+                dropped=tuple(f"{d.name}: {d.why}" for d in planned.dropped))
 
 
 def _constraints(ctx: Context) -> Constraints:

@@ -164,6 +164,8 @@ class SweepSummary(BaseModel):
     """Optuna's parameter importances (fANOVA) over the complete trials, largest first."""
     gate: dict[str, Any] | None = None
     confirmations: list[dict[str, Any]] | None = None
+    not_measured: list[str] = Field(default_factory=list)
+    """Confirmation arms left out because the night's time did not hold them: "<arm>: <why>"."""
     model_version: str | None = None
     env_file: str | None = None
     run_id: str | None = None
@@ -242,5 +244,13 @@ class ProbeStage:
     text: str
 
 
+@dataclass(frozen=True)
+class ArmDropped:
+    """An arm of the confirmation that does not fit the time left of the night, and why."""
+
+    name: str
+    why: str
+
+
 Event = (ExecutorReady | TrialLaunched | TrialSkipped | TrialFinished | TrackingWait | ConfirmationRun | Interrupted
-         | Tick | ProbeStage)
+         | Tick | ProbeStage | ArmDropped)

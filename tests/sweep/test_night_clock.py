@@ -1,0 +1,76 @@
+"""One clock for the night (issue 20): `--timeout` covers the probe, the search and the confirmation.
+The real driver on the model-backed executor at real scale (simulator.time_scale 1: ten-minute trials
+on a virtual clock), so the night's arithmetic is the tool's own, in seconds of test time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from e2e_helpers import demo_experiment, write_experiment
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
+
+from orchestrator.config import experiment as spec_mod
+from orchestrator.sweep import schedule
+from orchestrator.sweep import state as st
+from orchestrator.sweep.driver import Sweep
+from orchestrator.testing import ModelExecutor
+
+
+def real_scale(**overrides: object) -> dict:
+    """The demo experiment as a GPU host would run it: real load times, 16 x 512 tokens per repeat."""
+    return demo_experiment(**{
+        "simulator": {"time_scale": 1.0},
+        "server": {"startup_timeout_s": 1800},
+        "benchmark": {"requests": 16, "input_len": 512, "output_len": 512, "warmup_requests": 2,
+                      "stall_timeout_s": 300},
+        "budget": {"trials": 1000, "concurrent_trials": 1, "trial_timeout_s": 3600},
+        "promotion": {"min_rounds": 3, "max_rounds": 12, "explain": True, "concurrency": [1, 8, 32]},
+        **overrides})
+
+
+def test_a_confirmation_that_would_not_fit_drops_arms_and_the_night_ends_on_time(tmp_path, sqlite_store_template):
+    data = real_scale(name="tight", budget={"trials": 1000, "concurrent_trials": 1, "trial_timeout_s": 3600,
+                                            "wall_time": "3h"})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    night = schedule.night_plan(spec)
+    assert night.fits and night.confirmation.dropped  # the plan already leaves arms out of a 3-hour night
+    wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)
+    executor = ModelExecutor(1)
+    events: list = []
+    summary = Sweep(spec, wd, executor=executor, on_event=events.append).run()
+
+    # The deadline is kept: the whole run, confirmation included, inside --timeout plus one trial's deadline.
+    assert executor.clock.monotonic() <= spec.budget.wall_time + spec.budget.trial_timeout_s
+    assert summary.stop_kind is st.StopKind.wall_time and "held back for the confirmation" in summary.stop_reason
+    # The arms that did not fit are named, with why, on the console (events) and in summary.json.
+    dropped = [e for e in events if isinstance(e, st.ArmDropped)]
+    assert dropped and {e.name for e in dropped} >= {"champion@32", "baseline@32"}
+    saved = json.loads((wd / "summary.json").read_text())
+    assert saved["not_measured"] and all(": " in line for line in saved["not_measured"])
+    measured_arms = {row["who"] for row in saved["confirmations"]}
+    assert {"champion", "baseline"} <= measured_arms and not measured_arms & {e.name for e in dropped}
+    assert summary.outcome is not None  # a verdict, reached inside the night
+    # The search stopped early enough: no search trial ends after the reserve began.
+    reserve = schedule.reserve(spec, [], slots=1).seconds
+    last_search = max(json.loads(p.read_text())["finished_at"] for p in (wd / "trials").glob("*/outcome.json"))
+    epoch = executor.clock.time() - executor.clock.monotonic()
+    assert last_search - epoch <= spec.budget.wall_time - reserve + spec.budget.trial_timeout_s
+
+
+def test_sweep_plan_prints_the_night_and_refuses_one_whose_minimum_cannot_fit(tmp_path):
+    fits = write_experiment(tmp_path, real_scale(name="fits", budget={"wall_time": "8h"}), name="fits.yaml")
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", str(fits), "--limit", "0"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    night = next(line for line in proc.stdout.splitlines() if line.startswith("night: "))
+    assert "probe" in night and "search" in night and "confirmation" in night
+    assert "confirmation: champion at 1 stream(s), 3 round(s)" in proc.stdout
+    too_short = write_experiment(tmp_path, real_scale(name="short", budget={"wall_time": "30m"}), name="short.yaml")
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", str(too_short), "--limit", "0"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "does not fit budget.wall_time" in proc.stdout + proc.stderr
+    assert "lower promotion.min_rounds" in proc.stdout + proc.stderr
