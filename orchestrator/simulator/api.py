@@ -96,6 +96,8 @@ def build(state: ServerState) -> Starlette:
         if state.env.get("SGLANG_RECORD_STEP_TIME") == "1" and engine:
             internal["step_time_dict"] = {k: list(v) for k, v in engine.step_time_dict.items()}
         info = dict(state.args)
+        # As a real 0.5.23 server reports them: the resolved device, and "ready" once up (its /get_server_info).
+        info.update(device=state.args.get("device") or "cuda", status="ready" if state.up else "starting")
         info.update(launch_command=state.launch_command, kv_events=None, startup_time=state.startup_time,
                     internal_states=[internal], version="0.5.23", frontend="python",
                     max_total_num_tokens=engine.max_total_tokens if engine else None)

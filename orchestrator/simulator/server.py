@@ -61,6 +61,30 @@ async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
         return False
 
 
+# uvicorn's own logging config with SGLang's `[%Y-%m-%d %H:%M:%S] ` prefix, as a real 0.5.23 server writes
+# its access lines: `[2026-12-01 22:26:26] INFO:     127.0.0.1:55998 - "GET /health HTTP/1.1" 503 Service
+# Unavailable` (503 until the warm-up request has finished, then 200).
+_UVICORN_LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": "[%(asctime)s] %(levelprefix)s %(message)s",
+                    "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
+        "access": {"()": "uvicorn.logging.AccessFormatter", "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False,
+                   "fmt": '[%(asctime)s] %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'},
+    },
+    "handlers": {
+        "default": {"formatter": "default", "class": "logging.StreamHandler", "stream": "ext://sys.stderr"},
+        "access": {"formatter": "access", "class": "logging.StreamHandler", "stream": "ext://sys.stderr"},
+    },
+    "loggers": {
+        "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
+        "uvicorn.error": {"level": "INFO"},
+        "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
+    },
+}
+
+
 class _Process:
     """The server's own resources that every exit path must release."""
 
@@ -191,7 +215,7 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
     http_level = (args.get("log_level_http") or args.get("log_level") or "info").lower()
     server = _Server(uvicorn.Config(api.build(state), host=args["host"], port=int(args["port"]), lifespan="off",
                                     log_level=http_level, access_log=True, timeout_graceful_shutdown=2,
-                                    timeout_keep_alive=5))
+                                    timeout_keep_alive=5, log_config=_UVICORN_LOGGING))
     async def run_uvicorn() -> int:
         try:
             await server.serve()

@@ -41,6 +41,15 @@ def _launch_record(plan: LaunchPlan, extra_env: dict[str, str]) -> dict[str, Any
     }
 
 
+def _cpu_allreduce_path(tp: int, fingerprint: dict[str, Any]) -> str:
+    """What carries a CPU server's all-reduces: none at TP 1; sgl_kernel's shared-memory all-reduce where its
+    CPU build is installed, else torch.distributed on gloo (sglang/srt/distributed/parallel_state.py,
+    GroupCoordinator.all_reduce: `if input_.is_cpu`). Never NCCL: no GPU takes part."""
+    if tp == 1:
+        return "none"
+    return "shm" if fingerprint.get("sgl_kernel") else "gloo"
+
+
 def _experiment(spec: TrialSpec) -> SweepSpec:
     # Validated once, at the edge (config.load); the trial takes the model as it is.
     if not isinstance(spec.experiment, SweepSpec):
@@ -191,7 +200,8 @@ class _Runner:
             fingerprint=fp,
             fingerprint_hash=observe.fingerprint_hash(fp),
             effective_env=redact.redact_env_tree(observation.model_dump(mode="json")),
-            allreduce_path=allreduce_path(plan.flags, log_text, hardware),
+            allreduce_path=_cpu_allreduce_path(self.sweep.server.tp, fp) if self.sweep.server.device == "cpu"
+            else allreduce_path(plan.flags, log_text, hardware),
         )
         write_json(self.dir / "fingerprint.json", fp)
         if info is not None and info.status_code == 200:
