@@ -12,7 +12,16 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from e2e_helpers import REPO, LoopbackCluster, demo_experiment, marked_processes, sweep, trial_files, write_experiment
+from e2e_helpers import (
+    REPO,
+    LoopbackCluster,
+    demo_experiment,
+    ended_cleanly,
+    marked_processes,
+    sweep,
+    trial_files,
+    write_experiment,
+)
 
 from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
 from orchestrator.search import space as sp
@@ -38,7 +47,7 @@ def test_two_trials_run_at_the_same_time_on_two_nodes(cluster, tmp_path):
     env = {"RAY_AUTH_MODE": "token"}  # the cluster uses Ray's token authentication (its default)
     proc = sweep("run", str(exp), "--workdir", str(wd), "--ray-address", cluster.address, env=env)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    assert ended_cleanly(proc), out
     assert "Traceback" not in out
     assert "16 GPUs, 2 trial(s) at a time" in out
 

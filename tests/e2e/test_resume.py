@@ -18,6 +18,7 @@ import uuid
 import pytest
 from e2e_helpers import (
     demo_experiment,
+    ended_cleanly,
     marked_processes,
     measured,
     mlflow_runs,
@@ -218,7 +219,7 @@ def test_identical_failing_parameters_are_not_measured_again(tmp_path, sqlite_st
         budget={"trials": 8, "concurrent_trials": 2, "max_failure_rate": 0.9},
         promotion={"max_rounds": 0})
     proc, wd, trials = run_to_the_end(tmp_path, sqlite_store_template, data)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ended_cleanly(proc), proc.stdout + proc.stderr
 
     launched = [t for t in trials if not t.attrs.get("skipped")]
     keys = [(t.role, sp.key(t.params)) for t in launched]
@@ -238,7 +239,7 @@ def test_wall_time_budget_stops_launching(tmp_path, sqlite_store_template):
     started = time.monotonic()
     proc = sweep("run", str(exp), "--workdir", str(wd), "--timeout", "30s")
     took = time.monotonic() - started
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ended_cleanly(proc), proc.stdout + proc.stderr
     assert "wall-time budget reached" in proc.stdout
     finished, running = trial_files(wd)
     assert not running and 0 < len(finished) < 40
