@@ -29,6 +29,7 @@ from orchestrator.results import contrib, sequential
 from orchestrator.sweep import schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import WAIT_S, keep_files
+from orchestrator.sweep._record import baseline_measured_at
 from orchestrator.sweep.state import ConfirmationRun
 
 log = logging.getLogger("sweep")
@@ -186,7 +187,7 @@ def _row(ctx: Context, arm: Arm, finished: Finished, i: int, values: dict[str, d
     if value is not None:
         values[arm.name][i] = value
         if arm.name == "baseline":
-            ctx.progress.baselines.append((outcome.finished_at, value))
+            baseline_measured_at(ctx, outcome.finished_at, value)
     return ConfirmationRow(round=i, who=arm.name, status=outcome.status, concurrency=arm.concurrency,
                            value=value, reason=None if value is not None else outcome.reason[:200])
 

@@ -1,5 +1,16 @@
-"""What the sweep's verbs share: the experiment, the work directory, the study, the tracker, the
-executor and the running counters. A plain record; the behaviour lives in the verb modules."""
+"""What the sweep's verbs share, with owners.
+
+- `SweepEnv` (frozen): the experiment, the work directory, the study, the proposal policy, the
+  executor, the clock, the event sink and the budgets, fixed once the sweep is built; no verb can
+  change them (Context exposes them as read-only properties).
+- `Progress`: the counters sweep.json, the console and the summary show, written only by the record
+  verb (`_record`: `launched`, `skipped`, `stop`, `record`, `recovered`...); every other verb reads it.
+  tests/sweep/test_state_owners.py reads the package and fails on a write anywhere else.
+- The flight (`in_flight`, `waiting_for_baseline`, `abort_reason`, `overhead`): the loop's, and the
+  confirmation's while its rounds run.
+- Opened by the driver: the tracker and the parent run; kept by record: the outcomes, the reserve.
+
+The behaviour lives in the verb modules."""
 
 from __future__ import annotations
 
@@ -58,8 +69,10 @@ class InFlight:
     run_id: str | None
 
 
-@dataclass
-class Context:
+@dataclass(frozen=True)
+class SweepEnv:
+    """What the sweep is run with: fixed once built."""
+
     spec: SweepSpec
     paths: Paths
     study: Study
@@ -69,12 +82,17 @@ class Context:
     resume: bool
     policy: ProposalPolicy
     executor: Executor
+    clock: Clock = field(default_factory=RealClock)
+    """The time every verb reads (real, or the model-backed executor's virtual clock)."""
+
+
+@dataclass
+class Context:
+    env: SweepEnv
     tracker: Tracker | None = None
     parent_run_id: str | None = None
     progress: Progress = field(default_factory=Progress)
     interrupts: Interrupts = field(default_factory=Interrupts)
-    clock: Clock = field(default_factory=RealClock)
-    """The time every verb reads (real, or the model-backed executor's virtual clock)."""
     started_at: float = -1.0
     """When the sweep first started (kept across --resume): the simulator's drift epoch, `sweep status`."""
     run_started: float = -1.0
@@ -96,6 +114,46 @@ class Context:
             self.started_at = self.clock.time()
         if self.run_started < 0:
             self.run_started = self.clock.monotonic()
+
+    @property
+    def spec(self) -> SweepSpec:
+        return self.env.spec
+
+    @property
+    def paths(self) -> Paths:
+        return self.env.paths
+
+    @property
+    def study(self) -> Study:
+        return self.env.study
+
+    @property
+    def budget_trials(self) -> int:
+        return self.env.budget_trials
+
+    @property
+    def timeout_s(self) -> float:
+        return self.env.timeout_s
+
+    @property
+    def emit(self) -> Callable[[Event], None]:
+        return self.env.emit
+
+    @property
+    def resume(self) -> bool:
+        return self.env.resume
+
+    @property
+    def policy(self) -> ProposalPolicy:
+        return self.env.policy
+
+    @property
+    def executor(self) -> Executor:
+        return self.env.executor
+
+    @property
+    def clock(self) -> Clock:
+        return self.env.clock
 
     def elapsed(self) -> float:
         """Seconds since this invocation started, on the sweep's clock."""

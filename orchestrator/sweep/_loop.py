@@ -13,7 +13,15 @@ from orchestrator.search import space as sp
 from orchestrator.search.proposal import Proposal, Settled, Settlement
 from orchestrator.sweep._context import Context, InFlight
 from orchestrator.sweep._probe_stage import run_probe_stage
-from orchestrator.sweep._record import abort_in_flight, baseline_measured, record, should_launch
+from orchestrator.sweep._record import (
+    abort_in_flight,
+    baseline_measured,
+    launched,
+    record,
+    should_launch,
+    skipped,
+    stop,
+)
 from orchestrator.sweep.state import Interrupted, StopKind, StopReason, Tick, TrialLaunched, TrialSkipped
 
 log = logging.getLogger("sweep")
@@ -30,13 +38,13 @@ def act_on_interrupts(ctx: Context) -> None:
     for press in ctx.interrupts.new_presses():
         how = ctx.interrupts.how
         if press == 1:
-            ctx.progress.stop = StopReason(StopKind.interrupted, (
+            stop(ctx, StopReason(StopKind.interrupted, (
                 f"interrupted ({how}): no new trials launched, the trials in flight finished; "
-                f"continue with {ctx.resume_hint}"))
+                f"continue with {ctx.resume_hint}")))
         else:
-            ctx.progress.stop = StopReason(StopKind.aborted, (
+            stop(ctx, StopReason(StopKind.aborted, (
                 f"interrupted twice ({how}): the trials in flight were aborted and will be measured "
-                f"again; continue with {ctx.resume_hint}"))
+                f"again; continue with {ctx.resume_hint}")))
             abort_in_flight(ctx, f"aborted by a second {how}")
         ctx.emit(Interrupted(press=press))
 
@@ -62,37 +70,35 @@ def run_loop(ctx: Context) -> None:
 
 def _launch_next(ctx: Context) -> bool:
     """Ask for a point and launch it, or settle it without a launch; False when nothing can be asked."""
-    p = ctx.progress
     t_ask = time.perf_counter()
     running = {sp.key(f.spec.params): f.spec.number for f in ctx.in_flight.values()
                if f.spec.role is TrialRole.search}
     proposal = ctx.policy.next(running)
     if proposal is None:
-        p.stop = StopReason(StopKind.grid_exhausted, "grid exhausted: every feasible point was measured")
+        stop(ctx, StopReason(StopKind.grid_exhausted, "grid exhausted: every feasible point was measured"))
         return False
     if not isinstance(proposal, Proposal):
         log.info("trial %d %s, not launched: %s", proposal.number, proposal.how.value, proposal.detail)
         ctx.emit(TrialSkipped(number=proposal.number, why=_skip_line(proposal)))
         return _skipped(ctx)
-    p.consecutive_skips = 0
     number, params, role = proposal.number, proposal.params, TrialRole(proposal.role)
     ask_s = time.perf_counter() - t_ask
     tdir = ctx.paths.trial_dir(number)
-    launched = eagle.effective(params)  # what the server runs: SGLang's forced values filled in
-    spec = TrialSpec(number=number, params=params, effective_params=launched, role=role,
+    effective = eagle.effective(params)  # what the server runs: SGLang's forced values filled in
+    spec = TrialSpec(number=number, params=params, effective_params=effective, role=role,
                      repeats=ctx.spec.benchmark.repeats,
                      trial_dir=str(tdir), seed=ctx.spec.sampler.seed * 100_003 + number,
                      sweep_started_at=ctx.started_at, experiment=ctx.spec)
     tdir.mkdir(parents=True, exist_ok=True)  # spec.json is the trial runner's to write
     t_mlflow = time.perf_counter()
-    run_id = ctx.track.start_trial(ctx.parent_run_id or "", number=number, params=launched, role=role.value,
+    run_id = ctx.track.start_trial(ctx.parent_run_id or "", number=number, params=effective, role=role.value,
                                    tags={"sweep.engine": ctx.spec.engine})
     ctx.overhead[number] = {"number": number, "ask_s": ask_s, "mlflow_start_s": time.perf_counter() - t_mlflow}
     ctx.study.set_trial_attrs(number, {"role": role.value, "mlflow_run_id": run_id or "", "trial_dir": str(tdir)})
     ctx.overhead[number]["submitted_at"] = ctx.clock.time()
     handle = ctx.executor.submit(spec)
     ctx.in_flight[handle] = InFlight(spec, run_id)
-    p.launched += 1
+    launched(ctx)
     log.info("trial %d launched (%s): %s", number, role.value, {k: v for k, v in params.items() if v is not None})
     ctx.emit(TrialLaunched(number=number, role=role.value, params=params))
     ctx.write_state("running")
@@ -108,13 +114,10 @@ def _skip_line(settled: Settled) -> str:
 
 
 def _skipped(ctx: Context) -> bool:
-    p = ctx.progress
-    p.skipped += 1
-    p.consecutive_skips += 1
-    if p.consecutive_skips >= MAX_SKIPPED_PROPOSALS:
-        p.stop = StopReason(StopKind.space_exhausted,
-                            f"search space exhausted: {MAX_SKIPPED_PROPOSALS} proposals in a row were "
-                            f"infeasible or already measured")
+    if skipped(ctx) >= MAX_SKIPPED_PROPOSALS:
+        stop(ctx, StopReason(StopKind.space_exhausted,
+                             f"search space exhausted: {MAX_SKIPPED_PROPOSALS} proposals in a row were "
+                             f"infeasible or already measured"))
         return False
     return True
 

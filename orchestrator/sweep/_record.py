@@ -45,6 +45,43 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
+# ------------------------------------------------------------------ the progress counters: written here only
+
+def stop(ctx: Context, reason: StopReason) -> None:
+    """Launch nothing more, for `reason` (what sweep.json, the console and the summary show)."""
+    ctx.progress.stop = reason
+
+
+def launched(ctx: Context) -> None:
+    """A trial's server was launched (or, resumed, one the killed driver launched is counted)."""
+    ctx.progress.launched += 1
+    ctx.progress.consecutive_skips = 0
+
+
+def skipped(ctx: Context) -> int:
+    """A proposal was settled without a launch; returns how many in a row."""
+    ctx.progress.skipped += 1
+    ctx.progress.consecutive_skips += 1
+    return ctx.progress.consecutive_skips
+
+
+def baseline_measured_at(ctx: Context, at: float, value: float) -> None:
+    """A measurement of the baseline (a search-phase baseline trial, or a confirmation round)."""
+    ctx.progress.baselines.append((at, value))
+
+
+def recovered(ctx: Context, *, complete: bool, failure_kind: str | None) -> None:
+    """A trial settled by the killed driver, counted again on --resume."""
+    p = ctx.progress
+    if complete:
+        p.complete += 1
+    else:
+        p.failed += 1
+        p.failures[failure_kind or "unknown"] += 1
+    p.launched += 1
+    p.finished += 1
+
+
 def should_launch(ctx: Context) -> bool:
     """Whether another trial may start; on the trial or wall-time budget, say why not (once)."""
     p = ctx.progress

@@ -16,7 +16,7 @@ from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStat
 from orchestrator.search import space as sp
 from orchestrator.search.study import TrialView
 from orchestrator.sweep._context import Context
-from orchestrator.sweep._record import LEARNED_FAILURES, record, update_best
+from orchestrator.sweep._record import LEARNED_FAILURES, baseline_measured_at, launched, record, recovered, update_best
 from orchestrator.sweep._workdir import Paths
 from orchestrator.trial import server as srv
 
@@ -75,7 +75,7 @@ def _recover_running(ctx: Context, t: TrialView) -> None:
     outcome = _read_outcome(tdir / "outcome.json", "it is measured again")
     if outcome is not None:
         log.info("trial %d finished before the driver died; telling it from outcome.json", t.number)
-        ctx.progress.launched += 1
+        launched(ctx)
         record(ctx, outcome, run_id)
         return
     log.info("trial %d was running when the driver died: closing it as interrupted", t.number)
@@ -87,25 +87,20 @@ def _recover_running(ctx: Context, t: TrialView) -> None:
 
 
 def _count_existing(ctx: Context, t: TrialView) -> None:
-    p = ctx.progress
     kind = t.attrs.get("failure_kind")
     if t.attrs.get("skipped") or kind == FailureKind.interrupted.value:
         return
     params = sp.complete(ctx.spec.space, t.params)
     if t.role == TrialRole.baseline.value and t.state == "COMPLETE" and t.values:
-        p.baselines.append(((t.end or 0.0), float(t.values[0])))
+        baseline_measured_at(ctx, t.end or 0.0, float(t.values[0]))
+    recovered(ctx, complete=t.state == "COMPLETE", failure_kind=kind)
     if t.state == "COMPLETE":
-        p.complete += 1
         ctx.policy.remember(params, t.number, t.values or ())
         update_best(ctx, t.number, float(t.values[0]) if t.values else None, t.params, t.role)
     else:
-        p.failed += 1
-        p.failures[kind or "unknown"] += 1
         # A failure the sampler learned from stays one after a resume, so its repeats are told the same way.
         learn = kind in {k.value for k in LEARNED_FAILURES} and t.role == TrialRole.search.value
         ctx.policy.remember(params, t.number, None, learn=learn)
-    p.launched += 1
-    p.finished += 1
     outcome = _read_outcome(ctx.paths.trial_dir(t.number) / "outcome.json",
                             "the study keeps its result, but the report and the champion's pick leave it out")
     if outcome is not None:

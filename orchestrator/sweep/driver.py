@@ -32,7 +32,7 @@ from orchestrator.search import space as sp
 from orchestrator.search.proposal import ProposalPolicy
 from orchestrator.search.study import Study, read_only
 from orchestrator.sweep import _promote, _record, _resume
-from orchestrator.sweep._context import Context, Progress
+from orchestrator.sweep._context import Context, Progress, SweepEnv
 from orchestrator.sweep._loop import run_loop
 from orchestrator.sweep._workdir import Paths, SweepLog, WorkdirLock, default_workdir, write_json
 from orchestrator.sweep.state import Event, ExecutorReady, StopKind, StopReason, SweepState, SweepSummary
@@ -94,10 +94,10 @@ class Sweep:
         study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
         if resume and n_trials is None:
             n_trials = _stored_budget(paths, spec.name)  # --resume continues the original budget (--n-trials included)
-        self.ctx = Context(spec=spec, paths=paths, study=study, budget_trials=n_trials or spec.budget.trials,
-                           timeout_s=timeout_s or spec.budget.wall_time, emit=on_event or (lambda event: None),
-                           resume=resume, policy=ProposalPolicy(study), executor=executor,
-                           clock=executor.clock)
+        self.ctx = Context(SweepEnv(
+            spec=spec, paths=paths, study=study, budget_trials=n_trials or spec.budget.trials,
+            timeout_s=timeout_s or spec.budget.wall_time, emit=on_event or (lambda event: None), resume=resume,
+            policy=ProposalPolicy(study), executor=executor, clock=executor.clock))
         self._lock = WorkdirLock(paths.root)
         self._log = SweepLog(paths.root)
 
@@ -204,7 +204,7 @@ class Sweep:
     def _start_failed(self, reason: str) -> None:
         """sweep.json and the parent run say the start failed, and why (not `running`)."""
         ctx = self.ctx
-        ctx.progress.stop = StopReason(StopKind.start_failed, f"the sweep could not start: {reason}")
+        _record.stop(ctx, StopReason(StopKind.start_failed, f"the sweep could not start: {reason}"))
         ctx.write_state("failed")
         if ctx.tracker is not None and ctx.parent_run_id:
             ctx.tracker.end_sweep(ctx.parent_run_id, "FAILED")
