@@ -134,19 +134,13 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Me
     interruption. A round starts only when it is expected to end inside the wall time (one clock for the
     night, sweep.schedule): short of time before min_rounds, the other arms stop first and the main pair
     goes on alone while it fits."""
-    direction = ctx.spec.objective.direction
     values: dict[str, dict[int, float]] = {a.name: {} for a in arms}
     rows: list[ConfirmationRow] = []
     stopped, rounds = "", 0
     round_s = _round_s(ctx)
     for i in range(plan.max_rounds):
-        open_arms = [a for a in arms if a.main or i < plan.min_rounds]
-        if ctx.elapsed() + round_s(open_arms) > ctx.timeout_s and len(open_arms) > 2:
-            dropped = [a.name for a in open_arms if not a.main]
-            log.warning("confirmation: round %d measures the main pair only (no time left for %s)", i + 1,
-                        ", ".join(dropped))
-            open_arms = [a for a in open_arms if a.main]
-        if ctx.elapsed() + round_s(open_arms) > ctx.timeout_s:
+        open_arms = _fitting_round(ctx, [a for a in arms if a.main or i < plan.min_rounds], round_s, i)
+        if not open_arms:
             stopped = (f"the wall-time budget ({ctx.timeout_s / 60:.0f} min for this run) leaves no time "
                        f"for round {i + 1}")
             break
@@ -156,13 +150,32 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Me
         if ctx.interrupts.pressed:
             stopped = "interrupted during the confirmation rounds"
             break
-        champ, base = _main(values)
-        decision = sequential.decide(champ, base, plan, direction=direction) if len(champ) >= plan.min_rounds \
-            else None
-        if decision is not None and decision.verdict is not None:
+        decision = _decided(ctx, values, plan)
+        if decision is not None:
             return Measured(values=values, rows=tuple(rows), decision=decision, rounds=rounds)
     return Measured(values=values, rows=tuple(rows), decision=_undecided(ctx, values, plan, rounds, stopped),
                     rounds=rounds, stopped=stopped)
+
+
+def _fitting_round(ctx: Context, open_arms: list[Arm], round_s: Callable[[list[Arm]], float], i: int) -> list[Arm]:
+    """The arms of round `i` that fit the time left: all of them, else the main pair alone, else none."""
+    if ctx.elapsed() + round_s(open_arms) <= ctx.timeout_s:
+        return open_arms
+    main = [a for a in open_arms if a.main]
+    if len(main) < len(open_arms):
+        log.warning("confirmation: round %d measures the main pair only (no time left for %s)", i + 1,
+                    ", ".join(a.name for a in open_arms if not a.main))
+    return main if ctx.elapsed() + round_s(main) <= ctx.timeout_s else []
+
+
+def _decided(ctx: Context, values: Mapping[str, Mapping[int, float]],
+             plan: sequential.RoundsPlan) -> sequential.Decision | None:
+    """The gate's decision once min_rounds are in and it reaches a verdict; None to measure on."""
+    champ, base = _main(values)
+    if len(champ) < plan.min_rounds:
+        return None
+    decision = sequential.decide(champ, base, plan, direction=ctx.spec.objective.direction)
+    return decision if decision.verdict is not None else None
 
 
 def _round_s(ctx: Context) -> Callable[[list[Arm]], float]:

@@ -135,7 +135,6 @@ def abort_in_flight(ctx: Context, reason: str) -> None:
 def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: bool = True) -> None:
     """Tell Optuna, then MLflow (or its outbox). `written`: outcome.json holds this outcome already
     (the trial runner wrote it); otherwise, or when the objective is missing, it is written here first."""
-    p = ctx.progress
     tdir = Path(outcome.trial_dir) if outcome.trial_dir else ctx.paths.trial_dir(outcome.number)
     values = objective_values(ctx, outcome) if outcome.status is TrialStatus.COMPLETE else None
     if outcome.status is TrialStatus.COMPLETE and values is None:  # objective missing from a measurement
@@ -148,11 +147,36 @@ def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: 
         write_json(tdir / "outcome.json", outcome.model_dump(mode="json"))
     t_tell = time.perf_counter()
     extra: dict[str, float] = {}
+    _tell(ctx, outcome, values, _attrs(outcome), extra, tdir)
+    if outcome.failure_kind is not FailureKind.interrupted:
+        ctx.progress.finished += 1
+        ctx.outcomes.append(outcome)
+        if outcome.status is TrialStatus.COMPLETE:
+            plan_reserve(ctx)  # measured seconds replace the cost model's
+    tell_s = time.perf_counter() - t_tell
+    t_log = time.perf_counter()
+    ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=run_id or None, extra_metrics=extra,
+                        extra_tags={"sweep.engine": ctx.spec.engine})
+    _keep_overhead(ctx, outcome.number, tell_s=tell_s, mlflow_log_s=time.perf_counter() - t_log)
+    _check_failure_budget(ctx)
+    _maybe_remeasure_baseline(ctx)
+    ctx.emit(TrialFinished(outcome=outcome, speedup=extra.get("speedup_vs_baseline")))
+    ctx.write_state("running")
+
+
+def _attrs(outcome: TrialOutcome) -> dict[str, Any]:
+    """The trial's attributes in the study, with its measured cost (`sweep status` estimates from the
+    real start-up and benchmark times)."""
     attrs: dict[str, Any] = {"role": outcome.role.value, "status": outcome.status.value,
                              "fingerprint_hash": outcome.fingerprint_hash, "node": outcome.node}
-    # The measured cost of this trial, so `sweep status` estimates from real start-up and benchmark times.
     attrs.update({f"{phase}_s": round(float(outcome.timings[phase]), 3)
                   for phase in ("server_start", "bench") if outcome.timings.get(phase) is not None})
+    return attrs
+
+
+def _tell(ctx: Context, outcome: TrialOutcome, values: list[float] | None, attrs: dict[str, Any],
+          extra: dict[str, float], tdir: Path) -> None:
+    """Tell the study: a measurement, an interruption (measured again) or a failure."""
     if values is not None:
         _told_complete(ctx, outcome, values, attrs, extra)
     elif outcome.failure_kind is FailureKind.interrupted:
@@ -164,24 +188,15 @@ def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: 
                     outcome.number, outcome.reason)
     else:
         _told_failed(ctx, outcome, attrs, tdir)
-    if outcome.failure_kind is not FailureKind.interrupted:
-        p.finished += 1
-        ctx.outcomes.append(outcome)
-        if outcome.status is TrialStatus.COMPLETE:
-            plan_reserve(ctx)  # measured seconds replace the cost model's
-    tell_s = time.perf_counter() - t_tell
-    t_log = time.perf_counter()
-    ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=run_id or None, extra_metrics=extra,
-                        extra_tags={"sweep.engine": ctx.spec.engine})
-    timing = ctx.overhead.pop(outcome.number, None)
+
+
+def _keep_overhead(ctx: Context, number: int, **timings: float) -> None:
+    """The trial's orchestration timings, appended to overhead.jsonl (bench/orchestration_overhead.py)."""
+    timing = ctx.overhead.pop(number, None)
     if timing is not None and "dispatch_s" in timing:
-        timing.update(tell_s=tell_s, mlflow_log_s=time.perf_counter() - t_log)
+        timing.update(timings)
         with open(ctx.paths.overhead, "a", encoding="utf-8") as f:
             f.write(json.dumps(timing) + "\n")
-    _check_failure_budget(ctx)
-    _maybe_remeasure_baseline(ctx)
-    ctx.emit(TrialFinished(outcome=outcome, speedup=extra.get("speedup_vs_baseline")))
-    ctx.write_state("running")
 
 
 def _told_complete(ctx: Context, outcome: TrialOutcome, values: list[float], attrs: dict[str, Any],
