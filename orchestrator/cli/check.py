@@ -11,13 +11,18 @@ import typer
 from rich.table import Table
 
 from orchestrator.cli._app import app, err, guard, load_experiment, out
+from orchestrator.config import commplan, knobs
 from orchestrator.config import experiment as spec_mod
+from orchestrator.config.allreduce import CommContext, Host, ModelFacts
 from orchestrator.config.space import check_enumerable
 from orchestrator.errors import UserError
 from orchestrator.probe.settings import planned_settings
 from orchestrator.results import cost
 from orchestrator.results import truth as truth_mod
 from orchestrator.search import space as sp
+from orchestrator.simulator import load_hardware, load_model
+from orchestrator.simulator.profiles import ProfileError
+from orchestrator.sweep import schedule
 from orchestrator.sweep.status import status_report
 from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
@@ -40,8 +45,15 @@ def plan(
     experiment: Path = typer.Argument(..., help="experiment YAML"),
     limit: int = typer.Option(5, "--limit", min=0, help="how many launch commands to show"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of {params, argv, env}"),
+    host: str | None = typer.Option(None, "--host", help="the host to plan for: a hardware profile name "
+                                    "(h200-nvlink-x8, pcie-rtxpro6000-x8, pcie-rtxpro6000-x8-turin) or a "
+                                    "profile file; default: the simulator's profile (engine: simulator)"),
+    arch: str | None = typer.Option(None, "--arch", help="the model's architecture (config.json "
+                                    "architectures[0]); default: the model directory's config.json, else the "
+                                    "simulator's model profile"),
 ) -> None:
-    """Dry run: space size, infeasible combinations and why, the first launch commands. Starts nothing."""
+    """Dry run: space size, infeasible combinations and why, the all-reduce path per message class, the
+    first launch commands. Starts nothing."""
     s = load_experiment(experiment)
     rng = random.Random(s.sampler.seed)
     points = [sp.baseline_params(s.space)]
@@ -59,21 +71,27 @@ def plan(
         print(json.dumps([{"params": p, "argv": list(lp.argv), "env": lp.env} for p, lp in zip(points, plans)],
                          indent=2))
         return
-    total, feasible, reasons = sp.census(s.space)
+    ctx = comm_context(s, host, arch)
+    total, feasible, reasons = sp.census(s.space, ctx)
     out.print(f"[bold]{s.name}[/]: {total} distinct combinations, {feasible} feasible, {total - feasible} infeasible")
     for rule, n in reasons.most_common():
         out.print(f"  {n:>6} infeasible: {rule}")
-    _print_cost(s)
+    for warning in knobs.deprecation_warnings(s.space.params):
+        out.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+    if ctx is not None:
+        _print_comm(s, ctx)
+    _print_cost(s, host)
     swept_env = {n: "" for n in s.space.params if n.startswith(("NCCL_", "SGLANG_"))}
-    hardware = planner.hardware(s)
-    if hardware is None:  # a GPU host: its own topology tells NVLink from PCIe (sweep plan runs on the head)
+    hardware = ctx.host.interconnect if ctx is not None else planner.hardware(s)
+    if hardware is None and ctx is None:  # a GPU host: its own topology tells NVLink from PCIe (sweep plan runs on the head)
         hardware = observe.fingerprint().get("topology")
         if hardware is None and swept_env:
             out.print("[dim]note: no nvidia-smi here, so the interconnect is unknown; on NVLink hosts SGLang's custom "
                       "all-reduce carries decode/verify all-reduces and NCCL variables only matter with "
                       "all_reduce_path: nccl (--disable-custom-all-reduce)[/]", soft_wrap=True)
+    # With the host described, the all-reduce paragraph above says who carries what (the fusion included).
     seen_warnings: set[str] = set(observe.plan_warnings(swept_env, {**s.server.flags, "tp-size": s.server.tp},
-                                                        hardware))
+                                                        hardware, path_known=ctx is not None))
     for w in sorted(seen_warnings):
         out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     for lp in plans:
@@ -87,11 +105,77 @@ def plan(
         out.print(planner.launch_command(lp), soft_wrap=True)
 
 
-def _print_cost(s: spec_mod.SweepSpec) -> None:
-    """`sweep plan`: one trial's expected GPU-time and how many fit the wall time (results.cost)."""
+def host_from_profile(name_or_path: str) -> Host:
+    """The host a hardware profile describes, as the all-reduce resolution needs it."""
+    hw = load_hardware(name_or_path)
+    return Host(name=hw.name, gpu_name=hw.gpu_name, compute_capability=hw.compute_capability
+                if hw.compute_capability != (0, 0) else None,
+                interconnect="nvlink" if hw.interconnect == "nvlink" else "pcie" if hw.interconnect == "pcie" else None,
+                gpus=hw.gpus, nodes=hw.nodes, nvlink_multicast=hw.nvlink_multicast,
+                flashinfer_pcie_ipc=hw.pcie_ipc is not None, default_cuda_graph_max_bs=hw.default_cuda_graph_max_bs)
+
+
+def model_facts(s: spec_mod.SweepSpec, arch: str | None) -> tuple[ModelFacts, str]:
+    """(the model's architecture and width, where they came from): the model directory's config.json when it
+    is readable here, else the simulator's model profile (`--arch` overrides the architecture)."""
+    config = Path(s.server.model) / "config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+        text = data.get("text_config") or data
+        facts = ModelFacts(arch or data["architectures"][0], int(text["hidden_size"]))
+        return facts, str(config)
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        md = load_model(s.simulator.model_profile)
+        return ModelFacts(arch or md.architectures[0], md.hidden_size, md.dtype_bytes), (
+            f"the simulator's model profile {s.simulator.model_profile} ({config} not readable here)")
+
+
+def comm_context(s: spec_mod.SweepSpec, host: str | None, arch: str | None) -> CommContext | None:
+    """What the all-reduce resolution needs: the host (--host, else the simulator's profile), the model,
+    tp and the experiment's fixed flags and environment; None when no host is described."""
+    name = host or (s.simulator.hardware_profile if s.engine == "simulator" else None)
+    if name is None:
+        return None
+    try:
+        facts, _ = model_facts(s, arch)
+        return CommContext(facts, host_from_profile(name), s.server.tp, dict(s.server.flags), dict(s.server.env))
+    except ProfileError as exc:
+        raise UserError(f"--host {name}: {exc}") from None
+
+
+def _print_comm(s: spec_mod.SweepSpec, ctx: CommContext) -> None:
+    """`sweep plan`: which backend carries decode, verify and prefill, and the inert NCCL knobs."""
+    cp = commplan.plan(s, ctx)
+    _, source = model_facts(s, None)
+    out.print(f"[dim]model facts from {source}[/]", soft_wrap=True)
+    for line in commplan.lines(cp, ctx):
+        out.print(line, soft_wrap=True, highlight=False, markup=False)
+    when = commplan.collapse_values(cp)
+    if when is not None:
+        collapsed = sp.collapse_inert(s.space, cp.nccl_knobs, when)
+        total, feasible, _ = sp.census(collapsed, ctx)
+        out.print(f"  collapsed search space: {total} distinct combinations, {feasible} feasible", soft_wrap=True)
+
+
+def _print_cost(s: spec_mod.SweepSpec, host: str | None = None) -> None:
+    """`sweep plan`: one trial's expected GPU-time, the night's schedule (probe, search, each
+    confirmation arm: sweep.schedule) and a refusal when even its minimum does not fit. `--host` names
+    the hardware profile the cost model times (else simulator.hardware_profile)."""
+    if host is not None:
+        s = s.model_copy(update={"simulator": s.simulator.model_copy(update={"hardware_profile": host})})
+    profile_named = "model_profile" in s.simulator.model_fields_set
     for line in cost.plan_lines(s, sp.baseline_params(s.space), probe_settings=planned_settings(s),
-                                profile_named="model_profile" in s.simulator.model_fields_set):
+                                profile_named=profile_named):
         out.print(line, soft_wrap=True)
+    if s.engine == "sglang" and not profile_named:
+        return  # no model profile: the cost of a trial is unknown, and so is the schedule
+    night = schedule.night_plan(s, probe_settings=planned_settings(s))
+    for line in night.lines():
+        out.print(line, soft_wrap=True, highlight=False, markup=False)
+    if not night.fits:
+        raise UserError(f"{s.source or 'the experiment'}: the night's minimum does not fit budget.wall_time "
+                        f"({s.budget.wall_time / 3600:.2f} h): lower promotion.min_rounds, promotion.concurrency "
+                        f"or benchmark.requests / repeats, or raise budget.wall_time")
 
 
 # ---------------------------------------------------------------------------- probe

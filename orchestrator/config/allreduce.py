@@ -95,6 +95,9 @@ TORCH_SYMM_MEM_MAX_BYTES = {9: {2: 64 << 20, 4: 64 << 20, 6: 128 << 20, 8: 128 <
 """0.5.23 `device_communicators/all_reduce_utils.py` TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES (cc major -> world size)."""
 MSCCLPP_WORLD_SIZES = (4, 8, 16, 32, 64)
 """0.5.23 `device_communicators/pymscclpp.py` `_SUPPORTED_WORLD_SIZES`."""
+SPECULATIVE_MAX_RUNNING_REQUESTS = 48
+"""0.5.23 resets an unset --max-running-requests to 48 with speculative decoding; the captured decode
+batches (and so PCIe-IPC's workspace) stop there."""
 DEFAULT_CHUNKED_PREFILL = 8192
 """0.5.23 `arg_groups/memory_hook.py`: --chunked-prefill-size for 90-160 GiB GPUs (H200, RTX PRO 6000)."""
 
@@ -264,7 +267,7 @@ def _decode_rows(flags: Mapping[str, Any], host: Host, draft_tokens: int) -> int
     if str(flags.get("cuda_graph_backend_decode") or "") == "disabled" or _on(flags, "disable_cuda_graph"):
         return PCIE_IPC_FALLBACK_ROWS
     max_bs = flags.get("cuda_graph_max_bs_decode") or flags.get("cuda_graph_max_bs") or host.default_cuda_graph_max_bs
-    running = flags.get("max_running_requests")
+    running = flags.get("max_running_requests") or (SPECULATIVE_MAX_RUNNING_REQUESTS if draft_tokens > 1 else None)
     bs = min(int(max_bs), int(running)) if running else int(max_bs)
     return bs * max(1, draft_tokens)
 

@@ -8,15 +8,25 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from orchestrator.config import eagle
-from orchestrator.config.space import ParamSpec, SearchSpace, complete, is_active, points, weighted_points, when_order
+from orchestrator.config.allreduce import CommContext
+from orchestrator.config.space import (
+    ParamSpec,
+    Scalar,
+    SearchSpace,
+    complete,
+    is_active,
+    points,
+    weighted_points,
+    when_order,
+)
 from orchestrator.records import ParamValue
 
-__all__ = ["baseline_params", "census", "complete", "distribution", "infeasible_reason",
+__all__ = ["baseline_params", "census", "collapse_inert", "complete", "distribution", "infeasible_reason",
            "is_active", "key", "ordered", "points", "random_point"]
 
 
@@ -78,11 +88,12 @@ def _components(space: SearchSpace) -> list[list[str]]:
     return list(groups.values())
 
 
-def census(space: SearchSpace) -> tuple[int, int, Counter[str]]:
+def census(space: SearchSpace, comm: CommContext | None = None) -> tuple[int, int, Counter[str]]:
     """(distinct points, feasible points, infeasible count per rule).
 
     Feasibility only involves the EAGLE knobs, so the space is split into independent groups and
-    only the group holding those knobs is walked value by value; the other groups multiply the counts,
+    only the group holding those knobs is walked value by value (with `comm`, the host known, an
+    all_reduce_backend it cannot take counts as infeasible too); the other groups multiply the counts,
     and values no condition tells apart are counted as one class (config.space.weighted_points).
     """
     total, feasible = 1, 1
@@ -93,7 +104,7 @@ def census(space: SearchSpace) -> tuple[int, int, Counter[str]]:
         sub_reasons: Counter[str] = Counter()
         for p, n in weighted_points(sub, keep=eagle.RULE_KNOBS):
             n_total += n
-            why = eagle.infeasible(p)
+            why = eagle.infeasible(p, comm)
             if why is None:
                 n_feasible += n
             else:
@@ -108,3 +119,16 @@ def census(space: SearchSpace) -> tuple[int, int, Counter[str]]:
 def key(params: Mapping[str, ParamValue]) -> str:
     """A stable identity for a point, to find repeats of failed or measured configurations."""
     return ";".join(f"{k}={params[k]!r}" for k in sorted(params))
+
+
+def collapse_inert(space: SearchSpace, names: Collection[str], when: Mapping[str, Sequence[Scalar]]) -> SearchSpace:
+    """The space with knobs `names` dropped (`when` empty: they change nothing anywhere) or active only under
+    `when` (e.g. the NCCL knobs only at all_reduce_backend nccl, where NCCL carries the messages the
+    objective depends on), so the search spends no trials on dimensions that touch nothing."""
+    params: dict[str, ParamSpec] = {}
+    for name, param in space.params.items():
+        if name not in names:
+            params[name] = param
+        elif when:
+            params[name] = param.model_copy(update={"when": {**param.when, **{k: list(v) for k, v in when.items()}}})
+    return space.model_copy(update={"params": params})

@@ -123,17 +123,19 @@ def plan_warnings(
     hardware: str | None,
     *,
     swept: Iterable[str] | None = None,
+    path_known: bool = False,
 ) -> list[str]:
     """Warnings for `sweep plan` about NCCL variables that will not do what the sweep assumes.
 
     `env` is what a plan sets, `swept` the variable names the search varies (default: every
-    NCCL_* in env). See INTERFACE.md 2.1-2.2.
+    NCCL_* in env). `path_known`: the caller resolved the path per message class itself (config/commplan),
+    so the custom-all-reduce warning, which cannot see the FlashInfer fusion, is left out. See INTERFACE.md 2.1-2.2.
     """
     f = _flags(flags)
     names = sorted(set(swept) if swept is not None else set(env))
     nccl = [n for n in names if n.startswith("NCCL_") and n not in _NCCL_NOT_TUNING]
     warnings = []
-    if nccl and allreduce_path(f, "", hardware) == "custom":
+    if nccl and not path_known and allreduce_path(f, "", hardware) == "custom":
         warnings.append(
             f"{', '.join(nccl)} {'is' if len(nccl) == 1 else 'are'} swept, but on this NVLink host "
             f"SGLang's custom all-reduce carries every all-reduce up to 16 MB, which includes all "
