@@ -52,5 +52,5 @@ def test_resume_with_summary_json_unreadable_registers_nothing_again(tmp_path, s
         out = tmp_path / "c.env"
         result = CliRunner().invoke(cli.app, ["export", "--workdir", str(wd), "-o", str(out)])
         assert result.exit_code == 0, result.output
-        assert f"run {first.run_id}" in result.output
+        assert f"trial {(first.champion or {}).get('number')}, run {first.run_id}" in " ".join(result.output.split())
         assert export.parse_env(out.read_text()) == export.parse_env((wd / "champion.env").read_text())
