@@ -33,13 +33,14 @@ from orchestrator.nccllog import NOT_ECHOED, DeviceLog, env_problems, parse_nccl
 from orchestrator.records import Frozen
 from orchestrator.redact import redact_env, redact_text
 from orchestrator.trial import procs
-from orchestrator.trial.allreduce import allreduce_path, plan_warnings
+from orchestrator.trial.allreduce import allreduce_path, check_backend_applied, plan_warnings
 
 __all__ = ["RANK_WORKER_RULE", "STABLE_FIELDS", "EnvObservation", "NcclRankInfo", "ProcessEnv", "ProcessSnapshot",
-           "allreduce_path", "check_env_applied", "evaluate_env", "fingerprint", "fingerprint_diff", "fingerprint_hash",
+           "allreduce_path", "check_backend_applied", "check_env_applied", "evaluate_env", "fingerprint", "fingerprint_diff", "fingerprint_hash",
            "observe_env", "parse_gpu_query", "parse_nccl_log", "plan_warnings", "rank_from_cmdline", "rank_workers",
            "snapshot_tree"]
-"""allreduce_path and plan_warnings are allreduce.py's, re-exported: the observation reports the path;
+"""allreduce_path, check_backend_applied and plan_warnings are allreduce.py's, re-exported: the observation
+reports the path and fails a trial whose asked-for all-reduce backend SGLang refused or fell back from;
 parse_nccl_log is nccllog.py's (NCCL's line formats are documented there)."""
 
 

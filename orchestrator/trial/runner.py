@@ -207,6 +207,9 @@ class _Runner:
         if info is not None and info.status_code == 200:
             write_json(self.dir / "server_info.json", redact.redact_env_tree(info.json()))
         ok, reason = observe.check_env_applied(requested, observation, nccl)
+        if ok:  # an all_reduce_backend SGLang refused or fell back from, in its own words
+            backend = self.spec.params.get("all_reduce_backend")
+            ok, reason = observe.check_backend_applied(None if backend is None else str(backend), log_text)
         self._timed("observe", time.monotonic() - t0)
         if not ok:
             raise TrialFailed(Failure(FailureKind.env_not_applied, reason))
