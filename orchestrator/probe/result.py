@@ -93,10 +93,11 @@ def read_probe(path: str | Path) -> ProbeResult:
     return ProbeResult.model_validate_json(Path(path).read_text(encoding="utf-8"))
 
 
-def setting_score(rows: Iterable[ProbeRow], sizes: Iterable[ProbeSize]) -> float | None:
-    """Mean latency over the verify sizes (decode when the experiment has no verify sizes), graph
-    mode when measured, else eager; None when any of those rows failed or is missing."""
-    wanted = [s.label for s in sizes if s.kind == "verify"] or [s.label for s in sizes if s.kind == "decode"]
+def setting_score(rows: Iterable[ProbeRow], sizes: Iterable[ProbeSize], kind: str = "verify") -> float | None:
+    """Mean latency over the `kind` sizes (verify; decode when the experiment has no verify sizes),
+    graph mode when measured, else eager; None when any of those rows failed or is missing."""
+    sizes = list(sizes)
+    wanted = [s.label for s in sizes if s.kind == kind] or [s.label for s in sizes if s.kind == "decode"]
     by_key = {(r.size, r.mode): r for r in rows}
     mode: Mode = "graph" if any(m == "graph" for _, m in by_key) else "eager"
     values = []
@@ -117,7 +118,11 @@ class RankedSetting(Frozen):
     relative: float | None
     """score / best score (1.0 = the best)."""
     kept: bool
-    """Within keep_within of the best, or the NCCL defaults (always a candidate)."""
+    """Within keep_within of the best at the verify sizes or at the decode size, or the NCCL defaults
+    (always a candidate)."""
+    decode_relative: float | None = None
+    """Its decode-size latency / the best decode-size latency: a setting that wins where the load is
+    plain decoding (high concurrency, no speculation) is kept even when its verify sizes are slow."""
 
 
 def rank_settings(result: ProbeResult, *, keep_within: float | None = None) -> tuple[RankedSetting, ...]:
@@ -126,17 +131,22 @@ def rank_settings(result: ProbeResult, *, keep_within: float | None = None) -> t
     if keep_within is not None and keep_within < 1.0:
         raise ValueError(f"keep_within is a ratio to the best latency and must be >= 1.0, but got {keep_within}")
     scored = []
+    decode: dict[str, float | None] = {}
     for record in result.settings:
         rows = [r for r in result.rows if r.setting == record.setting]
         score = setting_score(rows, result.sizes) if record.status == "ok" else None
+        decode[record.setting] = setting_score(rows, result.sizes, "decode") if record.status == "ok" else None
         scored.append((record, score))
     scored.sort(key=lambda rs: (rs[1] is None, rs[1] if rs[1] is not None else 0.0, rs[0].setting))
     best = next((s for _, s in scored if s is not None), None)
+    best_decode = min((d for d in decode.values() if d is not None), default=None)
     out = []
     for i, (record, score) in enumerate(scored):
         relative = score / best if score is not None and best else None
-        kept = record.setting == DEFAULTS_LABEL or (
-            relative is not None and (keep_within is None or relative <= keep_within))
+        d = decode[record.setting]
+        decode_relative = d / best_decode if d is not None and best_decode else None
+        kept = record.setting == DEFAULTS_LABEL or any(
+            r is not None and (keep_within is None or r <= keep_within) for r in (relative, decode_relative))
         out.append(RankedSetting(rank=i + 1, setting=record.setting, env=record.env, score_us=score,
-                                 relative=relative, kept=kept))
+                                 relative=relative, kept=kept, decode_relative=decode_relative))
     return tuple(out)

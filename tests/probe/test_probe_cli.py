@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
 from probe_helpers import REPO, write_spec
 
 from orchestrator.probe import read_probe
@@ -74,7 +75,17 @@ def test_plan_prints_one_trials_gpu_time_and_how_many_fit(tmp_path):
     assert "expected GPU-time of one trial" in got.stdout and "load 330 s" in got.stdout
     assert "trial(s) on 2 slot(s)" in got.stdout
     kimi = sweep("plan", str(REPO / "experiments" / "kimi-k2.5-tp8.yaml"), "--limit", "1", cwd=tmp_path)
-    assert kimi.returncode == 0 and "unknown: name a model profile" in kimi.stdout
+    # The shipped real-host experiment names the model profile its schedule is planned with, and fits 8 h.
+    assert kimi.returncode == 0 and "model profile kimi-k2.5" in kimi.stdout
+    night = next(line for line in kimi.stdout.splitlines() if line.startswith("night: "))
+    assert night.startswith("night: 8.00 h = probe") and "does not fit" not in kimi.stdout
+    unnamed = tmp_path / "unnamed.yaml"
+    data = yaml.safe_load((REPO / "experiments" / "kimi-k2.5-tp8.yaml").read_text())
+    data.pop("simulator")
+    data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
+    unnamed.write_text(yaml.safe_dump(data))
+    blind = sweep("plan", str(unnamed), "--limit", "1", cwd=tmp_path)
+    assert blind.returncode == 0 and "unknown: name a model profile" in blind.stdout
     json.loads(sweep("plan", str(REPO / "experiments" / "demo.yaml"), "--json", "--limit", "1", cwd=tmp_path).stdout)
 
 

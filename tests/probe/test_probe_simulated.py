@@ -44,7 +44,11 @@ def test_each_pcie_host_ranks_its_own_tuned_setting_far_ahead_of_the_defaults(tm
     assert winner.items() <= best.env.items()
     defaults = next(r for r in ranking if r.setting == DEFAULTS_LABEL)
     assert defaults.relative > 1.5 and defaults.kept  # far behind, and kept all the same
-    assert all(r.relative <= 1.2 for r in ranking if r.kept and r.setting != DEFAULTS_LABEL)
+    # Kept: the winners at the verify sizes and the winners at the decode size (issue 20: at high
+    # concurrency the load is plain decoding, and its NCCL optimum is not the verify sizes'), no others.
+    for r in ranking:
+        if r.setting != DEFAULTS_LABEL and r.relative is not None:
+            assert r.kept == (r.relative <= 1.2 or (r.decode_relative or 9.9) <= 1.2), r
 
 
 def test_an_injected_nccl_hang_is_recorded_as_a_hang(tmp_path):
