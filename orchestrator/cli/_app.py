@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from orchestrator.config import experiment as spec_mod
 from orchestrator.errors import SweepToolError, UserError
+from orchestrator.sweep._workdir import check_databases
 
 if TYPE_CHECKING:  # the tracker imports MLflow: `status`, `validate` and `plan` must start without it
     from orchestrator.tracking.tracker import Tracker
@@ -87,6 +88,9 @@ def open_tracker(uri: str, experiment: str, outbox_dir: Path) -> Tracker:
     # MLflow is imported by the commands that talk to it only.
     from orchestrator.tracking.tracker import Tracker
 
+    if uri.startswith("sqlite:///"):  # a damaged store: one message instead of SQLAlchemy's traceback
+        db = Path(uri.removeprefix("sqlite:///"))
+        check_databases(db.parent, (db.name,))
     return Tracker(uri, experiment, outbox_dir=outbox_dir)
 
 

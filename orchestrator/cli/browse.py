@@ -13,6 +13,7 @@ import typer
 
 from orchestrator.cli._app import app, guard, open_tracker, out, publish_report, require_free_port, resolve_workdir
 from orchestrator.errors import UserError
+from orchestrator.sweep._workdir import DATABASES, check_databases
 from orchestrator.sweep.status import read_state
 from orchestrator.tracking.convert import trials_view_path
 
@@ -95,6 +96,7 @@ def report(
     from orchestrator.sweep import publish  # deferred: plotly, and MLflow with --mlflow
 
     wd = resolve_workdir(workdir)
+    check_databases(wd, DATABASES if mlflow else ("optuna.db",))  # one message, not SQLAlchemy's traceback
     path, _ = publish.write(wd, output, storage, truth=truth)
     if mlflow:
         publish_report(wd, storage)

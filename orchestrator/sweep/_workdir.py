@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -11,12 +13,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator import redact
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.errors import SweepError
+from orchestrator.errors import StateFileError, SweepError
 from orchestrator.fsio import write_json
 
 log = logging.getLogger("sweep")
 
-__all__ = ["Paths", "SweepLog", "WorkdirLock", "default_workdir", "without_password", "write_json"]
+__all__ = ["DATABASES", "STATE_FILES", "Paths", "SweepLog", "WorkdirLock", "check_databases", "check_state_files",
+           "default_workdir", "without_password", "write_json"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,53 @@ def without_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+DATABASES = ("optuna.db", "mlflow.db")
+"""The sqlite files a work directory may hold (Optuna's study, MLflow's store and registry)."""
+
+
+def check_databases(root: Path, names: tuple[str, ...] = DATABASES) -> None:
+    """StateFileError naming the file and the fix when one of the work directory's sqlite databases exists
+    but cannot be used: a directory, unreadable, not SQLite, damaged (PRAGMA quick_check) or locked."""
+    for name in names:
+        path = root / name
+        if not path.exists():
+            continue
+        if path.is_dir():
+            raise StateFileError(f"{path} is a directory, where the sweep keeps its {_ROLE.get(name, 'database')}; move it away "
+                                 "and restore the file from a backup, or start a new sweep in another --workdir")
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
+                verdict = db.execute("PRAGMA quick_check").fetchone()
+        except sqlite3.Error as exc:
+            verdict = (str(exc),)
+        if verdict and verdict[0] != "ok":
+            text = str(verdict[0]).splitlines()[0][:200]
+            if "locked" in text:
+                raise StateFileError(f"{path} is locked by another process ({text}); wait for the sweep or "
+                                     "command using it to finish, or stop it, and run this again")
+            raise StateFileError(f"{path} is not a readable SQLite database ({text}): it was cut short, "
+                                 f"overwritten or damaged, so the sweep's {_ROLE.get(name, 'database')} cannot be read; restore it "
+                                 "from a backup, or start a new sweep in another --workdir")
+
+
+STATE_FILES = ("sweep.json", "summary.json", "experiment.json", "ray-processes.json", "overhead.jsonl", "sweep.log",
+               "report.html", "champion.env")
+"""Files the driver writes at the top of the work directory (replaced atomically or appended)."""
+
+
+def check_state_files(root: Path) -> None:
+    """StateFileError when a directory (or anything but a file) stands where the driver writes one of its
+    files: the write would fail half-way through the sweep instead."""
+    for name in STATE_FILES:
+        path = root / name
+        if path.exists() and not path.is_file():
+            raise StateFileError(f"{path} is a directory (or not a regular file), where the sweep writes its "
+                                 f"{name}; move it away and run the same command again")
+
+
+_ROLE = {"optuna.db": "study (Optuna)", "mlflow.db": "MLflow runs and registry"}
+
+
 class WorkdirLock:
     """An exclusive flock on <workdir>/.lock, held while the driver runs; the kernel drops it when we die."""
 
@@ -83,6 +133,9 @@ class WorkdirLock:
             self.root.mkdir(parents=True, exist_ok=True)
             self._file = open(self.root / ".lock", "w")  # noqa: SIM115 - held open for the sweep's lifetime
         except OSError as exc:  # a file in the way, a path under a file, /proc, no permission, a full disk
+            if (self.root / ".lock").is_dir():
+                raise SweepError(f"{self.root / '.lock'} is a directory, where the sweep keeps its lock file; "
+                                 "remove it (rmdir) and run the same command again") from None
             what = "is a file, not a directory" if self.root.is_file() else (exc.strerror or str(exc)).lower()
             raise SweepError(f"--workdir {self.root}: cannot be the work directory ({what}); pass a directory "
                              f"you can write to, e.g. --workdir runs/NAME") from None
@@ -93,6 +146,12 @@ class WorkdirLock:
             self._file = None
             raise SweepError(f"{self.root}: another `sweep run` is using this work directory; "
                              f"wait for it, or pass --workdir to start a separate sweep") from None
+        try:
+            check_state_files(self.root)
+            check_databases(self.root)  # before anything reads them: one message, not SQLAlchemy's traceback
+        except StateFileError:
+            self.release()
+            raise
 
     def release(self) -> None:
         if self._file is not None:

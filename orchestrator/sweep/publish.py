@@ -82,7 +82,7 @@ def outcomes(workdir: Path) -> list[TrialOutcome]:
     found = []
     for path in sorted((workdir / "trials").glob("*/outcome.json")):
         try:
-            found.append(TrialOutcome.model_validate_json(path.read_text()))
+            found.append(TrialOutcome.model_validate_json(path.read_bytes()))
         except (ValidationError, OSError) as exc:
             log.warning("%s not read: %s", path, str(exc).splitlines()[0][:200])
     return sorted(found, key=lambda o: o.number)

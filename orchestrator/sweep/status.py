@@ -19,7 +19,7 @@ from orchestrator.errors import StateFileError, SweepError
 from orchestrator.records import ParamValue, TrialRole
 from orchestrator.results import cost
 from orchestrator.search.study import read_only
-from orchestrator.sweep._workdir import Paths
+from orchestrator.sweep._workdir import Paths, check_databases
 from orchestrator.sweep.state import (
     ConfirmationRun,
     Event,
@@ -134,7 +134,10 @@ def read_state(workdir: Path) -> SweepState:
     except ValidationError as exc:
         raise StateFileError(f"{path} is not a sweep state file ({exc.errors()[0]['msg']}); it was cut short or "
                          "overwritten: `sweep run --resume` with the same experiment writes it again") from None
-    return relocated(state, Path(workdir))
+    state = relocated(state, Path(workdir))
+    if state.optuna_storage == f"sqlite:///{Path(workdir).resolve() / 'optuna.db'}" or not state.optuna_storage:
+        check_databases(Path(workdir), ("optuna.db",))
+    return state
 
 
 _OWN_FILES = {"optuna_storage": "optuna.db", "tracking_uri": "mlflow.db"}
