@@ -30,7 +30,7 @@ from orchestrator.config.allreduce import Backend
 from orchestrator.search import space as sp
 
 KIMI = Path(__file__).resolve().parents[2] / "experiments" / "kimi-k2.5-tp8.yaml"
-NCCL_KNOBS = "NCCL_PROTO, NCCL_ALGO, NCCL_MAX_NCHANNELS, NCCL_BUFFSIZE, NCCL_NTHREADS, NCCL_P2P_LEVEL"
+NCCL_KNOBS = "NCCL_PROTO, NCCL_ALGO, NCCL_MAX_CTAS, NCCL_BUFFSIZE, NCCL_NTHREADS, NCCL_P2P_LEVEL"
 
 
 def plan_text(host: str) -> str:
@@ -69,10 +69,24 @@ def test_pcie_hosts_nccl_carries_everything_and_pcie_ipc_is_offered(host):
         assert f"    {refused}" not in text
 
 
-def test_deprecated_names_warn_in_the_plan():
+def test_deprecated_names_warn_in_the_plan(tmp_path: Path):
+    """NCCL 2.28+ documents NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS as deprecated for NCCL_MAX_CTAS /
+    NCCL_MIN_CTAS: search_spaces/nccl.yaml uses the new name, an old space still loads, with a warning."""
     text = plan_text("h200-nvlink-x8")
-    assert "warning: NCCL_MAX_NCHANNELS is deprecated since NCCL 2.28 in favour of NCCL_MAX_CTAS" in text
     assert "warning: all_reduce_path is deprecated: use all_reduce_backend" in text
+    assert "NCCL_MAX_NCHANNELS is deprecated" not in text  # nccl.yaml uses NCCL_MAX_CTAS
+    old = tmp_path / "old.yaml"
+    old.write_text(KIMI.read_text(encoding="utf-8").replace(
+        "  - ../search_spaces/nccl.yaml\n", f"  - {tmp_path / 'nccl-old.yaml'}\n"), encoding="utf-8")
+    nccl = (KIMI.parents[1] / "search_spaces" / "nccl.yaml").read_text(encoding="utf-8")
+    (tmp_path / "nccl-old.yaml").write_text(nccl.replace("NCCL_MAX_CTAS:     ", "NCCL_MAX_NCHANNELS:"), encoding="utf-8")
+    (tmp_path / "eagle3.yaml").write_text((KIMI.parents[1] / "search_spaces" / "eagle3.yaml").read_text(), encoding="utf-8")
+    old.write_text(old.read_text(encoding="utf-8").replace("../search_spaces/eagle3.yaml", str(tmp_path / "eagle3.yaml")),
+                   encoding="utf-8")
+    result = CliRunner().invoke(app, ["plan", str(old), "--host", "h200-nvlink-x8", "--limit", "0"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert ("warning: NCCL_MAX_NCHANNELS is deprecated since NCCL 2.28 in favour of NCCL_MAX_CTAS (when both are "
+            "set the more restrictive wins); it still works") in result.output
 
 
 def test_nccl_knobs_are_searched_only_where_nccl_carries_the_objective():

@@ -39,7 +39,7 @@ def test_the_prefill_chunk_is_capped_by_the_chunked_prefill_flag(tmp_path):
 
 def test_nccl_dimensions_of_the_demo_space(demo_spec):
     dims = nccl_dimensions(demo_spec)
-    assert set(dims) == {"NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS",
+    assert set(dims) == {"NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_CTAS", "NCCL_BUFFSIZE", "NCCL_NTHREADS",
                          "NCCL_P2P_LEVEL"}
     assert all(values[0] is None for values in dims.values())
     assert space_size(dims) == 3456

@@ -86,3 +86,14 @@ def test_the_sglang_lines_the_simulator_writes():
     texts = [t for _, _, t in pcie.comm.lines]
     assert "FlashInfer PCIe-IPC all-reduce enabled (world=8, workspace sized on first reduction)" in texts
     assert "FlashInfer PCIe-IPC workspace built (world=8, max_numel=1146880, hidden=7168)" in texts  # 160 x 7168
+
+
+def test_nccl_max_ctas_is_nccl_max_nchannels_and_the_more_restrictive_wins():
+    """NCCL 2.28+ names NCCL_MAX_CTAS / NCCL_MIN_CTAS for the deprecated *_NCHANNELS; both set: the more
+    restrictive (smaller maximum, larger minimum) wins."""
+    hw = load_hardware("pcie-rtxpro6000-x8")
+    old, new = evaluate({"NCCL_MAX_NCHANNELS": "2"}, hw, KIMI), evaluate({"NCCL_MAX_CTAS": "2"}, hw, KIMI)
+    assert old.decode_tok_s == new.decode_tok_s and old.nccl_channels == new.nccl_channels
+    both = evaluate({"NCCL_MAX_NCHANNELS": "16", "NCCL_MAX_CTAS": "2"}, hw, KIMI)
+    assert both.nccl_channels == old.nccl_channels
+    assert NcclSettings.from_env({"NCCL_MIN_NCHANNELS": "4", "NCCL_MIN_CTAS": "8"}).min_channels == 8
