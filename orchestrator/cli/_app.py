@@ -114,13 +114,17 @@ def require_free_port(host: str, port: int) -> None:
                             f"`sweep ui`?) listens there. Fix: stop it, or pass --port with a free port") from None
 
 
-def check_output(output: Path) -> None:
+def check_output(output: Path, example: str = "champion.env") -> None:
     """UserError unless `output` names a file that can be written in an existing folder (checked first,
     so a mistyped -o fails before MLflow is asked)."""
     if output.is_dir():
-        raise UserError(f"-o {output}: is a directory; name the file to write, e.g. -o {output / 'champion.env'}")
+        raise UserError(f"-o {output}: is a directory; name the file to write, e.g. -o {output / example}")
     folder = output.parent
     if not folder.is_dir():
+        above = next((p for p in folder.parents if p.exists()), None) if not folder.exists() else folder
+        if above is not None and above.exists() and not above.is_dir():
+            raise UserError(f"-o {output}: {above} is a file, not a folder; name a file in a folder, e.g. "
+                            f"-o {above.parent / output.name}")
         raise UserError(f"-o {output}: the folder {folder} does not exist; create it or write elsewhere")
     if not os.access(folder, os.W_OK) or (output.exists() and not output.is_file()):
         raise UserError(f"-o {output}: cannot write there; name a regular file in a folder you can write to")

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.cli._app import app, guard, open_tracker, out, publish_report, require_free_port, resolve_workdir
+from orchestrator.cli._app import (
+    app,
+    check_output,
+    guard,
+    open_tracker,
+    out,
+    publish_report,
+    require_free_port,
+    resolve_workdir,
+)
 from orchestrator.errors import UserError
 from orchestrator.sweep._workdir import DATABASES, check_databases
 from orchestrator.sweep.status import read_state
@@ -95,6 +104,8 @@ def report(
     """One self-contained HTML page: which configuration won, by how much, and why."""
     from orchestrator.sweep import publish  # deferred: plotly, and MLflow with --mlflow
 
+    if output is not None:
+        check_output(output, "report.html")  # a directory or a missing folder: one message before any work
     wd = resolve_workdir(workdir)
     check_databases(wd, DATABASES if mlflow else ("optuna.db",))  # one message, not SQLAlchemy's traceback
     path, _ = publish.write(wd, output, storage, truth=truth)

@@ -185,7 +185,7 @@ def _print_cost(s: spec_mod.SweepSpec, host: str | None = None) -> None:
 @guard
 def truth(
     experiment: Path = typer.Argument(..., help="experiment YAML (engine: simulator)"),
-    top: int = typer.Option(10, "--top", help="how many of the best points to list"),
+    top: int = typer.Option(10, "--top", min=1, max=10_000, help="how many of the best points to list (1-10000)"),
     workdir: Path | None = typer.Option(None, "--workdir", help="also rank this sweep's best trial"),
 ) -> None:
     """Evaluate the simulator's noise-free model on every feasible point: the true optimum and ranks."""

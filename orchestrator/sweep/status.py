@@ -192,7 +192,8 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
     best = max(searched, key=lambda t: sign * t.values[0] if t.values else 0.0, default=None)
     baselines = [(t.end or 0.0, t.values[0]) for t in complete if t.role == TrialRole.baseline.value and t.values]
     budget = state.budget_trials
-    elapsed = (state.updated_at if state.status != "running" else time.time()) - state.started_at
+    # A clock stepped back (NTP, another host's sweep.json) must not show negative time or ETA.
+    elapsed = max((state.updated_at if state.status != "running" else time.time()) - state.started_at, 0.0)
     eta = None
     phase = phase_of(workdir, state.status)
     remaining = None
