@@ -10,6 +10,8 @@ from e2e_helpers import chain_experiment
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 from test_loop import run_sweep
 
+from orchestrator.execute.inline import InlineExecutor
+
 
 def _experiment(tmp_path: Path) -> dict:
     # About x0.97 at 1 stream and x1.05 at 8 for adaptive against the fixed 3 steps.
@@ -18,7 +20,8 @@ def _experiment(tmp_path: Path) -> dict:
 
 
 def test_the_verdict_says_per_level_whether_adaptive_beats_the_fixed_count(tmp_path, sqlite_store_template):
-    wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, _experiment(tmp_path))
+    # Real simulator servers (the inline executor): the server's own adaptive-steps line is checked below.
+    wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, _experiment(tmp_path), inner=InlineExecutor(2))
     assert summary.champion is not None and summary.champion["params"]["speculative_num_steps"] == 3
     levels = {lv.concurrency: lv.steps for lv in summary.concurrency}
     assert set(levels) == {1, 8} and all(g is not None and g.fixed == "fixed 3 steps" for g in levels.values()), \
