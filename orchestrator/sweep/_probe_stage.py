@@ -196,33 +196,74 @@ PLOTTED = 4
 """Settings drawn in the probe's latency plot besides the NCCL defaults."""
 
 
-def probe_log(result: ProbeResult, ranked: tuple[RankedSetting, ...], *, keep_within: float) -> ProbeLog:
-    """The probe's MLflow run as plain data (tracking.probe_run logs it)."""
-    best = next((r for r in ranked if r.score_us is not None), None)
-    defaults = next((r for r in ranked if r.setting == DEFAULTS_LABEL), None)
+def _first_scored(ranked: tuple[RankedSetting, ...]) -> RankedSetting | None:
+    """The fastest setting that has a score (ranked is fastest first), or None when every one failed."""
+    return next((r for r in ranked if r.score_us is not None), None)
+
+
+def _probe_metrics(result: ProbeResult, ranked: tuple[RankedSetting, ...]) -> dict[str, float]:
+    """The probe run's metrics: settings probed, seconds, settings kept, and the best and the NCCL
+    defaults' verify latency where they were measured."""
     metrics = {"settings_probed": float(len(result.settings)), "seconds": result.seconds,
                "seconds_per_setting": result.seconds_per_setting, "kept": float(sum(r.kept for r in ranked))}
+    best = _first_scored(ranked)
     if best is not None and best.score_us is not None:
         metrics["best_verify_us"] = best.score_us
+    defaults = next((r for r in ranked if r.setting == DEFAULTS_LABEL), None)
     if defaults is not None and defaults.score_us is not None:
         metrics["defaults_verify_us"] = defaults.score_us
-    mode = "graph" if any(r.mode == "graph" for r in result.rows) else "eager"
+    return metrics
+
+
+def _plotted_mode(result: ProbeResult) -> str:
+    """The mode the plot draws: `graph` when anything was measured inside CUDA graphs, else `eager`."""
+    return "graph" if any(r.mode == "graph" for r in result.rows) else "eager"
+
+
+def _plotted_settings(ranked: tuple[RankedSetting, ...]) -> list[str]:
+    """The settings the plot draws: the PLOTTED fastest that have a score, and the NCCL defaults."""
     names = [r.setting for r in ranked if r.score_us is not None][:PLOTTED]
     if DEFAULTS_LABEL not in names:
         names.append(DEFAULTS_LABEL)
-    curves = []
-    for name in names:
-        rows = sorted((r for r in result.rows if r.setting == name and r.mode == mode and r.median_us is not None),
-                      key=lambda r: r.nbytes)
-        if rows:
-            curves.append(Curve(name, [r.nbytes for r in rows], [r.median_us or 0.0 for r in rows]))
+    return names
+
+
+def _curve(result: ProbeResult, setting: str, mode: str) -> Curve | None:
+    """`setting`'s median latency by message size in `mode`, smallest first; None when no size was measured."""
+    rows = sorted((r for r in result.rows if r.setting == setting and r.mode == mode and r.median_us is not None),
+                  key=lambda r: r.nbytes)
+    if not rows:
+        return None
+    return Curve(setting, [r.nbytes for r in rows], [r.median_us or 0.0 for r in rows])
+
+
+def _curves(result: ProbeResult, ranked: tuple[RankedSetting, ...], mode: str) -> list[Curve]:
+    """The latency curves in `mode` of the plotted settings that have one."""
+    curves = (_curve(result, name, mode) for name in _plotted_settings(ranked))
+    return [c for c in curves if c is not None]
+
+
+def _probe_params(result: ProbeResult, best: RankedSetting | None, keep_within: float) -> dict[str, str]:
+    """The probe run's parameters: where it ran, the NCCL version, the space, the threshold, the best setting."""
+    return {"host": result.host, "tp": str(result.tp), "nccl_version": result.nccl_version or "?",
+            "settings_in_space": str(result.space_settings), "keep_within": f"{keep_within:g}",
+            "best_setting": best.setting if best else "-"}
+
+
+def _ranking_table(ranked: tuple[RankedSetting, ...]) -> dict[str, list[Any]]:
+    """The ranking as columns: rank, setting, score_us, relative, kept."""
+    return {"rank": [r.rank for r in ranked], "setting": [r.setting for r in ranked],
+            "score_us": [r.score_us for r in ranked], "relative": [r.relative for r in ranked],
+            "kept": [r.kept for r in ranked]}
+
+
+def probe_log(result: ProbeResult, ranked: tuple[RankedSetting, ...], *, keep_within: float) -> ProbeLog:
+    """The probe's MLflow run as plain data (tracking.probe_run logs it)."""
+    mode = _plotted_mode(result)
     return ProbeLog(
         title=f"{result.experiment} on {result.host}, tp {result.tp}",
-        params={"host": result.host, "tp": str(result.tp), "nccl_version": result.nccl_version or "?",
-                "settings_in_space": str(result.space_settings), "keep_within": f"{keep_within:g}",
-                "best_setting": best.setting if best else "-"},
-        metrics=metrics,
-        table={"rank": [r.rank for r in ranked], "setting": [r.setting for r in ranked],
-               "score_us": [r.score_us for r in ranked], "relative": [r.relative for r in ranked],
-               "kept": [r.kept for r in ranked]},
-        probe_json=result.model_dump_json(indent=1), curves=curves, mode=mode, engine=result.engine)
+        params=_probe_params(result, _first_scored(ranked), keep_within),
+        metrics=_probe_metrics(result, ranked),
+        table=_ranking_table(ranked),
+        probe_json=result.model_dump_json(indent=1), curves=_curves(result, ranked, mode), mode=mode,
+        engine=result.engine)
