@@ -162,13 +162,22 @@ def run(
         raise UserError(f"--timeout: {exc}") from None
     wd = resolve_workdir(workdir, s)
     line = out.status("starting...") if out.is_terminal else None
+    printer = _progress_printer(LiveProgress(budget=n_trials or s.budget.trials, objective=s.objective.metric,
+                                             maximize=s.objective.direction == "maximize"), line,
+                                objective=s.objective.metric)
+    banner: list[str] = []
+
+    def on_event(event: st.Event) -> None:
+        # The banner waits for the sweep's first event: a start refused before it (a work directory in
+        # use, nothing to resume, Ray that does not start) prints only its one message.
+        if banner:
+            out.print(banner.pop())
+        printer(event)
+
     sweep = Sweep(s, wd, executor=RayExecutor.for_sweep(s, ray_address), storage=storage, resume=resume,
-                  n_trials=n_trials, timeout_s=timeout_s,
-                  on_event=_progress_printer(LiveProgress(budget=n_trials or s.budget.trials, objective=s.objective.metric,
-                                                          maximize=s.objective.direction == "maximize"), line,
-                                                            objective=s.objective.metric))
-    out.print(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
-              f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
+                  n_trials=n_trials, timeout_s=timeout_s, on_event=on_event)
+    banner.append(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
+                  f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
     try:
         summary = sweep.run()
     finally:

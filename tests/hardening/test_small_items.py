@@ -54,3 +54,17 @@ def test_clock_skew_shows_no_negative_elapsed_time(tmp_path: Path) -> None:
     report = status_report(tmp_path)
     assert report.elapsed_s >= 0
     assert report.eta_s is None or report.eta_s >= 0
+
+
+def test_a_refused_start_prints_no_banner(tmp_path: Path) -> None:
+    from orchestrator.execute.inline import InlineExecutor
+    from orchestrator.sweep.driver import Sweep
+
+    exp = write_experiment(tmp_path, demo_experiment(name="banner"))
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    Sweep(spec_mod.load(exp), wd, executor=InlineExecutor(1)).open()  # a sweep is there
+    result = CliRunner().invoke(app, ["run", str(exp), "--workdir", str(wd)])
+    assert result.exit_code == 2, result.output
+    assert "already holds a sweep" in result.output
+    assert "sweep banner (" not in result.output, result.output
