@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-fast check browser clean
+.PHONY: install demo test test-fast test-sglang check browser clean
 
 install: $(VENV)/.installed
 
@@ -34,10 +34,26 @@ check: install
 	$(BIN)/ruff check orchestrator tests bench scripts
 
 test: install browser check
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not sglang_real"
 
 test-fast: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+# The real-SGLang tier (docs/testing-sglang.md): SGLang 0.5.23 on this machine's CPU, in a venv of its own
+# built once and reused (.venv-sglang/, out of git); the tests make their tiny model at run time.
+SGLANG_VENV := .venv-sglang
+SGLANG_REQS := tests/sglang_real/requirements.txt
+
+$(SGLANG_VENV)/.installed: $(SGLANG_REQS)
+	$(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/pip install -q --no-deps -r $(SGLANG_REQS)
+	$(SGLANG_VENV)/bin/pip install -q --no-deps sglang==0.5.23
+	echo "$(CURDIR)/tests/sglang_real/standin" > $$(ls -d $(SGLANG_VENV)/lib/python3*/site-packages)/sglang_test_standin.pth
+	touch $@
+
+test-sglang: install $(SGLANG_VENV)/.installed
+	SWEEP_SGLANG_PYTHON=$(CURDIR)/$(SGLANG_VENV)/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  -m sglang_real tests/sglang_real/test_sweep.py tests/sglang_real/test_trial.py tests/sglang_real/test_interrupt.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

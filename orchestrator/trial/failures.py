@@ -65,11 +65,11 @@ def last_exception(log_text: str) -> LoggedException | None:
         line = line.rstrip()
         m = _EXCEPTION_LINE.match(line)
         if m:
-            found = LoggedException(m.group(1), (m.group(2) or "").strip()[:300])
+            found = LoggedException(m.group(1), (m.group(2) or "").strip()[:600])
             continue
         a = _ARGPARSE_LINE.match(line)
         if a and a.group("msg"):
-            found = LoggedException("argparse error", a.group("msg").strip()[:300])
+            found = LoggedException("argparse error", a.group("msg").strip()[:600])
     return found
 
 
