@@ -13,15 +13,15 @@ from rich.table import Table
 from orchestrator.cli._app import app, err, guard, load_experiment, out
 from orchestrator.config import commplan, knobs
 from orchestrator.config import experiment as spec_mod
-from orchestrator.config.allreduce import CommContext, Host, ModelFacts
+from orchestrator.config.allreduce import CommContext
 from orchestrator.config.space import check_enumerable
 from orchestrator.errors import UserError
+from orchestrator.probe import comm
+from orchestrator.probe.comm import ProfileError
 from orchestrator.probe.settings import planned_settings
 from orchestrator.results import cost
 from orchestrator.results import truth as truth_mod
 from orchestrator.search import space as sp
-from orchestrator.simulator import load_hardware, load_model
-from orchestrator.simulator.profiles import ProfileError
 from orchestrator.sweep import schedule
 from orchestrator.sweep.status import status_report
 from orchestrator.trial import observe
@@ -105,48 +105,18 @@ def plan(
         out.print(planner.launch_command(lp), soft_wrap=True)
 
 
-def host_from_profile(name_or_path: str) -> Host:
-    """The host a hardware profile describes, as the all-reduce resolution needs it."""
-    hw = load_hardware(name_or_path)
-    return Host(name=hw.name, gpu_name=hw.gpu_name, compute_capability=hw.compute_capability
-                if hw.compute_capability != (0, 0) else None,
-                interconnect="nvlink" if hw.interconnect == "nvlink" else "pcie" if hw.interconnect == "pcie" else None,
-                gpus=hw.gpus, nodes=hw.nodes, nvlink_multicast=hw.nvlink_multicast,
-                flashinfer_pcie_ipc=hw.pcie_ipc is not None, default_cuda_graph_max_bs=hw.default_cuda_graph_max_bs)
-
-
-def model_facts(s: spec_mod.SweepSpec, arch: str | None) -> tuple[ModelFacts, str]:
-    """(the model's architecture and width, where they came from): the model directory's config.json when it
-    is readable here, else the simulator's model profile (`--arch` overrides the architecture)."""
-    config = Path(s.server.model) / "config.json"
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-        text = data.get("text_config") or data
-        facts = ModelFacts(arch or data["architectures"][0], int(text["hidden_size"]))
-        return facts, str(config)
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        md = load_model(s.simulator.model_profile)
-        return ModelFacts(arch or md.architectures[0], md.hidden_size, md.dtype_bytes), (
-            f"the simulator's model profile {s.simulator.model_profile} ({config} not readable here)")
-
-
 def comm_context(s: spec_mod.SweepSpec, host: str | None, arch: str | None) -> CommContext | None:
-    """What the all-reduce resolution needs: the host (--host, else the simulator's profile), the model,
-    tp and the experiment's fixed flags and environment; None when no host is described."""
-    name = host or (s.simulator.hardware_profile if s.engine == "simulator" else None)
-    if name is None:
-        return None
+    """probe.comm.comm_context, a profile that does not load said as one message."""
     try:
-        facts, _ = model_facts(s, arch)
-        return CommContext(facts, host_from_profile(name), s.server.tp, dict(s.server.flags), dict(s.server.env))
+        return comm.comm_context(s, host, arch)
     except ProfileError as exc:
-        raise UserError(f"--host {name}: {exc}") from None
+        raise UserError(f"--host {host or s.simulator.hardware_profile}: {exc}") from None
 
 
 def _print_comm(s: spec_mod.SweepSpec, ctx: CommContext) -> None:
     """`sweep plan`: which backend carries decode, verify and prefill, and the inert NCCL knobs."""
     cp = commplan.plan(s, ctx)
-    _, source = model_facts(s, None)
+    _, source = comm.model_facts(s, None)
     out.print(f"[dim]model facts from {source}[/]", soft_wrap=True)
     for line in commplan.lines(cp, ctx):
         out.print(line, soft_wrap=True, highlight=False, markup=False)

@@ -17,19 +17,19 @@ the SweepSummary from the Promotion.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from orchestrator.errors import TrackingError
 from orchestrator.fsio import write_atomic, write_json
-from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
+from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, formats, report, select, sequential
 from orchestrator.search import space as sp
 from orchestrator.sweep import _confirm, schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import act_on_interrupts
+from orchestrator.sweep._promotion import Arms, Champion, Choice, Decided, Gate, Promotion, Registered
 from orchestrator.sweep.state import ArmDropped, BaselineDrift, Outcome, StopKind, SweepSummary, TrackingWait
 from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
@@ -43,170 +43,6 @@ DECISION_ATTR = "promotion_decision"
 """The study attribute that keeps the promotion's outcome (a Decided), so a --resume finds it without summary.json."""
 
 Constraints = dict[str, tuple[float | None, float | None]]
-
-
-# ------------------------------------------------------------------------------ the values
-
-
-@dataclass(frozen=True)
-class Champion:
-    """The searched trial the confirmation is about, the baseline it is measured against, its MLflow run."""
-
-    trial: TrialOutcome
-    baseline: TrialOutcome
-    """The last complete baseline of the search (the gate-less verdict compares with it)."""
-    run_id: str
-    metric: str
-
-    @property
-    def search_value(self) -> float:
-        """Its search-phase measurement (one run, the best of many: optimistic)."""
-        return float(getattr(self.trial.metrics, self.metric))
-
-    def summary(self) -> dict[str, Any]:
-        """summary.json's `champion`: {number, params (the set ones), search_<metric>}."""
-        return {"number": self.trial.number, "params": {k: v for k, v in self.trial.params.items() if v is not None},
-                f"search_{self.metric}": self.search_value}
-
-
-@dataclass(frozen=True)
-class Arms:
-    """What the confirmation measures, and the step-control comparison among them."""
-
-    arms: tuple[_confirm.Arm, ...]
-    counterpart: str
-    """contrib.ADAPTIVE or FIXED: the kind of step control the champion is compared with ("" when none)."""
-    fixed: str
-    """The fixed side in words ("fixed 3 steps"), when compared."""
-    dropped: tuple[str, ...] = ()
-    """Arms left out for want of time ("<arm>: <why>", sweep.schedule.plan)."""
-
-    def params_of(self, name: str) -> dict[str, ParamValue]:
-        return next(dict(a.params) for a in self.arms if a.name == name)
-
-
-@dataclass(frozen=True)
-class Gate:
-    """The main pair's decision with what explains it: the figures, each part's contribution, the loads."""
-
-    decision: sequential.Decision
-    evidence: sequential.Evidence
-    min_gain: float
-    figures: contrib.Confirmed
-    contributions: tuple[contrib.Contribution, ...]
-    levels: tuple[contrib.LevelGain, ...]
-    by_load: str
-    """Where the gain stops paying, or adaptive against fixed steps ("" when neither was measured)."""
-    verdict: str
-
-    @property
-    def passed(self) -> bool:
-        return self.decision.verdict is sequential.Verdict.promoted
-
-    @property
-    def outcome(self) -> Outcome:
-        return Outcome(self.decision.verdict.value) if self.decision.verdict is not None else Outcome.undecided
-
-    def record(self) -> dict[str, Any]:
-        """summary.json's `gate`."""
-        ev = self.evidence
-        return {"passed": self.passed, "gain": ev.gain, "ci_low": ev.low, "ci_high": ev.high,
-                "min_gain": self.min_gain, "rounds": ev.rounds}
-
-
-@dataclass(frozen=True)
-class Choice:
-    """The configuration to register: the champion, or a simpler arm that passes the gate as well."""
-
-    name: str
-    """champion | no_speculation | default_communication."""
-    params: dict[str, ParamValue]
-    figures: contrib.Confirmed
-    verdict: str
-    outcome: Outcome
-    """promoted, or unconfirmed without a gate."""
-
-
-@dataclass(frozen=True)
-class Registered:
-    """The registry version and the env file of the promoted configuration."""
-
-    model_version: str
-    env_file: str
-    run_id: str
-    promoted_config: str
-
-
-@dataclass(frozen=True)
-class Promotion:
-    """How the promotion ended, with every value it reached (None: the step was not reached)."""
-
-    outcome: Outcome | None
-    """None: interrupted during the rounds (confirm again on --resume)."""
-    verdict: str
-    champion: Champion | None = None
-    rows: tuple[_confirm.ConfirmationRow, ...] | None = None
-    """Every confirmation run, when rounds ran."""
-    gate: Gate | None = None
-    confirmed: contrib.Confirmed | None = None
-    """The figures of what the verdict is about (the registered configuration's, when registered)."""
-    registered: Registered | None = None
-    not_measured: tuple[str, ...] = ()
-    """Confirmation arms the night's time did not hold ("<arm>: <why>")."""
-
-    @property
-    def rounds(self) -> int:
-        return self.gate.evidence.rounds if self.gate is not None else 0
-
-    def summary_fields(self, metric: str) -> dict[str, Any]:
-        """The SweepSummary fields of the steps reached (summary.json leaves out the others)."""
-        out: dict[str, Any] = {"verdict": self.verdict}
-        if self.outcome is not None:
-            out["outcome"] = self.outcome
-        if self.champion is not None:
-            out.update(champion=self.champion.summary(), search_value=self.champion.search_value)
-        if self.rows is not None:
-            out["confirmations"] = [r.record(metric) for r in self.rows]
-        if self.gate is not None:
-            out.update(gate=self.gate.record(), contributions=list(self.gate.contributions),
-                       concurrency=list(self.gate.levels), concurrency_verdict=self.gate.by_load or None)
-        if self.confirmed is not None:
-            out["confirmed"] = self.confirmed
-        if self.not_measured:
-            out["not_measured"] = list(self.not_measured)
-        if self.registered is not None:
-            r = self.registered
-            out.update(promoted=True, model_version=r.model_version, env_file=r.env_file, run_id=r.run_id,
-                       promoted_config=r.promoted_config)
-        return out
-
-
-class Decided(Frozen):
-    """The promotion's outcome as the study keeps it (DECISION_ATTR), with the counts it was reached at."""
-
-    outcome: Outcome
-    verdict: str
-    rounds: int = 0
-    model_version: str | None = None
-    run_id: str | None = None
-    env_file: str | None = None
-    promoted_config: str | None = None
-    champion: dict[str, Any] | None = None
-    launched: int
-    complete: int
-    failed: int
-
-    def summary_fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"outcome": self.outcome, "verdict": self.verdict}
-        if self.champion is not None:
-            out["champion"] = self.champion
-        if self.model_version is not None:
-            out.update(promoted=True, model_version=self.model_version, run_id=self.run_id, env_file=self.env_file,
-                       promoted_config=self.promoted_config)
-        return out
-
-
-# ------------------------------------------------------------------------------ finish
 
 
 def finish(ctx: Context) -> SweepSummary:

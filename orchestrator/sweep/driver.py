@@ -26,6 +26,7 @@ from orchestrator.config.experiment import SweepSpec
 from orchestrator.errors import StorageError, SweepError, SweepToolError
 from orchestrator.execute.base import Executor
 from orchestrator.execute.processes import local_processes
+from orchestrator.probe import comm
 from orchestrator.records import TrialRole
 from orchestrator.redact import mask_url_password
 from orchestrator.search import space as sp
@@ -91,6 +92,10 @@ class Sweep:
         on_event: Callable[[Event], None] | None = None,
     ):
         paths = Paths(Path(workdir).resolve(), storage)
+        inert = comm.inert_nccl(spec)  # NCCL knobs searched only where NCCL carries the objective
+        if inert is not None:
+            spec = spec.model_copy(update={"space": sp.collapse_inert(spec.space, inert.knobs, inert.when)})
+        self._collapsed = inert.line if inert is not None else None
         study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
         if resume and n_trials is None:
             n_trials = _stored_budget(paths, spec.name)  # --resume continues the original budget (--n-trials included)
@@ -121,6 +126,8 @@ class Sweep:
         try:
             _resume.reap_previous_driver(ctx.paths)
             self.open()
+            if self._collapsed:
+                log.info(self._collapsed)
             try:
                 _resume.recover(ctx)
                 if not _record.baseline_measured(ctx) and not self._baseline_queued():

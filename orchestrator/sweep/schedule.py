@@ -26,8 +26,8 @@ from orchestrator.config import knobs
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.records import TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import cost as cost_mod
+from orchestrator.results.cost import TrialCost
 from orchestrator.search import space as sp
-from orchestrator.simulator import TrialCost
 
 SIMULATED_START_S = 2.5
 """A simulated server's start-up when it sleeps no load time (simulator.time_scale 0)."""

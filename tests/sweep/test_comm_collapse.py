@@ -1,0 +1,49 @@
+"""The sweep searches NCCL knobs only where NCCL carries what the objective depends on (issues 19, 20).
+On the H200 profile SGLang 0.5.23 auto-enables FlashInfer's all-reduce fusion for Kimi-K2.5 (read in
+sglang/srt/arg_groups/overrides.py, _flashinfer_allreduce_fusion_auto_enable: SM90, TP > 1, one node),
+and the fused all-reduce carries decode and verify up to FUSE_ALLREDUCE_MAX_BATCH_SIZE tokens, so the
+NCCL knobs touch nothing a one-stream decode objective measures: the driver (probe/comm.searched_space)
+drops them and spends every trial on speculation. On the PCIe profile NCCL carries decode and verify
+and the knobs are searched. Read from SGLang's code; no GPU was used."""
+
+from __future__ import annotations
+
+import json
+
+from e2e_helpers import demo_experiment, write_experiment
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
+
+from orchestrator.config import experiment as spec_mod
+from orchestrator.sweep.driver import Sweep
+from orchestrator.testing import ModelExecutor
+
+
+def launched_params(wd) -> list[dict]:  # type: ignore[no-untyped-def]
+    return [json.loads(p.read_text())["params"] for p in sorted((wd / "trials").glob("*/outcome.json"))]
+
+
+def run(tmp_path, template, profile: str):  # type: ignore[no-untyped-def]
+    data = demo_experiment(name=profile.replace("-", ""), simulator={"hardware_profile": profile},
+                           budget={"trials": 8, "concurrent_trials": 2}, promotion={"max_rounds": 0})
+    spec = spec_mod.load(write_experiment(tmp_path, data, name=f"{profile}.yaml"))
+    wd = tmp_path / profile
+    copy_store(template, wd)
+    Sweep(spec, wd, executor=ModelExecutor(2)).run()
+    return wd
+
+
+def test_on_the_h200_profile_no_trial_spends_itself_on_nccl_knobs(tmp_path, sqlite_store_template):
+    wd = run(tmp_path, sqlite_store_template, "h200-nvlink-x8")
+    trials = launched_params(wd)
+    assert len(trials) == 8
+    assert all(v is None for t in trials for k, v in t.items() if k.startswith("NCCL_"))
+    assert sum(t.get("speculative_algorithm") == "EAGLE3" for t in trials) >= 4  # the trials went to speculation
+    log = (wd / "sweep.log").read_text()
+    assert "communication path: NCCL carries none of decode" in log and "are not searched" in log
+
+
+def test_on_the_pcie_profile_the_nccl_knobs_are_searched(tmp_path, sqlite_store_template):
+    wd = run(tmp_path, sqlite_store_template, "pcie-rtxpro6000-x8")
+    trials = launched_params(wd)
+    assert any(v is not None for t in trials for k, v in t.items() if k.startswith("NCCL_"))
+    assert "communication path:" not in (wd / "sweep.log").read_text()
