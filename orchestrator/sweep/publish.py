@@ -148,6 +148,56 @@ def _png(figure: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _plots_and_figures(spec: SweepSpec, state: SweepState, done: Sequence[TrialOutcome], baselines: Any,
+                       url: str) -> tuple[list[optuna_plots.Plot], dict[str, str]]:
+    """Optuna's plots from the storage at `url` (none where its password is never written down) and, only
+    when there are none, the page's own figures as base64 PNG."""
+    plots = [] if ":***@" in url else optuna_plots.sweep_plots(url, state.experiment, spec.objective.metric)
+    figures = {} if plots else {name: _png(f) for name, f in report.figures(spec, done, baselines).items()}
+    return plots, figures
+
+
+def _champion_fields(spec: SweepSpec, champ: dict[str, Any] | None) -> dict[str, Any]:
+    """The champion's trial number, knobs and objective value for the page; empty without a champion."""
+    if not champ:
+        return {"champion_trial": None, "champion_params": {}, "champion_value": None}
+    return {"champion_trial": champ["number"], "champion_params": champ["params"],
+            "champion_value": champ.get(spec.objective.metric)}
+
+
+def _gain(summary: SweepSummary) -> tuple[Any, Any, Any]:
+    """The confirmed gain and its gate bounds (gain, low, high): the confirmation's, else the gate's."""
+    confirmed = summary.confirmed
+    if confirmed:
+        return confirmed.gain, confirmed.low, confirmed.high
+    gate = summary.gate or {}
+    return gate.get("gain"), gate.get("ci_low"), gate.get("ci_high")
+
+
+def _running_fields(state: SweepState) -> dict[str, Any]:
+    """The page's promotion fields while the sweep runs (no summary.json yet): none but the search's
+    skipped proposals and stop reason from sweep.json."""
+    return {"promoted": False, "gain": None, "gain_low": None, "gain_high": None, "confirm_rounds": 0,
+            "concurrency": None, "model_version": None, "env_file": None, "findings": {}, "importances": {},
+            "skipped": state.skipped, "stop_reason": state.stop_reason, "drift": None, "drift_flagged": False,
+            "fingerprint_changes": []}
+
+
+def _finished_fields(summary: SweepSummary) -> dict[str, Any]:
+    """The page's promotion fields from summary.json: gain and bounds, rounds and level, the registered
+    version and env file, findings, importances, skipped proposals, stop reason, drift and fingerprints."""
+    confirmed = summary.confirmed
+    gain, low, high = _gain(summary)
+    return {"promoted": bool(summary.promoted), "gain": gain, "gain_low": low, "gain_high": high,
+            "confirm_rounds": confirmed.rounds if confirmed else 0,
+            "concurrency": confirmed.concurrency if confirmed else None,
+            "model_version": summary.model_version, "env_file": summary.env_file, "findings": _findings(summary),
+            "importances": summary.importances, "skipped": summary.skipped, "stop_reason": summary.stop_reason,
+            "drift": summary.baseline_drift.max_relative_change,
+            "drift_flagged": bool(summary.baseline_drift.flagged),
+            "fingerprint_changes": summary.fingerprint_changes}
+
+
 def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> Report:
     """The report of the sweep in `workdir` (finished or running). `truth`: on the simulator, also rank the
     champion against the space's true optimum (evaluates every feasible point: a minute on large spaces)."""
@@ -159,62 +209,81 @@ def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> 
     baselines = summary.baseline_drift.baselines if summary else state.baselines
     table = report.results_table(spec, done, baselines)
     url = storage or state.optuna_storage or Paths(workdir).optuna_url
-    plots = [] if ":***@" in url else optuna_plots.sweep_plots(url, state.experiment, spec.objective.metric)
-    figures = {} if plots else {name: _png(f) for name, f in report.figures(spec, done, baselines).items()}
+    plots, figures = _plots_and_figures(spec, state, done, baselines, url)
     champ = summary.champion if summary else None
-    confirmed = summary.confirmed if summary else None
-    gate = (summary.gate or {}) if summary else {}
-    gain, low, high = ((confirmed.gain, confirmed.low, confirmed.high) if confirmed else
-                       (gate.get("gain"), gate.get("ci_low"), gate.get("ci_high")))
     content = report_html.ReportInput(
         experiment=spec.name, objective=spec.objective.metric, direction=spec.objective.direction, table=table,
-        champion_trial=champ["number"] if champ else None, champion_params=champ["params"] if champ else {},
-        champion_value=champ.get(spec.objective.metric) if champ else None,
-        verdict=_verdict(summary),
-        promoted=bool(summary and summary.promoted), gain=gain, gain_low=low, gain_high=high,
-        confirm_rounds=confirmed.rounds if confirmed else 0, concurrency=confirmed.concurrency if confirmed else None,
-        model=spec.promotion.model_name,
-        model_version=summary.model_version if summary else None, env_file=summary.env_file if summary else None,
-        findings=_findings(summary) if summary else {}, importances=summary.importances if summary else {},
-        failures=_failures(done), skipped=summary.skipped if summary else state.skipped,
-        stop_reason=summary.stop_reason if summary else state.stop_reason,
-        drift=summary.baseline_drift.max_relative_change if summary else None,
-        drift_flagged=bool(summary and summary.baseline_drift.flagged),
-        fingerprint_changes=summary.fingerprint_changes if summary else [], truth=_truth(spec, champ) if truth else "",
+        **_champion_fields(spec, champ), verdict=_verdict(summary), model=spec.promotion.model_name,
+        **(_finished_fields(summary) if summary else _running_fields(state)),
+        failures=_failures(done), truth=_truth(spec, champ) if truth else "",
         plots=[(p.title, p.html) for p in plots], figures=figures)
     page = report_html.render(content, optuna_plots.plotly_js() if plots else "")
     return Report(content=content, page=page, plots=plots, state=state, summary=summary)
 
 
-def description(r: Report, links: dict[str, str]) -> str:
-    """The parent run's description in markdown: champion, confirmed gain, why, knobs, links."""
-    c = r.content
-    lines = [f"## {c.experiment}: " + (f"champion trial {c.champion_trial}" if c.champion_trial is not None
-                                       else "no champion")]
-    if c.gain is not None:
-        # The gate's sequential bounds (each look spends a share of the error budget): wider than 95%.
-        interval = (f" (gate bounds {c.gain_low * 100:+.1f}% to {c.gain_high * 100:+.1f}%"
-                    f"{f', {c.confirm_rounds} rounds' if c.confirm_rounds else ''})"
-                    if c.gain_low is not None and c.gain_high is not None else "")
-        at = f" at {contrib.streams(c.concurrency)}" if c.concurrency is not None else ""
-        lines.append(f"**Confirmed gain{at}: {c.gain * 100:+.1f}%** {c.objective} over the baseline{interval}.")
-    if c.verdict:
-        lines.append(f"Verdict: {c.verdict}")
+def _heading(c: report_html.ReportInput) -> str:
+    """The description's title: the experiment and its champion trial, or that there is none."""
+    return f"## {c.experiment}: " + (f"champion trial {c.champion_trial}" if c.champion_trial is not None
+                                     else "no champion")
+
+
+def _gate_bounds(c: report_html.ReportInput) -> str:
+    """` (gate bounds low% to high%, N rounds)` after the confirmed gain, or nothing without both bounds."""
+    if c.gain_low is None or c.gain_high is None:
+        return ""
+    # The gate's sequential bounds (each look spends a share of the error budget): wider than 95%.
+    rounds = f", {c.confirm_rounds} rounds" if c.confirm_rounds else ""
+    return f" (gate bounds {c.gain_low * 100:+.1f}% to {c.gain_high * 100:+.1f}%{rounds})"
+
+
+def _gain_line(c: report_html.ReportInput, gain: float) -> str:
+    """The confirmed gain over the baseline in bold, at the gate's level where known, with its gate bounds."""
+    at = f" at {contrib.streams(c.concurrency)}" if c.concurrency is not None else ""
+    return f"**Confirmed gain{at}: {gain * 100:+.1f}%** {c.objective} over the baseline{_gate_bounds(c)}."
+
+
+def _link_lines(c: report_html.ReportInput, links: dict[str, str]) -> list[str]:
+    """Links that exist: the promoted model version (with its env file), the champion's run, all trials."""
+    lines = []
     if c.promoted and "model" in links:
-        lines.append(f"Promoted: [{c.model} version {c.model_version}]({links['model']})"
-                     f"{f', env file `{c.env_file}`' if c.env_file else ''}.")
+        env = f", env file `{c.env_file}`" if c.env_file else ""
+        lines.append(f"Promoted: [{c.model} version {c.model_version}]({links['model']}){env}.")
     if "champion" in links:
         lines.append(f"Champion's run: [trial {c.champion_trial}]({links['champion']}).")
     if "trials" in links:
         lines.append(f"All trials ranked: [{c.objective}, speed-up, accept length, verify ms]({links['trials']}).")
+    return lines
+
+
+def _finding_blocks(c: report_html.ReportInput) -> list[str]:
+    """One bold-titled bullet list per finding of the promotion."""
+    blocks = []
     for name, value in c.findings.items():
         items = value if isinstance(value, list) else [value]
-        lines.append(f"**{name.capitalize()}**:\n" + "\n".join(f"- {v}" for v in items))
+        blocks.append(f"**{name.capitalize()}**:\n" + "\n".join(f"- {v}" for v in items))
+    return blocks
+
+
+def _knob_lines(c: report_html.ReportInput) -> list[str]:
+    """The five most important knobs with their share, and the champion's knobs, where known."""
+    lines = []
     if c.importances:
         top = sorted(c.importances.items(), key=lambda kv: -kv[1])[:5]
         lines.append("**Knob importances**: " + ", ".join(f"`{k}` {v * 100:.0f}%" for k, v in top))
     if c.champion_params:
         lines.append("**Knobs**:\n" + "\n".join(f"- `{k}={v}`" for k, v in c.champion_params.items()))
+    return lines
+
+
+def description(r: Report, links: dict[str, str]) -> str:
+    """The parent run's description in markdown: champion, confirmed gain, why, knobs, links."""
+    c = r.content
+    lines = [_heading(c)]
+    if c.gain is not None:
+        lines.append(_gain_line(c, c.gain))
+    if c.verdict:
+        lines.append(f"Verdict: {c.verdict}")
+    lines += _link_lines(c, links) + _finding_blocks(c) + _knob_lines(c)
     lines.append("Report: `report.html` in the artifacts; Optuna's plots under `optuna/`.")
     return "\n\n".join(lines)
 
