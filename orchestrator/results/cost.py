@@ -18,6 +18,11 @@ from orchestrator.config import eagle
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.records import ParamValue
 from orchestrator.simulator import TrialCost, evaluate, load_hardware, load_model, trial_cost
+from orchestrator.simulator.cost import SIMULATED_START_S
+
+__all__ = ["PROBE_SETTING_S", "PROBE_STARTUP_S", "SIMULATED_START_S", "CostEstimate", "Remaining", "TrialCost",
+           "expected_cost", "plan_lines", "probe_seconds",
+           "remaining_trials"]
 
 
 @dataclass(frozen=True)

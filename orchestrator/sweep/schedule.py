@@ -29,9 +29,6 @@ from orchestrator.results import cost as cost_mod
 from orchestrator.results.cost import TrialCost
 from orchestrator.search import space as sp
 
-SIMULATED_START_S = 2.5
-"""A simulated server's start-up when it sleeps no load time (simulator.time_scale 0)."""
-
 VALUE_ORDER = ("runner_up", "no_speculation", "default_communication")
 """The other arms at the gate's level, most useful first: the runner-up can still win (a near-tie is
 settled by measurement), the ablations decide the simpler configuration and say why it won."""
@@ -133,7 +130,7 @@ def _load_s(spec: SweepSpec, cost: TrialCost | None) -> float:
     if cost is None:
         return 1800.0
     if spec.engine == "simulator":
-        return max(spec.simulator.time_scale * cost.load_s, SIMULATED_START_S)
+        return max(spec.simulator.time_scale * cost.load_s, cost_mod.SIMULATED_START_S)
     return cost.load_s
 
 

@@ -55,7 +55,7 @@ from orchestrator.records import (
     TrialStatus,
 )
 from orchestrator.simulator import cli as sim_cli
-from orchestrator.simulator.cost import trial_cost
+from orchestrator.simulator.cost import SIMULATED_START_S, trial_cost
 from orchestrator.simulator.engine import run_factor
 from orchestrator.simulator.faults import Faults
 from orchestrator.simulator.model import HardwareProfile, ModelProfile, Prediction, evaluate
@@ -65,10 +65,6 @@ from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
 
 __all__ = ["ModelExecutor", "Answer", "HOST"]
-
-PROCESS_START_S = 2.5
-"""Seconds from launch to ready of a simulated server that sleeps no load time (--sim-time-scale 0):
-its imports and rank workers, about 2.6 s measured on the 2-core machine (issue 18)."""
 
 HOST = "model-executor"
 """The node name every trial of this executor reports."""
@@ -228,7 +224,7 @@ class _Trial:
         hw, model = self.x.profiles(sweep, options.hardware_profile, options.model_profile)
         # As the simulated server: it sleeps time_scale x the profile's load and graph capture (0 in the
         # demo and the tests: a process start), real-scale at 1 (bench/overnight.py).
-        self._load_s = max(options.time_scale * (model.load_weights_s + model.graph_capture_s), PROCESS_START_S) \
+        self._load_s = max(options.time_scale * (model.load_weights_s + model.graph_capture_s), SIMULATED_START_S) \
             + options.faults.slow_start_s
         resolved = sim_cli.resolve(ns)
         if resolved.error or resolved.unsupported:
