@@ -139,4 +139,9 @@ def publish_report(wd: Path, storage: str | None) -> None:
     except SweepToolError as exc:
         err.print(f"[yellow]warning:[/] report not published: {escape(str(exc))}", soft_wrap=True)
         return
+    except OSError as exc:  # a full disk: the sweep's result stands, only its page is missing
+        where = f"{exc.filename}: " if exc.filename else ""
+        err.print(f"[yellow]warning:[/] report not written ({where}{exc.strerror or exc}); free space and run "
+                  f"`sweep report --workdir {wd}`", soft_wrap=True)
+        return
     out.print(f"report: [bold]{path}[/]  (also on the parent MLflow run)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import sqlite3
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ from orchestrator.fsio import write_json
 
 log = logging.getLogger("sweep")
 
-__all__ = ["DATABASES", "STATE_FILES", "Paths", "SweepLog", "WorkdirLock", "check_databases", "check_state_files",
-           "default_workdir", "without_password", "write_json"]
+__all__ = ["DATABASES", "STATE_FILES", "Paths", "SweepLog", "WorkdirLock", "adopt", "check_databases",
+           "check_state_files", "default_workdir", "origin_of", "rebase_artifacts", "without_password", "write_json"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,55 @@ def check_databases(root: Path, names: tuple[str, ...] = DATABASES) -> None:
                                  "from a backup, or start a new sweep in another --workdir")
 
 
+def origin_of(root: Path) -> Path | None:
+    """The folder sweep.json says this work directory's own databases were in, when that is not `root`:
+    the directory was moved or copied (sweep.json records absolute sqlite URLs). None otherwise."""
+    try:
+        data = json.loads((root / "sweep.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    here = root.resolve()
+    for key, name in (("optuna_storage", "optuna.db"), ("tracking_uri", "mlflow.db")):
+        url = data.get(key) if isinstance(data, dict) else None
+        if isinstance(url, str) and url.startswith("sqlite:///"):
+            recorded = Path(url.removeprefix("sqlite:///"))
+            if recorded.name == name and (here / name).is_file() and recorded.parent != here:
+                return recorded.parent
+    return None
+
+
+def rebase_artifacts(root: Path, origin: Path) -> int:
+    """Point the artifact locations in `root`'s own mlflow.db that lie under `origin`/mlartifacts at
+    `root`/mlartifacts (MLflow records them as absolute file URIs); return how many rows changed."""
+    old, new = (origin / "mlartifacts").as_uri(), (root.resolve() / "mlartifacts").as_uri()
+    changed = 0
+    with contextlib.closing(sqlite3.connect(root / "mlflow.db", timeout=30)) as db, db:
+        for table, column in (("experiments", "artifact_location"), ("runs", "artifact_uri")):
+            changed += db.execute(
+                f"UPDATE {table} SET {column} = ? || substr({column}, ?) "  # noqa: S608 - fixed names
+                f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                (new, len(old) + 1, old, len(old) + 1, old + "/")).rowcount
+    return changed
+
+
+def adopt(root: Path) -> Path | None:
+    """When `root` was moved or copied: make its own mlflow.db record its own artifact folder (so a resumed
+    sweep never writes into, and export never reads from, the original), say so, and return the origin."""
+    origin = origin_of(root)
+    if origin is None:
+        return None
+    how = "copied" if (origin / "sweep.json").exists() else "moved"
+    try:
+        rebased = rebase_artifacts(root, origin) if (root / "mlflow.db").is_file() else 0
+    except sqlite3.Error as exc:
+        raise StateFileError(f"{root} was {how} from {origin}, and its mlflow.db cannot be updated to its new "
+                             f"place ({exc}); check the file is writable, or start a new sweep in another "
+                             "--workdir") from None
+    log.warning("%s was %s from %s: reading its own optuna.db and mlflow.db%s", root, how, origin,
+                f" ({rebased} artifact location(s) now point into it)" if rebased else "")
+    return origin
+
+
 STATE_FILES = ("sweep.json", "summary.json", "experiment.json", "ray-processes.json", "overhead.jsonl", "sweep.log",
                "report.html", "champion.env")
 """Files the driver writes at the top of the work directory (replaced atomically or appended)."""
@@ -149,6 +199,7 @@ class WorkdirLock:
         try:
             check_state_files(self.root)
             check_databases(self.root)  # before anything reads them: one message, not SQLAlchemy's traceback
+            adopt(self.root)
         except StateFileError:
             self.release()
             raise

@@ -19,7 +19,7 @@ from orchestrator.errors import StateFileError, SweepError
 from orchestrator.records import ParamValue, TrialRole
 from orchestrator.results import cost
 from orchestrator.search.study import read_only
-from orchestrator.sweep._workdir import Paths, check_databases
+from orchestrator.sweep._workdir import Paths, adopt, check_databases
 from orchestrator.sweep.state import (
     ConfirmationRun,
     Event,
@@ -147,27 +147,15 @@ def relocated(state: SweepState, workdir: Path) -> SweepState:
     """`state` with the sqlite files it names inside its recorded work directory resolved in `workdir`.
 
     sweep.json records absolute URLs (sqlite:////old/place/optuna.db): after `mv` or `cp -r` they name the
-    original's databases. Where the recorded file is this work directory's own (same name) and `workdir`
-    holds one, the copy in `workdir` is read and a warning says where the work directory came from.
+    original's databases. `_workdir.adopt` says where the directory came from and points its own mlflow.db
+    at its own artifacts; here the copy in `workdir` of each of the original's own files is read instead.
     """
-    here = workdir.resolve()
-    changes: dict[str, str] = {}
-    origin: Path | None = None
-    for field_name, filename in _OWN_FILES.items():
-        url = getattr(state, field_name) or ""
-        if not url.startswith("sqlite:///"):
-            continue
-        recorded = Path(url.removeprefix("sqlite:///"))
-        if recorded.name != filename or not (here / filename).is_file():
-            continue
-        if recorded.parent != here:
-            origin = recorded.parent
-            changes[field_name] = f"sqlite:///{here / filename}"
+    origin = adopt(workdir)
     if origin is None:
         return state
-    how = "copied" if (origin / "sweep.json").exists() else "moved"
-    log.warning("%s was %s from %s: reading its own optuna.db and mlflow.db (artifacts logged before the %s "
-                "stay where the MLflow store recorded them)", workdir, how, origin, "copy" if how == "copied" else "move")
+    here = workdir.resolve()
+    changes = {key: f"sqlite:///{here / name}" for key, name in _OWN_FILES.items()
+               if getattr(state, key) == f"sqlite:///{origin / name}" and (here / name).is_file()}
     return state.model_copy(update=changes)
 
 
