@@ -178,3 +178,16 @@ def test_the_launch_plan_carries_the_backends_flags_and_env():
     assert lp.flags["--disable-custom-all-reduce"] is True
     assert "--enforce-disable-flashinfer-allreduce-fusion" in lp.argv
     assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" not in planner.make(s, {"all_reduce_backend": "auto"}, port=30000).env
+
+
+def test_the_serving_config_a_deployment_exports_carries_the_backend():
+    """What `sweep export` writes (every format renders the serving config's env and sglang_args)."""
+    s = spec_mod.load(Path(__file__).resolve().parents[2] / "experiments" / "kimi-k2.5-tp8.yaml")
+    sc = planner.serving_config(s, {"all_reduce_backend": "pcie_ipc"}, trial_number=1, run_id="r", metrics={},
+                                fingerprint_hash="")
+    assert sc.env["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
+    assert "--disable-custom-all-reduce" in sc.sglang_args
+    assert "--enforce-disable-flashinfer-allreduce-fusion" in sc.sglang_args
+    fused = planner.serving_config(s, {"all_reduce_backend": "flashinfer_fusion"}, trial_number=1, run_id="r",
+                                   metrics={}, fingerprint_hash="")
+    assert fused.sglang_args[fused.sglang_args.index("--flashinfer-allreduce-fusion-backend") + 1] == "auto"
