@@ -37,6 +37,8 @@ def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> 
     out.print(f"[green]OK[/] {experiment}: experiment [bold]{s.name}[/], engine {s.engine}, "
               f"sglang {s.sglang_version}, tp {s.server.tp}, {len(s.space.params)} knobs "
               f"({', '.join(s.space.params)}), {total} distinct combinations of which {feasible} feasible")
+    for warning in knobs.deprecation_warnings(s.space.params):
+        out.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
 
 
 @app.command()
