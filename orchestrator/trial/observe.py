@@ -141,6 +141,9 @@ class ProcessEnv(Frozen):
     rank: int | None = None
     """Tensor-parallel rank when the process is a rank worker."""
     readable: bool = True
+    environ_source: str = "own"
+    """Whose environment was read: "own" (/proc/<pid>/environ), or, when the process's own view was
+    overwritten by its process title (_overwritten_by_title), "sibling <pid> ..." or "parent <pid>"."""
     present: tuple[str, ...] = ()
     """Requested variables present with the requested value."""
     missing: tuple[str, ...] = ()
@@ -169,6 +172,32 @@ def _fmt_ranks(items: Sequence[ProcessEnv]) -> str:
     return f"{label} " + ", ".join(f"{p.rank} (pid {p.pid})" for p in items)
 
 
+def _overwritten_by_title(snap: ProcessSnapshot) -> bool:
+    """Whether /proc/<pid>/environ no longer holds the process's environment: SGLang retitles its
+    processes with setproctitle (`sglang::scheduler_TP0`, `sglang::detokenizer`), which on Linux reuses
+    the memory of argv and of the initial environment for the title, so the kernel's view of the
+    environment becomes the title's padding (seen on a real 0.5.23 CPU server at TP=2: no PATH, no
+    variable at all). Such a process was started by multiprocessing's spawn with its parent's
+    environment, which is then the one read."""
+    title = bool(snap.cmdline) and snap.cmdline[0].startswith("sglang::")
+    return title and snap.environ is not None and "PATH" not in snap.environ
+
+
+def _spawned_environ(snap: ProcessSnapshot, snapshots: Sequence[ProcessSnapshot],
+                     by_pid: Mapping[int, ProcessSnapshot]) -> tuple[dict[str, str] | None, str]:
+    """The environment a retitled process was spawned with: that of a sibling multiprocessing started from
+    the same parent and left untitled (its resource_tracker: the parent's os.environ at spawn time, with
+    the variables SGLang sets itself before spawning), else the parent's initial one."""
+    for other in snapshots:
+        if (other.ppid == snap.ppid and other.pid != snap.pid and other.environ is not None
+                and "PATH" in other.environ and any("multiprocessing" in a for a in other.cmdline)):
+            return other.environ, f"sibling {other.pid} (spawned by the same parent, not retitled)"
+    parent = by_pid.get(snap.ppid) if snap.ppid is not None else None
+    if parent is not None and parent.environ is not None:
+        return parent.environ, f"parent {parent.pid}"
+    return snap.environ, "own"
+
+
 def evaluate_env(
     server_pid: int,
     snapshots: Sequence[ProcessSnapshot],
@@ -180,8 +209,11 @@ def evaluate_env(
     ranks = rank_workers(server_pid, snapshots)
     rank_by_pid = {snap.pid: rank for rank, snap in ranks}
     processes = []
+    by_pid = {snap.pid: snap for snap in snapshots}
     for snap in sorted(snapshots, key=lambda s: s.pid):
-        env = snap.environ
+        env, source = snap.environ, "own"
+        if _overwritten_by_title(snap):
+            env, source = _spawned_environ(snap, snapshots, by_pid)
         present, missing, mismatched = [], [], {}
         if env is not None:
             for name, want in requested.items():
@@ -194,7 +226,7 @@ def evaluate_env(
         nccl = {k: v for k, v in (env or {}).items() if k.startswith("NCCL_")}
         processes.append(ProcessEnv(
             pid=snap.pid, ppid=snap.ppid, cmdline=redact_text(" ".join(snap.cmdline))[:300],
-            rank=rank_by_pid.get(snap.pid), readable=env is not None,
+            rank=rank_by_pid.get(snap.pid), readable=env is not None, environ_source=source,
             present=tuple(present), missing=tuple(missing),
             mismatched=redact_env(mismatched), nccl_env=redact_env(nccl),
         ))

@@ -1,6 +1,7 @@
 """A sweep on real SGLang servers stopped the two ways a night ends early: Ctrl-C (twice: abort the trial in
-flight) and a SIGKILL of the driver, which leaves its SGLang server running in its own session. `--resume`
-reaps that server and finishes the budget; nothing of either run is left running."""
+flight) and a SIGKILL of the driver. `--resume` settles what the kill left (a server still running in its
+own session is reaped from its server.pid record), measures the killed trial again and finishes the budget;
+nothing of any run is left running."""
 
 from __future__ import annotations
 
@@ -67,7 +68,10 @@ def test_ctrl_c_and_sigkill_then_resume_leave_nothing_running(tmp_path: Path, sg
     finished, running = trial_files(wd)
     assert not running and all(o["failure_kind"] == "interrupted" for o in finished.values()), finished
 
-    # 2. SIGKILL of the driver alone while a resumed trial's server is up: the server stays behind
+    # 2. SIGKILL of the driver alone while a resumed trial's server is up. What it leaves depends on the
+    # stack: here Ray takes the actor's children down with it (the launcher, then its scheduler and
+    # detokenizer by PR_SET_PDEATHSIG: sglang/srt/utils/common.py::kill_itself_when_parent_died) but a
+    # Ray worker may stay; a server that survives is reaped from its server.pid record by --resume.
     log2 = tmp_path / "run2.log"
     proc = start_sweep(exp, wd, marker, log2, "--resume")
     try:
@@ -78,13 +82,16 @@ def test_ctrl_c_and_sigkill_then_resume_leave_nothing_running(tmp_path: Path, sg
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert server_pid in marked_processes(marker)  # orphaned: its own session outlives the driver
+    time.sleep(2)
+    left = marked_processes(marker)
 
-    # 3. --resume reaps it and finishes the budget; nothing is left running
+    # 3. --resume settles the killed trial, measures it again and finishes the budget; nothing is left running
     resumed = resume(exp, wd, marker)
-    assert wait_until_gone(marker, timeout_s=60) == {}
-    sweep_log = (wd / "sweep.log").read_text()
-    assert f"killed orphaned server process group {server_pid} of {folder.name}" in sweep_log + resumed.stdout
+    assert wait_until_gone(marker, timeout_s=60) == {}, f"left after the kill: {left}"
+    if server_pid in left:
+        sweep_log = (wd / "sweep.log").read_text()
+        assert f"killed orphaned server process group {server_pid} of {folder.name}" in sweep_log + resumed.stdout
+    assert not (folder / "server.pid").exists()
     finished, running = trial_files(wd)
     complete = [o for o in finished.values() if o["status"] == "COMPLETE"]
     assert not running and len(complete) == 2, {n: (o["status"], o["reason"]) for n, o in finished.items()}

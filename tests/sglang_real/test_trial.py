@@ -47,6 +47,8 @@ def test_a_tp2_trial_measured_by_bench_serving(tmp_path: Path, sglang_python: st
     for p in env["processes"]:
         if p["rank"] is not None:
             assert {"NCCL_PROTO", "SGLANG_USE_CPU_ENGINE", "SGLANG_CPU_OMP_THREADS_BIND"} <= set(p["present"]), p
+            # setproctitle may overwrite a retitled rank's /proc environ; then what spawned it is read, and said
+            assert p["environ_source"] == "own" or p["environ_source"].startswith("sibling "), p
     # torch.distributed on gloo: the stand-in registers no sgl_kernel shm all-reduce, and NCCL takes no part
     assert outcome.allreduce_path == "gloo"
 

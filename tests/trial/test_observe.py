@@ -474,3 +474,33 @@ def test_fingerprint_says_why_when_the_servers_interpreter_cannot_be_asked(tmp_p
     missing = str(tmp_path / "no-such-python")
     fp = fingerprint(run=FakeSmi(fail=FileNotFoundError()), python=missing)
     assert (fp["torch"], fp["sglang"], fp["versions_error"]) == (None, None, "absent")
+
+
+def test_a_rank_whose_environ_its_process_title_overwrote_is_read_from_what_spawned_it():
+    """setproctitle reuses the memory of the initial environment for the title: a real SGLang 0.5.23 CPU
+    server at TP=2 showed /proc/<pid>/environ of `sglang::scheduler_TP0/TP1` and `sglang::detokenizer` with
+    no variable at all, while the launcher's resource_tracker (spawned alike, never retitled) kept its
+    environment. The ranks' environment is read from that sibling, and the observation says so."""
+    spawned = {**REQUESTED, "PATH": "/usr/bin", "NCCL_CUMEM_ENABLE": "0"}
+    snaps = [
+        ProcessSnapshot(100, 1, ("/v/bin/python", "-m", "sglang.launch_server"), "/v/bin/python",
+                        {**REQUESTED, "PATH": "/usr/bin"}),
+        ProcessSnapshot(101, 100, ("/v/bin/python", "-B", "-c", "from multiprocessing.resource_tracker import main;"
+                                   "main(6)"), "/v/bin/python", spawned),
+        ProcessSnapshot(102, 100, ("sglang::scheduler_TP0",), "/v/bin/python", {}),
+        ProcessSnapshot(103, 100, ("sglang::scheduler_TP1",), "/v/bin/python", {"": "\x00 padding"}),
+    ]
+    obs = evaluate_env(100, snaps, REQUESTED, expected_ranks=2)
+    assert obs.ok and obs.workers == {102: 0, 103: 1}, obs.problems
+    ranks = [p for p in obs.processes if p.rank is not None]
+    assert {p.environ_source for p in ranks} == {"sibling 101 (spawned by the same parent, not retitled)"}
+    assert all(p.nccl_env.get("NCCL_CUMEM_ENABLE") == "0" for p in ranks)  # what SGLang set before spawning
+
+
+def test_a_rank_that_lost_a_variable_is_still_caught_through_its_own_environ():
+    snaps = [
+        ProcessSnapshot(100, 1, ("python", "-m", "sglang.launch_server"), "/usr/bin/python3", {**REQUESTED, "PATH": "/b"}),
+        ProcessSnapshot(102, 100, ("sglang::scheduler_TP0",), "/usr/bin/python3", {"PATH": "/b"}),
+    ]
+    obs = evaluate_env(100, snaps, REQUESTED, expected_ranks=1)
+    assert not obs.ok and obs.processes[1].environ_source == "own"
