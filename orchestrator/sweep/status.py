@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from orchestrator.errors import StateFileError, SweepError
 from orchestrator.records import ParamValue, TrialRole
 from orchestrator.results import cost
-from orchestrator.search.study import read_only
+from orchestrator.search.study import TrialView, read_only
 from orchestrator.sweep._workdir import Paths, adopt, check_databases
 from orchestrator.sweep.state import (
     ConfirmationRun,
@@ -163,56 +163,109 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
     """Progress of the sweep in `workdir`, read from sweep.json and the Optuna storage (no MLflow needed)."""
     workdir = Path(workdir)
     state = read_state(workdir)
+    trials = _study_trials(workdir, state, storage)
+    finished = _finished(trials)
+    complete = [t for t in finished if t.state == "COMPLETE" and t.values]
+    running = [t for t in trials if t.state == "RUNNING"]
+    baselines = _baselines(complete)
+    elapsed = _elapsed_s(state)
+    phase = phase_of(workdir, state.status)
+    eta, remaining = _forecast(state, finished, running, elapsed, phase)
+    verdict, env_file = _promotion(workdir) if phase == "done" else (None, None)
+    return StatusReport(
+        experiment=state.experiment, status=state.status,
+        driver_alive=_driver_alive(state),
+        budget_trials=state.budget_trials, launched=len(finished) + len(running), complete=len(complete),
+        failed=len(finished) - len(complete), running=len(running),
+        skipped=sum(1 for t in trials if t.attrs.get("skipped")), failures=_failures_by_kind(finished),
+        objective=state.objective, best=_best_so_far(complete, state.direction),
+        baseline=baselines[-1][1] if baselines else None, baselines=baselines,
+        elapsed_s=elapsed, eta_s=eta, fingerprints=_changed_fingerprints(finished), stop_reason=state.stop_reason,
+        phase=phase, verdict=verdict, env_file=env_file, remaining=remaining,
+    )
+
+
+def _study_trials(workdir: Path, state: SweepState, storage: str | None) -> list[TrialView]:
+    """Every trial of the sweep's study (none when the storage holds no such study yet); SweepError when
+    the storage needs a password that was never written down."""
     url = storage or state.optuna_storage or Paths(workdir.resolve()).optuna_url
     if ":***@" in url:
         raise SweepError(f"{workdir}: the sweep's Optuna storage needs a password that is never written down; "
                          f"pass --storage URL or set SWEEP_OPTUNA_STORAGE")
     read = read_only(url, state.experiment)
     trials, _ = read if read else ([], {})
+    return trials
+
+
+def _finished(trials: list[TrialView]) -> list[TrialView]:
+    """The finished trials (complete or failed) that status counts: not skipped proposals, interrupted
+    trials or confirmation runs."""
     counted = [t for t in trials if not t.attrs.get("skipped") and t.attrs.get("failure_kind") != "interrupted"
                and t.role != TrialRole.confirm.value]
-    finished = [t for t in counted if t.state in ("COMPLETE", "FAIL")]
-    failures = Counter(t.attrs.get("failure_kind", "unknown") for t in finished if t.state == "FAIL")
-    complete = [t for t in finished if t.state == "COMPLETE" and t.values]
-    running = [t for t in trials if t.state == "RUNNING"]
-    sign = 1.0 if state.direction == "maximize" else -1.0
+    return [t for t in counted if t.state in ("COMPLETE", "FAIL")]
+
+
+def _driver_alive(state: SweepState) -> bool:
+    """The sweep is running and the driver that wrote sweep.json still runs."""
+    return _pid_alive(state.pid) and state.status == "running"
+
+
+def _baselines(complete: list[TrialView]) -> list[tuple[float, float]]:
+    """(end time, objective value) of each completed baseline measurement, in study order."""
+    return [(t.end or 0.0, t.values[0]) for t in complete if t.role == TrialRole.baseline.value and t.values]
+
+
+def _elapsed_s(state: SweepState) -> float:
+    """Seconds since the sweep started: until now while it runs, until its last update once it ended;
+    never below 0."""
+    # A clock stepped back (NTP, another host's sweep.json) must not show negative time or ETA.
+    return max((state.updated_at if state.status != "running" else time.time()) - state.started_at, 0.0)
+
+
+def _forecast(state: SweepState, finished: list[TrialView], running: list[TrialView], elapsed: float,
+              phase: str) -> tuple[float | None, cost.Remaining | None]:
+    """(ETA in seconds at the pace so far, trials that still fit the wall time left), while the search
+    runs under a trial budget; the second only with a wall time; (None, None) otherwise."""
+    budget = state.budget_trials
+    if not (finished and phase == "search" and budget):
+        return None, None
+    eta = max(budget - len(finished), 0) * (elapsed / max(len(finished), 1))
+    if not state.timeout_s:
+        return eta, None
+    # Measured start-up + benchmark seconds per trial: how many more fit the wall time left.
+    return eta, cost.remaining_trials(_timings(finished), left_s=state.timeout_s - elapsed,
+                                      concurrent=max(len(running), 1))
+
+
+def _timings(finished: list[TrialView]) -> list[dict[str, float]]:
+    """The measured server start-up and benchmark seconds of the finished trials that recorded both."""
+    return [{"server_start": float(t.attrs["server_start_s"]), "bench": float(t.attrs["bench_s"])}
+            for t in finished if "server_start_s" in t.attrs and "bench_s" in t.attrs]
+
+
+def _failures_by_kind(finished: list[TrialView]) -> dict[str, int]:
+    """Failed trials counted by failure kind (`unknown` where none was recorded)."""
+    return dict(Counter(t.attrs.get("failure_kind", "unknown") for t in finished if t.state == "FAIL"))
+
+
+def _best_so_far(complete: list[TrialView], direction: str) -> BestSoFar | None:
+    """The best completed search trial in the objective's direction, with its set knobs; None before one."""
+    sign = 1.0 if direction == "maximize" else -1.0
     searched = [t for t in complete if t.role == TrialRole.search.value and not t.attrs.get("skipped")]
     best = max(searched, key=lambda t: sign * t.values[0] if t.values else 0.0, default=None)
-    baselines = [(t.end or 0.0, t.values[0]) for t in complete if t.role == TrialRole.baseline.value and t.values]
-    budget = state.budget_trials
-    # A clock stepped back (NTP, another host's sweep.json) must not show negative time or ETA.
-    elapsed = max((state.updated_at if state.status != "running" else time.time()) - state.started_at, 0.0)
-    eta = None
-    phase = phase_of(workdir, state.status)
-    remaining = None
-    if finished and phase == "search" and budget:
-        per_trial = elapsed / max(len(finished), 1)
-        eta = max(budget - len(finished), 0) * per_trial
-        if state.timeout_s:
-            # Measured start-up + benchmark seconds per trial: how many more fit the wall time left.
-            timings = [{"server_start": float(t.attrs["server_start_s"]), "bench": float(t.attrs["bench_s"])}
-                       for t in finished if "server_start_s" in t.attrs and "bench_s" in t.attrs]
-            remaining = cost.remaining_trials(timings, left_s=state.timeout_s - elapsed,
-                                              concurrent=max(len(running), 1))
+    if best is None or not best.values:
+        return None
+    return BestSoFar(number=best.number, value=best.values[0], speedup=best.attrs.get("speedup_vs_baseline"),
+                     params={k: v for k, v in best.params.items() if v is not None})
+
+
+def _changed_fingerprints(finished: list[TrialView]) -> dict[str, list[str]]:
+    """Hosts whose fingerprint changed during the sweep -> the hashes seen, sorted (only real changes)."""
     per_node: dict[str, set[str]] = {}
     for t in finished:
         if t.attrs.get("fingerprint_hash"):
             per_node.setdefault(str(t.attrs.get("node", "")).split("/")[0], set()).add(t.attrs["fingerprint_hash"])
-    fps = {node: sorted(h) for node, h in per_node.items() if len(h) > 1}  # only real changes, per host
-    verdict, env_file = _promotion(workdir) if phase == "done" else (None, None)
-    return StatusReport(
-        experiment=state.experiment, status=state.status,
-        driver_alive=_pid_alive(state.pid) and state.status == "running",
-        budget_trials=budget, launched=len(finished) + len(running), complete=len(complete),
-        failed=len(finished) - len(complete), running=len(running),
-        skipped=sum(1 for t in trials if t.attrs.get("skipped")), failures=dict(failures), objective=state.objective,
-        best=None if best is None or not best.values else BestSoFar(
-            number=best.number, value=best.values[0], speedup=best.attrs.get("speedup_vs_baseline"),
-            params={k: v for k, v in best.params.items() if v is not None}),
-        baseline=baselines[-1][1] if baselines else None, baselines=baselines,
-        elapsed_s=elapsed, eta_s=eta, fingerprints=fps, stop_reason=state.stop_reason,
-        phase=phase, verdict=verdict, env_file=env_file, remaining=remaining,
-    )
+    return {node: sorted(h) for node, h in per_node.items() if len(h) > 1}
 
 
 @dataclass
