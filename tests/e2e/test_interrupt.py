@@ -96,7 +96,10 @@ NEVER_S = 7200
 def test_ctrl_c_twice_aborts_the_trials_in_flight_now_and_they_are_measured_again(tmp_path):
     name, wd, marker, log = "ctrlc2", tmp_path / "wd", uuid.uuid4().hex, tmp_path / "run.log"
     search_space = [str(nccl_space(tmp_path, ["Ring", "Tree"]))]
-    common = dict(name=name, search_space=search_space, budget={"trials": 4, "concurrent_trials": 2},
+    # trial_timeout_s 1800: the healthy --resume must not time its trials out on a loaded machine (the demo's 60 s
+    # was passed at load 20).
+    common = dict(name=name, search_space=search_space,
+                  budget={"trials": 4, "concurrent_trials": 2, "trial_timeout_s": 1800},
                   benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0})
     # The first run: the search trials hang, and nothing but the abort can end them.
     hung = write_experiment(tmp_path, demo_experiment(
