@@ -118,16 +118,19 @@ class RankedSetting(Frozen):
     relative: float | None
     """score / best score (1.0 = the best)."""
     kept: bool
-    """Within keep_within of the best at the verify sizes or at the decode size, or the NCCL defaults
-    (always a candidate)."""
+    """Within keep_within of the best at the verify sizes (or, ranked with keep_decode, at the decode
+    size), or the NCCL defaults (always a candidate)."""
     decode_relative: float | None = None
     """Its decode-size latency / the best decode-size latency: a setting that wins where the load is
     plain decoding (high concurrency, no speculation) is kept even when its verify sizes are slow."""
 
 
-def rank_settings(result: ProbeResult, *, keep_within: float | None = None) -> tuple[RankedSetting, ...]:
+def rank_settings(result: ProbeResult, *, keep_within: float | None = None,
+                  keep_decode: bool = False) -> tuple[RankedSetting, ...]:
     """Every probed setting, fastest first (failed ones last), marked kept when within `keep_within`
-    of the best score (all working ones when None). The NCCL defaults are always kept."""
+    of the best score (all working ones when None); with `keep_decode` (an objective judged at several
+    streams, where decoding without speculation can win) also when within it of the best decode-size
+    latency. The NCCL defaults are always kept."""
     if keep_within is not None and keep_within < 1.0:
         raise ValueError(f"keep_within is a ratio to the best latency and must be >= 1.0, but got {keep_within}")
     scored = []
@@ -145,8 +148,9 @@ def rank_settings(result: ProbeResult, *, keep_within: float | None = None) -> t
         relative = score / best if score is not None and best else None
         d = decode[record.setting]
         decode_relative = d / best_decode if d is not None and best_decode else None
+        ratios = (relative, decode_relative) if keep_decode else (relative,)
         kept = record.setting == DEFAULTS_LABEL or any(
-            r is not None and (keep_within is None or r <= keep_within) for r in (relative, decode_relative))
+            r is not None and (keep_within is None or r <= keep_within) for r in ratios)
         out.append(RankedSetting(rank=i + 1, setting=record.setting, env=record.env, score_us=score,
                                  relative=relative, kept=kept, decode_relative=decode_relative))
     return tuple(out)

@@ -150,7 +150,8 @@ def size_latencies(result: ProbeResult, kept: Mapping[str, Any]) -> dict[str, di
 def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str, Any]:
     """Restrict `study`'s NCCL knobs to the settings `result` keeps and enqueue the warm start; the
     summary kept in the study (`skipped` says why nothing was restricted)."""
-    ranked = rank_settings(result, keep_within=spec.probe.keep_within)
+    # At several streams the load may decode without speculation: keep the decode-size winners too (issue 20).
+    ranked = rank_settings(result, keep_within=spec.probe.keep_within, keep_decode=spec.benchmark.concurrency > 1)
     kept = kept_settings(spec, ranked)
     if result.skipped or not kept:
         summary: dict[str, Any] = {"skipped": result.skipped or "no setting kept"}
