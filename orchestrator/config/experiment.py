@@ -78,9 +78,13 @@ class ServerSpec(Strict):
     draft_model: Text | None = None
     """EAGLE-3 draft model path; required when the space turns speculation on."""
     tp: Annotated[int, Int(1, 64)] = 8
+    """Tensor-parallel ranks of every trial's server (--tp-size): the GPUs one trial holds."""
     host: Text = "127.0.0.1"
+    """Address the trial servers listen on (--host): loopback unless the benchmark runs elsewhere."""
     port_range: tuple[Port, Port] = (31000, 31999)
+    """[first, last] port a trial server may take (--port); trials in flight never share one."""
     startup_timeout_s: Positive = 900.0
+    """Seconds from launch to a ready server (/health) before the trial fails startup_timeout."""
     flags: dict[str, Scalar] = Field(default_factory=dict)
     """Fixed SGLang flags for every trial, e.g. {mem-fraction-static: 0.85, enable-metrics: true}."""
     env: dict[EnvName, str | StrictInt] = Field(default_factory=dict)
@@ -129,9 +133,15 @@ class FaultSpec(Strict):
 
 class SimulatorSpec(Strict):
     hardware_profile: HardwareProfile = "pcie-rtxpro6000-x8"
+    """The simulated host (built-in profile name or a profile file); on engine sglang, the host the
+    cost model and `sweep plan` describe."""
     model_profile: ModelProfile = "kimi-k2.5"
+    """The simulated model (load time, speed, drafter acceptance); on engine sglang, the model the cost
+    model stands in for."""
     noise: Annotated[float, Fraction(0, 0.5)] = 0.03
+    """Run-to-run multiplicative noise of a simulated server's timing (--sim-noise)."""
     drift_per_hour: Annotated[float, Fraction(-0.5, 0.5)] = 0.0
+    """The simulated host slowing by this fraction an hour since the sweep started (--sim-drift)."""
     faults: tuple[Fault | FaultSpec, ...] = ()
     """Fault injections passed as --sim-fault: a string applies to every trial, {fault, when} to the
     trials whose knobs match, e.g. {fault: never_ready, when: {NCCL_ALGO: Tree}}."""
@@ -196,7 +206,9 @@ class ObjectiveSpec(Strict):
     """
 
     metric: MetricName = "decode_tok_s"
+    """What a trial is judged by: one stream's decode tok/s, aggregate output tok/s, a latency percentile..."""
     direction: Literal["maximize", "minimize"] = "maximize"
+    """maximize for rates (tok/s), minimize for times (ms)."""
     concurrency: Annotated[int, Int(1, 4096)] | None = None
     """Concurrent requests the objective is judged at, e.g. 32 with metric output_tok_s; None: the
     benchmark's concurrency (default 1)."""
@@ -209,17 +221,25 @@ class ObjectiveSpec(Strict):
 
 class BudgetSpec(Strict):
     trials: Annotated[int, Int(1, 100_000)] = 100
+    """Trials (server launches of the search, baselines included) before the search stops."""
     wall_time: float = 8 * 3600.0
+    """The whole run, probe + search + confirmation: seconds, or a duration such as 8h, 45m, 30s
+    (`sweep run --timeout` overrides it). The confirmation is planned and held back from the start."""
     concurrent_trials: Annotated[int, Int(1, 1024)] = 1
     """Trials in flight at once (at most 1024: one per GPU group of a large cluster)."""
     trial_timeout_s: Positive = 3600.0
+    """Seconds one trial may take in all (start-up, benchmark, every repeat) before it fails trial_timeout."""
     max_failure_rate: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.5
+    """The search stops when more than this share of the finished trials failed."""
     max_consecutive_failures: Annotated[int, Int(1, 100_000)] = 8
+    """The search stops after this many failed trials in a row."""
     min_trials_for_failure_rate: Annotated[int, Int(1, 100_000)] = 6
+    """Finished trials before max_failure_rate is applied."""
     baseline_every: Annotated[int, Int(0, 100_000)] = 0
     """Measure the baseline again every K finished trials (0: only at the start). The promotion gate's
     interleaved runs measure it again at the end; every baseline measurement feeds the drift check."""
     baseline_drift_threshold: Annotated[float, Field(strict=True, gt=0, le=10, allow_inf_nan=False)] = 0.05
+    """The baseline's measurements moving more than this fraction over the sweep is reported as host drift."""
 
     @field_validator("wall_time", mode="before")
     @classmethod
@@ -243,7 +263,9 @@ class TrackingSpec(Strict):
 
 class PromotionSpec(Strict):
     model_name: Slug
+    """The MLflow registered model the promoted configuration becomes a version of."""
     alias: Slug = "champion"
+    """The registry alias the promoted version gets; `sweep export` reads models:/<model_name>@<alias>."""
     min_gain: Annotated[float, Field(strict=True, ge=0, lt=10)] = 0.0
     """Relative gain over the baseline the champion must show (0.02 = 2%)."""
     min_rounds: Annotated[int, Field(ge=3, le=100)] = 3
@@ -345,7 +367,7 @@ def _check_space_knobs(space: SearchSpace, where: str) -> None:
         knob = knobs.KNOBS.get(name)
         if knob is None:
             raise SpecError(f"{at}: unknown knob; {did_you_mean(name, list(knobs.KNOBS), 'known knobs')} "
-                            f"(the catalogue is orchestrator/knobs.py)")
+                            f"(the catalogue is orchestrator/config/knobs.py)")
         if param.choices is None:
             if knob.kind != "int":
                 raise SpecError(f"{at}: a low/high range needs an integer knob, but {name} is {knob.kind}; "

@@ -197,8 +197,8 @@ def env_rule(name: str) -> str | None:
         return ("looks like a secret, and secrets are never written into experiments, plans or MLflow; "
                 "remove it and export it in the shell that starts the sweep (the server inherits it)")
     if name.startswith("NCCL_"):
-        return "not an NCCL variable this tool knows; remove it, or add it to orchestrator/knobs.py"
+        return "not an NCCL variable this tool knows; remove it, or add it to orchestrator/config/knobs.py"
     if name.startswith("SGLANG_"):
-        return "not an SGLang variable this tool knows; remove it, or add it to orchestrator/knobs.py"
-    return (f"not on the allow-list (the NCCL_* and SGLANG_* variables of orchestrator/knobs.py, "
+        return "not an SGLang variable this tool knows; remove it, or add it to orchestrator/config/knobs.py"
+    return (f"not on the allow-list (the NCCL_* and SGLANG_* variables of orchestrator/config/knobs.py, "
             f"{', '.join(sorted(n for n in PASSTHROUGH_ENV if not n.startswith(('NCCL_', 'SGLANG_'))))}); remove it")

@@ -119,7 +119,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("unknown knob in a search space",
      dict(spaces=("eagle3",), extra_space={"params": {"NCCL_PROTOO": {"choices": [None, "LL"]}}}),
      "{spaces}/extra.yaml: params.NCCL_PROTOO: unknown knob; did you mean 'NCCL_PROTO'? "
-     "(the catalogue is orchestrator/knobs.py)"),
+     "(the catalogue is orchestrator/config/knobs.py)"),
     ("bad enum value",
      dict(spaces=("eagle3",), extra_space={"params": {"NCCL_PROTO": {"choices": [None, "LL", "LL256"]}}}),
      "{spaces}/extra.yaml: params.NCCL_PROTO.choices: NCCL_PROTO must be one of {{LL, LL128, Simple}}, "
@@ -175,15 +175,15 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "(relative paths start at the experiment's folder)"),
     ("env var not on the allow-list", dict(mutate=_set("server.env.LD_PRELOAD", "/tmp/x.so")),
      "{exp}: server.env.LD_PRELOAD: not on the allow-list (the NCCL_* and SGLANG_* variables of "
-     "orchestrator/knobs.py, HF_HUB_OFFLINE, OMP_NUM_THREADS, PYTHONUNBUFFERED, TRANSFORMERS_OFFLINE); "
+     "orchestrator/config/knobs.py, HF_HUB_OFFLINE, OMP_NUM_THREADS, PYTHONUNBUFFERED, TRANSFORMERS_OFFLINE); "
      "remove it"),
     ("unknown env var", dict(mutate=_set("server.env.FOO", "1")),
      "{exp}: server.env.FOO: not on the allow-list (the NCCL_* and SGLANG_* variables of "
-     "orchestrator/knobs.py, HF_HUB_OFFLINE, OMP_NUM_THREADS, PYTHONUNBUFFERED, TRANSFORMERS_OFFLINE); "
+     "orchestrator/config/knobs.py, HF_HUB_OFFLINE, OMP_NUM_THREADS, PYTHONUNBUFFERED, TRANSFORMERS_OFFLINE); "
      "remove it"),
     ("unknown NCCL variable", dict(mutate=_set("server.env.NCCL_PROTOCOL", "LL")),
      "{exp}: server.env.NCCL_PROTOCOL: not an NCCL variable this tool knows; remove it, or add it to "
-     "orchestrator/knobs.py"),
+     "orchestrator/config/knobs.py"),
     ("secret in the environment", dict(mutate=_set("server.env.HF_TOKEN", "hf_plantedSecretValue123")),
      "{exp}: server.env.HF_TOKEN: looks like a secret, and secrets are never written into experiments, "
      "plans or MLflow; remove it and export it in the shell that starts the sweep (the server inherits it)"),
