@@ -272,7 +272,8 @@ class PromotionSpec(Strict):
     """Interleaved champion/baseline rounds measured before the first look (an interval needs 3)."""
     max_rounds: Annotated[int, Field(ge=0, le=100)] = 12
     """Rounds after which an undecided confirmation stops; 0: no gate, the search-phase champion is
-    promoted unconfirmed (labelled so everywhere)."""
+    promoted unconfirmed (labelled so everywhere) when its one measurement shows min_gain over the
+    baseline's, and not promoted otherwise."""
     explain: bool = True
     """Also measure, in the same rounds, the champion without speculation, its speculation with NCCL at
     defaults and the best runner-up from another region: each part's contribution."""
