@@ -53,7 +53,7 @@ $(SGLANG_VENV)/.installed: $(SGLANG_REQS)
 
 test-sglang: install $(SGLANG_VENV)/.installed
 	SWEEP_SGLANG_PYTHON=$(CURDIR)/$(SGLANG_VENV)/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  -m sglang_real tests/sglang_real/test_sweep.py tests/sglang_real/test_trial.py tests/sglang_real/test_interrupt.py
+	  -m sglang_real tests/sglang_real/test_sweep.py tests/sglang_real/test_trial.py tests/sglang_real/test_sglang_interrupt.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
