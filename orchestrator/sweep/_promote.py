@@ -259,9 +259,7 @@ def pick(ctx: Context) -> Champion | Promotion:
     baseline = next((o for o in reversed(ctx.outcomes)
                      if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE), None)
     if champion is None or baseline is None:
-        why = ("no feasible trial to promote: every trial failed or broke a constraint; see `sweep status` and "
-               "widen the space or relax objective.constraints" if champion is None else "no baseline measured")
-        return Promotion(Outcome.no_champion, why)
+        return Promotion(Outcome.no_champion, _no_champion(feasible) if champion is None else "no baseline measured")
     run_id = _run_id_of(ctx, champion)
     if run_id is None:
         return Promotion(Outcome.no_champion,
@@ -269,6 +267,22 @@ def pick(ctx: Context) -> Champion | Promotion:
                          f"result(s) wait in the outbox); when MLflow is reachable run `sweep sync` and "
                          f"{ctx.resume_hint} to promote")
     return Champion(trial=champion, baseline=baseline, run_id=run_id, metric=metric)
+
+
+def _no_champion(searched: list[TrialOutcome]) -> str:
+    """Why no search trial can be promoted, counted: none ran, all failed, or the measured ones broke a
+    constraint (the baseline's own success is not the search's)."""
+    complete = sum(o.status is TrialStatus.COMPLETE for o in searched)
+    failed = len(searched) - complete
+    if not searched:
+        what = "no search trial was measured (only the baseline ran)"
+    elif not complete:
+        what = f"every search trial failed ({failed} of {len(searched)})"
+    else:
+        what = (f"{complete} search trial(s) measured, each breaking an objective constraint"
+                + (f", {failed} failed" if failed else ""))
+    return (f"no feasible trial to promote: {what}; see `sweep status` and widen the space, raise the budget "
+            f"or relax objective.constraints")
 
 
 def ungated(ctx: Context, champion: Champion) -> Choice | Promotion:

@@ -296,8 +296,8 @@ class _Trial:
                 seconds = load_s + after / (rate * streams) + (stall if kind is FailureKind.nccl_hang else 0.0)
                 reason = (f"no token for {stall:g}s after {after} tokens (benchmark.stall_timeout_s)"
                           if kind is FailureKind.nccl_hang else
-                          f"server died (exit code 1) after {after} tokens: RuntimeError: CUDA error: an illegal "
-                          "memory access was encountered")
+                          "server died: RuntimeError: CUDA error: an illegal memory access was encountered "
+                          f"(after {after} tokens; SGLang killed its process tree, exit -9)")
                 return self._failed(kind, reason, seconds, **found)
         return None
 
