@@ -269,6 +269,10 @@ def status(
         r = rep.remaining
         out.print(f"measured per trial: start-up {r.startup_s:.0f} s + benchmark {r.bench_s:.0f} s (median of "
                   f"{r.measured}); about {r.trials} more fit the wall time left")
+    if rep.schedule and rep.status == "running":
+        out.print("schedule: " + rep.schedule[0], soft_wrap=True, highlight=False)
+        for line in rep.schedule[1:]:
+            out.print(f"    {line}", soft_wrap=True, highlight=False, markup=False)
     if rep.failures:
         out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.failures.items())))
     best = rep.best

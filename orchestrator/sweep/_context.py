@@ -181,6 +181,15 @@ class Context:
     def deadline_passed(self) -> bool:
         return self.elapsed() >= self.timeout_s
 
+    def _schedule_lines(self) -> list[str]:
+        """The plan of the rest of the night, for sweep.json (empty before it is planned)."""
+        if self.reserve is None or not self.spec.promotion.max_rounds:
+            return []
+        held = self.reserve.seconds
+        head = (f"search until about {max(self.timeout_s - held, 0) / 3600:.2f} h of {self.timeout_s / 3600:.2f} h "
+                f"(elapsed {self.elapsed() / 3600:.2f} h), then the confirmation: {held / 3600:.2f} h held back")
+        return [head, *self.reserve.lines()]
+
     def write_state(self, status: str) -> None:
         p = self.progress
         state = SweepState(
@@ -194,5 +203,5 @@ class Context:
             launched=p.launched, finished=p.finished, complete=p.complete, failed=p.failed, skipped=p.skipped,
             failures=dict(p.failures), best=Best(number=p.best_number, value=p.best_value, params=p.best_params),
             stop_reason=p.stop_text, stop_kind=p.stop.kind if p.stop else None, baselines=p.baselines,
-            objective=self.spec.objective.metric)
+            objective=self.spec.objective.metric, schedule=self._schedule_lines())
         write_json(self.paths.state, state.model_dump(mode="json"))

@@ -94,6 +94,8 @@ def should_launch(ctx: Context) -> bool:
         p.stop = StopReason(StopKind.wall_time, f"wall-time budget reached ({duration(ctx.timeout_s)}); "
                                                 f"trials in flight finished")
         return False
+    if ctx.reserve is None and ctx.spec.promotion.max_rounds:
+        plan_reserve(ctx)  # before the first launch: sweep.json and `sweep status` show the plan from the start
     if p.launched and not _search_fits(ctx):
         held = ctx.reserve.seconds if ctx.reserve else 0.0
         p.stop = StopReason(StopKind.wall_time, (

@@ -100,6 +100,9 @@ class SweepState(BaseModel):
     baselines: list[tuple[float, float]] = Field(default_factory=list)
     """(finished_at, objective value) of every baseline measurement."""
     objective: str = "decode_tok_s"
+    schedule: list[str] = Field(default_factory=list)
+    """The night as the driver plans it now (sweep.schedule): when the search ends and each confirmation
+    arm held back or left out; `sweep status` prints it."""
 
     @property
     def experiment_in_mlflow(self) -> str:

@@ -78,6 +78,8 @@ class StatusReport:
     """The champion's env file, once promoted."""
     remaining: cost.Remaining | None = None
     """Trials that still fit the wall time, from the measured start-up and benchmark seconds."""
+    schedule: list[str] = field(default_factory=list)
+    """The night as the driver last planned it (sweep.json's schedule)."""
 
 
 def phase_of(workdir: Path, status: str) -> str:
@@ -181,6 +183,7 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
         objective=state.objective, best=_best_so_far(complete, state.direction),
         baseline=baselines[-1][1] if baselines else None, baselines=baselines,
         elapsed_s=elapsed, eta_s=eta, fingerprints=_changed_fingerprints(finished), stop_reason=state.stop_reason,
+        schedule=list(state.schedule),
         phase=phase, verdict=verdict, env_file=env_file, remaining=remaining,
     )
 

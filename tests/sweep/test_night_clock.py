@@ -74,3 +74,26 @@ def test_sweep_plan_prints_the_night_and_refuses_one_whose_minimum_cannot_fit(tm
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "does not fit budget.wall_time" in proc.stdout + proc.stderr
     assert "lower promotion.min_rounds" in proc.stdout + proc.stderr
+
+
+def test_sweep_status_shows_the_schedule_live(tmp_path, sqlite_store_template):
+    """While the search runs, sweep.json holds the plan of the rest of the night and `sweep status`'s
+    report carries it: when the search ends and each confirmation arm held back."""
+    from orchestrator.sweep.status import status_report
+
+    data = real_scale(name="live", budget={"trials": 4, "concurrent_trials": 1, "trial_timeout_s": 3600,
+                                           "wall_time": "8h"})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)
+    seen: list[list[str]] = []
+
+    def on_event(event: object) -> None:
+        if isinstance(event, st.TrialFinished):
+            seen.append(status_report(wd).schedule)
+
+    Sweep(spec, wd, executor=ModelExecutor(1), on_event=on_event).run()
+    assert seen and all(lines for lines in seen)
+    head = seen[-1][0]
+    assert head.startswith("search until about ") and "of 8.00 h" in head and "held back" in head
+    assert any(line.startswith("confirmation: champion at 1 stream(s)") for line in seen[-1])
