@@ -214,7 +214,16 @@ def _outcomes(workdir: Path) -> list[TrialOutcome]:
 
 def night(world: World, policy: str, seed: int, scenario: str, optimum: float) -> Night:
     """One night of the real driver in `world`."""
-    logging.getLogger("sweep").setLevel(logging.ERROR)
+    quiet = logging.getLogger("sweep")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # a night logs hundreds of lines; restored after (tests run nights in-process)
+    try:
+        return _night(world, policy, seed, scenario, optimum)
+    finally:
+        quiet.setLevel(level)
+
+
+def _night(world: World, policy: str, seed: int, scenario: str, optimum: float) -> Night:
     with tempfile.TemporaryDirectory() as tmp:
         spec = experiment(world, policy, seed, scenario, Path(tmp))
         wd = Path(tmp) / "wd"

@@ -46,9 +46,11 @@ CASES = [
     ("status: /proc", "status --workdir /proc", 2,
      "error: /proc: no sweep here (sweep.json missing); pass the --workdir `sweep run` used"),
     ("status: corrupt sweep.json", "status --workdir {C}", 2,
-     "error: {C}/sweep.json is not a sweep state file: Invalid JSON: key must be a string at line 1 column 2"),
+     "error: {C}/sweep.json is not a sweep state file (Invalid JSON: key must be a string at line 1 column 2); it "
+     "was cut short or overwritten: `sweep run --resume` with the same experiment writes it again"),
     ("sync: corrupt sweep.json", "sync --workdir {C}", 2,
-     "error: {C}/sweep.json is not a sweep state file: Invalid JSON: key must be a string at line 1 column 2"),
+     "error: {C}/sweep.json is not a sweep state file (Invalid JSON: key must be a string at line 1 column 2); it "
+     "was cut short or overwritten: `sweep run --resume` with the same experiment writes it again"),
     ("status: unknown storage scheme", "status --workdir {V} --storage foo://bar", 2,
      "error: Optuna storage foo://bar cannot be opened: NoSuchModuleError: Can't load plugin: "
      "sqlalchemy.dialects:foo; pass a URL such as sqlite:////abs/path/optuna.db or postgresql://user@host/db"),

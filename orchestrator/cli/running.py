@@ -21,7 +21,7 @@ from orchestrator.probe import nccl_dimensions, rank_settings, run_probe
 from orchestrator.records import TrialStatus
 from orchestrator.sweep import state as st
 from orchestrator.sweep._probe_stage import probe_log
-from orchestrator.sweep.status import LiveProgress, read_state, status_report
+from orchestrator.sweep.status import LiveProgress, moved_from, read_state, status_report
 from orchestrator.tracking import probe_run
 
 
@@ -247,6 +247,14 @@ def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) ->
 # ---------------------------------------------------------------------------- status / sync / ui / export
 
 
+def _print_schedule(lines: list[str]) -> None:
+    """The night's plan as the running driver last wrote it (sweep.schedule)."""
+    if lines:
+        out.print("schedule: " + lines[0], soft_wrap=True, highlight=False, markup=False)
+    for line in lines[1:]:
+        out.print(f"    {line}", soft_wrap=True, highlight=False, markup=False)
+
+
 @app.command()
 @guard
 def status(
@@ -257,6 +265,8 @@ def status(
     """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage."""
     wd = resolve_workdir(workdir)
     rep = status_report(wd, storage)
+    if (line := moved_from(wd)) is not None:
+        out.print(f"note: {line}", soft_wrap=True, highlight=False, markup=False)
     out.print(f"[bold]{rep.experiment}[/] in {wd}: {rep.status}"
               + ("" if rep.driver_alive or rep.status != "running" else " [red](driver not running: "
                  "resume with `sweep run EXP --resume`)[/]"))
@@ -269,10 +279,7 @@ def status(
         r = rep.remaining
         out.print(f"measured per trial: start-up {r.startup_s:.0f} s + benchmark {r.bench_s:.0f} s (median of "
                   f"{r.measured}); about {r.trials} more fit the wall time left")
-    if rep.schedule and rep.status == "running":
-        out.print("schedule: " + rep.schedule[0], soft_wrap=True, highlight=False)
-        for line in rep.schedule[1:]:
-            out.print(f"    {line}", soft_wrap=True, highlight=False, markup=False)
+    _print_schedule(rep.schedule if rep.status == "running" else [])
     if rep.failures:
         out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.failures.items())))
     best = rep.best

@@ -19,7 +19,7 @@ from orchestrator.errors import StateFileError, SweepError
 from orchestrator.records import ParamValue, TrialRole
 from orchestrator.results import cost
 from orchestrator.search.study import TrialView, read_only
-from orchestrator.sweep._workdir import Paths, adopt, check_databases
+from orchestrator.sweep._workdir import Paths, adopt, check_databases, origin_of
 from orchestrator.sweep.state import (
     ConfirmationRun,
     Event,
@@ -143,6 +143,16 @@ def read_state(workdir: Path) -> SweepState:
 
 
 _OWN_FILES = {"optuna_storage": "optuna.db", "tracking_uri": "mlflow.db"}
+
+
+def moved_from(workdir: Path) -> str | None:
+    """A line saying where a moved or copied work directory came from (its sweep.json names another
+    folder's databases), for the console; None when it is where it ran."""
+    origin = origin_of(workdir)
+    if origin is None:
+        return None
+    how = "copied" if (origin / "sweep.json").exists() else "moved"
+    return f"{workdir} was {how} from {origin}: its own optuna.db and mlflow.db are read, never the original's"
 
 
 def relocated(state: SweepState, workdir: Path) -> SweepState:
