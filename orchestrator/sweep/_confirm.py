@@ -30,6 +30,7 @@ from orchestrator.sweep import schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import WAIT_S, keep_files
 from orchestrator.sweep._record import baseline_measured_at
+from orchestrator.sweep.schedule import at_concurrency
 from orchestrator.sweep.state import ConfirmationRun
 
 log = logging.getLogger("sweep")
@@ -101,13 +102,6 @@ class Measured:
     def failed(self) -> int:
         return sum(1 for r in self.rows if r.status is not TrialStatus.COMPLETE)
 
-
-def at_concurrency(spec: SweepSpec, level: int) -> SweepSpec:
-    """The experiment benchmarked at `level` concurrent requests (at least one request per stream)."""
-    if level == spec.benchmark.concurrency:
-        return spec
-    bench = spec.benchmark.model_copy(update={"concurrency": level, "requests": max(spec.benchmark.requests, level)})
-    return spec.model_copy(update={"benchmark": bench})
 
 
 def steps_arms(spec: SweepSpec, champion: TrialOutcome, outcomes: list[TrialOutcome],

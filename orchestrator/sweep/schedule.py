@@ -122,8 +122,7 @@ def candidate_arms(spec: SweepSpec) -> list[tuple[str, int, bool]]:
 def _model_cost(spec: SweepSpec, concurrency: int) -> TrialCost | None:
     """The cost model's seconds of one baseline run at `concurrency` streams (None when unknown)."""
     params = sp.baseline_params(spec.space)
-    level = spec if concurrency == spec.benchmark.concurrency else _at(spec, concurrency)
-    return cost_mod.expected_cost(level, params).cost
+    return cost_mod.expected_cost(at_concurrency(spec, concurrency), params).cost
 
 
 def _load_s(spec: SweepSpec, cost: TrialCost | None) -> float:
@@ -139,9 +138,12 @@ def _model_bench_s(spec: SweepSpec, concurrency: int) -> float | None:
     return None if cost is None else cost.warmup_s + cost.benchmark_s
 
 
-def _at(spec: SweepSpec, concurrency: int) -> SweepSpec:
-    bench = spec.benchmark.model_copy(update={"concurrency": concurrency,
-                                              "requests": max(spec.benchmark.requests, concurrency)})
+def at_concurrency(spec: SweepSpec, level: int) -> SweepSpec:
+    """The experiment benchmarked at `level` concurrent requests (at least one request per stream): what
+    a confirmation arm at that level runs, and what its cost is planned from."""
+    if level == spec.benchmark.concurrency:
+        return spec
+    bench = spec.benchmark.model_copy(update={"concurrency": level, "requests": max(spec.benchmark.requests, level)})
     return spec.model_copy(update={"benchmark": bench})
 
 

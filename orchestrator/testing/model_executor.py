@@ -186,7 +186,7 @@ class ModelExecutor:
                             finished_at=started_at)
         return _Trial(self, sweep, spec, plan, base).answer()
 
-    def profiles(self, sweep: SweepSpec, hardware: str, model: str) -> tuple[HardwareProfile, ModelProfile]:
+    def profiles(self, hardware: str, model: str) -> tuple[HardwareProfile, ModelProfile]:
         key = (hardware, model)
         if key not in self._profiles:
             self._profiles[key] = (load_hardware(hardware), load_model(model))
@@ -221,7 +221,7 @@ class _Trial:
         except SystemExit as exc:
             self._load_s = 0.0
             return self._failed(FailureKind.server_crash, f"sglang serve rejects these arguments (exit code {exc.code})", 1.0)
-        hw, model = self.x.profiles(sweep, options.hardware_profile, options.model_profile)
+        hw, model = self.x.profiles(options.hardware_profile, options.model_profile)
         # As the simulated server: it sleeps time_scale x the profile's load and graph capture (0 in the
         # demo and the tests: a process start), real-scale at 1 (bench/overnight.py).
         self._load_s = max(options.time_scale * (model.load_weights_s + model.graph_capture_s), SIMULATED_START_S) \
