@@ -42,7 +42,8 @@ from pydantic import Field
 from orchestrator.records import Frozen
 
 __all__ = ["NOT_ECHOED", "TUNER_MASKED", "DeviceLog", "NcclCall", "NcclChoice", "TunerLoad", "choice_for",
-           "env_problems", "parse_nccl_log", "tuner_masked", "tuner_problems", "version_of"]
+           "env_problems", "parse_nccl_log", "release", "tuner_masked", "tuner_problems", "version_mismatch",
+           "version_of"]
 
 # NCCL's ncclAlgo/ncclProto enums (src/include/device.h), for the numeric form of the TUNING line.
 _ALGORITHMS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
@@ -284,4 +285,38 @@ def tuner_problems(plugin: str, logs: Mapping[int, DeviceLog], devices: Iterable
             problems.append(f"NCCL_TUNER_PLUGIN={plugin}: {where} logged no 'TUNER/Plugin: Using <name>' line "
                             f"(NCCL_DEBUG=INFO with INIT or TUNING in NCCL_DEBUG_SUBSYS prints it), so nothing "
                             f"proves the plugin loaded there")
+    return problems
+
+
+def release(version: str) -> str:
+    """NCCL's release of a version string: `2.30.7+cuda13.0` (its INIT line) and `2.30.7` (the
+    nvidia-nccl-cu13 wheel) are both 2.30.7."""
+    return version.strip().split("+", 1)[0]
+
+
+def version_mismatch(probe: str | None, servers: Mapping[str, str | None], *, probe_where: str = "the probe") -> list[str]:
+    """Warnings where the NCCL the probe measured is not the one the server loads: `probe` is the probe's
+    version (probe.json's nccl_version, or the NCCL wheel of the probe's interpreter), `servers` maps where
+    a server's NCCL was read (`trial 3`, `server.python /opt/venv/bin/python`) to what it loaded (a
+    fingerprint's `nccl`: one version, or several joined with ', ' when its ranks disagreed). Unknown
+    versions prove nothing and give no warning."""
+    problems: list[str] = []
+    by_version: dict[str, list[str]] = {}
+    for where, loaded in servers.items():
+        versions = sorted({release(v) for v in (loaded or "").split(",") if v.strip()})
+        if len(versions) > 1:
+            problems.append(f"{where}: its ranks loaded different NCCL versions ({', '.join(versions)}); every rank "
+                            f"of a server must load one NCCL (one torch in the server's environment)")
+        for v in versions:
+            by_version.setdefault(v, []).append(where)
+    if probe is None or not probe.strip():
+        return problems
+    measured = release(probe)
+    for version, places in sorted(by_version.items()):
+        if version != measured:
+            shown = ", ".join(places[:5]) + (f" and {len(places) - 5} more" if len(places) > 5 else "")
+            problems.append(f"{probe_where} measured NCCL {measured} but {shown} loaded NCCL {version}: the probe's "
+                            f"ranking of NCCL settings may not hold for the server; install one torch (one NCCL) "
+                            f"for both (pyproject's probe and sglang extras pin torch 2.14.1, NCCL 2.30.7) and "
+                            f"probe again")
     return problems

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import random
+import sys
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
+from orchestrator import nccllog
 from orchestrator.cli._app import app, err, guard, load_experiment, out
 from orchestrator.config import commplan, knobs
 from orchestrator.config import experiment as spec_mod
@@ -18,11 +21,13 @@ from orchestrator.config.space import check_enumerable
 from orchestrator.errors import UserError
 from orchestrator.probe import comm
 from orchestrator.probe.comm import ProfileError
+from orchestrator.probe.result import PROBE_FILE, probed_nccl
 from orchestrator.probe.settings import planned_settings
 from orchestrator.results import cost
 from orchestrator.results import truth as truth_mod
 from orchestrator.search import space as sp
 from orchestrator.sweep import schedule
+from orchestrator.sweep._workdir import default_workdir
 from orchestrator.sweep.status import status_report
 from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
@@ -94,6 +99,7 @@ def plan(
     # With the host described, the all-reduce paragraph above says who carries what (the fusion included).
     seen_warnings: set[str] = set(observe.plan_warnings(swept_env, {**s.server.flags, "tp-size": s.server.tp},
                                                         hardware, path_known=ctx is not None))
+    seen_warnings.update(_nccl_mismatch(s))
     for w in sorted(seen_warnings):
         out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     for lp in plans:
@@ -105,6 +111,32 @@ def plan(
         label = "baseline" if i == 0 else f"example {i}"
         out.print(f"\n[bold]{label}[/]: {', '.join(f'{k}={v}' for k, v in p.items() if v is not None) or 'engine defaults'}")
         out.print(planner.launch_command(lp), soft_wrap=True)
+
+
+def _nccl_wheel() -> str | None:
+    """This interpreter's NCCL wheel (torch's CUDA build loads it), else None."""
+    for name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _nccl_mismatch(s: spec_mod.SweepSpec) -> list[str]:
+    """`sweep plan` (engine sglang): the NCCL the probe measures (the work directory's probe.json, else the
+    NCCL wheel of this interpreter, which runs the probe's ranks) against the one server.python loads."""
+    if s.engine != "sglang":
+        return []
+    probed = probed_nccl(default_workdir(s))
+    probe_where = f"{default_workdir(s) / PROBE_FILE}" if probed else f"the probe's interpreter ({sys.executable})"
+    probed = probed or _nccl_wheel()
+    if s.server.python is None:
+        server = {"the server (this interpreter)": _nccl_wheel()}
+    else:
+        found, _ = observe.interpreter_versions(s.server.python)
+        server = {f"server.python {s.server.python}": found.get("nccl_package")}
+    return nccllog.version_mismatch(probed, server, probe_where=probe_where)
 
 
 def comm_context(s: spec_mod.SweepSpec, host: str | None, arch: str | None) -> CommContext | None:

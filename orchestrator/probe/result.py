@@ -93,6 +93,16 @@ def read_probe(path: str | Path) -> ProbeResult:
     return ProbeResult.model_validate_json(Path(path).read_text(encoding="utf-8"))
 
 
+def probed_nccl(workdir: str | Path) -> str | None:
+    """The NCCL version `workdir`'s probe.json measured with; None when there is none, it is unreadable
+    or the probe did not learn its NCCL (a mismatch check then has nothing to compare)."""
+    path = Path(workdir) / PROBE_FILE
+    try:
+        return read_probe(path).nccl_version if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def setting_score(rows: Iterable[ProbeRow], sizes: Iterable[ProbeSize], kind: str = "verify") -> float | None:
     """Mean latency over the `kind` sizes (verify; decode when the experiment has no verify sizes),
     graph mode when measured, else eager; None when any of those rows failed or is missing."""

@@ -22,6 +22,8 @@ from pydantic import ValidationError
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.errors import SweepError
 from orchestrator.fsio import write_atomic
+from orchestrator.nccllog import version_mismatch
+from orchestrator.probe.result import probed_nccl
 from orchestrator.records import TrialOutcome, TrialStatus
 from orchestrator.results import contrib, report, report_html
 from orchestrator.results import truth as truth_mod
@@ -198,6 +200,15 @@ def _finished_fields(summary: SweepSummary) -> dict[str, Any]:
             "fingerprint_changes": summary.fingerprint_changes}
 
 
+def _with_nccl_mismatch(fields: dict[str, Any], workdir: Path, done: Sequence[TrialOutcome]) -> dict[str, Any]:
+    """`fields` with a warning beside the fingerprint changes where the NCCL probe.json measured is not the
+    one the trials' servers loaded (their fingerprints' `nccl`, from NCCL's version line), or their ranks
+    disagreed (issue 19)."""
+    loaded = {f"trial {o.number}": o.fingerprint.get("nccl") for o in done if o.fingerprint.get("nccl")}
+    problems = version_mismatch(probed_nccl(workdir), loaded, probe_where="probe.json")
+    return {**fields, "fingerprint_changes": [*fields["fingerprint_changes"], *problems]} if problems else fields
+
+
 def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> Report:
     """The report of the sweep in `workdir` (finished or running). `truth`: on the simulator, also rank the
     champion against the space's true optimum (evaluates every feasible point: a minute on large spaces)."""
@@ -214,7 +225,7 @@ def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> 
     content = report_html.ReportInput(
         experiment=spec.name, objective=spec.objective.metric, direction=spec.objective.direction, table=table,
         **_champion_fields(spec, champ), verdict=_verdict(summary), model=spec.promotion.model_name,
-        **(_finished_fields(summary) if summary else _running_fields(state)),
+        **_with_nccl_mismatch(_finished_fields(summary) if summary else _running_fields(state), workdir, done),
         failures=_failures(done), truth=_truth(spec, champ) if truth else "",
         plots=[(p.title, p.html) for p in plots], figures=figures)
     page = report_html.render(content, optuna_plots.plotly_js() if plots else "")
