@@ -71,16 +71,6 @@ def _allowed_env_name(name: str) -> str:
 EnvName = Annotated[str, AfterValidator(_allowed_env_name)]
 """An environment variable an experiment may set (knobs.env_rule: the allow-list, no secrets)."""
 
-_DECIMAL = re.compile(r"-?[0-9]+\Z")
-
-
-def _env_as_knob(knob: knobs.Knob, value: str | int) -> str | int:
-    """An env value as its knob checks it. A rank's environment holds strings, and experiment.json keeps
-    each value as that string: "16777216" is NCCL_BUFFSIZE 16777216, so the file reads back (issue 21)."""
-    if knob.kind in ("int", "power_of_two") and isinstance(value, str) and _DECIMAL.match(value):
-        return int(value)
-    return value
-
 
 class ServerSpec(Strict):
     model: Text
@@ -118,7 +108,9 @@ class ServerSpec(Strict):
         out = {}
         for name, value in v.items():
             knob = knobs.KNOBS.get(name)
-            if knob and (problem := knob.check(_env_as_knob(knob, value))):
+            # experiment.json keeps the string a rank receives: "16777216" is NCCL_BUFFSIZE 16777216 read back.
+            as_int = knob is not None and knob.kind in ("int", "power_of_two") and re.fullmatch(r"-?[0-9]+", str(value))
+            if knob and (problem := knob.check(int(value) if as_int else value)):
                 raise ValueError(f"{name} {problem}")
             out[name] = no_control(str(value))
         return out
