@@ -182,6 +182,8 @@ class ServingConfig(Frozen):
 
     experiment: str
     trial_number: int
+    derivation: str = ""
+    """How the configuration differs from trial `trial_number` ("without speculation"); "" when it is that trial."""
     run_id: str
     model_version: str | None = None
     engine: str

@@ -284,6 +284,11 @@ class PromotionSpec(Strict):
     load you will serve), e.g. [1, 8, 32]; empty: only the level the objective is judged at
     (objective.concurrency, else benchmark.concurrency). With a speculating champion, each level also
     compares --speculative-adaptive against the fixed step count (SGLang versions that have it)."""
+    equivalence_margin: Annotated[float, Field(strict=False, ge=0, lt=1)] = 0.01
+    """A part of the champion (its speculation, or its NCCL settings) is dropped for the simpler
+    configuration only when the confirmation shows it adds less than this (0.01 = 1%): the upper gate
+    bound of its gain below the margin (an equivalence test). Merely not significant is not enough:
+    the fuller configuration is promoted, or more rounds are measured while the night allows."""
     confirm_share: Annotated[float, Field(strict=False, ge=0, le=0.9)] = 0.3
     """Share of budget.wall_time held back for the confirmation's other arms (runner-up, ablations,
     other load levels, adaptive vs fixed steps), beside the gate's own two arms at min_rounds, which

@@ -13,6 +13,7 @@ Pure: numbers and parameters in, figures and sentences out. The driver owns the 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -157,6 +158,20 @@ def with_default_communication(params: Mapping[str, ParamValue],
     return {k: (v if speculation_knob(k) else baseline.get(k)) for k, v in params.items()}
 
 
+def with_speculation_of(params: Mapping[str, ParamValue], donor: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
+    """A non-speculating champion's communication settings with `donor`'s speculation (the best
+    speculating trial's): what speculation would add on top of the tuned NCCL settings."""
+    return {k: (donor.get(k) if speculation_knob(k) else params.get(k)) for k in {*params, *donor}}
+
+
+def best_speculating(outcomes: Sequence[TrialOutcome], *, metric: str, direction: Direction,
+                     constraints: Mapping[str, tuple[float | None, float | None]]) -> TrialOutcome | None:
+    """The best eligible searched trial that speculates, or None."""
+    found = [o for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
+             and speculates(o.params)]
+    return select.pick_champion(found, metric=metric, direction=direction, constraints=constraints)
+
+
 def knobs_set(params: Mapping[str, ParamValue], baseline: Mapping[str, ParamValue]) -> int:
     """How many knobs differ from the baseline (a simpler configuration sets fewer)."""
     return sum(1 for k, v in params.items() if v != baseline.get(k))
@@ -192,6 +207,12 @@ def compare(a: Sequence[float], b: Sequence[float], *, direction: Direction, lev
                     b_median=ev.baseline_median)
 
 
+def interval_of(ev: sequential.Evidence) -> Interval:
+    """The gate's evidence as an Interval (its bounds: the gate's level, each side)."""
+    return Interval(gain=ev.gain, low=ev.low, high=ev.high, rounds=ev.rounds, a_median=ev.champion_median,
+                    b_median=ev.baseline_median)
+
+
 def confirmed(ev: sequential.Evidence, metric: str, concurrency: int | None = None) -> Confirmed:
     return Confirmed(label="confirmed", metric=metric, champion_median=ev.champion_median,
                      baseline_median=ev.baseline_median, rounds=ev.rounds, gain=ev.gain, low=ev.low, high=ev.high,
@@ -216,9 +237,12 @@ def contributions(values: Mapping[str, Mapping[int, float]], *, speculation: str
              (f"{spec_name} alone (NCCL at defaults)", "default_communication", "baseline"),
              (f"NCCL settings on top of {spec_name}", "champion", "default_communication"),
              ("champion over the runner-up", "champion", "runner_up")]
+    with_spec = (f"{spec_name} on top of the champion's NCCL settings (the best speculating trial's settings)",
+                 "with_speculation", "champion")
     if "no_speculation" not in values and "default_communication" not in values:
         # At most one part is set: the champion's whole gain is that part's.
         parts = [(sole_part, "champion", "baseline"), parts[-1]]
+    parts.append(with_spec)
     out = []
     for part, a, b in parts:
         if a not in values or b not in values:
@@ -229,24 +253,127 @@ def contributions(values: Mapping[str, Mapping[int, float]], *, speculation: str
     return out
 
 
-def simpler_choice(values: Mapping[str, Mapping[int, float]], contribs: Sequence[Contribution],
+class PartVerdict(str, enum.Enum):
+    """What the confirmation showed about one part of the champion."""
+
+    negligible = "negligible"
+    """It adds less than promotion.equivalence_margin (the upper bound below it): dropped."""
+    adds = "adds"
+    """Its gain is significant (the lower bound above zero): kept."""
+    open = "open"
+    """Neither shown: kept (the fuller configuration is promoted), or measured for more rounds."""
+
+
+class PartCheck(Frozen):
+    """The equivalence test of one part: the champion against the arm without it, at the gate's
+    one-sided level per look (sequential.RoundsPlan.level), against promotion.equivalence_margin."""
+
+    part: str
+    """In the user's words: "EAGLE-3 on top", "NCCL settings on top of EAGLE-3"."""
+    arm: str
+    """The arm without the part: no_speculation | default_communication."""
+    gain: float
+    low: float
+    high: float
+    rounds: int
+    margin: float
+
+    @property
+    def verdict(self) -> PartVerdict:
+        if self.high < self.margin:
+            return PartVerdict.negligible
+        return PartVerdict.adds if self.low > 0.0 else PartVerdict.open
+
+    def text(self) -> str:
+        figure = f"{self.part} {_pct(self.gain)} [{_pct(self.low)}, {_pct(self.high)}] (gate bounds, {self.rounds} rounds)"
+        margin = f"{_pct(self.margin)} (promotion.equivalence_margin)"
+        if self.verdict is PartVerdict.negligible:
+            return f"{figure}: shown to add less than {margin}"
+        if self.verdict is PartVerdict.adds:
+            return f"{figure}: adds a significant gain"
+        return f"{figure}: not significant, but not shown to add less than {margin}, so it is kept"
+
+
+ABLATION_PARTS = (("no_speculation", "on top"), ("default_communication", "NCCL settings on top of"))
+
+
+def part_checks(values: Mapping[str, Mapping[int, float]], *, speculation: str, margin: float, level: float,
+                direction: Direction) -> list[PartCheck]:
+    """The equivalence test of each part whose ablation arm was measured (champion against it, paired)."""
+    names = {"no_speculation": f"{speculation} on top",
+             "default_communication": f"NCCL settings on top of {speculation}"}
+    out = []
+    for arm, part in names.items():
+        if arm not in values or "champion" not in values:
+            continue
+        a, b = paired(values["champion"], values[arm])
+        if len(a) < 2:
+            continue
+        ev = sequential.evidence(a, b, direction=direction, level=level)
+        out.append(PartCheck(part=part, arm=arm, gain=ev.gain, low=ev.low, high=ev.high, rounds=ev.rounds,
+                             margin=margin))
+    return out
+
+
+def simpler_choice(values: Mapping[str, Mapping[int, float]], checks: Sequence[PartCheck],
                    plan: sequential.RoundsPlan, *, direction: Direction) -> tuple[str, sequential.Decision] | None:
-    """The simpler arm to promote instead of the champion, when one part adds nothing significant
-    and the configuration without it still passes the gate; None to promote the champion.
+    """The simpler arm to promote instead of the champion: the part it leaves out is shown to add less
+    than promotion.equivalence_margin (PartVerdict.negligible, not merely "not significant"), and the
+    configuration without it passes the gate against the baseline too; None to promote the champion.
 
     Speculation off is preferred (fewer moving parts in production), then NCCL at defaults."""
+    by_arm = {c.arm: c for c in checks}
+    for arm in ("no_speculation", "default_communication"):
+        check = by_arm.get(arm)
+        if check is None or check.verdict is not PartVerdict.negligible:
+            continue
+        decision = gate_of(values, arm, plan, direction=direction)
+        if decision is not None and decision.verdict is sequential.Verdict.promoted:
+            return arm, decision
+    return None
+
+
+def simpler_choice_before(values: Mapping[str, Mapping[int, float]], contribs: Sequence[Contribution],
+                          plan: sequential.RoundsPlan, *, direction: Direction) -> tuple[str, sequential.Decision] | None:
+    """The rule before promotion.equivalence_margin (kept for bench/gate_power.py's comparison): a part
+    was dropped when its 95% interval merely included zero ("not significant")."""
     by_arm = {c.b: c for c in contribs if c.a == "champion"}
     for arm in ("no_speculation", "default_communication"):
         part = by_arm.get(arm)
         if part is None or part.interval.low > 0.0:
-            continue  # not measured, or the part it leaves out adds a significant gain
-        a, b = paired(values[arm], values["baseline"])
-        if len(a) < plan.min_rounds:
             continue
-        decision = sequential.decide(a, b, plan, direction=direction)
-        if decision.verdict is sequential.Verdict.promoted:
+        decision = gate_of(values, arm, plan, direction=direction)
+        if decision is not None and decision.verdict is sequential.Verdict.promoted:
             return arm, decision
     return None
+
+
+def gate_of(values: Mapping[str, Mapping[int, float]], arm: str, plan: sequential.RoundsPlan, *,
+            direction: Direction) -> sequential.Decision | None:
+    """The gate's decision on `arm` against the baseline, from the rounds that measured both (None
+    with fewer than min_rounds of them)."""
+    if arm not in values or "baseline" not in values:
+        return None
+    a, b = paired(values[arm], values["baseline"])
+    if len(a) < plan.min_rounds:
+        return None
+    return sequential.decide(a, b, plan, direction=direction)
+
+
+def open_parts(checks: Sequence[PartCheck]) -> list[str]:
+    """The ablation arms whose part is neither shown negligible nor significant: more rounds could settle them."""
+    return [c.arm for c in checks if c.verdict is PartVerdict.open]
+
+
+def contender_wins(values: Mapping[str, Mapping[int, float]], contender: str, *,
+                   direction: Direction) -> Interval | None:
+    """The contender's gain over the champion in the same rounds when it measured better (a near-tie
+    settled by measurement: the rounds' paired mean is a fairer estimate than one search-phase run,
+    the best of many); None when it did not, or was not measured twice beside it."""
+    if contender not in values or "champion" not in values:
+        return None
+    interval = compare(*paired(values[contender], values["champion"]), direction=direction)
+    return interval if interval is not None and interval.gain > 0.0 else None
 
 
 def stops_paying(levels: Sequence[LevelGain], what: str, *, figures: bool = True) -> str:
@@ -314,6 +441,7 @@ def verdict_text(message: str, *, concurrency: int | None, metric: str, others: 
 
 ADAPTIVE, FIXED = "adaptive", "fixed"
 """Names of the arm that answers "adaptive or fixed steps?": the champion as whichever it is not."""
+STEPS_ARMS = (ADAPTIVE, FIXED)
 
 
 def arm_name(kind: str, level: int, main_level: int) -> str:
@@ -352,9 +480,10 @@ def steps_counterpart(params: Mapping[str, ParamValue],
 
 
 def steps_gain(values: Mapping[str, Mapping[int, float]], level: int, main_level: int, *, counterpart: str,
-               fixed: str, direction: Direction) -> StepsGain | None:
-    """Adaptive against fixed steps at `level` from the rounds that measured both, or None."""
-    other, champion = arm_name(counterpart, level, main_level), arm_name("champion", level, main_level)
+               fixed: str, direction: Direction, deployed: str = "champion") -> StepsGain | None:
+    """Adaptive against fixed steps at `level` from the rounds that measured both (the `deployed` arm
+    and its counterpart), or None."""
+    other, champion = arm_name(counterpart, level, main_level), arm_name(deployed, level, main_level)
     if other not in values or champion not in values:
         return None
     a, b = (other, champion) if counterpart == ADAPTIVE else (champion, other)

@@ -161,7 +161,8 @@ def _variables(config: ServingConfig) -> dict[str, str]:
 def _provenance(config: ServingConfig) -> list[str]:
     metrics = ", ".join(f"{k}={v:.6g}" for k, v in sorted(config.metrics.items()))
     lines = [
-        f"experiment: {config.experiment}; trial: {config.trial_number}; run id: {config.run_id}; "
+        f"experiment: {config.experiment}; trial: {config.trial_number}"
+        f"{' ' + config.derivation if config.derivation else ''}; run id: {config.run_id}; "
         f"model version: {config.model_version if config.model_version is not None else '-'}",
         f"engine: {config.engine} (sglang {config.sglang_version}); fingerprint: {config.fingerprint_hash or '-'}; "
         f"created: {config.created_at}",

@@ -17,7 +17,7 @@ x1.04 over fixed 3 steps".
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,36 +104,54 @@ class Measured:
 
 
 
-def steps_arms(spec: SweepSpec, champion: TrialOutcome, outcomes: list[TrialOutcome],
-               constraints: dict[str, tuple[float | None, float | None]]) -> tuple[list[Arm], str, str]:
-    """The arms that tell adaptive from fixed steps at each promotion.concurrency level (at the
-    gate's own level when none is listed: one arm), the counterpart's kind (contrib.ADAPTIVE or FIXED)
-    and the fixed side in words; ([], "", "") when the champion does not speculate or the SGLang
-    version lacks the flag."""
+def steps_arms(spec: SweepSpec, params: Mapping[str, ParamValue], number: int, outcomes: list[TrialOutcome],
+               constraints: dict[str, tuple[float | None, float | None]],
+               levels: Sequence[int]) -> tuple[list[Arm], str, str]:
+    """The arms that tell adaptive from fixed steps for the configuration `params` (of trial `number`)
+    at each of `levels`, the counterpart's kind (contrib.ADAPTIVE or FIXED) and the fixed side in words;
+    ([], "", "") when it does not speculate or the SGLang version lacks the flag."""
     if spec.sglang_version not in knobs.ADAPTIVE_VERSIONS:
         return [], "", ""
     best = contrib.best_fixed_steps(outcomes, metric=spec.objective.metric, direction=spec.objective.direction,
                                     constraints=constraints)
-    found = contrib.steps_counterpart(champion.params, best)
+    found = contrib.steps_counterpart(params, best)
     if found is None or eagle.infeasible(found[1]) is not None:
         return [], "", ""
-    kind, params, fixed = found
+    kind, counterpart, fixed = found
     level = spec.benchmark.concurrency
-    levels = spec.promotion.concurrency or (level,)
-    return [Arm(contrib.arm_name(kind, c, level), params, champion.number, c) for c in levels], kind, fixed
+    return [Arm(contrib.arm_name(kind, c, level), counterpart, number, c) for c in levels], kind, fixed
 
 
-def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Measured:
+More = Callable[[Mapping[str, Mapping[int, float]]], Sequence[str]]
+"""After the main pair promoted: the other arms whose question is still open (a part neither shown to
+add less than promotion.equivalence_margin nor significant), measured beside the pair for more rounds."""
+
+
+def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, more: More | None = None,
+               hold_s: float = 0.0) -> Measured:
     """Measure the arms round after round until the main pair decides, max_rounds, the wall time or an
     interruption. A round starts only when it is expected to end inside the wall time (one clock for the
     night, sweep.schedule): short of time before min_rounds, the other arms stop first and the main pair
-    goes on alone while it fits."""
+    goes on alone while it fits. Rounds past min_rounds also leave `hold_s` for what is measured after
+    (the deployed configuration at the other loads), which the night planned for. Once the main pair
+    promoted, rounds go on for the arms `more` names (with the pair) while they fit and max_rounds allows;
+    the pair's decision stays the one first reached."""
     values: dict[str, dict[int, float]] = {a.name: {} for a in arms}
     rows: list[ConfirmationRow] = []
     stopped, rounds = "", 0
+    decision: sequential.Decision | None = None
     round_s = _round_s(ctx)
     for i in range(plan.max_rounds):
-        open_arms = _fitting_round(ctx, [a for a in arms if a.main or i < plan.min_rounds], round_s, i)
+        extra: set[str] = set()
+        if decision is not None:
+            extra = set(more(values)) if more is not None and decision.verdict is sequential.Verdict.promoted                 else set()
+            if not extra:
+                break
+        wanted = [a for a in arms if a.main or (a.name in extra if decision is not None else i < plan.min_rounds)]
+        open_arms = _fitting_round(ctx, wanted, round_s, i, hold_s if i >= plan.min_rounds else 0.0)
+        if extra and not extra & {a.name for a in open_arms}:
+            log.warning("confirmation: no time left for round %d of %s", i + 1, ", ".join(sorted(extra)))
+            break
         if not open_arms:
             stopped = (f"the wall-time budget ({ctx.timeout_s / 60:.0f} min for this run) leaves no time "
                        f"for round {i + 1}")
@@ -144,22 +162,49 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan) -> Me
         if ctx.interrupts.pressed:
             stopped = "interrupted during the confirmation rounds"
             break
-        decision = _decided(ctx, values, plan)
-        if decision is not None:
-            return Measured(values=values, rows=tuple(rows), decision=decision, rounds=rounds)
+        if decision is None:
+            decision = _decided(ctx, values, plan)
+    if decision is not None and not ctx.interrupts.pressed:
+        return Measured(values=values, rows=tuple(rows), decision=decision, rounds=rounds)
     return Measured(values=values, rows=tuple(rows), decision=_undecided(ctx, values, plan, rounds, stopped),
                     rounds=rounds, stopped=stopped)
 
 
-def _fitting_round(ctx: Context, open_arms: list[Arm], round_s: Callable[[list[Arm]], float], i: int) -> list[Arm]:
-    """The arms of round `i` that fit the time left: all of them, else the main pair alone, else none."""
-    if ctx.elapsed() + round_s(open_arms) <= ctx.timeout_s:
+def run_more(ctx: Context, arms: list[Arm], rounds: int, measured: Measured, *, fresh: Sequence[str] = ()) -> Measured:
+    """The arms measured after the deployed configuration was decided (it and the baseline at the
+    other loads, its adaptive-or-fixed counterpart), `rounds` interleaved rounds numbered after the
+    gate's, added to `measured`; the arms named in `fresh` lose what the gate's rounds measured under
+    that name (another configuration's counterpart). A round starts only when it fits the wall time."""
+    values = {k: ({} if k in fresh else dict(v)) for k, v in measured.values.items()}
+    for a in arms:
+        values.setdefault(a.name, {})
+    rows = list(measured.rows)
+    round_s = _round_s(ctx)
+    first = measured.rounds
+    for j in range(rounds):
+        i = first + j
+        if ctx.interrupts.pressed or ctx.elapsed() + round_s(arms) > ctx.timeout_s:
+            if not ctx.interrupts.pressed:
+                log.warning("confirmation: no time left for round %d of %s", j + 1, ", ".join(a.name for a in arms))
+            break
+        order = arms if j % 2 == 0 else list(reversed(arms))
+        rows += [_row(ctx, arm, finished, i, values) for arm, finished in _measure(ctx, order, i, first + rounds)]
+    return Measured(values=values, rows=tuple(rows), decision=measured.decision, rounds=measured.rounds,
+                    stopped=measured.stopped)
+
+
+def _fitting_round(ctx: Context, open_arms: list[Arm], round_s: Callable[[list[Arm]], float], i: int,
+                   hold_s: float = 0.0) -> list[Arm]:
+    """The arms of round `i` that fit the time left (less `hold_s`): all of them, else the main pair
+    alone, else none."""
+    limit = ctx.timeout_s - hold_s
+    if ctx.elapsed() + round_s(open_arms) <= limit:
         return open_arms
     main = [a for a in open_arms if a.main]
     if len(main) < len(open_arms):
         log.warning("confirmation: round %d measures the main pair only (no time left for %s)", i + 1,
                     ", ".join(a.name for a in open_arms if not a.main))
-    return main if ctx.elapsed() + round_s(main) <= ctx.timeout_s else []
+    return main if ctx.elapsed() + round_s(main) <= limit else []
 
 
 def _decided(ctx: Context, values: Mapping[str, Mapping[int, float]],

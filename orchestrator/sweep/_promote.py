@@ -17,6 +17,8 @@ the SweepSummary from the Promotion.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,6 +33,7 @@ from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import act_on_interrupts
 from orchestrator.sweep._promotion import Arms, Champion, Choice, Decided, Gate, Promotion, Registered
 from orchestrator.sweep.state import ArmDropped, BaselineDrift, Outcome, StopKind, SweepSummary, TrackingWait
+from orchestrator.sweep.status import recorded_speedups
 from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
 
@@ -101,7 +104,8 @@ def _log_summary(ctx: Context, summary: SweepSummary, status: str) -> None:
                   "sweep.verdict": summary.outcome.value if summary.outcome else "none",
                   "sweep.status": status, "sweep.fingerprint_changed": str(bool(changed)),
                   **({"sweep.fingerprint_changes": "; ".join(changed)[:1000]} if changed else {})},
-            table=report.results_table(ctx.spec, ctx.outcomes, p.baselines), figures=figures)
+            table=report.results_table(ctx.spec, ctx.outcomes, p.baselines, recorded_speedups(ctx.study.trials())),
+            figures=figures)
     finally:
         import matplotlib.pyplot as plt  # deferred: report.figures imported it already
 
@@ -114,7 +118,7 @@ def _log_summary(ctx: Context, summary: SweepSummary, status: str) -> None:
 
 _PROMOTION_FIELDS = ("champion", "promoted", "verdict", "outcome", "confirmed", "search_value", "contributions",
                      "promoted_config", "concurrency", "concurrency_verdict", "gate", "confirmations",
-                     "model_version", "env_file", "run_id")
+                     "model_version", "env_file", "run_id", "deployed")
 
 
 def _already_decided(ctx: Context) -> dict[str, Any] | None:
@@ -193,7 +197,7 @@ def _remember(ctx: Context, promotion: Promotion) -> None:
 
 def promote(ctx: Context) -> Promotion:
     """Champion -> sequential interleaved confirmation against the baseline (with the arms that say
-    why it won and at which load) -> verdict -> registry alias -> env file."""
+    why it won) -> the configuration to deploy -> it at each load -> verdict -> registry alias -> env file."""
     picked = pick(ctx)
     if isinstance(picked, Promotion):
         return picked
@@ -207,17 +211,37 @@ def promote(ctx: Context) -> Promotion:
         return Promotion(Outcome.undecided, f"undecided: the night left no time for the confirmation ({why}); "
                                             f"{ctx.resume_hint} with a longer --timeout confirms it", picked,
                          not_measured=measuring.dropped)
-    measured = _confirm.run_rounds(ctx, list(measuring.arms), plan)
+    level = ctx.spec.benchmark.concurrency
+    at_gate = [a for a in measuring.arms if a.concurrency == level]
+    later = _later_s(ctx, [a for a in measuring.arms if a.concurrency != level])
+    measured = _confirm.run_rounds(ctx, at_gate, plan, more=lambda values: _open_parts(ctx, picked, values, plan),
+                                   hold_s=later)
     gate = decide(ctx, picked, measuring, measured, plan)
     if isinstance(gate, Promotion):
         return gate
-    if not gate.passed:
+    choice = choose(ctx, picked, measuring, measured, gate, plan)
+    # The loads measure what is deployed; with nothing to deploy, the champion the verdict is about.
+    subject = choice or Choice("champion", measuring.params_of("champion"), gate.figures, "", gate.outcome,
+                               number=picked.trial.number, decision=gate.decision)
+    stale = [n for n in measured.values if subject.name != "champion" and n.split("@")[0] in contrib.STEPS_ARMS]
+    measured = _confirm.run_more(ctx, *load_arms(ctx, picked, measuring, subject), measured, fresh=stale)
+    gate = explain(ctx, picked, measuring, measured, gate, subject)
+    if choice is None:
         log.warning("no promotion: %s", gate.verdict)
         return Promotion(gate.outcome, gate.verdict, picked, measured.rows, gate, gate.figures,
                          not_measured=measuring.dropped)
-    promoted = register(ctx, picked, choose(ctx, measuring, measured, gate, plan))
+    choice = replace(choice, verdict=gate.verdict, figures=gate.figures)
+    # (the correctness gate, when it lands, checks `choice` here: between the decision and the registry)
+    promoted = register(ctx, picked, choice, measured.rows)
     return Promotion(promoted.outcome, promoted.verdict, picked, measured.rows, gate, promoted.confirmed,
-                     promoted.registered, not_measured=measuring.dropped)
+                     promoted.registered, not_measured=measuring.dropped, choice=choice)
+
+
+def _later_s(ctx: Context, later: list[_confirm.Arm]) -> float:
+    """Seconds the arms measured after the deployed configuration is decided are expected to take (their
+    min_rounds rounds, as the night planned them): the gate's extra rounds leave them that."""
+    seconds = schedule.run_seconds(ctx.spec, ctx.outcomes)
+    return sum(seconds(a.concurrency) for a in later) * ctx.spec.promotion.min_rounds / max(ctx.executor.idle(), 1)
 
 
 def fitted(ctx: Context, measuring: Arms) -> Arms:
@@ -304,7 +328,8 @@ def ungated(ctx: Context, champion: Champion) -> Choice | Promotion:
     verdict = (f"UNCONFIRMED: promotion.max_rounds is 0, so the search-phase champion is promoted without a "
                f"gate: {measured}, the best of many (optimistic); set promotion.max_rounds (e.g. 12) to confirm")
     log.warning(verdict)
-    return Choice("champion", dict(champion.trial.params), figures, verdict, Outcome.unconfirmed)
+    return Choice("champion", dict(champion.trial.params), figures, verdict, Outcome.unconfirmed,
+                  number=champion.trial.number)
 
 
 def arms(ctx: Context, champion: Champion) -> Arms:
@@ -321,7 +346,8 @@ def arms(ctx: Context, champion: Champion) -> Arms:
         if c != level:
             out.append(_confirm.Arm(f"champion@{c}", dict(trial.params), trial.number, c))
             out.append(_confirm.Arm(f"baseline@{c}", base_params, -1, c))
-    steps, counterpart, fixed = _confirm.steps_arms(spec, trial, ctx.outcomes, _constraints(ctx))
+    steps, counterpart, fixed = _confirm.steps_arms(spec, trial.params, trial.number, ctx.outcomes,
+                                                    _constraints(ctx), spec.promotion.concurrency or (level,))
     return Arms(arms=tuple(out + steps), counterpart=counterpart, fixed=fixed)
 
 
@@ -336,6 +362,12 @@ def _ablations(ctx: Context, trial: TrialOutcome, base_params: dict[str, ParamVa
                                 trial.number, level))
         out.append(_confirm.Arm("default_communication",
                                 contrib.with_default_communication(trial.params, base_params), trial.number, level))
+    elif not contrib.speculates(trial.params):
+        donor = contrib.best_speculating(ctx.outcomes, metric=spec.objective.metric,
+                                         direction=spec.objective.direction, constraints=_constraints(ctx))
+        if donor is not None:
+            out.append(_confirm.Arm("with_speculation", contrib.with_speculation_of(trial.params, donor.params),
+                                    trial.number, level))
     other = contrib.runner_up(ctx.outcomes, trial, metric=spec.objective.metric, direction=spec.objective.direction,
                               constraints=_constraints(ctx))
     if other is not None:
@@ -345,8 +377,9 @@ def _ablations(ctx: Context, trial: TrialOutcome, base_params: dict[str, ParamVa
 
 def decide(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.Measured,
            plan: sequential.RoundsPlan) -> Gate | Promotion:
-    """The gate's decision on the main pair with its figures, the contributions and the gain per load;
-    or, interrupted or without an interval, the Promotion that says so."""
+    """The gate's decision on the main pair with the contributions of the champion's parts and the
+    equivalence test of each; or, interrupted or without an interval, the Promotion that says so. The
+    figures, levels and verdict become the deployed configuration's in `explain`, once it is known."""
     spec = ctx.spec
     metric, direction = champion.metric, spec.objective.direction
     named = _gate_level_named(ctx)
@@ -360,86 +393,219 @@ def decide(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm
             f"undecided: {measured.failed()} of {len(measured.rows)} confirmation runs failed, too few rounds "
             f"for an interval; see {ctx.paths.root / 'confirm'}", named, metric), champion, measured.rows)
     speculation = _speculation(champion)
-    sole = speculation if contrib.speculates(champion.trial.params) else "NCCL settings"
-    parts = contrib.contributions(measured.values, speculation=speculation, sole_part=sole, direction=direction)
-    levels, by_load, after = _by_load(ctx, champion, measuring, measured)
-    others = [lv for lv in levels if lv.concurrency != spec.benchmark.concurrency]
-    verdict = contrib.verdict_text(decision.message, concurrency=named, metric=metric, others=others,
-                                   why="; ".join(p.text() for p in parts), after=after)
+    parts = contrib.contributions(measured.values, speculation=speculation, sole_part=_sole_part(ctx, champion),
+                                  direction=direction)
+    checks = contrib.part_checks(measured.values, speculation=speculation, margin=spec.promotion.equivalence_margin,
+                                 level=plan.level, direction=direction)
     return Gate(decision=decision, evidence=decision.evidence, min_gain=plan.min_gain,
                 figures=contrib.confirmed(decision.evidence, metric, concurrency=spec.benchmark.concurrency),
-                contributions=tuple(parts), levels=tuple(levels), by_load=by_load, verdict=verdict)
+                contributions=tuple(parts), levels=(), by_load="", verdict=decision.message, checks=tuple(checks))
 
 
-def _by_load(ctx: Context, champion: Champion, measuring: Arms,
-             measured: _confirm.Measured) -> tuple[list[contrib.LevelGain], str, str]:
-    """The champion's gain at each promotion.concurrency level (without them, the gate's own level when
-    adaptive and fixed steps were compared there), the sentence about them, and what the verdict ends with."""
+def _sole_part(ctx: Context, champion: Champion) -> str:
+    """What the champion's whole gain is credited to when its parts were not measured apart."""
+    base = sp.baseline_params(ctx.spec.space)
+    params = champion.trial.params
+    communication = sum(1 for k, v in params.items() if not speculation_knob(k) and v != base.get(k))
+    if not contrib.speculates(params):
+        return "NCCL settings"
+    if not communication:
+        return _speculation(champion)
+    return (f"{_speculation(champion)} with {communication} communication setting(s) (not measured apart: "
+            f"promotion.explain is false)")
+
+
+def _open_parts(ctx: Context, champion: Champion, values: Mapping[str, Mapping[int, float]],
+                plan: sequential.RoundsPlan) -> list[str]:
+    """The ablation arms whose part is neither shown to add less than promotion.equivalence_margin nor
+    significant: the rounds go on for them (beside the main pair) while the night allows."""
+    checks = contrib.part_checks(values, speculation=_speculation(champion),
+                                 margin=ctx.spec.promotion.equivalence_margin, level=plan.level,
+                                 direction=ctx.spec.objective.direction)
+    return contrib.open_parts(checks)
+
+
+def choose(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.Measured, gate: Gate,
+           plan: sequential.RoundsPlan) -> Choice | None:
+    """The configuration to deploy, before it is measured at the other loads: the runner-up when it
+    measured better than the champion in the same rounds and passes the gate itself (a near-tie settled
+    by measurement); else, when the champion passed, the simpler arm whose left-out part is shown to add
+    less than promotion.equivalence_margin and which passes the gate too, or the champion. None: nothing passes."""
+    spec = ctx.spec
+    direction, metric, level = spec.objective.direction, champion.metric, spec.benchmark.concurrency
+    values = measured.values
+    won = contrib.contender_wins(values, "runner_up", direction=direction)
+    runner = contrib.gate_of(values, "runner_up", plan, direction=direction) if won is not None else None
+    if won is not None and runner is not None and runner.verdict is sequential.Verdict.promoted \
+            and runner.evidence is not None:
+        number = next(a.number for a in measuring.arms if a.name == "runner_up")
+        return Choice("runner_up", measuring.params_of("runner_up"),
+                      contrib.confirmed(runner.evidence, metric, concurrency=level), "", Outcome.promoted,
+                      number=number, decision=runner,
+                      why=f"trial {number} (the runner-up) measured {won.text()} over trial {champion.trial.number} "
+                          f"(the search's pick) in the same rounds, and passes the gate itself")
+    if not gate.passed:
+        return None
+    simpler = contrib.simpler_choice(values, gate.checks, plan, direction=direction)
+    if simpler is None:
+        return Choice("champion", measuring.params_of("champion"), gate.figures, "", Outcome.promoted,
+                      number=champion.trial.number, decision=gate.decision)
+    name, decision = simpler
+    check = next(c for c in gate.checks if c.arm == name)
+    derivation = "without speculation" if name == "no_speculation" else "with NCCL at defaults"
+    figures = gate.figures if decision.evidence is None else contrib.confirmed(decision.evidence, metric,
+                                                                              concurrency=level)
+    return Choice(name, measuring.params_of(name), figures, "", Outcome.promoted, number=champion.trial.number,
+                  derivation=derivation, decision=decision, why=check.text())
+
+
+def load_arms(ctx: Context, champion: Champion, measuring: Arms,
+              choice: Choice) -> tuple[list[_confirm.Arm], int]:
+    """What is measured of the deployed configuration once it is known, with the rounds: it and the
+    baseline at each other promotion.concurrency level the night kept, and its adaptive-or-fixed
+    counterpart (at the gate's level too when it is not the champion, whose counterpart ran beside it)."""
+    spec = ctx.spec
+    level = spec.benchmark.concurrency
+    base = sp.baseline_params(spec.space)
+    levels = sorted({a.concurrency for a in measuring.arms if a.name.split("@")[0] == "champion"} - {level})
+    out: list[_confirm.Arm] = []
+    for c in levels:
+        out += [_confirm.Arm(f"{choice.name}@{c}", dict(choice.params), choice.number, c),
+                _confirm.Arm(f"baseline@{c}", base, -1, c)]
+    steps_levels = sorted({a.concurrency for a in measuring.arms if a.name.split("@")[0] in contrib.STEPS_ARMS})
+    if choice.name != "champion" and level in steps_levels and contrib.speculates(choice.params):
+        out.append(_confirm.Arm(choice.name, dict(choice.params), choice.number, level))
+    else:
+        steps_levels = [c for c in steps_levels if c != level]
+    steps, _, _ = _confirm.steps_arms(spec, choice.params, choice.number, ctx.outcomes, _constraints(ctx),
+                                      steps_levels)
+    return out + steps, spec.promotion.min_rounds
+
+
+def explain(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.Measured, gate: Gate,
+            who: Choice) -> Gate:
+    """The gate with the figures of `who` (the deployed configuration; the champion when nothing
+    passes), its gain per load and the verdict in words, all about it."""
+    spec = ctx.spec
+    metric, level = champion.metric, spec.benchmark.concurrency
+    named = _gate_level_named(ctx)
+    name, params = who.name, who.params
+    decision = who.decision or gate.decision
+    evidence = decision.evidence or gate.evidence
+    levels, by_load, after = _by_load(ctx, champion, measured, name, params, evidence)
+    others = [lv for lv in levels if lv.concurrency != level]
+    message = decision.message
+    if message.startswith("promoted: "):
+        message = f"promoted {who.label}: {message.removeprefix('promoted: ')}"
+    head = contrib.at_level(message, named, metric)
+    why = "; ".join([p.text() for p in gate.contributions] + [c.text() for c in gate.checks])
+    verdict = contrib.verdict_text(head, concurrency=None, metric=metric, others=others, why=why, after=after)
+    if who.why:
+        verdict = f"{verdict}. Promoted {who.label} and not trial {champion.trial.number} as searched: {who.why}"
+    return replace(gate, decision=decision, evidence=evidence, levels=tuple(levels), by_load=by_load,
+                   verdict=verdict, figures=contrib.confirmed(evidence, metric, concurrency=level))
+
+
+def _by_load(ctx: Context, champion: Champion, measured: _confirm.Measured, name: str,
+             params: Mapping[str, ParamValue],
+             evidence: sequential.Evidence) -> tuple[list[contrib.LevelGain], str, str]:
+    """The deployed configuration's gain at each promotion.concurrency level (at the gate's level: the
+    gate's own figures, so "promoted" and "stops paying" cannot disagree; without levels listed, the
+    gate's own level when adaptive and fixed steps were compared there), the sentence about them, and
+    what the verdict ends with."""
     spec = ctx.spec
     direction, level = spec.objective.direction, spec.benchmark.concurrency
-    counterpart = measuring.counterpart
-    listed = sorted(spec.promotion.concurrency) or ([level] if counterpart else [])
-    levels = [contrib.LevelGain(concurrency=c, interval=iv, steps=contrib.steps_gain(
-        measured.values, c, level, counterpart=counterpart, fixed=measuring.fixed, direction=direction)
-        if counterpart else None) for c, iv in _levels(ctx, measured, listed)]
+    found = contrib.steps_counterpart(params, contrib.best_fixed_steps(
+        ctx.outcomes, metric=spec.objective.metric, direction=direction, constraints=_constraints(ctx)))
+    kind, fixed = (found[0], found[2]) if found is not None else ("", "")
+    listed = sorted(spec.promotion.concurrency) or [level]
+    levels = []
+    for c in listed:
+        iv = contrib.interval_of(evidence) if c == level else _level(ctx, measured, f"{name}@{c}", f"baseline@{c}")
+        if iv is None:
+            continue
+        steps = contrib.steps_gain(measured.values, c, level, counterpart=kind, fixed=fixed, direction=direction,
+                                   deployed=name) if kind else None
+        levels.append(contrib.LevelGain(concurrency=c, interval=iv, steps=steps))
     if not spec.promotion.concurrency:
         levels = [lv for lv in levels if lv.steps is not None]  # the gate's level is there for the steps alone
         said = contrib.steps_sentence(levels)
         return levels, said, said
-    what = f"{_speculation(champion)} (with the champion's NCCL settings)" \
-        if contrib.speculates(champion.trial.params) else "the champion"
+    what = f"{_speculation(champion)} (with its NCCL settings)" if contrib.speculates(params) else "it"
     by_load = contrib.stops_paying(levels, what)
     return levels, by_load, f"By load: {contrib.stops_paying(levels, what, figures=False)}" if by_load else ""
 
 
 def _speculation(champion: Champion) -> str:
     """The champion's speculation in words ("EAGLE-3")."""
-    return str(champion.trial.params.get("speculative_algorithm") or "speculation").replace("EAGLE3", "EAGLE-3")
+    return str(champion.trial.params.get("speculative_algorithm") or "EAGLE3").replace("EAGLE3", "EAGLE-3")
 
 
-def choose(ctx: Context, measuring: Arms, measured: _confirm.Measured, gate: Gate,
-           plan: sequential.RoundsPlan) -> Choice:
-    """The configuration to promote after the gate passed: the champion, or the simpler arm without a
-    part that adds nothing significant, when that one passes the gate as well."""
+def _level(ctx: Context, measured: _confirm.Measured, a_name: str, b_name: str) -> contrib.Interval | None:
+    """A against B at one other level, over the rounds that measured both."""
+    if a_name not in measured.values or b_name not in measured.values:
+        return None
+    return contrib.compare(*contrib.paired(measured.values[a_name], measured.values[b_name]),
+                           direction=ctx.spec.objective.direction)
+
+
+def register(ctx: Context, champion: Champion, choice: Choice,
+             rows: tuple[_confirm.ConfirmationRow, ...] = ()) -> Promotion:
+    """Register the chosen configuration under the alias and write the sweep's champion.env: its own
+    knobs, figures and MLflow run (a derived configuration's first confirmation run at the gate's level;
+    no search-phase figure, which was measured with other knobs)."""
     spec = ctx.spec
-    simpler = contrib.simpler_choice(measured.values, gate.contributions, plan, direction=spec.objective.direction)
-    champion_params = measuring.params_of("champion")
-    if simpler is None:
-        return Choice("champion", champion_params, gate.figures, gate.verdict, Outcome.promoted)
-    chosen, decision = simpler
-    figures = gate.figures if decision.evidence is None else contrib.confirmed(
-        decision.evidence, spec.objective.metric, concurrency=spec.benchmark.concurrency)
-    left = "speculation" if chosen == "no_speculation" else "the NCCL settings"
-    verdict = (f"promoted the simpler configuration without {left}: it adds nothing significant "
-               f"({next(p.text() for p in gate.contributions if p.b == chosen)}), and without it "
-               f"{contrib.at_level(decision.message, _gate_level_named(ctx), spec.objective.metric)}. "
-               f"Champion: {gate.verdict}")
-    return Choice(chosen, measuring.params_of(chosen), figures, verdict, Outcome.promoted)
-
-
-def register(ctx: Context, champion: Champion, choice: Choice) -> Promotion:
-    """Register the chosen configuration under the alias and write the sweep's champion.env."""
-    spec = ctx.spec
-    trial = champion.trial
-    config = planner.serving_config(
-        spec, choice.params, trial_number=trial.number, run_id=champion.run_id,
-        metrics={**choice.figures.metrics(), f"search_{champion.metric}": champion.search_value},
-        fingerprint_hash=trial.fingerprint_hash)
+    source = _source(ctx, champion, choice, rows)
+    if source is None:
+        return Promotion(Outcome.no_champion,
+                         f"{choice.verdict}; but not promoted: the MLflow run of {choice.label} is not found "
+                         f"({ctx.track.pending()} result(s) wait in the outbox); when MLflow is reachable run "
+                         f"`sweep sync` and {ctx.resume_hint} to promote", champion, confirmed=choice.figures)
+    run_id, trial = source
+    metrics = choice.figures.metrics()
+    if not choice.derived:
+        metrics[f"search_{champion.metric}"] = float(getattr(trial.metrics, champion.metric))
+    config = planner.serving_config(spec, choice.params, trial_number=choice.number, run_id=run_id, metrics=metrics,
+                                    fingerprint_hash=trial.fingerprint_hash)
+    config = config.model_copy(update={"derivation": choice.derivation})
     try:
-        version = ctx.track.promote(champion.run_id, model_name=spec.promotion.model_name, serving_config=config,
+        version = ctx.track.promote(run_id, model_name=spec.promotion.model_name, serving_config=config,
                                     alias=spec.promotion.alias,
-                                    description=f"{choice.figures.text()}. {choice.verdict}"[:5000])
+                                    description=f"{choice.label}: {choice.figures.text()}. {choice.verdict}"[:5000])
     except TrackingError as exc:
-        log.warning("champion not promoted: %s", exc)
+        log.warning("not promoted: %s", exc)
         return Promotion(Outcome.no_champion, f"{choice.verdict}; but not promoted: {exc}", champion,
                          confirmed=choice.figures)
     env_path = ctx.paths.root / "champion.env"
     write_atomic(env_path, formats.render_for(config.model_copy(update={"model_version": version}), "env"))
-    log.info("promoted trial %d (%s) as %s@%s (version %s): %s", trial.number, choice.name, spec.promotion.model_name,
+    log.info("promoted %s as %s@%s (version %s): %s", choice.label, spec.promotion.model_name,
              spec.promotion.alias, version, choice.verdict)
     return Promotion(choice.outcome, choice.verdict, champion, confirmed=choice.figures,
-                     registered=Registered(model_version=version, env_file=str(env_path), run_id=champion.run_id,
-                                           promoted_config=choice.name))
+                     registered=Registered(model_version=version, env_file=str(env_path), run_id=run_id,
+                                           promoted_config=choice.name), choice=choice)
+
+
+def _source(ctx: Context, champion: Champion, choice: Choice,
+            rows: tuple[_confirm.ConfirmationRow, ...]) -> tuple[str, TrialOutcome] | None:
+    """The MLflow run that measured the chosen configuration, with the trial it is (or comes from):
+    the champion's or the runner-up's search run; a derived one's first complete confirmation run."""
+    if choice.name == "champion":
+        return champion.run_id, champion.trial
+    trial = next((o for o in ctx.outcomes if o.number == choice.number and o.role is TrialRole.search),
+                 champion.trial)
+    if not choice.derived:
+        run_id = _run_id_of(ctx, trial)
+        return None if run_id is None else (run_id, trial)
+    first = next((r for r in rows if r.who == choice.name and r.status is TrialStatus.COMPLETE), None)
+    if first is None or not _send_outbox(ctx, wait_s=MLFLOW_WAIT_AT_END_S):
+        return None
+    folder = ctx.paths.confirm_dir(first.round, choice.name)
+    try:
+        run_id = ctx.track.find_trial(ctx.parent_run_id or "", choice.number, TrialRole.confirm.value, str(folder))
+    except TrackingError as exc:
+        log.warning("cannot find the MLflow run of %s: %s", choice.label, exc)
+        return None
+    return None if run_id is None else (run_id, trial)
 
 
 def _gate_level_named(ctx: Context) -> int | None:
@@ -448,23 +614,6 @@ def _gate_level_named(ctx: Context) -> int | None:
     spec = ctx.spec
     level = spec.benchmark.concurrency
     return level if level != 1 or spec.promotion.concurrency else None
-
-
-def _levels(ctx: Context, measured: _confirm.Measured, listed: list[int]) -> list[tuple[int, contrib.Interval]]:
-    """Champion vs baseline at each listed level, over min_rounds rounds at each (the gate's level too)."""
-    direction = ctx.spec.objective.direction
-    out = []
-    for c in listed:
-        a_name, b_name = ("champion", "baseline") if c == ctx.spec.benchmark.concurrency \
-            else (f"champion@{c}", f"baseline@{c}")
-        if a_name in measured.values and b_name in measured.values:
-            a, b = contrib.paired(measured.values[a_name], measured.values[b_name])
-            if a_name == "champion":
-                a, b = a[:ctx.spec.promotion.min_rounds], b[:ctx.spec.promotion.min_rounds]  # like the other levels
-            interval = contrib.compare(a, b, direction=direction)
-            if interval is not None:
-                out.append((c, interval))
-    return out
 
 
 def _run_id_of(ctx: Context, outcome: TrialOutcome) -> str | None:

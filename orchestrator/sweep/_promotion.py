@@ -70,6 +70,8 @@ class Gate:
     by_load: str
     """Where the gain stops paying, or adaptive against fixed steps ("" when neither was measured)."""
     verdict: str
+    checks: tuple[contrib.PartCheck, ...] = ()
+    """The equivalence test of each part the ablations measured (promotion.equivalence_margin)."""
 
     @property
     def passed(self) -> bool:
@@ -88,15 +90,38 @@ class Gate:
 
 @dataclass(frozen=True)
 class Choice:
-    """The configuration to register: the champion, or a simpler arm that passes the gate as well."""
+    """The configuration to register: the champion, a simpler arm shown equivalent, or the runner-up
+    when it measured better in the same rounds; every figure of it measured on it."""
 
     name: str
-    """champion | no_speculation | default_communication."""
+    """champion | no_speculation | default_communication | runner_up (its arms' names)."""
     params: dict[str, ParamValue]
     figures: contrib.Confirmed
     verdict: str
     outcome: Outcome
     """promoted, or unconfirmed without a gate."""
+    number: int = -1
+    """The search trial it is, or is derived from."""
+    derivation: str = ""
+    """How it differs from that trial ("without speculation", "with NCCL at defaults"); "" when it is the trial."""
+    decision: sequential.Decision | None = None
+    """The gate's decision on it against the baseline (None without a gate)."""
+    why: str = ""
+    """Why it and not the champion, when it is another configuration."""
+
+    @property
+    def label(self) -> str:
+        """It in words: "trial 16", "trial 16 without speculation"."""
+        return f"trial {self.number}" + (f" {self.derivation}" if self.derivation else "")
+
+    @property
+    def derived(self) -> bool:
+        return bool(self.derivation)
+
+    def deployed(self) -> dict[str, Any]:
+        """summary.json's `deployed`."""
+        return {"name": self.name, "label": self.label, "number": self.number,
+                "params": {k: v for k, v in self.params.items() if v is not None}}
 
 
 @dataclass(frozen=True)
@@ -125,6 +150,8 @@ class Promotion:
     registered: Registered | None = None
     not_measured: tuple[str, ...] = ()
     """Confirmation arms the night's time did not hold ("<arm>: <why>")."""
+    choice: Choice | None = None
+    """The configuration the verdict promoted (or would have, when registering failed)."""
 
     @property
     def rounds(self) -> int:
@@ -146,6 +173,8 @@ class Promotion:
             out["confirmed"] = self.confirmed
         if self.not_measured:
             out["not_measured"] = list(self.not_measured)
+        if self.choice is not None:
+            out["deployed"] = self.choice.deployed()
         if self.registered is not None:
             r = self.registered
             out.update(promoted=True, model_version=r.model_version, env_file=r.env_file, run_id=r.run_id,

@@ -29,9 +29,13 @@ from orchestrator.results import cost as cost_mod
 from orchestrator.results.cost import TrialCost
 from orchestrator.search import space as sp
 
-VALUE_ORDER = ("runner_up", "no_speculation", "default_communication")
+VALUE_ORDER = ("runner_up", "no_speculation", "default_communication", "with_speculation")
 """The other arms at the gate's level, most useful first: the runner-up can still win (a near-tie is
-settled by measurement), the ablations decide the simpler configuration and say why it won."""
+settled by measurement), the ablations decide the simpler configuration and say why it won; with a
+champion that does not speculate, the best speculation on its NCCL settings says what speculation adds."""
+
+COUNTERPARTS = ("steps", "adaptive", "fixed")
+"""Names of the adaptive-or-fixed arms (before the champion is known: steps@<level>)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,7 @@ def _unit(name: str, concurrency: int, gate_level: int) -> tuple[int, int, int]:
         if base in VALUE_ORDER:
             return (1, VALUE_ORDER.index(base), 0)
         return (2, 0, 0)
-    return (3, concurrency, 0 if base in PAIR else 1)
+    return (3, concurrency, 1 if base in COUNTERPARTS else 0)  # the deployed arm and the baseline: the pair
 
 
 def candidate_arms(spec: SweepSpec) -> list[tuple[str, int, bool]]:

@@ -158,7 +158,10 @@ class SweepSummary(BaseModel):
     contributions: list[Contribution] = Field(default_factory=list)
     """Why it won: each part's gain with its interval, from the same interleaved rounds."""
     promoted_config: str | None = None
-    """Which arm was promoted: champion, or a simpler one (no_speculation, default_communication)."""
+    """Which arm was promoted: champion, a simpler one (no_speculation, default_communication) or runner_up."""
+    deployed: dict[str, Any] | None = None
+    """{name, label, number, params} of the configuration promoted: label in words ("trial 16", "trial 16
+    without speculation"); every confirmed figure, level and registry field is about it."""
     concurrency: list[LevelGain] = Field(default_factory=list)
     """Champion vs baseline at each promotion.concurrency level (or, with none set, the gate's own level when
     the champion speculates: adaptive against fixed steps there)."""

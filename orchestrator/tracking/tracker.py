@@ -176,10 +176,12 @@ class Tracker:
                         outcome_path=str(self._outbox.outcome_file(outcome)),
                         extra_metrics=metrics, extra_tags=tags)
 
-    def find_trial(self, parent_run_id: str, number: int, role: Any = "search") -> str | None:
-        """The run id of this trial's child run under the parent, or None."""
+    def find_trial(self, parent_run_id: str, number: int, role: Any = "search",
+                   trial_dir: str | None = None) -> str | None:
+        """The run id of this trial's child run under the parent (with `trial_dir`: the run of that
+        folder, e.g. one confirmation round), or None."""
         with self._store.reading(f"find trial {number} of sweep run {parent_run_id}"):
-            return runs.find_trial(self._store, parent_run_id, number, convert.role_text(role))
+            return runs.find_trial(self._store, parent_run_id, number, convert.role_text(role), trial_dir)
 
     def child_runs(self, parent_run_id: str) -> pandas.DataFrame:
         """The parent's trial runs as a DataFrame, one row per run ordered by trial number

@@ -30,28 +30,63 @@ def test_each_part_is_named_with_its_interval():
     assert text["NCCL settings"].startswith("NCCL settings +5") and "not significant" not in text["NCCL settings"]
 
 
-def test_a_part_adding_nothing_gives_the_simpler_configuration():
-    values = arms(93.0, 92.5, 72.0)  # speculation on top: +0.5%, inside the noise
-    parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
-    spec_on_top = next(p for p in parts if p.part == "EAGLE-3 on top")
-    assert not spec_on_top.interval.significant and spec_on_top.text().endswith("not significant")
-    choice = contrib.simpler_choice(values, parts, RoundsPlan(3, 12, 0.01), direction="maximize")
+def checks(values: dict[str, dict[int, float]], plan: RoundsPlan, margin: float = 0.01) -> list[contrib.PartCheck]:
+    return contrib.part_checks(values, speculation="EAGLE-3", margin=margin, level=plan.level, direction="maximize")
+
+
+def test_a_part_shown_to_add_less_than_the_margin_gives_the_simpler_configuration():
+    plan = RoundsPlan(3, 12, 0.01)
+    values = arms(93.0, 93.0, 72.0)  # speculation on top: nothing; 1% noise over 4 rounds
+    values["no_speculation"] = {i: v * 0.998 for i, v in values["champion"].items()}  # -0.2%, noise-free
+    found = checks(values, plan)
+    on_top = next(c for c in found if c.arm == "no_speculation")
+    assert on_top.verdict is contrib.PartVerdict.negligible and "shown to add less than +1.0%" in on_top.text()
+    choice = contrib.simpler_choice(values, found, plan, direction="maximize")
     assert choice is not None
     arm, decision = choice
     assert arm == "no_speculation" and decision.verdict is Verdict.promoted
 
 
-def test_both_parts_significant_keep_the_champion():
-    values = arms(110.0, 91.5, 72.0)
+def test_a_part_merely_not_significant_is_kept():
+    # Speculation on top: +0.5% inside 1% noise over 4 rounds. The rule before dropped it (its 95%
+    # interval includes zero); the equivalence test cannot show it adds less than 1%, so it stays.
+    plan = RoundsPlan(3, 12, 0.01)
+    values = arms(93.0, 92.5, 72.0)
     parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
-    assert contrib.simpler_choice(values, parts, RoundsPlan(3, 12, 0.01), direction="maximize") is None
+    assert not next(p for p in parts if p.part == "EAGLE-3 on top").interval.significant
+    assert contrib.simpler_choice_before(values, parts, plan, direction="maximize") is not None
+    found = checks(values, plan)
+    on_top = next(c for c in found if c.arm == "no_speculation")
+    assert on_top.verdict is contrib.PartVerdict.open and "so it is kept" in on_top.text()
+    assert contrib.open_parts(found) == ["no_speculation"]
+    assert contrib.simpler_choice(values, found, plan, direction="maximize") is None
+
+
+def test_both_parts_significant_keep_the_champion():
+    plan = RoundsPlan(3, 12, 0.01)
+    values = arms(110.0, 91.5, 72.0)
+    found = checks(values, plan)
+    assert {c.verdict for c in found} == {contrib.PartVerdict.adds}
+    assert contrib.simpler_choice(values, found, plan, direction="maximize") is None
 
 
 def test_the_simpler_configuration_must_pass_the_gate_itself():
-    # Neither part is significant alone and neither alone clears +50%: the champion stays.
-    values = arms(93.0, 92.5, 92.0)
-    parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
-    assert contrib.simpler_choice(values, parts, RoundsPlan(3, 12, 0.60), direction="maximize") is None
+    # Neither part adds anything and neither alone clears +60%: the champion stays.
+    plan = RoundsPlan(3, 12, 0.60)
+    values = arms(93.0, 93.0, 93.0)
+    for arm in ("no_speculation", "default_communication"):
+        values[arm] = dict(values["champion"])
+    found = checks(values, plan)
+    assert {c.verdict for c in found} == {contrib.PartVerdict.negligible}
+    assert contrib.simpler_choice(values, found, plan, direction="maximize") is None
+
+
+def test_a_runner_up_that_measures_better_wins_the_near_tie():
+    values = {"champion": rounds(90.0, seed=2), "runner_up": rounds(91.0, seed=2)}
+    won = contrib.contender_wins(values, "runner_up", direction="maximize")
+    assert won is not None and 0.0 < won.gain < 0.02
+    assert contrib.contender_wins({"champion": values["runner_up"], "runner_up": values["champion"]}, "runner_up",
+                                  direction="maximize") is None
 
 
 def test_one_part_set_takes_the_whole_gain():
