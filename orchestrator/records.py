@@ -197,6 +197,10 @@ class ServingConfig(Frozen):
     fingerprint_hash: str
     created_at: str
     """ISO-8601 UTC time the config was made."""
+    allreduce_backend: str = ""
+    """The all-reduce backend that carried the trial's decode/verify messages, as its server recorded it
+    (TrialOutcome.allreduce_path: SGLang's start-up lines, else its flags and host): flashinfer_fusion,
+    pcie_ipc, custom, nccl, none (TP 1) or unknown; "" when no trial's record stands for this configuration."""
 
 
 SPECULATION_PREFIX = "speculative_"

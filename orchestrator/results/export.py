@@ -155,6 +155,7 @@ def _header(config: ServingConfig) -> list[str]:
         f"engine: {config.engine} (sglang {config.sglang_version})",
         f"metrics: {metrics or '-'}",
         f"fingerprint: {config.fingerprint_hash or '-'}",
+        backend_line(config),
         f"created: {config.created_at}",
         "load it with:",
         "  set -a; . champion.env; set +a",
@@ -164,6 +165,14 @@ def _header(config: ServingConfig) -> list[str]:
     ]
     # A newline in a free-text field would end the comment and make the rest a command.
     return [" ".join(line.splitlines()) for line in header]
+
+
+def backend_line(config: ServingConfig) -> str:
+    """The header line naming the all-reduce backend the trial's server recorded (never inferred here)."""
+    if not config.allreduce_backend:
+        return "all-reduce backend: not recorded (no trial's server ran this configuration as exported)"
+    return (f"all-reduce backend: {config.allreduce_backend} (decode/verify, as trial {config.trial_number}'s "
+            f"server recorded it)")
 
 
 def _number(value: Any) -> str:

@@ -166,6 +166,7 @@ def _provenance(config: ServingConfig) -> list[str]:
         f"model version: {config.model_version if config.model_version is not None else '-'}",
         f"engine: {config.engine} (sglang {config.sglang_version}); fingerprint: {config.fingerprint_hash or '-'}; "
         f"created: {config.created_at}",
+        export.backend_line(config),
         f"metrics: {metrics or '-'}",
     ]
     # A newline in a free-text field would end the comment and start a variable.

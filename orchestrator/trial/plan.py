@@ -77,8 +77,10 @@ def serving_config(
     run_id: str,
     metrics: Mapping[str, float],
     fingerprint_hash: str,
+    allreduce_backend: str = "",
 ) -> ServingConfig:
-    """What a deployment needs to reproduce a trial: its environment and the SGLang flags it tuned."""
+    """What a deployment needs to reproduce a trial: its environment and the SGLang flags it tuned, and the
+    all-reduce backend its server recorded (`allreduce_backend`, TrialOutcome.allreduce_path; "" when none)."""
     return ServingConfig(
         experiment=spec.name,
         trial_number=trial_number,
@@ -92,4 +94,5 @@ def serving_config(
         metrics={k: float(v) for k, v in metrics.items()},
         fingerprint_hash=fingerprint_hash,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        allreduce_backend=allreduce_backend,
     )

@@ -59,6 +59,7 @@ def stored(**overrides) -> dict:
         "metrics": {"decode_tok_s": 181.25, "speedup_vs_baseline": 1.31},
         "fingerprint_hash": "9f2c1e",
         "created_at": "2025-06-01T03:04:05+00:00",
+        "allreduce_backend": "",
     }
     config.update(overrides)
     return config
