@@ -284,7 +284,7 @@ def status(
         out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.failures.items())))
     best = rep.best
     if best:
-        sp_txt = f" ({(best.speedup - 1) * 100:+.1f}% vs baseline)" if best.speedup else ""
+        sp_txt = f" ({best.speedup_pct:+.1f}% vs baseline)" if best.speedup_pct is not None else ""
         label = "best so far" if rep.phase == "search" else "best searched trial"
         out.print(f"{label}: trial {best.number}: {rep.objective} = {best.value:.2f}{sp_txt} (search phase)")
         for k, v in best.params.items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -16,12 +16,16 @@ _METRIC_COLUMNS = ("decode_tok_s", "output_tok_s", "accept_length", "accept_rate
                    "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99")
 
 
-def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome],
-                  baselines: Sequence[tuple[float, float]]) -> pd.DataFrame:
+def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequence[tuple[float, float]],
+                  speedups: Mapping[int, float] | None = None) -> pd.DataFrame:
     """One row per trial, best objective first (failures last): the champion mark, number, role, status,
-    failure kind, the speed-up of the objective over the nearest baseline in percent, every metric,
-    every knob, the best searched objective up to that trial (`best_so_far`) and, with two objectives,
-    whether the trial is on the Pareto front. Confirmation runs are not trials and are left out."""
+    failure kind, the speed-up of the objective over the baseline in percent, every metric, every knob,
+    the best searched objective up to that trial (`best_so_far`) and, with two objectives, whether the
+    trial is on the Pareto front. Confirmation runs are not trials and are left out.
+
+    `speedups`: trial number -> the speed-up ratio the driver kept in the study when it told the trial
+    (what MLflow and `sweep status` show); `speedup_pct` is select.speedup_pct of it. Only without them
+    (a study that cannot be read) is each ratio computed here, over the nearest of `baselines`."""
     metric, direction = spec.objective.metric, spec.objective.direction
     trials = sorted((o for o in outcomes if o.role is not TrialRole.confirm), key=lambda o: o.number)
     front = {o.number for o in _pareto(spec, trials)}
@@ -35,9 +39,8 @@ def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome],
                                "speedup_pct": None}
         value = getattr(o.metrics, metric) if o.metrics is not None else None
         if o.metrics is not None:
-            base = select.nearest_baseline(o.finished_at, list(baselines))
-            if base and value is not None:
-                row["speedup_pct"] = round((select.speedup(value, base, direction=direction) - 1) * 100, 1)
+            ratio = _speedup(o, value, baselines, speedups, direction)
+            row["speedup_pct"] = None if ratio is None else select.speedup_pct(ratio)
             for c in _METRIC_COLUMNS:
                 row[c] = getattr(o.metrics, c)
         if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE and value is not None:
@@ -56,6 +59,15 @@ def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome],
     df = df.sort_values([metric, "trial"], ascending=[direction == "minimize", True], na_position="last",
                         kind="stable")
     return df.reset_index(drop=True)
+
+
+def _speedup(o: TrialOutcome, value: float | None, baselines: Sequence[tuple[float, float]],
+             speedups: Mapping[int, float] | None, direction: select.Direction) -> float | None:
+    """The trial's speed-up ratio: the one kept when it was told, else (no study) over the nearest baseline."""
+    if speedups is not None:
+        return speedups.get(o.number)
+    base = select.nearest_baseline(o.finished_at, list(baselines))
+    return select.speedup(value, base, direction=direction) if base and value is not None else None
 
 
 def _champion(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> int | None:

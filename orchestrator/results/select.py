@@ -43,6 +43,16 @@ def speedup(value: float, baseline: float, *, direction: Direction = "maximize")
     return value / baseline if direction == "maximize" else baseline / value
 
 
+def speedup_pct(ratio: float) -> float:
+    """A speed-up ratio (`speedup`) as every view shows it - MLflow's `speedup_pct`, results.csv,
+    results.html, report.html and `sweep status`: percent over the baseline, one decimal (1.549 -> 54.9).
+
+    Each trial's ratio is computed once, when the driver tells the study (against the baseline measured
+    nearest in time among those measured by then), and kept in the study (`speedup_vs_baseline`); the
+    views read that kept ratio rather than choosing a baseline again from a later, longer list."""
+    return round((ratio - 1.0) * 100.0, 1)
+
+
 def nearest_baseline(t: float, baselines: Sequence[tuple[float, float]]) -> float | None:
     """The value of the baseline measured closest in time to `t` (on a tie, the earlier one), or
     None when no baseline has been measured yet."""

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.errors import SweepError
+from orchestrator.errors import StorageError, SweepError
 from orchestrator.fsio import write_atomic
 from orchestrator.nccllog import version_mismatch
 from orchestrator.probe.result import probed_nccl
@@ -29,9 +29,10 @@ from orchestrator.results import contrib, report, report_html
 from orchestrator.results import truth as truth_mod
 from orchestrator.search import plots as optuna_plots
 from orchestrator.search import space as sp
+from orchestrator.search.study import read_only
 from orchestrator.sweep._workdir import Paths
 from orchestrator.sweep.state import SweepState, SweepSummary
-from orchestrator.sweep.status import read_state
+from orchestrator.sweep.status import read_state, recorded_speedups
 from orchestrator.tracking.tracker import Tracker
 
 log = logging.getLogger("sweep")
@@ -144,6 +145,19 @@ def _truth(spec: SweepSpec, champion: dict[str, Any] | None) -> str:
             f"the true optimum {t.optimum:.1f} (rank {t.rank_of_value(value)} of {len(t.values)} feasible points)")
 
 
+def _kept_speedups(url: str, study: str) -> dict[int, float] | None:
+    """Each trial's speed-up ratio as the study kept it when the trial was told (what MLflow and `sweep
+    status` show), or None where the study cannot be read (the table then computes them itself)."""
+    if ":***@" in url:
+        return None  # its password is never written down
+    try:
+        read = read_only(url, study)
+    except StorageError as exc:
+        log.warning("the study is not readable (%s): the report computes each speed-up over the nearest baseline", exc)
+        return None
+    return recorded_speedups(read[0]) if read else None
+
+
 def _png(figure: Any) -> str:
     buf = io.BytesIO()
     figure.savefig(buf, format="png", dpi=100, bbox_inches="tight")
@@ -218,8 +232,8 @@ def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> 
     summary = _summary(workdir)
     done = outcomes(workdir)
     baselines = summary.baseline_drift.baselines if summary else state.baselines
-    table = report.results_table(spec, done, baselines)
     url = storage or state.optuna_storage or Paths(workdir).optuna_url
+    table = report.results_table(spec, done, baselines, _kept_speedups(url, state.experiment))
     plots, figures = _plots_and_figures(spec, state, done, baselines, url)
     champ = summary.champion if summary else None
     content = report_html.ReportInput(

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import StateFileError, SweepError
 from orchestrator.records import ParamValue, TrialRole
-from orchestrator.results import cost
+from orchestrator.results import cost, select
 from orchestrator.search.study import TrialView, read_only
 from orchestrator.sweep._workdir import Paths, adopt, check_databases, origin_of
 from orchestrator.sweep.state import (
@@ -39,9 +39,14 @@ class BestSoFar:
     number: int
     value: float
     speedup: float | None
-    """Over the nearest baseline, when one was measured."""
+    """The ratio over the baseline kept in the study when the trial was told, when one was measured."""
     params: dict[str, ParamValue]
     """The knobs that are set (None values left out)."""
+
+    @property
+    def speedup_pct(self) -> float | None:
+        """The speed-up as MLflow, results.csv and the report show it (select.speedup_pct)."""
+        return None if self.speedup is None else select.speedup_pct(self.speedup)
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,7 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
     finished = _finished(trials)
     complete = [t for t in finished if t.state == "COMPLETE" and t.values]
     running = [t for t in trials if t.state == "RUNNING"]
-    baselines = _baselines(complete)
+    baselines = _baselines(complete, state)
     elapsed = _elapsed_s(state)
     phase = phase_of(workdir, state.status)
     eta, remaining = _forecast(state, finished, running, elapsed, phase)
@@ -191,7 +196,7 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
         failed=len(finished) - len(complete), running=len(running),
         skipped=sum(1 for t in trials if t.attrs.get("skipped")), failures=_failures_by_kind(finished),
         objective=state.objective, best=_best_so_far(complete, state.direction),
-        baseline=baselines[-1][1] if baselines else None, baselines=baselines,
+        baseline=max(baselines, key=lambda tv: tv[0])[1] if baselines else None, baselines=baselines,
         elapsed_s=elapsed, eta_s=eta, fingerprints=_changed_fingerprints(finished), stop_reason=state.stop_reason,
         schedule=list(state.schedule),
         phase=phase, verdict=verdict, env_file=env_file, remaining=remaining,
@@ -223,9 +228,19 @@ def _driver_alive(state: SweepState) -> bool:
     return _pid_alive(state.pid) and state.status == "running"
 
 
-def _baselines(complete: list[TrialView]) -> list[tuple[float, float]]:
-    """(end time, objective value) of each completed baseline measurement, in study order."""
-    return [(t.end or 0.0, t.values[0]) for t in complete if t.role == TrialRole.baseline.value and t.values]
+def _baselines(complete: list[TrialView], state: SweepState) -> list[tuple[float, float]]:
+    """(time, objective value) of every baseline measurement: sweep.json's list, which holds the search's
+    baseline trials and the confirmation rounds' baselines (the drift figure's), or the study's baseline
+    trials where sweep.json holds fewer (a driver killed between telling the study and writing sweep.json)."""
+    trials = [(t.end or 0.0, t.values[0]) for t in complete if t.role == TrialRole.baseline.value and t.values]
+    return list(state.baselines) if len(state.baselines) >= len(trials) else trials
+
+
+def recorded_speedups(trials: list[TrialView]) -> dict[int, float]:
+    """Trial number -> the speed-up ratio the driver kept in the study when it told the trial
+    (`speedup_vs_baseline`): the one figure MLflow, results.csv, the report and status show."""
+    return {t.number: float(t.attrs["speedup_vs_baseline"]) for t in trials
+            if isinstance(t.attrs.get("speedup_vs_baseline"), (int, float))}
 
 
 def _elapsed_s(state: SweepState) -> float:

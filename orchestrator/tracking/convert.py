@@ -15,6 +15,7 @@ from typing import Any
 
 from orchestrator import redact
 from orchestrator.records import FailureKind, ServingConfig, TrialOutcome, TrialStatus
+from orchestrator.results.select import speedup_pct
 
 KIND_TAG = "sweep.kind"
 TRIAL_TAG = "sweep.trial_number"
@@ -124,9 +125,10 @@ def trial_metrics(outcome: TrialOutcome, extra: Mapping[str, float]) -> dict[str
     compares (`rounded`), the speed-up ratio as `speedup_pct`."""
     values = {**outcome_metrics(outcome), **metrics(extra)}
     ratio = values.pop(SPEEDUP_RATIO, None)
+    out = {k: rounded(v) for k, v in values.items()}
     if ratio is not None and math.isfinite(ratio):
-        values[SPEEDUP_PCT] = round((ratio - 1.0) * 100.0, 1)
-    return {k: rounded(v) for k, v in values.items()}
+        out[SPEEDUP_PCT] = speedup_pct(ratio)  # one decimal as every view shows it, not 4 digits (+1234.5)
+    return out
 
 
 def rounded(value: float) -> float:
