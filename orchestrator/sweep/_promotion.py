@@ -36,9 +36,10 @@ class Champion:
         return float(getattr(self.trial.metrics, self.metric))
 
     def summary(self) -> dict[str, Any]:
-        """summary.json's `champion`: {number, params (the set ones), search_<metric>}."""
+        """summary.json's `champion`: {number, params (the set ones), search_<metric>, allreduce_backend (the
+        backend its server recorded carrying decode/verify, TrialOutcome.allreduce_path)}."""
         return {"number": self.trial.number, "params": {k: v for k, v in self.trial.params.items() if v is not None},
-                f"search_{self.metric}": self.search_value}
+                f"search_{self.metric}": self.search_value, "allreduce_backend": self.trial.allreduce_path}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,30 @@
+"""The promoted champion names the all-reduce backend its trial's server recorded, in summary.json and in
+champion.env's header, never a guess (issue 19): in-process, the model-backed executor, real Optuna and
+MLflow sqlite stores."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from e2e_helpers import demo_experiment
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
+from test_loop import run_sweep
+
+
+def test_summary_and_champion_env_name_the_recorded_backend(tmp_path, sqlite_store_template):
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"name": "comm", "params": {"NCCL_P2P_LEVEL": {"choices": [None, "SYS"]}}}))
+    data = demo_experiment(name="backend-named", budget={"trials": 2, "concurrent_trials": 1},
+                           sampler={"kind": "grid", "seed": 0}, promotion={"max_rounds": 0})
+    data["search_space"] = [str(space)]
+    wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, data)
+    assert summary.promoted and summary.champion is not None
+    number = summary.champion["number"]
+    (outcome,) = [json.loads(p.read_text()) for p in (wd / "trials").glob("*/outcome.json")
+                  if json.loads(p.read_text())["number"] == number]
+    recorded = outcome["allreduce_path"]
+    assert recorded  # the executor recorded one (nccl on the demo's 8-GPU PCIe profile)
+    assert summary.champion["allreduce_backend"] == recorded
+    header = [line for line in (wd / "champion.env").read_text().splitlines() if line.startswith("#")]
+    assert f"# all-reduce backend: {recorded} (decode/verify, as trial {number}'s server recorded it)" in header
