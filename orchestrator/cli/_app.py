@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.config import experiment as spec_mod
-from orchestrator.errors import SweepToolError, UserError
+from orchestrator.errors import SpecError, SweepToolError, UserError
 from orchestrator.sweep._workdir import check_databases
 
 if TYPE_CHECKING:  # the tracker imports MLflow: `status`, `validate` and `plan` must start without it
@@ -31,6 +32,21 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Find the fastest way to serve a model with SGLang: NCCL and speculative-decoding sweeps.")
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
+
+
+def workdir_path(value: str | Path) -> Path:
+    """--workdir as a Path, refusing an empty one: Path('') is Path('.'), the current directory, which a
+    mistyped `--workdir "$WD"` with WD unset would silently make a sweep's work directory."""
+    if isinstance(value, Path):
+        return value
+    if not value.strip():
+        raise ValueError("an empty path, which would mean the current directory; pass --workdir . for "
+                         "that, or the directory `sweep run` used")
+    return Path(value)
+
+
+WORKDIR = workdir_path
+"""The parser of every --workdir option."""
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -55,8 +71,44 @@ def guard(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def load_experiment(path: Path) -> spec_mod.SweepSpec:
-    return spec_mod.load(path)
+def load_experiment(path: Path, *, here: bool = False) -> spec_mod.SweepSpec:
+    """The experiment at `path`; with `here`, also what only this machine can tell (the commands whose
+    trials or probe run on it): the interpreters exist and server.host is one of its addresses."""
+    spec = spec_mod.load(path)
+    if here:
+        check_on_this_machine(spec, str(path))
+    return spec
+
+
+def check_on_this_machine(spec: spec_mod.SweepSpec, where: str) -> None:
+    """SpecError when server.python or benchmark.client_python is no executable here, or when the trial
+    servers could not listen on server.host here (not an address of this machine)."""
+    for field, python in (("server.python", spec.server.python), ("benchmark.client_python",
+                                                                  spec.benchmark.client_python)):
+        if python is not None and shutil.which(python) is None:
+            what = "is not executable" if Path(python).exists() else "does not exist"
+            raise SpecError(f"{where}: {field}: {python} {what} on this machine; give the interpreter that has "
+                            f"SGLang installed (e.g. /opt/venv/bin/python), at the same path on every GPU host")
+    if problem := _host_problem(spec.server.host):
+        raise SpecError(f"{where}: server.host: {spec.server.host} {problem}; keep 127.0.0.1 (the benchmark "
+                        f"runs beside the server), or give 0.0.0.0 or one of this machine's interface addresses")
+
+
+def _host_problem(host: str) -> str | None:
+    """Why a server could not listen on `host` here, or None (binds a socket to an ephemeral port)."""
+    try:
+        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, ValueError):
+        return "is not an address, and no name this machine resolves"
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return "is not an address of this machine, so every trial server would fail to listen on it"
+            return f"cannot be listened on here ({exc.strerror})"
+    return None
 
 
 def resolve_workdir(workdir: Path | None, experiment: spec_mod.SweepSpec | None = None) -> Path:

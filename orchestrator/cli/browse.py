@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from orchestrator.cli._app import (
+    WORKDIR,
     app,
     check_output,
     guard,
@@ -48,7 +49,7 @@ def _serve(argv: list[str], env: dict[str, str] | None = None) -> None:
 @app.command()
 @guard
 def ui(
-    workdir: Path | None = typer.Option(None, "--workdir"),
+    workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR),
     port: int = typer.Option(5000, "--port", min=1, max=65535),
     host: str = _HOST,
 ) -> None:
@@ -72,7 +73,7 @@ def ui(
 @app.command()
 @guard
 def dashboard(
-    workdir: Path | None = typer.Option(None, "--workdir"),
+    workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR),
     port: int = typer.Option(8080, "--port", min=1, max=65535),
     host: str = _HOST,
     storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
@@ -94,7 +95,7 @@ def dashboard(
 @guard
 def report(
     output: Path | None = typer.Option(None, "-o", "--output", help="default <workdir>/report.html"),
-    workdir: Path | None = typer.Option(None, "--workdir", help="the sweep's work directory"),
+    workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="the sweep's work directory"),
     storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
                                        help="the Optuna RDB URL the sweep used, when not its sqlite file"),
     mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="also put it on the parent MLflow run"),

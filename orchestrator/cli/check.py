@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from orchestrator import nccllog
-from orchestrator.cli._app import app, err, guard, load_experiment, out
+from orchestrator.cli._app import WORKDIR, app, err, guard, load_experiment, out
 from orchestrator.config import commplan, knobs
 from orchestrator.config import experiment as spec_mod
 from orchestrator.config.allreduce import CommContext
@@ -37,7 +37,7 @@ from orchestrator.trial import plan as planner
 @guard
 def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> None:
     """Check an experiment and its search spaces; print what it would sweep."""
-    s = load_experiment(experiment)
+    s = load_experiment(experiment, here=True)
     total, feasible, _ = sp.census(s.space)
     out.print(f"[green]OK[/] {experiment}: experiment [bold]{s.name}[/], engine {s.engine}, "
               f"sglang {s.sglang_version}, tp {s.server.tp}, {len(s.space.params)} knobs "
@@ -190,7 +190,7 @@ def _print_cost(s: spec_mod.SweepSpec, host: str | None = None) -> None:
 def truth(
     experiment: Path = typer.Argument(..., help="experiment YAML (engine: simulator)"),
     top: int = typer.Option(10, "--top", min=1, max=10_000, help="how many of the best points to list (1-10000)"),
-    workdir: Path | None = typer.Option(None, "--workdir", help="also rank this sweep's best trial"),
+    workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="also rank this sweep's best trial"),
 ) -> None:
     """Evaluate the simulator's noise-free model on every feasible point: the true optimum and ranks."""
     s = load_experiment(experiment)

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from orchestrator import fsio
-from orchestrator.cli._app import app, check_output, guard, open_tracker, out, resolve_workdir
+from orchestrator.cli._app import WORKDIR, app, check_output, guard, open_tracker, out, resolve_workdir
 from orchestrator.config.fields import tracking_uri_problem
 from orchestrator.errors import NoChampion, SweepToolError, UserError
 from orchestrator.probe.tuner import tuner_file_from
@@ -29,7 +29,7 @@ def export(
     keep_observation: bool = typer.Option(
         False, "--keep-observation",
         help="keep what the sweep set only to observe (NCCL_DEBUG*, the device timer, --enable-metrics)"),
-    workdir: Path | None = typer.Option(None, "--workdir", help="the sweep's work directory"),
+    workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="the sweep's work directory"),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (instead of --workdir)"),
     model: str | None = typer.Option(None, "--model", help="registered model name (with --tracking-uri)"),
     alias: str = typer.Option("champion", "--alias"),

@@ -14,7 +14,17 @@ from rich.markup import escape
 from rich.status import Status
 from rich.table import Table
 
-from orchestrator.cli._app import app, err, guard, load_experiment, open_tracker, out, publish_report, resolve_workdir
+from orchestrator.cli._app import (
+    WORKDIR,
+    app,
+    err,
+    guard,
+    load_experiment,
+    open_tracker,
+    out,
+    publish_report,
+    resolve_workdir,
+)
 from orchestrator.config import experiment as spec_mod
 from orchestrator.errors import NoChampion, SweepError, SweepToolError, UserError
 from orchestrator.probe import nccl_dimensions, rank_settings, run_probe
@@ -29,7 +39,7 @@ from orchestrator.tracking import probe_run
 @guard
 def probe(
     experiment: Path = typer.Argument(..., help="experiment YAML"),
-    workdir: Path | None = typer.Option(None, "--workdir", help="where probe.json goes (default runs/<name>)"),
+    workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="where probe.json goes (default runs/<name>)"),
     budget: int | None = typer.Option(None, "--budget", min=1, help="NCCL settings to probe (default probe.budget, "
                                                                     "else 48)"),
     keep_within: float | None = typer.Option(None, "--keep-within", help="keep settings within this ratio of the "
@@ -39,7 +49,7 @@ def probe(
 ) -> None:
     """Measure the host's tensor-parallel all-reduce per NCCL setting without loading a model; rank the
     settings by latency at the verify sizes; write probe.json and log an MLflow run."""
-    s = load_experiment(experiment)
+    s = load_experiment(experiment, here=True)
     ratio = keep_within if keep_within is not None else s.probe.keep_within
     if not ratio >= 1.0:
         raise UserError(f"--keep-within is a ratio to the best latency and must be >= 1.0, but got {ratio}")
@@ -136,7 +146,7 @@ def run(
     experiment: Path = typer.Argument(..., help="experiment YAML"),
     n_trials: int | None = typer.Option(None, "--n-trials", min=1, help="override budget.trials"),
     timeout: str | None = typer.Option(None, "--timeout", help="wall-time budget, e.g. 8h, 90m"),
-    workdir: Path | None = typer.Option(None, "--workdir", help="default runs/<experiment name>/"),
+    workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="default runs/<experiment name>/"),
     ray_address: str | None = typer.Option(None, "--ray-address", help="existing Ray cluster, e.g. auto"),
     storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
                                           help="Optuna RDB URL (e.g. postgresql://...); default sqlite in the work directory"),
@@ -155,7 +165,7 @@ def run(
 
     if ray_address is not None:
         _check_ray_address(ray_address)
-    s = load_experiment(experiment)
+    s = load_experiment(experiment, here=ray_address is None)  # on a cluster the trials run on other hosts
     try:
         timeout_s = spec_mod.parse_duration(timeout) if timeout else None
     except ValueError as exc:
@@ -258,7 +268,7 @@ def _print_schedule(lines: list[str]) -> None:
 @app.command()
 @guard
 def status(
-    workdir: Path | None = typer.Option(None, "--workdir", help="the sweep's work directory"),
+    workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="the sweep's work directory"),
     storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
                                           help="the Optuna RDB URL the sweep used, when not its sqlite file"),
 ) -> None:
@@ -311,7 +321,7 @@ def status(
 
 @app.command()
 @guard
-def sync(workdir: Path | None = typer.Option(None, "--workdir")) -> None:
+def sync(workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR)) -> None:
     """Replay results queued in the outbox while MLflow was unreachable."""
     wd = resolve_workdir(workdir)
     state = read_state(wd)

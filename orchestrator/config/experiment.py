@@ -54,12 +54,23 @@ def parse_duration(value: str | float | int) -> float:
             raise ValueError(f"a duration must be > 0 and at most 365d (in seconds: {_MAX_DURATION:g}), but got {value}")
         return float(value)
     m = _DURATION.match(str(value)[:64])
+    if not m and re.fullmatch(r"\s*\d+(?::\d+)+\s*", str(value)[:64]):
+        raise ValueError(f"a duration looks like 8h, 30m, 90s or a number of seconds, but got {str(value)!r}, "
+                         f"which YAML 1.1 readers take as base-60 ({str(value).strip()} = "
+                         f"{_base60(str(value))} s); write the unit, e.g. 1.5h or 90m for an hour and a half")
     if not m:
         raise ValueError(f"a duration looks like 8h, 30m, 90s or a number of seconds, but got {yamlfile.shorten(repr(value))}")
     seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
     if not seconds > 0 or not math.isfinite(seconds) or seconds > _MAX_DURATION:
         raise ValueError(f"a duration must be > 0 and at most 365d, but got {value!r}")
     return seconds
+
+
+def _base60(text: str) -> int:
+    total = 0
+    for part in text.strip().split(":"):
+        total = total * 60 + int(part)
+    return total
 
 
 def _allowed_env_name(name: str) -> str:
@@ -489,6 +500,7 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
         if name in spec.space.params:
             raise SpecError(f"{where}: server.env.{name}: also swept by the search space ({origin[name]}), so the "
                             f"baseline would not run the engine defaults; remove it from server.env")
+    _check_dashes(spec, where)
     known = flags.known_flags(spec.sglang_version)
     by_knob = flags.knob_flags(spec.sglang_version)
     for name in spec.server.flags:
@@ -515,6 +527,14 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
                 raise SpecError(f"{at}: SGLang lets this flag win over the swept knob {knob} ({origin[knob]}), so "
                                 f"every value of {knob} would run the same server; remove it from server.flags "
                                 f"or {knob} from the space")
+
+
+def _check_dashes(spec: SweepSpec, where: str) -> None:
+    """server.model, draft_model and host are each the word after a flag on the command line."""
+    for field in ("model", "draft_model", "host"):
+        value = getattr(spec.server, field)
+        if value is not None and (problem := flags.dash_problem(value)):
+            raise SpecError(f"{where}: server.{field}: {problem}")
 
 
 _DEVICE_TIMER = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"

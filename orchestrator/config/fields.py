@@ -12,19 +12,29 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from importlib import resources
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""C0 and C1 controls, and the bidirectional controls (U+202E right-to-left override and its kin), which make
+a command line or a file read differently on screen from what runs."""
+
+
+def _named(char: str) -> str:
+    """`char` as the message shows it: repr for the C0 controls ('\\n'), else its code point and name."""
+    if ord(char) < 0x20 or ord(char) == 0x7F:
+        return repr(char)
+    return f"U+{ord(char):04X} {unicodedata.name(char, 'a C1 control')}"
 
 
 def no_control(value: str) -> str:
     """`value` unchanged, or ValueError naming the first control character (newline, NUL, ...)."""
     if m := _CONTROL.search(value):
         raise ValueError(f"must not contain control characters (it reaches a command line or an environment), "
-                         f"but got {m.group()!r} at position {m.start()}; remove it")
+                         f"but got {_named(m.group())} at position {m.start()}; remove it")
     return value
 
 
@@ -56,7 +66,7 @@ def finite_scalar(value: object) -> str | None:
         return f"must be a finite number, but got {value}"
     if isinstance(value, str) and (m := _CONTROL.search(value)):
         return (f"must not contain control characters (it becomes a command-line argument), but got "
-                f"{m.group()!r} at position {m.start()}; remove it")
+                f"{_named(m.group())} at position {m.start()}; remove it")
     return None
 
 
@@ -90,7 +100,7 @@ TrackingUri = Annotated[Text, AfterValidator(_tracking_uri)]
 
 # What orchestrator/simulator/faults.py parses: name -> the argument it takes (None: no argument).
 FAULTS: dict[str, str | None] = {
-    "never_ready": None, "env_drop": None, "nccl_hang": None,
+    "never_ready": None, "env_drop": None, "nccl_hang": None, "draft_wiring_broken": None,
     "slow_start": "seconds", "crash_after_tokens": "count", "hang_after_tokens": "count",
     "oom_above_draft_tokens": "count", "nccl_hang_when": "VAR:VALUE[,VAR:VALUE...]",
 }

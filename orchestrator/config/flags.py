@@ -73,9 +73,32 @@ _VALUE_RULES: Mapping[str, tuple[Callable[[str], str | None], str]] = {
 checks before start-up beyond a number; a bad one would fail every trial alike."""
 
 
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+"""argparse's `_negative_number_matcher` (Python 3.11): such a word is a value, not an option."""
+
+
+def dash_problem(value: str | int | float | bool | None) -> str | None:
+    """Why SGLang's parser would read `value`, passed as the word after its flag, as an option instead
+    (and refuse the command: "expected one argument"), or None.
+
+    Read from argparse (`ArgumentParser._parse_optional`, Python 3.11), which SGLang 0.5.23 parses with
+    (sglang/srt/server_args.py::prepare_server_args): a word that starts with '-' is an option unless it
+    is a negative number, holds a space or is '-' alone. Checked against an argparse parser of SGLang's
+    flags in tests/hardening/test_validation_gaps.py.
+    """
+    if (not isinstance(value, str) or not value.startswith("-") or value == "-" or _NEGATIVE_NUMBER.match(value)
+            or " " in value):
+        return None
+    return (f"the value {value!r} starts with '-', so SGLang's parser (argparse) would read it as another option "
+            f"and refuse the command (\"expected one argument\"), failing every trial alike; fix the value "
+            f"(no SGLang flag takes one that starts with '-', except a negative number)")
+
+
 def value_problem(flag: str, value: str | int | float | bool | None) -> str | None:
     """What is wrong with `value` for `flag` in server.flags and how to fix it, or None when SGLang
     would take it (or does not check it when it parses its command line)."""
+    if why := dash_problem(value):
+        return why
     rule = _VALUE_RULES.get(flag)
     if rule is None or value is None or value is False:  # None and false leave the flag out
         return None

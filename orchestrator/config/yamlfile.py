@@ -105,6 +105,23 @@ class BoundedLoader(yaml.SafeLoader):
         return node
 
 
+_SEXAGESIMAL = {
+    # PyYAML's YAML 1.1 patterns without the base-60 forms, which read `wall_time: 1:30` as the integer 90
+    # (YAML 1.2 dropped them): such a value stays text, and the field that gets it says what it takes.
+    "tag:yaml.org,2002:int": re.compile(r"""^(?:[-+]?0b[0-1_]+
+                    |[-+]?0[0-7_]+
+                    |[-+]?(?:0|[1-9][0-9_]*)
+                    |[-+]?0x[0-9a-fA-F_]+)$""", re.X),
+    "tag:yaml.org,2002:float": re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X),
+}
+BoundedLoader.yaml_implicit_resolvers = {
+    first: [(tag, _SEXAGESIMAL.get(tag, pattern)) for tag, pattern in resolvers]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def _check(root: Node) -> None:
     """Duplicate keys, recursive anchors and the expanded size, in one walk over the node graph
     (aliases are shared nodes, so each node is sized once)."""

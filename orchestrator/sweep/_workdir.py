@@ -89,6 +89,10 @@ def check_databases(root: Path, names: tuple[str, ...] = DATABASES) -> None:
         if path.is_dir():
             raise StateFileError(f"{path} is a directory, where the sweep keeps its {_ROLE.get(name, 'database')}; move it away "
                                  "and restore the file from a backup, or start a new sweep in another --workdir")
+        if path.stat().st_size == 0:  # SQLite reads an empty file as an empty database; a sweep's never is one
+            raise StateFileError(f"{path} is empty (0 bytes), where the sweep keeps its {_ROLE.get(name, 'database')}: "
+                                 "it was emptied or cut short; restore it from a backup, delete it if no sweep ran "
+                                 "here, or start a new sweep in another --workdir")
         try:
             with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
                 verdict = db.execute("PRAGMA quick_check").fetchone()

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.errors import StorageError, SweepError, SweepToolError
+from orchestrator.errors import StorageError, SweepError, SweepToolError, TrackingError
 from orchestrator.execute.base import Executor
 from orchestrator.execute.processes import local_processes
 from orchestrator.probe import comm
@@ -138,8 +138,12 @@ class Sweep:
                 self._start_failed(str(exc))
                 raise
             ctx.interrupts.install()  # ray.init() puts its own SIGTERM handler (sys.exit) in place
-            run_loop(ctx)
-            return _promote.finish(ctx)
+            try:
+                run_loop(ctx)
+                return _promote.finish(ctx)
+            except SweepToolError as exc:  # storage, MLflow or the cluster failed mid-sweep: not `running`
+                self._failed_mid_sweep(str(exc))
+                raise
         finally:
             ctx.interrupts.restore()
             ctx.executor.close()
@@ -167,6 +171,10 @@ class Sweep:
         ctx.study.open()
         try:
             self._begin(existed)
+        except SweepToolError as exc:
+            if not existed:  # sweep.json says failed and why; no empty study is left, so the same command works
+                self._start_failed(str(exc))
+            raise
         except BaseException:
             if not existed:  # a start that fails leaves no empty study behind: the same command works again
                 ctx.study.delete()
@@ -196,6 +204,11 @@ class Sweep:
             tags={"sweep.workdir": str(ctx.paths.root), "sweep.engine": spec.engine},
             resume_run_id=ctx.study.get_attr("parent_run_id"),
         )
+        if not ctx.parent_run_id:  # e.g. a server that answers `{}` to every request
+            raise TrackingError(
+                f"MLflow at {mask_url_password(uri)} opened the sweep's run without giving its id, so it is not "
+                f"an MLflow tracking server that works; check tracking.uri (and the server's /health), or leave "
+                f"tracking.uri out to record in the work directory's sqlite store")
         ctx.study.set_attr("parent_run_id", ctx.parent_run_id)
         ctx.write_state("running")
 
@@ -212,11 +225,26 @@ class Sweep:
         """sweep.json and the parent run say the start failed, and why (not `running`)."""
         ctx = self.ctx
         _record.stop(ctx, StopReason(StopKind.start_failed, f"the sweep could not start: {reason}"))
-        ctx.write_state("failed")
+        self._write_failed_state()
         if ctx.tracker is not None and ctx.parent_run_id:
-            ctx.tracker.end_sweep(ctx.parent_run_id, "FAILED")
+            try:
+                ctx.tracker.end_sweep(ctx.parent_run_id, "FAILED")
+            except SweepToolError:
+                pass  # MLflow is what failed: the message raised says so, the run stays as it is
         if not ctx.resume and not ctx.progress.launched:
             ctx.study.delete()  # nothing ran: the same command starts afresh once the cause is fixed
+
+    def _failed_mid_sweep(self, reason: str) -> None:
+        """sweep.json says the sweep failed, and why, once the storage, MLflow or the cluster failed while
+        it ran (it used to stay `running`); the study and every measurement stay for --resume."""
+        _record.stop(self.ctx, StopReason(StopKind.failed, f"the sweep failed: {reason}"))
+        self._write_failed_state()
+
+    def _write_failed_state(self) -> None:
+        try:
+            self.ctx.write_state("failed")
+        except OSError:
+            pass  # a full disk (the failure being reported): the error raised names it; nothing more to say
 
     def _baseline_queued(self) -> bool:
         return any(t.state == "WAITING" and t.role == TrialRole.baseline.value for t in self.ctx.study.trials())

@@ -31,10 +31,14 @@ class StopKind(str, enum.Enum):
     """Ctrl-C or SIGTERM twice: the trials in flight were aborted."""
     start_failed = "start_failed"
     """A check before the first trial failed (cluster, storage, MLflow): nothing was launched."""
+    failed = "failed"
+    """The storage, MLflow or the cluster failed while the sweep ran; what was measured is kept and
+    `--resume` continues."""
 
 
 FAILURE_STOPS = frozenset({StopKind.consecutive_failures, StopKind.failure_rate, StopKind.baseline_failed,
-                           StopKind.interrupted, StopKind.aborted, StopKind.start_failed})
+                           StopKind.interrupted, StopKind.aborted, StopKind.start_failed,
+                           StopKind.failed})
 """Stops that end `sweep run` with exit code 1; the others are budgets."""
 
 
