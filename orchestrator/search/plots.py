@@ -55,7 +55,7 @@ def sweep_plots(storage_url: str, study_name: str, objective: str) -> list[Plot]
         study = optuna.create_study(directions=stored.directions)
     finally:
         optuna.logging.set_verbosity(verbosity)
-    study.add_trials(trials)
+    study.add_trials(numbered_as_stored(trials))
     names = [objective] + ([f"objective {i + 1}" for i in range(1, len(study.directions))])
     first: dict[str, Any] = {"target": lambda t: t.values[0], "target_name": objective}
     views = vis_calls(study, names, first)
@@ -71,6 +71,16 @@ def sweep_plots(storage_url: str, study_name: str, objective: str) -> list[Plot]
         plots.append(Plot(name=name, title=title,
                           html=figure.to_html(full_html=False, include_plotlyjs=False, div_id=f"optuna-{name}")))
     return plots
+
+
+def numbered_as_stored(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """`trials` with a failed, empty trial in each gap of their numbers, so that a study they are added to
+    in order numbers each as the sweep did: Optuna's plots draw and label the tool's trial numbers (the
+    champion, trial 26, is not drawn as "Trial 19" when confirmation runs and skipped proposals are left
+    out). A failed trial is drawn by no plot, as the failures of the search are not."""
+    by_number = {t.number: t for t in trials}
+    gap = optuna.trial.create_trial(state=TrialState.FAIL)
+    return [by_number.get(n, gap) for n in range(max(by_number, default=-1) + 1)]
 
 
 def vis_calls(study: optuna.Study, names: list[str],
