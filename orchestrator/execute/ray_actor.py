@@ -36,10 +36,14 @@ log = logging.getLogger("sweep")
 def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: int | None = None) -> dict[str, Any]:
     """Start a private single-node Ray instance bound to a loopback address.
 
-    Ray rewrites 127.0.0.1 to the machine's external address and its ports have no
-    authentication, so the instance binds to another loopback address (127.0.0.2) instead.
+    Ray rewrites 127.0.0.1 to the machine's external address, so the instance advertises another
+    loopback address (127.0.0.2) instead. Ray 2.60 still binds the gRPC servers of its GCS, raylet and
+    workers to every interface (its GrpcServer listens on 0.0.0.0 unless a server is built for localhost
+    only, and no setting changes that); their token authentication guards them, so the token file Ray
+    writes with the umask's mode (0644: any local user could read it) is made 0600 (docs/reliability.md).
     `num_gpus` may be logical (the simulator needs no GPU) or None to let Ray detect them.
     """
+    private_token_file()  # an existing token: before Ray's processes start with it
     try:
         ctx = ray.init(
             address="local",
@@ -60,7 +64,27 @@ def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: in
             f"the private Ray instance on {node_ip} did not start ({type(exc).__name__}: {first}); check free "
             "memory and space in Ray's temporary folder (/tmp/ray, or RAY_TMPDIR), then run the same command "
             "again") from None
+    private_token_file()  # one Ray has just generated
     return {"address": _address(ctx), "node_ip": node_ip}
+
+
+def token_file() -> Path:
+    """Where Ray 2.60 keeps the token of the clusters it starts (RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token;
+    ray/_private/authentication/authentication_token_setup.py)."""
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+
+
+def private_token_file() -> None:
+    """Make Ray's token file readable by its owner only (0600) when this user owns it and others may read it."""
+    path = token_file()
+    try:
+        info = path.stat()
+        if info.st_uid == os.getuid() and info.st_mode & 0o077 and path.is_file():
+            os.chmod(path, 0o600)
+            log.info("%s: made 0600 (it was %o): the token guards the private Ray instance's ports", path,
+                     info.st_mode & 0o777)
+    except OSError as exc:  # no token (authentication off), or a file we may not change: Ray decides
+        log.debug("Ray token file %s left as it is: %s", path, exc)
 
 
 
