@@ -79,18 +79,25 @@ def _champion(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> int | None:
     return None if pick is None else pick.number
 
 
+GATE_BOUNDS = ("champion_gain_gate_low_pct", "champion_gain_gate_high_pct")
+"""The parent run's names of the gate's bounds on the confirmed gain: one-sided bounds at the gate's level
+per look, 1 - 0.05 / (max_rounds - min_rounds + 1) each side (99.5% at 3 to 12 rounds), wider than a 95%
+interval (results.sequential). Sweeps before issue 21 logged them as champion_gain_ci95_low/high_pct;
+nothing reads those back, so old runs keep them as they are."""
+
+
 def parent_metrics(summary: dict[str, Any], outcomes: Sequence[TrialOutcome]) -> dict[str, float]:
-    """The parent run's single numbers: counts, the confirmed gain in percent with its 95 % interval
-    (only when the confirmation measured one), the baseline drift. The best objective is logged along
-    the sweep (step = trial) from the results table, not here."""
+    """The parent run's single numbers: counts, the confirmed gain in percent with the gate's bounds
+    (GATE_BOUNDS, only when the confirmation measured them), the baseline drift. The best objective is
+    logged along the sweep (step = trial) from the results table, not here."""
     out = {"trials_complete": float(summary["complete"]), "trials_failed": float(summary["failed"]),
            "proposals_skipped": float(summary["skipped"])}
     gate = summary.get("gate")
     if gate:
         out["champion_gain_pct"] = round(float(gate["gain"]) * 100, 1)
         if gate.get("ci_low") is not None and gate.get("ci_high") is not None and gate["ci_low"] != gate["ci_high"]:
-            out["champion_gain_ci95_low_pct"] = round(float(gate["ci_low"]) * 100, 1)
-            out["champion_gain_ci95_high_pct"] = round(float(gate["ci_high"]) * 100, 1)
+            out[GATE_BOUNDS[0]] = round(float(gate["ci_low"]) * 100, 1)
+            out[GATE_BOUNDS[1]] = round(float(gate["ci_high"]) * 100, 1)
     drift = summary.get("baseline_drift") or {}
     if drift.get("max_relative_change") is not None:
         out["baseline_drift_pct"] = round(float(drift["max_relative_change"]) * 100, 1)

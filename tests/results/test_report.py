@@ -66,7 +66,14 @@ def test_parent_metrics_in_percent_and_no_interval_without_one():
                                                                   "ci_high": 0.1234}}
     metrics = report.parent_metrics(summary, [])
     assert metrics["champion_gain_pct"] == 12.3
-    assert not any("ci95" in k for k in metrics), "a zero-width interval is no interval"
+    assert not set(report.GATE_BOUNDS) & set(metrics), "a zero-width interval is no interval"
+
+
+def test_the_gates_bounds_are_named_as_the_gates_not_as_a_95_percent_interval():
+    summary = {"complete": 3, "failed": 0, "skipped": 0, "gate": {"gain": 0.1234, "ci_low": 0.0412, "ci_high": 0.2101}}
+    metrics = report.parent_metrics(summary, [])
+    assert (metrics["champion_gain_gate_low_pct"], metrics["champion_gain_gate_high_pct"]) == (4.1, 21.0)
+    assert not any("ci95" in name for name in metrics), "the gate's bounds are at 1 - 0.05/looks each side, not 95%"
 
 
 def test_report_page_answers_which_how_much_and_why_before_the_table():

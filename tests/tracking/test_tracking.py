@@ -319,12 +319,15 @@ def test_sweep_summary_lands_on_the_parent(tracker: Tracker) -> None:
                           "NCCL_PROTO": [None, "LL"]})
     figure = Figure()
     figure.add_subplot().plot([0, 1], [100.0, 150.5])
-    tracker.log_sweep_summary(parent, metrics={"best_decode_tok_s": 150.5},
+    tracker.log_sweep_summary(parent, metrics={"best_decode_tok_s": 150.5, "confirmed_decode_tok_s": 79.718345,
+                                               "confirmed_gain": 0.041234567},
                               tags={"sweep.champion_trial": 1}, table=table,
                               figures={"tok_s by trial": figure})
     client = client_of(tracker)
     run = client.get_run(parent)
     assert run.data.metrics["best_decode_tok_s"] == 150.5
+    # The confirmed figures to 4 significant digits, as every trial's (docs/results.md).
+    assert (run.data.metrics["confirmed_decode_tok_s"], run.data.metrics["confirmed_gain"]) == (79.72, 0.04123)
     assert run.data.tags["sweep.champion_trial"] == "1"
     paths = {f.path for f in client.list_artifacts(parent)}
     assert {"results.csv", "results.html", "results.json", "figures"} <= paths
