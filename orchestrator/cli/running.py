@@ -231,6 +231,10 @@ def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) ->
         if summary.search_value is not None:
             out.print(f"  search phase (one measurement, the best of many): {s.objective.metric} "
                       f"{summary.search_value:.2f}")
+    deployed = summary.deployed
+    if deployed and summary.promoted_config != "champion":  # another configuration than the search's pick
+        knobs = "\n".join(f"    {k} = {v}" for k, v in deployed["params"].items()) or "    (engine defaults)"
+        out.print(f"deployed: {deployed['label']} (every figure below is its own)\n{knobs}")
     if summary.confirmed:
         color = "yellow" if summary.confirmed.label == "unconfirmed" else "bold"
         out.print(f"  [{color}]{escape(summary.confirmed.text())}[/]", soft_wrap=True)

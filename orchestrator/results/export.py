@@ -149,7 +149,8 @@ def _header(config: ServingConfig) -> list[str]:
     header = [
         "sglang-sweep serving configuration",
         f"experiment: {config.experiment}",
-        f"trial: {config.trial_number}",
+        f"trial: {config.trial_number}" + (f" {config.derivation} (not searched as such: measured in the "
+                                           f"confirmation)" if config.derivation else ""),
         f"run id: {config.run_id}",
         f"model version: {config.model_version if config.model_version is not None else '-'}",
         f"engine: {config.engine} (sglang {config.sglang_version})",

@@ -498,7 +498,9 @@ def explain(ctx: Context, champion: Champion, measuring: Arms, measured: _confir
     if message.startswith("promoted: "):
         message = f"promoted {who.label}: {message.removeprefix('promoted: ')}"
     head = contrib.at_level(message, named, metric)
-    why = "; ".join([p.text() for p in gate.contributions] + [c.text() for c in gate.checks])
+    why = "; ".join(p.text() for p in gate.contributions)
+    if gate.checks:  # the equivalence test: what decides between the champion and a simpler configuration
+        why += ". Simpler only when shown equivalent: " + "; ".join(c.text() for c in gate.checks)
     verdict = contrib.verdict_text(head, concurrency=None, metric=metric, others=others, why=why, after=after)
     if who.why:
         verdict = f"{verdict}. Promoted {who.label} and not trial {champion.trial.number} as searched: {who.why}"

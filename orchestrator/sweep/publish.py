@@ -105,7 +105,10 @@ def _findings(summary: SweepSummary) -> dict[str, Any]:
     if summary.contributions:
         found["contributions"] = [f"{c.part}: {c.interval.gain * 100:+.1f}% (95% interval {c.interval.low * 100:+.1f}% "
                                   f"to {c.interval.high * 100:+.1f}%, {c.a} vs {c.b})" for c in summary.contributions]
-    if summary.promoted_config and summary.promoted_config != "champion":
+    if summary.deployed and summary.promoted_config != "champion":
+        found["promoted configuration"] = f"{summary.deployed['label']}: " + ", ".join(
+            f"{k}={v}" for k, v in summary.deployed["params"].items())
+    elif summary.promoted_config and summary.promoted_config != "champion":
         found["promoted configuration"] = summary.promoted_config
     if summary.concurrency:
         gate = summary.confirmed.concurrency if summary.confirmed else None
@@ -335,5 +338,6 @@ def publish(workdir: Path, storage: str | None = None) -> Path:
                           version=r.content.model_version)
     tracker.publish_report(state.parent_run_id, description=description(r, links), report=path,
                            plots={p.name: p.html for p in r.plots}, plotly_js=optuna_plots.plotly_js() if r.plots else "",
-                           champion_trial=r.content.champion_trial)
+                           champion_trial=r.content.champion_trial,
+                           star_run_id=r.summary.run_id if r.summary is not None and r.summary.promoted else None)
     return path

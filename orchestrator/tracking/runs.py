@@ -219,7 +219,8 @@ def links(store: Store, parent_run_id: str, *, champion_trial: int | None, model
 
 
 def publish_report(store: Store, parent_run_id: str, *, description: str, report: Path,
-                   plots: Mapping[str, str], plotly_js: str, champion_trial: int | None) -> None:
+                   plots: Mapping[str, str], plotly_js: str, champion_trial: int | None,
+                   star_run_id: str | None = None) -> None:
     """See `Tracker.publish_report`."""
     client = store.client()
     client.set_tag(parent_run_id, NOTE_TAG, description[:convert.TAG_MAX])
@@ -231,10 +232,10 @@ def publish_report(store: Store, parent_run_id: str, *, description: str, report
                         f"<body>{fragment}</body></html>")
                 (Path(tmp) / f"{convert.safe_name(name)}.html").write_text(page, encoding="utf-8")
             client.log_artifacts(parent_run_id, tmp, "optuna")
-    if champion_trial is not None:
-        champion = find_trial(store, parent_run_id, champion_trial, "search")
-        if champion:
-            client.set_tag(champion, convert.CHAMPION_TAG, "★ champion")
+    champion = star_run_id or (find_trial(store, parent_run_id, champion_trial, "search")
+                               if champion_trial is not None else None)
+    if champion:
+        client.set_tag(champion, convert.CHAMPION_TAG, "★ champion")
 
 
 def child_runs(store: Store, parent_run_id: str) -> pandas.DataFrame:

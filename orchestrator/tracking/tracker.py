@@ -246,14 +246,15 @@ class Tracker:
                               version=version)
 
     def publish_report(self, parent_run_id: str, *, description: str, report: Path, plots: Mapping[str, str],
-                       plotly_js: str, champion_trial: int | None) -> None:
+                       plotly_js: str, champion_trial: int | None, star_run_id: str | None = None) -> None:
         """Put the report on the parent run: its description (markdown), `report.html`, Optuna's plots as
-        `optuna/<name>.html`, and the tag `sweep.champion` on the champion's run. Raises TrackingError
-        when MLflow cannot be reached or refuses."""
+        `optuna/<name>.html`, and the tag `sweep.champion` on the promoted configuration's run
+        (`star_run_id`: the registry version's source run), else on the champion trial's. Raises
+        TrackingError when MLflow cannot be reached or refuses."""
         with self._store.failing_as(f"publish the report on sweep run {parent_run_id}",
                                     "(1) start the tracking server, then (2) run `sweep report` again."):
             runs.publish_report(self._store, parent_run_id, description=description, report=report, plots=plots,
-                                plotly_js=plotly_js, champion_trial=champion_trial)
+                                plotly_js=plotly_js, champion_trial=champion_trial, star_run_id=star_run_id)
 
     # ----------------------------------------------------------------- registry
 
