@@ -64,6 +64,9 @@ class ProbeResult(Frozen):
     engine: Literal["simulator", "sglang"]
     host: str
     """Hardware profile name on the simulator; the GPUs found on a real host."""
+    machine: str = ""
+    """The host name of the machine a real probe ran on (socket.gethostname()); '' on the simulator and in
+    files written before it was recorded. A probe.json from another machine is not reused there."""
     tp: int
     nccl_version: str | None
     base_env: dict[str, str] = Field(default_factory=dict)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ def probe_on(host: Host, spec: SweepSpec, sizes: Sequence[ProbeSize], workdir: P
         rows.extend(measured)
         result = ProbeResult(
             experiment=spec.name, engine=spec.engine, host=host.host, tp=spec.server.tp,
+            machine=socket.gethostname() if spec.engine == "sglang" else "",
             nccl_version=host.nccl_version, base_env=fixed, sizes=tuple(sizes), settings=tuple(records),
             rows=tuple(rows), space_settings=space_size(dims), searched=not search.enumerates,
             seconds=round(time.monotonic() - started, 3))

@@ -10,6 +10,7 @@ holds its kept settings is not probed again.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,9 @@ def reusable(result: ProbeResult, spec: SweepSpec) -> str | None:
         (result.engine == spec.engine, f"it ran on engine {result.engine}"),
         (spec.engine != "simulator" or result.host == spec.simulator.hardware_profile,
          f"it probed host {result.host!r}, not {spec.simulator.hardware_profile!r}"),
+        (spec.engine != "sglang" or result.machine == socket.gethostname(),
+         f"it was probed on {result.machine or 'a machine it does not name'}, not on this one "
+         f"({socket.gethostname()})"),
         (result.tp == spec.server.tp, f"it used tp {result.tp}, not {spec.server.tp}"),
         (result.base_env == base_env(spec), "the experiment's fixed NCCL environment changed"),
         (result.space_settings == space_size(dims), "the NCCL part of the space changed"),

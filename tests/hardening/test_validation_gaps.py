@@ -130,3 +130,28 @@ def test_an_empty_workdir_is_refused_not_taken_as_the_current_directory(tmp_path
     assert result.exit_code == 2, text
     assert "Invalid value for '--workdir'" in text and "an empty path, which would mean the current directory" in text
     assert not (tmp_path / "runs").exists() and spec_mod.load(exp).name == "demo"
+
+
+def test_a_probe_json_from_another_machine_is_not_reused_on_engine_sglang(tmp_path: Path) -> None:
+    """On engine sglang probe.json's `host` says only "this host (8 CUDA device(s), ...)": one copied with a
+    work directory from another machine was reused. It now records the machine's host name; a file from
+    another machine, or one that names none (written before), is probed again."""
+    import socket
+
+    from orchestrator.probe import run_probe
+    from orchestrator.probe.result import read_probe
+    from orchestrator.sweep._probe_stage import reusable
+
+    spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="elsewhere",
+                                                                     probe={"enabled": True, "budget": 12})))
+    probed = run_probe(spec, tmp_path / "wd", budget=12)
+    assert probed.machine == "" and reusable(probed, spec) is None  # the simulator's host is its profile
+    real = spec.model_copy(update={"engine": "sglang"})
+    here = probed.model_copy(update={"engine": "sglang", "machine": socket.gethostname()})
+    assert reusable(here, real) is None
+    for other in ("gpu-node-7", ""):
+        why = reusable(here.model_copy(update={"machine": other}), real) or ""
+        assert f"not on this one ({socket.gethostname()})" in why, why
+    old = tmp_path / "old-probe.json"  # a file written before the field existed still reads
+    old.write_text((tmp_path / "wd" / "probe.json").read_text().replace('"machine": "",', ""))
+    assert read_probe(old).machine == ""
