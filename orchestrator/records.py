@@ -116,6 +116,60 @@ class MeasurementSummary(Frozen):
     ci95_high: dict[str, float] = Field(default_factory=dict)
 
 
+class ScoreRequest(Frozen):
+    """A token sequence for the server to score (SGLang's input logprobs): another configuration's
+    greedy output after a prompt, which the baseline's server rates against its own choices."""
+
+    arm: str
+    """The confirmation arm whose output it is (champion, no_speculation, ...)."""
+    prompt: int
+    """Index into the fixed prompt set (trial.outputs.PROMPTS)."""
+    input_ids: tuple[int, ...]
+    """The prompt's token ids, then the output's."""
+    continuation: int
+    """How many of the last input_ids are the output to score."""
+
+
+class OutputsRequest(Frozen):
+    """Capture greedy outputs of the fixed prompts after the benchmark (promotion.correctness), and score
+    the listed sequences; the trial writes what it got to outputs.json (OutputsRecord)."""
+
+    prompts: int
+    max_new_tokens: int
+    score: tuple[ScoreRequest, ...] = ()
+
+
+class PromptOutput(Frozen):
+    """One prompt's greedy output as the server returned it."""
+
+    prompt: int
+    prompt_ids: tuple[int, ...]
+    """The prompt as the server tokenized it (its input_token_logprobs ids)."""
+    output_ids: tuple[int, ...]
+    output_logprobs: tuple[float, ...] = ()
+    """The server's log-probability of each output token."""
+
+
+class ScoredOutput(Frozen):
+    """How the server rates another configuration's output, token by token."""
+
+    arm: str
+    prompt: int
+    logprobs: tuple[float, ...]
+    """Its log-probability of each output token."""
+    top_logprobs: tuple[float, ...]
+    """Its own best token's log-probability at each of those positions."""
+
+
+class OutputsRecord(Frozen):
+    """outputs.json of a trial asked for outputs: what was captured and scored, or why not."""
+
+    prompts: tuple[PromptOutput, ...] = ()
+    scored: tuple[ScoredOutput, ...] = ()
+    error: str = ""
+    """Why the capture or the scoring stopped (empty when complete)."""
+
+
 class TrialSpec(Frozen):
     """What the driver sends to a worker: which parameters, where to write, which role."""
 
@@ -134,6 +188,8 @@ class TrialSpec(Frozen):
     experiment: Any
     """The validated experiment, a config.SweepSpec (typed Any: a leaf cannot name config's types). It
     pickles through Ray as it is, so a worker needs no files and validates nothing again."""
+    outputs: OutputsRequest | None = None
+    """Also capture greedy outputs (and score others') after the benchmark: outputs.json."""
 
 
 class TrialOutcome(Frozen):

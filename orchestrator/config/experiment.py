@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from orchestrator import redact
-from orchestrator.config import flags, knobs, yamlfile
+from orchestrator.config import correctness, flags, knobs, yamlfile
 from orchestrator.config.fields import (
     Fault,
     Finite,
@@ -274,7 +274,7 @@ class TrackingSpec(Strict):
     """MLflow experiment name; default the experiment's name."""
 
 
-class PromotionSpec(Strict):
+class PromotionSpec(correctness.Gated):
     model_name: Slug
     """The MLflow registered model the promoted configuration becomes a version of."""
     alias: Slug = "champion"

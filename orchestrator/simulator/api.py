@@ -3,7 +3,8 @@
 Routes: /health and /health_generate (503 while starting; afterwards a one-token generation that
 must finish within SGLANG_HEALTH_CHECK_TIMEOUT, default 20 s), /ready, /model_info, /server_info
 (+ the deprecated /get_* spellings), /v1/models, POST /generate (native; streaming is SSE with one
-event per decode iteration, cumulative text and output_ids, ending `data: [DONE]`), POST
+event per decode iteration, cumulative text and output_ids, ending `data: [DONE]`; greedy tokens of the
+simulated model, with return_logprob / logprob_start_len / top_logprobs_num as SGLang reports them), POST
 /v1/completions (OpenAI, streaming or not), GET/POST /flush_cache, and /metrics with
 --enable-metrics.
 """
@@ -188,7 +189,10 @@ def build(state: ServerState) -> Starlette:
         if not isinstance(max_new, int) or max_new < 1:
             return _error(f"max_new_tokens must be a positive integer, but got {max_new!r}")
         stream = bool(body.get("stream", False))
-        return Request(input_ids=input_ids or [0], max_new_tokens=max_new, stream=stream), stream
+        logprobs = _logprob_options(body)
+        if isinstance(logprobs, Response):
+            return logprobs
+        return Request(input_ids=input_ids or [0], max_new_tokens=max_new, stream=stream, **logprobs), stream
 
     def _native_out(req: Request) -> dict:
         return {"text": detokenize(req.output_ids), "output_ids": list(req.output_ids),
@@ -261,6 +265,19 @@ def build(state: ServerState) -> Starlette:
     if state.metrics is not None:
         routes.append(Route("/metrics", metrics, methods=["GET"]))
     return Starlette(routes=routes)
+
+
+def _logprob_options(body: dict) -> dict[str, Any] | Response:
+    """GenerateReqInput's logprob fields (managers/io_struct.py): return_logprob, logprob_start_len (-1:
+    the output tokens only), top_logprobs_num, return_text_in_logprobs; one prompt, so no lists."""
+    start = body.get("logprob_start_len")
+    top = body.get("top_logprobs_num")
+    if start is not None and (not isinstance(start, int) or start < -1):
+        return _error(f"logprob_start_len must be an integer >= -1, but got {start!r}")
+    if top is not None and (not isinstance(top, int) or top < 0):
+        return _error(f"top_logprobs_num must be an integer >= 0, but got {top!r}")
+    return {"return_logprob": bool(body.get("return_logprob")), "logprob_start_len": -1 if start is None else start,
+            "top_logprobs_num": top or 0, "return_text_in_logprobs": bool(body.get("return_text_in_logprobs"))}
 
 
 async def _until_finished(req: Request) -> None:

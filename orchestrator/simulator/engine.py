@@ -23,9 +23,11 @@ the acceptance length, as SGLang does, and logs SGLang's line whenever the step 
 `Adaptive spec params updated: steps 3 -> 1 (ema_accept_len=2.41)`. Accept rates count each cycle's
 own draft tokens, since they change with the steps.
 
-The simulated tokenizer maps whitespace-separated words to token ids (one word, one token) and
-draws output words from a fixed vocabulary; the model never emits EOS, so a request runs to
-max_new_tokens.
+The simulated tokenizer maps whitespace-separated words to token ids (one word, one token); output
+words are the simulated model's greedy tokens for the context (tokens.py: deterministic in the prompt
+and --model-path, changed by the launch's numerics and the modelled corruptions), with the
+log-probabilities /generate returns under return_logprob; the model never emits EOS, so a request runs
+to max_new_tokens.
 """
 
 from __future__ import annotations
@@ -35,35 +37,21 @@ import collections
 import random
 import time
 import uuid
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.simulator import failures
+from orchestrator.simulator import failures, tokens
 from orchestrator.simulator import model as perf
 from orchestrator.simulator.logs import Log
 from orchestrator.simulator.telemetry import Metrics
+from orchestrator.simulator.tokens import detokenize, tokenize
 
-_VOCAB_SIZE = 163840
+__all__ = ["Engine", "Request", "Timing", "detokenize", "per_cycle_jitter", "run_factor", "tokenize"]
+
+LogprobEntry = tuple[float | None, int, str | None]
+
 _GOLDEN = 0.6180339887498949
-_WORDS = (
-    "the of and to in is that for it as was with be by on not he this are or his from at which but have an "
-    "they you were her she there been one all we their has would when if so no will more out up into do any "
-    "time can only other new some could these two may first then its also after our over such where most "
-    "made between many those did just through model token draft verify ring channel latency bandwidth kernel"
-).split()
-_WORD_IDS = {w: 1000 + i for i, w in enumerate(_WORDS)}
-_ID_WORDS = {i: w for w, i in _WORD_IDS.items()}
-
-
-def tokenize(text: str) -> list[int]:
-    """One token per whitespace-separated word (an unknown word hashes into the vocabulary)."""
-    return [_WORD_IDS.get(w) or zlib.crc32(w.encode()) % _VOCAB_SIZE for w in text.split()]
-
-
-def detokenize(ids: list[int]) -> str:
-    return "".join(" " + _ID_WORDS.get(i, "<unk>") for i in ids)
 
 
 @dataclass(eq=False)
@@ -93,6 +81,16 @@ class Request:
     finish_reason: dict | None = None
     aborted: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    """SGLang's meaning: the first prompt position to report; -1 only the output tokens."""
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
+    greedy: tokens.Stream | None = None
+    """The greedy stream of this request's context (set at submit)."""
+    output_logprobs: list[tuple[float, int, float]] = field(default_factory=list)
+    """(log-probability, top token, top log-probability) of each output token."""
+    input_scores: list[tuple[float | None, int, float | None, int | None]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -121,7 +119,26 @@ class Request:
                 spec_verify_ct=self.verify_ct,
                 spec_correct_drafts_histogram=list(self.accept_histogram),
             )
+        if self.return_logprob:
+            meta.update(self._logprobs())
         return meta
+
+    def _entry(self, logprob: float | None, token: int) -> LogprobEntry:
+        return (logprob, token, tokens.ID_WORDS.get(token, "<unk>") if self.return_text_in_logprobs else None)
+
+    def _logprobs(self) -> dict[str, Any]:
+        """SGLang's logprob fields (tokenizer_manager.py add_logprob_to_meta_info): lists of
+        (logprob, token_id, text or None); the top ones per position when top_logprobs_num > 0."""
+        out: dict[str, Any] = {
+            "input_token_logprobs": [self._entry(lp, t) for lp, t, _, _ in self.input_scores],
+            "output_token_logprobs": [self._entry(lp, t) for (lp, _, _), t in zip(self.output_logprobs,
+                                                                                    self.output_ids)],
+            "output_token_logprobs_length": len(self.output_logprobs)}
+        if self.top_logprobs_num > 0:
+            out["input_top_logprobs"] = [None if top is None else [self._entry(top_lp, top)]
+                                         for _, _, top_lp, top in self.input_scores]
+            out["output_top_logprobs"] = [[self._entry(top_lp, top)] for _, top, top_lp in self.output_logprobs]
+        return out
 
 
 @dataclass(frozen=True)
@@ -147,7 +164,8 @@ class Engine:
                  decode_log_interval: int, max_total_tokens: int, record_step_time: bool,
                  hang: bool, crash_after_tokens: int | None, topk_crash: bool,
                  hang_after_tokens: int | None = None,
-                 on_fatal: Callable[[str, str], None], watchdog_timeout_s: float, ema_alpha: float = 0.2):
+                 on_fatal: Callable[[str, str], None], watchdog_timeout_s: float, ema_alpha: float = 0.2,
+                 model_key: int = 0, numerics: tokens.Numerics = tokens.Numerics()):
         self.hw, self.model, self.cfg = hw, model, cfg
         self.log, self.metrics, self.timing = log, metrics, timing
         self.rng = random.Random(seed)
@@ -162,9 +180,14 @@ class Engine:
         self.on_fatal = on_fatal
         self.watchdog_timeout_s = watchdog_timeout_s
         self.ema_alpha = ema_alpha
+        self.model_key = model_key
+        self.numerics = numerics
         self.steps_now = cfg.steps
         """The draft steps running now (adaptive: the last candidate chosen; starts at the initial count)."""
         self.ema_accept_len: float | None = None
+        self._slot_ema: dict[int, float] = {}
+        """Adaptive: one EMA of the acceptance length per batch-size slot (0.5.23 AdaptiveStepSlot)."""
+        self._slot_steps: dict[int, int] = {}
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
         self._wake = asyncio.Event()
@@ -189,6 +212,10 @@ class Engine:
     # ----------------------------------------------------------------------------------- interface
     def submit(self, req: Request) -> None:
         req.phase = self.rng.random()
+        req.greedy = tokens.Stream(self.model_key, req.input_ids, self.numerics)
+        if req.return_logprob:
+            start = req.logprob_start_len if req.logprob_start_len >= 0 else len(req.input_ids)
+            req.input_scores = tokens.score(self.model_key, req.input_ids, start)
         self.waiting.append(req)
         self._wake.set()
 
@@ -276,7 +303,7 @@ class Engine:
         for req in batch:
             if req.aborted:
                 continue
-            self._emit(req, [self._next_token()], now)
+            self._emit(req, _next_tokens(req, 1), now)
             if self.metrics and req.internal != "health":
                 self.metrics.first_token(now - req.created)
             if not self._maybe_finish(req, now):
@@ -327,12 +354,12 @@ class Engine:
             else:
                 n = 1
             n = min(n, req.max_new_tokens - len(req.output_ids))
-            self._emit(req, [self._next_token() for _ in range(n)], now)
+            self._emit(req, _next_tokens(req, n), now)
             if self._maybe_finish(req, now):
                 self.running.remove(req)
         self.cycles += 1
         if cfg.adaptive and batch:
-            self._adapt(pred.steps, cycle_accepted / batch)
+            self._adapt(pred.adaptive_slot, pred.steps, cycle_accepted / batch)
         if self.metrics:
             if cfg.speculative:
                 seconds = {"target_verify": (pred.verify_ms or 0.0) * factor / 1e3,
@@ -347,17 +374,24 @@ class Engine:
             self.on_fatal(*failures.cuda_illegal_access())
         return deadline
 
-    def _adapt(self, steps: int, accept_len: float) -> None:
-        """SGLang's adaptive speculation: the EMA of the acceptance length, and its line on a change."""
-        ema = self.ema_accept_len
-        self.ema_accept_len = accept_len if ema is None else self.ema_alpha * accept_len + (1 - self.ema_alpha) * ema
-        if steps != self.steps_now:
-            self.log.scheduler(f"Adaptive spec params updated: steps {self.steps_now} -> {steps} "
-                               f"(ema_accept_len={self.ema_accept_len:.2f})")
-            self.steps_now = steps
-
-    def _next_token(self) -> int:
-        return 1000 + self.rng.randrange(len(_WORDS))
+    def _adapt(self, slot: int, steps: int, accept_len: float) -> None:
+        """SGLang's adaptive speculation: the EMA of the acceptance length of the batch-size slot that ran
+        this cycle (0.5.23 AdaptiveStepSlot.update: no update while the slot runs 0 steps), and its line when
+        that slot's steps change (a slot starts at the initial count when it is one of its candidates,
+        else at the middle one: AdaptiveStepSlot.__init__)."""
+        candidates = dict(self.cfg.adaptive_slots).get(slot, (self.cfg.steps,))
+        start = self.cfg.steps if self.cfg.steps in candidates else candidates[len(candidates) // 2]
+        before = self._slot_steps.get(slot, start)
+        ema = self._slot_ema.get(slot)
+        if before > 0:
+            ema = accept_len if ema is None else self.ema_alpha * accept_len + (1 - self.ema_alpha) * ema
+            self._slot_ema[slot] = ema
+        self.ema_accept_len = ema
+        if steps != before:
+            self.log.scheduler(f"Adaptive spec params updated: steps {before} -> {steps} "
+                               f"(ema_accept_len={ema if ema is not None else float(before - 1):.2f})")
+        self._slot_steps[slot] = steps
+        self.steps_now = steps
 
     def _emit(self, req: Request, tokens: list[int], now: float) -> None:
         if not tokens:
@@ -427,6 +461,20 @@ class Engine:
         await asyncio.sleep(self.watchdog_timeout_s)
         self.log.scheduler(failures.watchdog_timeout(self.watchdog_timeout_s))
         await asyncio.Event().wait()
+
+
+def _next_tokens(req: Request, n: int) -> list[int]:
+    """The request's next `n` greedy tokens (their log-probabilities kept when it asked for them)."""
+    stream = req.greedy
+    if stream is None:
+        raise RuntimeError("a request decodes only after submit()")
+    out = []
+    for _ in range(n):
+        token, lp, top = stream.next()
+        if req.return_logprob:
+            req.output_logprobs.append((lp, top.first, top.first_logprob))
+        out.append(token)
+    return out
 
 
 def run_factor(seed: int | None, noise: float) -> float:

@@ -21,12 +21,20 @@ Syntax (each `--sim-fault SPEC`, repeatable, or `SWEEP_SIM_FAULTS="SPEC;SPEC"` i
     env_drop                           rank workers start with every NCCL_* variable removed (the
                                        configuration-drift failure of the field report); NCCL then
                                        runs with its defaults, and the timing model follows.
+    draft_wiring_broken                a speculating server's draft/verify wiring is wrong (the field
+                                       report's hidden-state wiring bug): every draft's acceptance
+                                       drops to tokens.BROKEN_WIRING_ACCEPTANCE (accept length ~1)
+                                       and greedy outputs change (tokens.BROKEN_WIRING_CORRUPT_RATE).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from orchestrator.simulator.model import Drafter, ModelProfile
+from orchestrator.simulator.tokens import BROKEN_WIRING_ACCEPTANCE
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class Faults:
     oom_above_draft_tokens: int | None = None
     env_drop: bool = False
     hang_after_tokens: int | None = None
+    draft_wiring_broken: bool = False
 
     def hangs(self, env: Mapping[str, str]) -> bool:
         """Whether generations hang in a collective with the server environment `env`."""
@@ -49,9 +58,17 @@ class Faults:
     def ooms(self, draft_tokens: int, topk: int) -> bool:
         return self.oom_above_draft_tokens is not None and draft_tokens * topk > self.oom_above_draft_tokens
 
+    def model(self, md: ModelProfile) -> ModelProfile:
+        """The model profile a server with these faults runs: a broken draft wiring accepts ~no draft."""
+        if not self.draft_wiring_broken:
+            return md
+        broken = {name: Drafter(acceptance=BROKEN_WIRING_ACCEPTANCE, width_exponent=d.width_exponent)
+                  for name, d in md.drafters.items()}
+        return dataclasses.replace(md, drafters=broken)
+
 
 _NAMES = ("never_ready", "slow_start", "crash_after_tokens", "nccl_hang_when", "nccl_hang",
-          "oom_above_draft_tokens", "env_drop", "hang_after_tokens")
+          "oom_above_draft_tokens", "env_drop", "hang_after_tokens", "draft_wiring_broken")
 
 
 def parse_faults(specs: Iterable[str]) -> Faults:
@@ -66,7 +83,7 @@ def parse_faults(specs: Iterable[str]) -> Faults:
         if name not in _NAMES:
             raise ValueError(f"unknown fault {name!r} in {raw!r} (known: {', '.join(_NAMES)})")
         try:
-            if name in ("never_ready", "env_drop", "nccl_hang"):
+            if name in ("never_ready", "env_drop", "nccl_hang", "draft_wiring_broken"):
                 if has_arg:
                     raise ValueError("takes no value")
                 if name == "nccl_hang":

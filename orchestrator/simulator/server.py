@@ -26,7 +26,7 @@ from typing import NoReturn
 import uvicorn
 from prometheus_client import disable_created_metrics
 
-from orchestrator.simulator import api, cli, engine, failures, ranks
+from orchestrator.simulator import api, cli, engine, failures, ranks, tokens
 from orchestrator.simulator import model as perf
 from orchestrator.simulator.logs import Log
 from orchestrator.simulator.profiles import ProfileError, load_hardware, load_model
@@ -184,6 +184,8 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
         metrics = Metrics(served, speculative=cfg.speculative,
                           device_timer=os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER") == "1")
         metrics.set_static(spec_steps=cfg.steps, spec_draft_tokens=cfg.draft_tokens, max_total_tokens=max_total)
+    numerics = tokens.launch_numerics(hw, md, cfg, deterministic=bool(args.get("enable_deterministic_inference")),
+                                      draft_wiring_broken=sim.faults.draft_wiring_broken)
     timing = engine.Timing(run_factor=engine.run_factor(sim.seed, sim.noise), jitter=engine.per_cycle_jitter(sim.noise),
                            drift_per_hour=sim.drift_per_hour,
                            drift_epoch=sim.drift_epoch if sim.drift_epoch is not None else time.time())
@@ -196,7 +198,8 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
         hang_after_tokens=sim.faults.hang_after_tokens,
         topk_crash=topk_crash, on_fatal=proc.fatal, watchdog_timeout_s=float(args.get("watchdog_timeout") or 300),
         ema_alpha=adaptive.ema_alpha if isinstance(adaptive := cli.adaptive_config(
-            args.get("speculative_adaptive_config")), cli.AdaptiveConfig) else 0.2)
+            args.get("speculative_adaptive_config")), cli.AdaptiveConfig) else 0.2,
+        model_key=tokens.model_key(str(args.get("model_path"))), numerics=numerics)
     state = api.ServerState(
         args=args, served_model_name=served, draft_tokens=cfg.draft_tokens, log=log, metrics=metrics,
         env=server_env, engine=eng, launch_command=shlex.join([sys.executable, "-m", "orchestrator.simulator", *argv]),
@@ -287,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in resolved.log_warnings:
         log.warning(line)
     try:
-        hw, md = load_hardware(sim.hardware_profile), load_model(sim.model_profile)
+        hw, md = load_hardware(sim.hardware_profile), sim.faults.model(load_model(sim.model_profile))
     except ProfileError as exc:
         cli.simulator_parser().error(str(exc))
     proc = _Process(log)

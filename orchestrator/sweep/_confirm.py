@@ -26,7 +26,7 @@ from orchestrator.config.experiment import SweepSpec
 from orchestrator.execute.base import Finished
 from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialSpec, TrialStatus
 from orchestrator.results import contrib, sequential
-from orchestrator.sweep import schedule
+from orchestrator.sweep import _outputs, schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import WAIT_S, keep_files
 from orchestrator.sweep._record import baseline_measured_at
@@ -287,7 +287,8 @@ def _measure(ctx: Context, order: list[Arm], i: int, of: int) -> Iterator[tuple[
                              role=TrialRole.confirm,
                              repeats=ctx.spec.benchmark.repeats, trial_dir=str(tdir),
                              seed=ctx.spec.sampler.seed * 7919 + i * 64 + order.index(arm),
-                             sweep_started_at=ctx.started_at, experiment=at_concurrency(ctx.spec, arm.concurrency))
+                             sweep_started_at=ctx.started_at, experiment=at_concurrency(ctx.spec, arm.concurrency),
+                             outputs=_outputs.request(ctx, arm.name, i))
             ctx.emit(ConfirmationRun(round=i + 1, of=of, who=arm.name))
             running[executor.submit(spec)] = arm
         if ctx.interrupts.pressed:

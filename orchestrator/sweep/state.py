@@ -120,6 +120,8 @@ class Outcome(str, enum.Enum):
     unconfirmed = "unconfirmed"
     """Promoted without a gate (promotion.max_rounds: 0)."""
     not_better = "not_better"
+    outputs_changed = "outputs_changed"
+    """Faster, but its greedy outputs are not the baseline's (promotion.correctness): never promoted."""
     undecided = "undecided"
     no_champion = "no_champion"
     """No feasible trial, no baseline, or the champion could not be registered."""

@@ -49,22 +49,27 @@ from orchestrator.records import (
     FailureKind,
     LaunchPlan,
     Metrics,
+    OutputsRecord,
+    OutputsRequest,
     ParamValue,
+    PromptOutput,
+    ScoredOutput,
     TrialOutcome,
     TrialSpec,
     TrialStatus,
 )
 from orchestrator.simulator import cli as sim_cli
+from orchestrator.simulator import tokens
 from orchestrator.simulator.cost import SIMULATED_START_S, trial_cost
 from orchestrator.simulator.engine import run_factor
 from orchestrator.simulator.faults import Faults
-from orchestrator.simulator.model import HardwareProfile, ModelProfile, Prediction, evaluate
+from orchestrator.simulator.model import HardwareProfile, ModelProfile, Prediction, evaluate, resolve
 from orchestrator.simulator.profiles import load_hardware, load_model
 from orchestrator.trial import metrics as metrics_mod
-from orchestrator.trial import observe
+from orchestrator.trial import observe, outputs
 from orchestrator.trial import plan as planner
 
-__all__ = ["ModelExecutor", "Answer", "HOST"]
+__all__ = ["ModelExecutor", "Answer", "HOST", "model_outputs"]
 
 HOST = "model-executor"
 """The node name every trial of this executor reports."""
@@ -197,6 +202,25 @@ class ModelExecutor:
         return outcome
 
 
+def model_outputs(request: OutputsRequest, *, model_path: str, numerics: tokens.Numerics) -> OutputsRecord:
+    """What a simulated server of this launch answers to the trial's output capture (trial.outputs):
+    the simulator's own token function (simulator.tokens), so both give the same outputs.json."""
+    key = tokens.model_key(model_path)
+    prompts = []
+    for i, text in enumerate(outputs.PROMPTS[:request.prompts]):
+        ids = tokens.tokenize(text) or [0]
+        out = tokens.greedy(key, ids, request.max_new_tokens, numerics)
+        prompts.append(PromptOutput(prompt=i, prompt_ids=tuple(ids), output_ids=tuple(t for t, _ in out),
+                                    output_logprobs=tuple(lp for _, lp in out)))
+    scored = []
+    for s in request.score:
+        rated = tokens.score(key, s.input_ids, len(s.input_ids) - s.continuation)
+        scored.append(ScoredOutput(arm=s.arm, prompt=s.prompt, logprobs=tuple(float(lp or 0.0) for lp, *_ in rated),
+                                   top_logprobs=tuple(max(float(top or 0.0), float(lp or 0.0))
+                                                      for lp, _, top, _ in rated)))
+    return OutputsRecord(prompts=tuple(prompts), scored=tuple(scored))
+
+
 class _Trial:
     """One trial's answer, step by step as the trial runner meets them."""
 
@@ -221,7 +245,8 @@ class _Trial:
         except SystemExit as exc:
             self._load_s = 0.0
             return self._failed(FailureKind.server_crash, f"sglang serve rejects these arguments (exit code {exc.code})", 1.0)
-        hw, model = self.x.profiles(options.hardware_profile, options.model_profile)
+        hw, clean_model = self.x.profiles(options.hardware_profile, options.model_profile)
+        model = options.faults.model(clean_model)  # a broken draft wiring accepts ~no draft, as the server's
         # As the simulated server: it sleeps time_scale x the profile's load and graph capture (0 in the
         # demo and the tests: a process start), real-scale at 1 (bench/overnight.py).
         self._load_s = max(options.time_scale * (model.load_weights_s + model.graph_capture_s), SIMULATED_START_S) \
@@ -256,6 +281,14 @@ class _Trial:
         repeats = self._measurements(options.seed, options.noise, options.drift_per_hour, options.drift_epoch,
                                      prediction, hw, model, cost.benchmark_s)
         median, summary = metrics_mod.summarize(repeats, seed=self.spec.seed)
+        if self.spec.outputs is not None:
+            cfg = resolve(params, hw, model)
+            if not isinstance(cfg, str):
+                outputs.write(Path(self.spec.trial_dir), model_outputs(
+                    self.spec.outputs, model_path=str(resolved.args.get("model_path")),
+                    numerics=tokens.launch_numerics(hw, model, cfg,
+                                                    deterministic=bool(resolved.args.get("enable_deterministic_inference")),
+                                                    draft_wiring_broken=faults.draft_wiring_broken)))
         outcome = self.base.model_copy(update={
             "status": TrialStatus.COMPLETE, "metrics": median, "repeats": tuple(repeats), "summary": summary,
             "finished_at": self.base.started_at + seconds, **found,

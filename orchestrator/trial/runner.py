@@ -1,4 +1,4 @@
-"""One trial: plan -> server -> observe -> bench (r times) -> metrics -> TrialOutcome.
+"""One trial: plan -> server -> observe -> bench (r times) -> [greedy outputs] -> metrics -> TrialOutcome.
 
 Inputs are written to the trial folder before anything starts (spec.json, launch.json). Every
 expected failure (never ready, crash, OOM, hang, environment not applied, benchmark errors) becomes
@@ -18,8 +18,8 @@ from typing import Any
 from orchestrator import redact
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.fsio import write_json
-from orchestrator.records import FailureKind, LaunchPlan, Metrics, TrialOutcome, TrialSpec, TrialStatus
-from orchestrator.trial import clients, metrics, observe
+from orchestrator.records import FailureKind, LaunchPlan, Metrics, OutputsRequest, TrialOutcome, TrialSpec, TrialStatus
+from orchestrator.trial import clients, metrics, observe, outputs
 from orchestrator.trial import plan as planner
 from orchestrator.trial import server as srv
 from orchestrator.trial.allreduce import allreduce_path
@@ -118,6 +118,8 @@ class _Runner:
             self._observe(server, plan)
             client = clients.client_for(self.sweep, srv.child_env(plan, dict(os.environ)))
             repeats = self._measure(client, server)
+            if self.spec.outputs is not None:
+                self._outputs(server, self.spec.outputs)
         finally:
             if self.server is not None:
                 t0 = time.monotonic()
@@ -220,6 +222,16 @@ class _Runner:
             raise TrialFailed(Failure(FailureKind.trial_timeout, f"trial deadline (budget.trial_timeout_s="
                                                                  f"{self.sweep.budget.trial_timeout_s:g}) passed"))
         return remaining
+
+    def _outputs(self, server: srv.ServerProcess, request: OutputsRequest) -> None:
+        """Greedy outputs of the fixed prompts (and scores of others'), to outputs.json; a failed capture
+        is a warning, the benchmark stands (the correctness gate refuses what has no outputs)."""
+        t0 = time.monotonic()
+        record = outputs.capture(request, server.base_url, self.dir,
+                                 lambda: max(self.deadline - time.monotonic(), 1.0))
+        self._timed("outputs", time.monotonic() - t0)
+        if record.error:
+            self._warn(f"greedy outputs for the correctness gate incomplete: {record.error}")
 
     def _measure(self, client: clients.BenchmarkClient, server: srv.ServerProcess) -> list[Metrics]:
         ndt = self.spec.params.get("speculative_num_draft_tokens")

@@ -1,0 +1,126 @@
+"""The correctness gate's rule: are a configuration's greedy outputs still the baseline's?
+
+Two checks, in order (promotion.correctness):
+
+1. equal token streams: the configuration's greedy output of every prompt is token for token the
+   baseline's (both captured in the first confirmation round, trial.outputs);
+2. where they differ (SGLang is not bit-deterministic across batch shapes and all-reduce settings:
+   a near tie may fall the other way), the baseline's server scores the configuration's output
+   (input logprobs through /generate, in a later confirmation round): every token of it must lie
+   within `tolerance_nats` of the baseline's own top choice at its position. A near tie costs
+   hundredths of a nat; a corrupted token costs several.
+
+A configuration that fails, or whose outputs were not captured or not scored, is never promoted.
+`compare` is pure and returns a frozen `Correctness` whose `text()` names the check and its figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.records import OutputsRecord, ScoredOutput
+
+__all__ = ["EQUAL", "MISSING", "SCORED", "Correctness", "compare", "first_difference"]
+
+EQUAL = "equal token streams"
+SCORED = "the baseline's logprob score"
+MISSING = "outputs captured"
+
+
+@dataclass(frozen=True)
+class Correctness:
+    """The correctness gate's verdict on one configuration against the baseline."""
+
+    passed: bool
+    check: str
+    """Which check decided: EQUAL, SCORED or MISSING."""
+    figure: str
+    """What it found, with the numbers ("outputs differ from the baseline's on 3 of 8 prompts ...")."""
+    prompts: int = 0
+    differing: int = 0
+    first_at: int | None = None
+    """The earliest token index (0-based) where an output left the baseline's, over all prompts."""
+    worst_nats: float | None = None
+    """The largest gap between the baseline's top choice and the configuration's token, when scored."""
+
+    def text(self) -> str:
+        return f"correctness gate ({self.check}): {'passed' if self.passed else 'REFUSED'}: {self.figure}"
+
+    def record(self) -> dict[str, object]:
+        return {"passed": self.passed, "check": self.check, "figure": self.figure, "prompts": self.prompts,
+                "differing": self.differing, "first_at": self.first_at, "worst_nats": self.worst_nats}
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first index where two token streams differ (a shorter one differs where it ends); None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _missing(who: str, record: OutputsRecord | None, prompts: int) -> str | None:
+    """Why `who`'s outputs cannot be compared (None when all `prompts` are there)."""
+    if record is None:
+        return f"no greedy outputs of the {who} were captured (no outputs.json)"
+    if len(record.prompts) < prompts:
+        why = f": {record.error}" if record.error else ""
+        return f"the {who}'s greedy outputs cover {len(record.prompts)} of {prompts} prompts{why}"
+    return None
+
+
+def compare(arm: str, candidate: OutputsRecord | None, baseline: OutputsRecord | None,
+            scores: Sequence[ScoredOutput], *, prompts: int, tolerance_nats: float) -> Correctness:
+    """The verdict on `arm`'s outputs against the baseline's; `scores` are the baseline server's
+    ratings of `arm`'s outputs (any arm's may be passed: only `arm`'s are read)."""
+    missing = _missing(arm, candidate, prompts) or _missing("baseline", baseline, prompts)
+    if missing is not None or candidate is None or baseline is None:
+        return Correctness(False, MISSING, f"{missing}; a configuration whose outputs are not checked is "
+                                           f"not promoted (promotion.correctness.enabled: false promotes on "
+                                           f"speed alone)")
+    base = {p.prompt: p for p in baseline.prompts}
+    diffs: dict[int, int] = {}
+    for p in candidate.prompts[:prompts]:
+        b = base.get(p.prompt)
+        if b is None or b.prompt_ids != p.prompt_ids:
+            return Correctness(False, MISSING, f"prompt {p.prompt} was not tokenized the same by both servers")
+        at = first_difference(p.output_ids, b.output_ids)
+        if at is not None:
+            diffs[p.prompt] = at
+    tokens = len(candidate.prompts[0].output_ids) if candidate.prompts else 0
+    if not diffs:
+        return Correctness(True, EQUAL, f"{prompts} of {prompts} prompts decode to the baseline's {tokens} tokens, "
+                                        f"token for token", prompts=prompts)
+    first = min(diffs.values())
+    differ = (f"outputs differ from the baseline's on {len(diffs)} of {prompts} prompts "
+              f"(first at token {first})")
+    return _scored(arm, candidate, diffs, scores, differ, prompts=prompts, first=first, tolerance_nats=tolerance_nats)
+
+
+def _scored(arm: str, candidate: OutputsRecord, diffs: dict[int, int], scores: Sequence[ScoredOutput], differ: str,
+            *, prompts: int, first: int, tolerance_nats: float) -> Correctness:
+    """The differing outputs as the baseline's server scores them."""
+    mine = {s.prompt: s for s in scores if s.arm == arm}
+    outputs = {p.prompt: p for p in candidate.prompts}
+    unscored = [p for p in diffs if p not in mine or len(mine[p].logprobs) != len(outputs[p].output_ids)]
+    if unscored:
+        return Correctness(False, SCORED, f"{differ}, and the baseline's server did not score "
+                                          f"{len(unscored)} of them (prompt {unscored[0]} first); not promoted",
+                           prompts=prompts, differing=len(diffs), first_at=first)
+    worst, where = 0.0, (0, 0)
+    for p in sorted(diffs):
+        s = mine[p]
+        for k, (lp, top) in enumerate(zip(s.logprobs, s.top_logprobs)):
+            if top - lp > worst:
+                worst, where = top - lp, (p, k)
+    if worst <= tolerance_nats:
+        return Correctness(True, SCORED, f"{differ}, but the baseline's server scores every token of them within "
+                                         f"{worst:.3f} nats of its own top choice (tolerance {tolerance_nats:g}): "
+                                         f"near ties, not changed outputs",
+                           prompts=prompts, differing=len(diffs), first_at=first, worst_nats=worst)
+    p, k = where
+    return Correctness(False, SCORED, f"{differ}; the baseline's server scores token {k} of prompt {p} "
+                                      f"{worst:.2f} nats below its own top choice (tolerance {tolerance_nats:g} "
+                                      f"nats): the configuration changes the outputs",
+                       prompts=prompts, differing=len(diffs), first_at=first, worst_nats=worst)

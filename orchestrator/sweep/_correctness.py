@@ -1,0 +1,100 @@
+"""The correctness gate of the promotion: a configuration that changes the outputs is never promoted.
+
+Called once the speed gate chose what to register (sweep._promote): the chosen configuration's greedy
+outputs, captured in the first confirmation round, are compared with the baseline's
+(results.correctness: equal token streams, else the baseline server's logprob score within
+promotion.correctness.tolerance_nats). A refused configuration gives way to the next one that passed
+the speed gate and passes this one (the champion, then its simpler forms), or to nothing; the verdict
+names the check and its figure either way, and correctness.json in the confirm folder keeps every
+verdict reached.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+
+from orchestrator.fsio import write_json
+from orchestrator.records import ScoredOutput
+from orchestrator.results import contrib, correctness, sequential
+from orchestrator.sweep import _confirm
+from orchestrator.sweep._context import Context
+from orchestrator.sweep._outputs import run_dir, scored
+from orchestrator.sweep._promotion import Arms, Champion, Choice, Gate, Promotion
+from orchestrator.sweep.state import Outcome
+from orchestrator.trial import outputs
+
+log = logging.getLogger("sweep")
+
+
+def check(ctx: Context, arm: str) -> correctness.Correctness:
+    """The correctness verdict on confirmation arm `arm` against the baseline."""
+    c = ctx.spec.promotion.correctness
+    scores: list[ScoredOutput] = []
+    for i in range(1, ctx.spec.promotion.max_rounds):
+        record = scored(ctx, i)
+        if record is not None:
+            scores = list(record.scored)
+            break
+    return correctness.compare(arm, outputs.read(run_dir(ctx, 0, arm)), outputs.read(run_dir(ctx, 0, "baseline")),
+                               scores, prompts=c.prompts, tolerance_nats=c.tolerance_nats)
+
+
+def gate(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.Measured, passed: Gate,
+         plan: sequential.RoundsPlan, chosen: Choice) -> Choice | Promotion:
+    """`chosen` when its outputs are the baseline's; else the next configuration that passed the speed
+    gate and this one, its verdict saying why the first was refused; else the Promotion refusing them."""
+    if not ctx.spec.promotion.correctness.enabled:
+        return chosen
+    verdicts: dict[str, correctness.Correctness] = {}
+    for choice in [chosen, *_alternatives(ctx, champion, measuring, measured.values, passed, plan, chosen)]:
+        verdicts[choice.name] = verdict = check(ctx, choice.name)
+        if verdict.passed:
+            _keep(ctx, verdicts)
+            log.info("%s: %s", choice.name, verdict.text())
+            if choice is chosen:
+                return replace(chosen, verdict=f"{chosen.verdict}. {verdict.text()}")
+            refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items() if not v.passed)
+            return replace(choice, verdict=f"promoted {choice.label} instead of {chosen.label}, which changes the "
+                                           f"outputs ({refused}). {choice.verdict}. {verdict.text()}")
+    _keep(ctx, verdicts)
+    refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items())
+    why = (f"not promoted: the configuration passed the speed gate but not the correctness gate, and no "
+           f"simpler form of it passed both ({refused}). Speed: {passed.verdict}")
+    log.warning("no promotion: %s", why)
+    return Promotion(Outcome.outputs_changed, why, champion, measured.rows, passed, passed.figures,
+                     not_measured=measuring.dropped)
+
+
+_DERIVATION = {"no_speculation": "without speculation", "default_communication": "with NCCL at defaults"}
+"""How each simpler arm differs from the champion (as sweep._promote.choose names them)."""
+
+
+def _alternatives(ctx: Context, champion: Champion, measuring: Arms, values: Mapping[str, Mapping[int, float]],
+                  passed: Gate, plan: sequential.RoundsPlan, chosen: Choice) -> list[Choice]:
+    """The other configurations that passed the speed gate against the baseline: the champion (when
+    it passed), then its simpler forms that pass the gate themselves."""
+    spec = ctx.spec
+    number = champion.trial.number
+    out = []
+    if chosen.name != "champion" and passed.passed:
+        out.append(Choice("champion", measuring.params_of("champion"), passed.figures, passed.verdict,
+                          Outcome.promoted, number=number, decision=passed.decision))
+    for arm, derivation in _DERIVATION.items():
+        if arm == chosen.name or arm not in values or "baseline" not in values:
+            continue
+        a, b = contrib.paired(values[arm], values["baseline"])
+        if len(a) < plan.min_rounds:
+            continue
+        decision = sequential.decide(a, b, plan, direction=spec.objective.direction)
+        if decision.verdict is sequential.Verdict.promoted and decision.evidence is not None:
+            figures = contrib.confirmed(decision.evidence, spec.objective.metric, concurrency=spec.benchmark.concurrency)
+            out.append(Choice(arm, measuring.params_of(arm), figures, f"trial {number} {derivation} against the "
+                              f"baseline: {decision.message}", Outcome.promoted, number=number,
+                              derivation=derivation, decision=decision))
+    return out
+
+
+def _keep(ctx: Context, verdicts: Mapping[str, correctness.Correctness]) -> None:
+    write_json(ctx.paths.root / "confirm" / "correctness.json", {k: v.record() for k, v in verdicts.items()})

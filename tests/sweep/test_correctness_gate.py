@@ -1,0 +1,66 @@
+"""The correctness gate (issue 21 item 3): a configuration that changes the outputs is never promoted.
+
+The real driver on the model-backed executor, which answers the confirmation's output capture with the
+simulator's own token function (simulator/tokens.py): forcing NCCL_PROTO=LL128 on the PCIe host is the
+fastest setting at 32 streams there, and a modelled silent corruption (after NCCL's documentation of
+NCCL_PROTO, not a measurement); the gate refuses it with its figure, where without the gate it is promoted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+from e2e_helpers import demo_experiment, write_experiment
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
+
+from orchestrator.config import experiment as spec_mod
+from orchestrator.sweep import state as st
+from orchestrator.sweep.driver import Sweep
+from orchestrator.testing import ModelExecutor
+
+
+def _night(tmp_path, sqlite_store_template, name: str, protos: list, concurrency: int, **promotion):
+    space = tmp_path / f"{name}.yaml"
+    space.write_text(yaml.safe_dump({"name": name, "params": {"NCCL_PROTO": {"choices": protos}}}))
+    data = demo_experiment(name=name, search_space=[str(space)], sampler={"kind": "grid", "seed": 0},
+                           simulator={"noise": 0.002}, benchmark={"concurrency": concurrency}, objective={"concurrency": concurrency,
+                                                                              "constraints": {}},
+                           budget={"trials": len(protos) + 1, "concurrent_trials": 1},
+                           promotion={"min_rounds": 3, "max_rounds": 8, "min_gain": 0.0, **promotion})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / name
+    copy_store(sqlite_store_template, wd)
+    return Sweep(spec, wd, executor=ModelExecutor(2)).run(), wd
+
+
+def test_forced_ll128_on_pcie_is_refused_by_the_correctness_gate_with_its_figure(tmp_path, sqlite_store_template):
+    summary, wd = _night(tmp_path, sqlite_store_template, "ll128", [None, "LL128"], 32)
+    assert summary.outcome is st.Outcome.outputs_changed and not summary.promoted
+    assert summary.champion is not None and summary.champion["params"] == {"NCCL_PROTO": "LL128"}
+    verdict = summary.verdict or ""
+    # faster (the speed gate passed) ...
+    assert "Speed: promoted trial" in verdict
+    # ... but refused, naming the check and its figure
+    assert "correctness gate (the baseline's logprob score): REFUSED: outputs differ from the baseline's on" in verdict
+    assert re.search(r"on [1-8] of 8 prompts \(first at token \d+\); the baseline's server scores token \d+ of "
+                     r"prompt \d \d+\.\d\d nats below its own top choice \(tolerance 0\.5 nats\)", verdict), verdict
+    kept = json.loads((wd / "confirm" / "correctness.json").read_text())["champion"]
+    assert kept["passed"] is False and kept["worst_nats"] > 0.5 and kept["differing"] >= 1
+    assert not (wd / "champion.env").exists()
+    # what the gate read: both sides' outputs from round one, the baseline's scores from round two
+    champion = json.loads((wd / "confirm" / "00-champion" / "outputs.json").read_text())
+    baseline = json.loads((wd / "confirm" / "00-baseline" / "outputs.json").read_text())
+    assert len(champion["prompts"]) == len(baseline["prompts"]) == 8
+    assert all(len(p["output_ids"]) == 256 for p in champion["prompts"])
+    scores = json.loads((wd / "confirm" / "01-baseline" / "outputs.json").read_text())
+    assert {s["arm"] for s in scores["scored"]} == {"champion"} and len(scores["scored"]) == kept["differing"]
+
+
+def test_without_the_gate_the_same_night_promotes_the_corrupting_setting(tmp_path, sqlite_store_template):
+    summary, wd = _night(tmp_path, sqlite_store_template, "ll128off", [None, "LL128"], 32,
+                         correctness={"enabled": False})
+    assert summary.outcome is st.Outcome.promoted and (wd / "champion.env").exists()
+    assert "NCCL_PROTO=LL128" in (wd / "champion.env").read_text()
+    assert not (wd / "confirm" / "00-champion" / "outputs.json").exists()  # nothing captured when off
