@@ -28,7 +28,7 @@ from orchestrator.fsio import write_atomic, write_json
 from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, formats, report, select, sequential
 from orchestrator.search import space as sp
-from orchestrator.sweep import _confirm, schedule
+from orchestrator.sweep import _confirm, _correctness, schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import act_on_interrupts
 from orchestrator.sweep._promotion import Arms, Champion, Choice, Decided, Gate, Promotion, Registered
@@ -231,7 +231,10 @@ def promote(ctx: Context) -> Promotion:
         return Promotion(gate.outcome, gate.verdict, picked, measured.rows, gate, gate.figures,
                          not_measured=measuring.dropped)
     choice = replace(choice, verdict=gate.verdict, figures=gate.figures)
-    # (the correctness gate, when it lands, checks `choice` here: between the decision and the registry)
+    checked = _correctness.gate(ctx, picked, measuring, measured, gate, plan, choice)  # outputs still the baseline's?
+    if isinstance(checked, Promotion):
+        return checked
+    choice = checked
     promoted = register(ctx, picked, choice, measured.rows)
     return Promotion(promoted.outcome, promoted.verdict, picked, measured.rows, gate, promoted.confirmed,
                      promoted.registered, not_measured=measuring.dropped, choice=choice)
