@@ -124,3 +124,35 @@ def test_a_real_but_unproven_gain_keeps_the_fuller_configuration(tmp_path, sqlit
     assert "EAGLE-3 on top" in (summary.verdict or "")
     env = export.parse_env((wd / "champion.env").read_text())
     assert "EAGLE3" in env.get(export.ARGS_VAR, "")
+
+
+def test_the_summary_never_contradicts_itself_about_the_gate_level(tmp_path, sqlite_store_template):
+    # EAGLE-3 with NCCL_P2P_LEVEL=SYS, promoted at one stream; at 16 streams the gain shrinks. The level the
+    # gate decided at carries the gate's own figures, so "promoted at 1 stream" and "stops paying from
+    # concurrency 1" cannot both be said. With promotion.explain false the gain is credited to both parts.
+    data = experiment(tmp_path, steps=3, noise=0.02, explain=False, concurrency=[1, 16])
+    wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, data)
+    assert summary.promoted and summary.promoted_config == "champion", summary.verdict
+    levels = {lv.concurrency: lv.interval for lv in summary.concurrency}
+    gate = summary.gate or {}
+    assert levels[1].low == gate["ci_low"] > 0.05 and levels[1].rounds == gate["rounds"]
+    said = summary.concurrency_verdict or ""
+    assert "stops paying from concurrency 1 " not in said and "stops paying from concurrency 1." not in said
+    assert said.startswith("EAGLE-3 (with its NCCL settings) ")
+    assert [p.part for p in summary.contributions] == [
+        "EAGLE-3 with 1 communication setting(s) (not measured apart: promotion.explain is false)"]
+
+
+def test_a_champion_without_speculation_is_told_what_speculation_would_add(tmp_path, sqlite_store_template):
+    # NCCL_P2P_LEVEL=SYS alone wins; the best speculating trial's settings on top of it are an arm, and the
+    # verdict says what they add (about -1% with one draft step).
+    wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, experiment(tmp_path, steps=1, noise=0.003))
+    assert summary.champion is not None and summary.champion["params"] == {"NCCL_P2P_LEVEL": "SYS"}
+    assert summary.promoted and summary.promoted_config == "champion"
+    runs = [r for r in summary.confirmations or [] if r["who"] == "with_speculation"]
+    assert [r["round"] for r in runs] == [0, 1, 2]
+    params = json.loads((wd / "confirm" / "00-with_speculation" / "spec.json").read_text())["params"]
+    assert params["NCCL_P2P_LEVEL"] == "SYS" and params["speculative_algorithm"] == "EAGLE3"
+    [part] = [p for p in summary.contributions if p.a == "with_speculation"]
+    assert part.part.startswith("EAGLE-3 on top of the champion's NCCL settings") and part.interval.gain < 0.01
+    assert part.part in (summary.verdict or "")
