@@ -53,8 +53,13 @@ def export(
     else:
         wd = resolve_workdir(workdir)
         state = read_state(wd)
-        tracker = open_tracker(state.tracking_uri, state.experiment_in_mlflow, wd)
         model = model or state.model_name
+        if not state.tracking_uri or not model:
+            missing = " and ".join(n for n, v in (("tracking_uri", state.tracking_uri), ("model_name", model)) if not v)
+            raise UserError(f"{wd / 'sweep.json'} names no {missing}, so there is no registry to export from: it "
+                            f"was overwritten or written before the sweep opened MLflow; pass --tracking-uri URI "
+                            f"--model NAME, or `sweep run EXPERIMENT --resume` writes it again")
+        tracker = open_tracker(state.tracking_uri, state.experiment_in_mlflow, wd)
     try:
         config = tracker.resolve(model, alias)
     except SweepToolError:

@@ -68,3 +68,29 @@ def test_a_refused_start_prints_no_banner(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "already holds a sweep" in result.output
     assert "sweep banner (" not in result.output, result.output
+
+
+def _bare_sweep(tmp_path: Path) -> Path:
+    """A work directory with only a sweep.json that names no MLflow store nor model (as a start left it, or
+    a hand-edited one)."""
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "sweep.json").write_text(json.dumps({"experiment": "demo", "status": "finished", "started_at": 1.0,
+                                               "budget_trials": 3}))
+    return wd
+
+
+def test_a_cut_short_experiment_json_is_not_called_another_version(tmp_path: Path) -> None:
+    wd = _bare_sweep(tmp_path)
+    (wd / "experiment.json").write_text('{"name": "demo", "engine": "simu')
+    text = _error(["report", "--no-mlflow", "--workdir", str(wd)])
+    assert f"{wd / 'experiment.json'} cannot be read" in text and "cut short" in text
+    assert "another version" not in text
+
+
+def test_export_from_a_sweep_json_that_names_no_registry_says_so(tmp_path: Path) -> None:
+    """It used to say `Could not reach MLflow at  to resolve models:/@champion` (an empty URI and name)."""
+    wd = _bare_sweep(tmp_path)
+    text = _error(["export", "-o", str(tmp_path / "c.env"), "--workdir", str(wd)])
+    assert f"{wd / 'sweep.json'} names no tracking_uri and model_name" in text
+    assert "--tracking-uri URI --model NAME" in text and "Could not reach MLflow" not in text
