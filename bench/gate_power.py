@@ -7,6 +7,17 @@ It stops when `results.sequential.decide` returns a verdict. Reported per true g
 promotes, rejects, stays undecided, and the mean rounds spent.
 
     .venv/bin/python bench/gate_power.py --runs 4000 --max-rounds 12 --json bench/results-gate-power.json
+
+With `--parts`, it measures the simpler-configuration rule instead (issue 21): a champion of true gain
+`--champion-gain` over the baseline, one part of which (speculation) adds a true +0%, +1%, +3% or +5% on
+top of the rest, the arm without it measured in the same rounds. Reported per part: how often the part
+is dropped (the simpler configuration promoted) by the rule before (dropped when its 95% interval
+includes zero: "not significant") and after (dropped only when its upper gate bound is below
+`--margin`, promotion.equivalence_margin; an open part gets more rounds up to max_rounds, as
+sweep/_confirm.run_rounds gives it), with the mean rounds each spent. The decisions are the driver's
+own (results.contrib: contributions, part_checks, open_parts, simpler_choice[_before]).
+
+    .venv/bin/python bench/gate_power.py --parts --runs 2000 --max-rounds 12 --json bench/results-gate-power-parts.json
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from orchestrator.results import contrib  # noqa: E402
 from orchestrator.results.sequential import RoundsPlan, Verdict, decide, round_order  # noqa: E402
 
 
@@ -41,6 +53,72 @@ def one_confirmation(rng: np.random.Generator, true_gain: float, plan: RoundsPla
     raise AssertionError("decide() must reach a verdict by max_rounds")
 
 
+def one_part_check(rng: np.random.Generator, champion_gain: float, part: float, plan: RoundsPlan, *, noise: float,
+                   drift_per_h: float, measure_s: float, margin: float, base: float = 90.0) -> tuple[bool, bool, int]:
+    """One confirmation with the arm without the part: (dropped by the rule before, dropped after, rounds
+    the rule after measured). The main pair goes on until the gate decides; the arm for min_rounds
+    rounds, then (after, once promoted) with the pair while its part is open, up to max_rounds."""
+    truth = {"champion": base * (1.0 + champion_gain), "baseline": base,
+             "no_speculation": base * (1.0 + champion_gain) / (1.0 + part)}
+    values: dict[str, dict[int, float]] = {name: {} for name in truth}
+    t = 0.0
+    decision = None
+    before: bool | None = None
+    rounds = 0
+    for i in range(plan.max_rounds):
+        if decision is None:
+            arms = ["champion", "baseline"] + (["no_speculation"] if i < plan.min_rounds else [])
+        else:
+            if decision.verdict is not Verdict.promoted or not contrib.open_parts(_checks(values, plan, margin)):
+                break
+            arms = ["champion", "baseline", "no_speculation"]
+        for who in (arms if i % 2 == 0 else list(reversed(arms))):
+            slow = 1.0 - drift_per_h * t / 3600.0
+            values[who][i] = truth[who] * slow * float(np.exp(noise * rng.standard_normal()))
+            t += measure_s
+        rounds = i + 1
+        if decision is None:
+            champ, base_v = contrib.paired(values["champion"], values["baseline"])
+            d = decide(champ, base_v, plan)
+            if d.verdict is not None:
+                decision = d
+                parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
+                before = d.verdict is Verdict.promoted and contrib.simpler_choice_before(
+                    values, parts, plan, direction="maximize") is not None
+    after = decision is not None and decision.verdict is Verdict.promoted and contrib.simpler_choice(
+        values, _checks(values, plan, margin), plan, direction="maximize") is not None
+    return bool(before), after, rounds
+
+
+def _checks(values: dict[str, dict[int, float]], plan: RoundsPlan, margin: float) -> list[contrib.PartCheck]:
+    return contrib.part_checks(values, speculation="EAGLE-3", margin=margin, level=plan.level, direction="maximize")
+
+
+def parts_main(args: argparse.Namespace, plan: RoundsPlan) -> None:
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    print(f"{args.runs} confirmations per row; champion {args.champion_gain:+.0%} over the baseline; noise "
+          f"{args.noise:.1%}, drift {args.drift_per_h:.1%}/h, rounds {plan.min_rounds}..{plan.max_rounds}, "
+          f"required gain {plan.min_gain:+.1%}, equivalence margin {args.margin:+.1%}")
+    print(f"{'part adds':>10} {'dropped before':>15} {'dropped after':>14} {'mean rounds after':>18}")
+    for part in (0.0, 0.01, 0.03, 0.05):
+        before = after = rounds = 0
+        for _ in range(args.runs):
+            b, a, n = one_part_check(rng, args.champion_gain, part, plan, noise=args.noise,
+                                     drift_per_h=args.drift_per_h, measure_s=args.measure_s, margin=args.margin)
+            before += b
+            after += a
+            rounds += n
+        row = {"part_gain": part, "dropped_before": before / args.runs, "dropped_after": after / args.runs,
+               "mean_rounds_after": rounds / args.runs}
+        rows.append(row)
+        print(f"{part:>+10.1%} {row['dropped_before']:>15.1%} {row['dropped_after']:>14.1%} "
+              f"{row['mean_rounds_after']:>18.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"command": " ".join(sys.argv), "settings": vars(args) | {"json": str(args.json)},
+                                         "rows": rows}, indent=2) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=4000)
@@ -52,8 +130,14 @@ def main() -> None:
     ap.add_argument("--min-gain", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--parts", action="store_true", help="measure the simpler-configuration rule (issue 21)")
+    ap.add_argument("--champion-gain", type=float, default=0.20, help="--parts: the champion's true gain")
+    ap.add_argument("--margin", type=float, default=0.01, help="--parts: promotion.equivalence_margin")
     args = ap.parse_args()
     plan = RoundsPlan(args.min_rounds, args.max_rounds, args.min_gain)
+    if args.parts:
+        parts_main(args, plan)
+        return
     rng = np.random.default_rng(args.seed)
     rows = []
     print(f"{args.runs} confirmations per row; noise {args.noise:.1%}, drift {args.drift_per_h:.1%}/h, "
