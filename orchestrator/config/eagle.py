@@ -7,10 +7,14 @@ point costs no server start:
      sweep that varied draft tokens at top-k 1 would measure the same server under two names);
   3. draft tokens - 1 <= top-k + (steps - 1) * top-k^2 (torch.topk over the candidate tree
      fails at CUDA-graph capture otherwise);
-  4. `speculative_adaptive` (SGLang 0.5.23 `--speculative-adaptive`: steps adapted at run time from
-     an EMA of the acceptance length) runs a chain: top-k 1, draft tokens = steps + 1, and steps, the
-     initial count, given and one of the adaptive config's candidate_steps (default 1, 3, 7);
-     SGLang refuses any other steps at resolution, and skips its automatic choice when adaptive;
+  4. `speculative_adaptive` (SGLang 0.5.23 `--speculative-adaptive`: steps adapted at run time, one EMA
+     of the acceptance length per batch-size slot) runs a chain: top-k 1 (or unset: 0.5.23 sets 1), draft
+     tokens = steps + 1, and steps, the initial count, one of the union of the adaptive config's slots
+     (`speculative_adaptive_config`, else 0.5.23's default: 0, 1, 3, 5, 7) or unset (0.5.23 starts at the
+     union's middle, 3 by default): `arg_groups/speculative_hook.py` `_init_adaptive_speculative_params`
+     raises ValueError for any other steps; `adaptive_spec_params.py` `adaptive_unsupported_reason` turns
+     adaptive off for top-k != 1 (a warning, then static steps: the point would not run as asked).
+     `speculative_adaptive_config` without `speculative_adaptive` is never read by SGLang;
   5. an `all_reduce_backend` the host or model cannot take (config/allreduce.py `backend_refusal`, SGLang
      0.5.23's own conditions and warning text), when the host is known (a CommContext).
 """
@@ -21,12 +25,13 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.config import adaptive as adaptive_config
 from orchestrator.config.allreduce import CommContext
-from orchestrator.config.knobs import ADAPTIVE_CANDIDATE_STEPS
 from orchestrator.records import ParamValue
 
 EAGLE_KNOBS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
-RULE_KNOBS = ("speculative_algorithm", *EAGLE_KNOBS, "speculative_adaptive", "all_reduce_backend")
+RULE_KNOBS = ("speculative_algorithm", *EAGLE_KNOBS, "speculative_adaptive", "speculative_adaptive_config",
+              "all_reduce_backend")
 """The knobs feasibility depends on; every other knob is free."""
 
 
@@ -38,7 +43,9 @@ class Rule(str, enum.Enum):
     topk_one = "top-k 1 forces draft tokens = steps + 1"
     tree_capacity = "draft tokens - 1 <= topk + (steps - 1) * topk^2"
     adaptive_chain = "speculative_adaptive runs a chain: top-k 1"
-    adaptive_steps = "speculative_adaptive needs steps in candidate_steps (1, 3, 7)"
+    adaptive_steps = "speculative_adaptive needs steps in the adaptive slots' union (0, 1, 3, 5, 7 by default)"
+    zero_steps = "speculative_num_steps 0 only with speculative_adaptive"
+    adaptive_config_alone = "speculative_adaptive_config without speculative_adaptive (SGLang never reads it)"
     backend_unavailable = "all_reduce_backend this host or model cannot take (SGLang 0.5.23)"
 
 
@@ -76,12 +83,16 @@ def infeasible(params: Mapping[str, ParamValue], comm: CommContext | None = None
     given = [k for k, v in eagle.items() if v is not None]
     adaptive = bool(params.get("speculative_adaptive"))
     if params.get("speculative_algorithm") is None:
-        if given or adaptive:
-            named = ", ".join(given + ["speculative_adaptive"] * adaptive)
+        config = ["speculative_adaptive_config"] * (params.get("speculative_adaptive_config") is not None)
+        if given or adaptive or config:
+            named = ", ".join(given + ["speculative_adaptive"] * adaptive + config)
             return Infeasible(Rule.without_algorithm, f"{named} set without speculative_algorithm")
         return None
-    if adaptive and (problem := _adaptive(eagle)):
-        return problem
+    if params.get("speculative_adaptive_config") is not None and not adaptive:
+        return Infeasible(Rule.adaptive_config_alone, "speculative_adaptive_config set without speculative_adaptive: "
+                                                      "SGLang 0.5.23 reads the file only with --speculative-adaptive")
+    if adaptive:
+        return _adaptive(eagle, params.get("speculative_adaptive_config"))
     if not given:
         return None  # SGLang chooses steps, top-k and draft tokens for the model itself
     if len(given) != 3:
@@ -89,6 +100,10 @@ def infeasible(params: Mapping[str, ParamValue], comm: CommContext | None = None
         return Infeasible(Rule.all_or_none, f"EAGLE needs steps, top-k and draft tokens all together or none "
                                             f"(SGLang asserts); missing {', '.join(missing)}")
     steps, topk, ndt = (int(v) for v in eagle.values() if v is not None)
+    if steps == 0:  # the tool's rule: a fixed chain of no draft steps is not speculation
+        return Infeasible(Rule.zero_steps, "speculative_num_steps 0 drafts nothing: it exists only as a slot's "
+                                           "step of speculative_adaptive (SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG); "
+                                           "for no drafting leave speculative_algorithm unset")
     if topk == 1 and ndt != steps + 1:
         return Infeasible(Rule.topk_one, f"top-k 1 forces draft tokens = steps + 1 = {steps + 1}, but got {ndt} "
                                          f"(SGLang would silently run {steps + 1})")
@@ -99,15 +114,22 @@ def infeasible(params: Mapping[str, ParamValue], comm: CommContext | None = None
     return None
 
 
-def _adaptive(eagle: Mapping[str, ParamValue]) -> Infeasible | None:
-    """Why SGLang refuses --speculative-adaptive with these EAGLE settings, or None."""
-    steps, topk = eagle["speculative_num_steps"], eagle["speculative_eagle_topk"]
-    candidates = ", ".join(map(str, ADAPTIVE_CANDIDATE_STEPS))
+def _adaptive(eagle: Mapping[str, ParamValue], config: ParamValue) -> Infeasible | None:
+    """Why SGLang 0.5.23 refuses --speculative-adaptive with these EAGLE settings and adaptive config (a
+    path, None: the default slots), or None."""
+    steps, topk, ndt = (eagle[k] for k in EAGLE_KNOBS)
+    try:
+        union = adaptive_config.load(None if config is None else str(config)).candidate_steps
+    except ValueError as exc:
+        return Infeasible(Rule.adaptive_steps, f"speculative_adaptive_config: {exc}")
+    candidates = ", ".join(map(str, union))
     if topk is not None and int(topk) != 1:
         return Infeasible(Rule.adaptive_chain, f"speculative_adaptive runs a chain (top-k 1, draft tokens = steps + 1), "
                                                f"but got speculative_eagle_topk {topk}")
-    if steps is None or int(steps) not in ADAPTIVE_CANDIDATE_STEPS:
-        got = "none (SGLang skips its automatic choice when adaptive)" if steps is None else str(steps)
-        return Infeasible(Rule.adaptive_steps, f"speculative_adaptive starts at speculative_num_steps, which must be "
-                                               f"one of candidate_steps ({candidates}), but got {got}")
+    if steps is not None and int(steps) not in union:
+        return Infeasible(Rule.adaptive_steps, f"--speculative-num-steps={steps} is not in the adaptive config "
+                                               f"candidate_steps [{candidates}] (SGLang 0.5.23 raises ValueError)")
+    if steps is not None and ndt is not None and int(ndt) != int(steps) + 1:
+        return Infeasible(Rule.topk_one, f"top-k 1 forces draft tokens = steps + 1 = {int(steps) + 1}, but got {ndt} "
+                                         f"(SGLang would silently run {int(steps) + 1})")
     return None

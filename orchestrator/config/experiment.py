@@ -527,6 +527,16 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
                 raise SpecError(f"{at}: SGLang lets this flag win over the swept knob {knob} ({origin[knob]}), so "
                                 f"every value of {knob} would run the same server; remove it from server.flags "
                                 f"or {knob} from the space")
+    _check_backend_flags(spec, origin, where)
+
+
+def _check_backend_flags(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
+    """Fixed flags that defeat a swept all_reduce_backend value (flags.BACKEND_CONFLICTS)."""
+    backend = spec.space.params.get("all_reduce_backend")
+    swept = backend.values() if backend is not None else ()
+    for name in spec.server.flags:
+        if problem := flags.backend_conflict("--" + name.lstrip("-"), swept):
+            raise SpecError(f"{where}: server.flags.{name}: {problem} ({origin['all_reduce_backend']})")
 
 
 def _check_dashes(spec: SweepSpec, where: str) -> None:

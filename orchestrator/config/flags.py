@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 
 from orchestrator.config import knobs
@@ -23,9 +23,8 @@ MANAGED_FLAGS: Mapping[str, str] = {
     "--speculative-eagle-topk": "the speculative_eagle_topk knob",
     "--speculative-num-draft-tokens": "the speculative_num_draft_tokens knob",
     "--speculative-adaptive": "the speculative_adaptive knob (its rules are checked before each launch)",
-    "--speculative-adaptive-config": "SGLang's default adaptive config (candidate_steps 1, 3, 7, which the "
-                                     "sweep checks steps against before each launch; a custom file is not "
-                                     "supported)",
+    "--speculative-adaptive-config": "the speculative_adaptive_config knob (a JSON file checked at load as "
+                                     "SGLang 0.5.23 checks it; steps are checked against its slots' union)",
 }
 """Flag -> where its value comes from."""
 
@@ -36,6 +35,40 @@ OVERRIDING_FLAGS: Mapping[str, tuple[str, ...]] = {
 """Fixed flags SGLang lets win over what a knob emits, flag -> those knobs (0.5.23 --help: "JSON wins over
 the per-phase --cuda-graph-* convenience flags"; an explicit capture list makes the largest batch moot).
 With the knob swept, every trial would run the same server under different names."""
+
+BACKEND_CONFLICTS: Mapping[str, tuple[tuple[str, ...], str]] = {
+    "--disable-custom-all-reduce": (("custom",), "custom all-reduce is never built with it"),
+    "--enforce-disable-flashinfer-allreduce-fusion": (
+        ("flashinfer_fusion",), "it wins over the fusion, asked for or auto-enabled (overrides.py "
+                                "_enforce_disable_allreduce_fusion)"),
+    "--flashinfer-allreduce-fusion-backend": (
+        ("nccl", "custom", "pcie_ipc", "torch_symm_mem", "mscclpp"),
+        "those values pass --enforce-disable-flashinfer-allreduce-fusion, which wins over it"),
+    "--enable-flashinfer-allreduce-fusion": (
+        ("nccl", "custom", "pcie_ipc", "torch_symm_mem", "mscclpp"),
+        "those values pass --enforce-disable-flashinfer-allreduce-fusion, which wins over it"),
+    "--enable-mscclpp": (
+        ("nccl", "custom", "pcie_ipc", "torch_symm_mem"),
+        "MSCCL++ comes first in GroupCoordinator.all_reduce and takes every message up to 4 GiB"),
+    "--enable-torch-symm-mem": (("nccl",), "torch symmetric memory then carries what fits its buffer, not NCCL"),
+    "--enable-deterministic-inference": (
+        ("custom", "pcie_ipc"), "deterministic inference turns custom all-reduce and PCIe-IPC off"),
+}
+"""Fixed flags that defeat values of the all_reduce_backend knob in SGLang 0.5.23 (config/allreduce.py's
+resolution, read from its code): flag -> (the values, why). Swept beside them, those trials would run
+another backend than their name says."""
+
+
+def backend_conflict(flag: str, swept: Iterable[object]) -> str | None:
+    """Why fixed `flag` cannot stand beside an all_reduce_backend swept over `swept`, or None."""
+    values, why = BACKEND_CONFLICTS.get(flag, ((), ""))
+    hit = [str(v) for v in swept if str(v) in values]
+    if not hit:
+        return None
+    return (f"defeats all_reduce_backend {', '.join(hit)} of the search space in SGLang 0.5.23 ({why}), so "
+            f"{'that trial' if len(hit) == 1 else 'those trials'} would run another backend than named; remove "
+            f"it from server.flags or {'that value' if len(hit) == 1 else 'those values'} from the space")
+
 
 _HELP_FILES = {"0.5.23": "sglang_0_5_23/launch_server_help.txt"}
 

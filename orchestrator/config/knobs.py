@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator import redact
+from orchestrator.config import adaptive
 
 Value = str | int | float | bool | None
 
@@ -23,7 +24,7 @@ Value = str | int | float | bool | None
 class Knob:
     name: str
     target: Literal["env", "flag"]
-    kind: Literal["enum", "int", "power_of_two", "bool"]
+    kind: Literal["enum", "int", "power_of_two", "bool", "adaptive_config"]
     doc: str
     choices: tuple[Value, ...] = ()
     low: int | None = None
@@ -43,6 +44,14 @@ class Knob:
             return None
         if self.kind == "bool":
             return None if isinstance(value, bool) else f"must be true or false, but got {value!r}"
+        if self.kind == "adaptive_config":
+            if not isinstance(value, str) or not value.strip():
+                return f"must be the path of an adaptive config JSON file, but got {value!r}"
+            try:
+                adaptive.load(value)
+            except ValueError as exc:
+                return f"{exc} (SGLang 0.5.23 adaptive_spec_params.py _load_adaptive_config)"
+            return None
         if isinstance(value, bool) or not isinstance(value, int):
             return f"must be an integer, but got {value!r}"
         if self.kind == "power_of_two" and (value <= 0 or value & (value - 1)):
@@ -102,12 +111,19 @@ _KNOBS: tuple[Knob, ...] = (
     # SGLang server settings (flags).
     Knob("speculative_algorithm", "flag", "enum", "speculative decoding algorithm; None = no speculation",
          choices=("EAGLE3", "EAGLE")),
-    Knob("speculative_num_steps", "flag", "int", "draft steps per cycle", low=1, high=16),
+    Knob("speculative_num_steps", "flag", "int", "draft steps per cycle (0 only as the initial steps of "
+         "speculative_adaptive, whose slots may stop drafting)", low=0, high=16),
     Knob("speculative_eagle_topk", "flag", "int", "branching factor of the draft tree", low=1, high=16),
     Knob("speculative_num_draft_tokens", "flag", "int", "tokens verified per cycle", low=2, high=128),
     Knob("speculative_adaptive", "flag", "bool",
-         "true: SGLang adapts the draft steps at run time from an EMA of the acceptance length, starting "
-         "at speculative_num_steps (one of candidate_steps 1, 3, 7), as a chain (top-k 1); false = not set"),
+         "true: SGLang adapts the draft steps at run time, one EMA of the acceptance length per batch-size "
+         "slot (0.5.23 default {1: [1,3,5,7], 8: [0,1,3], 32: [0,1], 64: [0]}; 0 = no drafting), starting at "
+         "speculative_num_steps (one of the slots' union 0, 1, 3, 5, 7; unset: 3), as a chain (top-k 1); "
+         "false = not set"),
+    Knob("speculative_adaptive_config", "flag", "adaptive_config",
+         "--speculative-adaptive-config: the path of a JSON file of batch-size slots "
+         "({\"1\": {\"candidate_steps\": [1,3,7]}, ...}), checked at load as 0.5.23 checks it; "
+         "speculative_num_steps must then be in its slots' union; unset = 0.5.23's default slots"),
     Knob("speculative_attention_mode", "flag", "enum", "attention backend for verify/draft-extend",
          choices=("prefill", "decode")),
     Knob("all_reduce_backend", "flag", "enum",
@@ -166,9 +182,12 @@ FLAG_NAMES: Mapping[str, FlagNames] = {
 ADAPTIVE_VERSIONS = ("0.5.23",)
 """The SGLang versions known to have --speculative-adaptive (the 0.5.23 --help dump declares it)."""
 
-ADAPTIVE_CANDIDATE_STEPS = (1, 3, 7)
-"""SGLang 0.5.23's default `candidate_steps` for --speculative-adaptive (its adaptive config JSON):
-the step counts it switches between, and the only values --speculative-num-steps may take with it."""
+ADAPTIVE_CANDIDATE_STEPS = adaptive.DEFAULT.candidate_steps
+"""(0, 1, 3, 5, 7): the union of SGLang 0.5.23's default adaptive slots' candidate_steps
+(adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG, resolve_candidate_steps_from_config), the only values
+--speculative-num-steps may take with --speculative-adaptive and no --speculative-adaptive-config."""
+ADAPTIVE_INITIAL_STEPS = adaptive.DEFAULT.initial_steps
+"""3: where 0.5.23 starts adaptive steps when --speculative-num-steps is unset (the union's middle)."""
 
 
 DEPRECATED_KNOBS: Mapping[str, str] = {

@@ -46,6 +46,8 @@ def tuned_flags(spec: SweepSpec, params: Mapping[str, ParamValue]) -> Flags:
         for knob in EAGLE_KNOBS:
             _put(flags, knob.replace("_", "-"), params.get(knob))
         _put(flags, "speculative-adaptive", params.get("speculative_adaptive"))
+        if params.get("speculative_adaptive"):
+            _put(flags, "speculative-adaptive-config", params.get("speculative_adaptive_config"))
         _put(flags, "speculative-attention-mode", params.get("speculative_attention_mode"))
     if params.get("all_reduce_path") == "nccl":  # deprecated spelling: only custom all-reduce off
         flags["--disable-custom-all-reduce"] = True

@@ -17,7 +17,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from orchestrator.config.knobs import ADAPTIVE_CANDIDATE_STEPS
+from orchestrator.config.knobs import ADAPTIVE_CANDIDATE_STEPS, ADAPTIVE_INITIAL_STEPS
 from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import select, sequential
 
@@ -469,10 +469,10 @@ def steps_counterpart(params: Mapping[str, ParamValue],
         return None
     chain = {"speculative_eagle_topk": 1, "speculative_num_draft_tokens": None}
     if params.get("speculative_adaptive"):
-        steps = int(best_fixed or params.get("speculative_num_steps") or ADAPTIVE_CANDIDATE_STEPS[1])
+        steps = int(best_fixed or params.get("speculative_num_steps") or ADAPTIVE_INITIAL_STEPS)
         return FIXED, {**params, **chain, "speculative_adaptive": None, "speculative_num_steps": steps}, \
             f"fixed {steps} steps"
-    steps = int(params.get("speculative_num_steps") or ADAPTIVE_CANDIDATE_STEPS[1])
+    steps = int(params.get("speculative_num_steps") or ADAPTIVE_INITIAL_STEPS)
     topk = params.get("speculative_eagle_topk")
     fixed = f"fixed {steps} steps" + (f" x top-k {topk}" if topk not in (None, 1) else "")
     start = min(ADAPTIVE_CANDIDATE_STEPS, key=lambda s: (abs(s - steps), s))

@@ -315,6 +315,9 @@ def resolve(ns: argparse.Namespace) -> Resolved:
         problem = _adaptive_problem(args, steps, topk)
         if problem is not None:
             return Resolved(args, tuple(warnings), **problem)
+        if steps is None:  # _init_adaptive_speculative_params: the union's middle element
+            union = adaptive_config(args.get("speculative_adaptive_config"))
+            steps = union.candidate_steps[len(union.candidate_steps) // 2] if isinstance(union, AdaptiveConfig) else 3
         topk, ndt = 1, int(steps) + 1
     if steps is None:
         if topk is not None or ndt is not None:
@@ -336,16 +339,26 @@ def resolve(ns: argparse.Namespace) -> Resolved:
     return Resolved(args, tuple(warnings))
 
 
+ADAPTIVE_SLOTS: tuple[tuple[int, tuple[int, ...]], ...] = ((1, (1, 3, 5, 7)), (8, (0, 1, 3)), (32, (0, 1)), (64, (0,)))
+"""SGLang 0.5.23 `speculative/adaptive_spec_params.py` DEFAULT_ADAPTIVE_CONFIG: batch-size slot -> candidate_steps."""
+
+
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    """--speculative-adaptive-config's JSON with SGLang 0.5.23's defaults for the keys it leaves out."""
+    """--speculative-adaptive-config's JSON as 0.5.23 reads it (`_load_adaptive_config`): one slot per
+    integer-string key with its candidate_steps, the other keys shared knobs (AdaptiveStepSlot's defaults)."""
 
+    slots: tuple[tuple[int, tuple[int, ...]], ...] = ADAPTIVE_SLOTS
     ema_alpha: float = 0.2
     update_interval: int = 5
     warmup_batches: int = 10
-    down_hysteresis: float = 0.0
-    up_hysteresis: float = -0.25
-    candidate_steps: tuple[int, ...] = (1, 3, 7)
+    down_hysteresis: float = -0.25
+    up_hysteresis: float = 0.0
+
+    @property
+    def candidate_steps(self) -> tuple[int, ...]:
+        """`resolve_candidate_steps_from_config`: the union of the slots' steps."""
+        return tuple(sorted({s for _, steps in self.slots for s in steps}))
 
 
 def adaptive_config(path: str | None) -> AdaptiveConfig | str:
@@ -360,27 +373,32 @@ def adaptive_config(path: str | None) -> AdaptiveConfig | str:
     except ValueError as exc:
         return f"json.decoder.JSONDecodeError: {exc}"
     if not isinstance(data, dict):
-        return f"ValueError: the adaptive speculative config {path} must be a JSON object"
-    known = {f.name for f in dataclasses.fields(AdaptiveConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        return f"ValueError: unknown keys in the adaptive speculative config {path}: {', '.join(unknown)}"
-    steps = data.get("candidate_steps", [1, 3, 7])
-    if (not isinstance(steps, list) or not steps
-            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in steps)):
-        return f"ValueError: candidate_steps must be a non-empty list of positive integers, but got {steps!r}"
-    return dataclasses.replace(AdaptiveConfig(), **{**data, "candidate_steps": tuple(sorted(set(steps)))})
+        return f"AttributeError: '{type(data).__name__}' object has no attribute 'items'"
+    slots = []
+    for key, entry in data.items():
+        if not key.isdigit():
+            continue
+        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
+        if not isinstance(steps, list) or not steps or not all(isinstance(x, int) and x >= 0 for x in steps):
+            return f"ValueError: BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}"
+        slots.append((int(key), tuple(sorted({int(x) for x in steps}))))
+    if not slots:
+        return ("ValueError: speculative_adaptive_config must contain at least one integer-string BS key, e.g. "
+                f'{{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(data.keys())}')
+    shared = {f.name: data[f.name] for f in dataclasses.fields(AdaptiveConfig) if f.name != "slots" and f.name in data}
+    return dataclasses.replace(AdaptiveConfig(), slots=tuple(sorted(slots)), **shared)
 
 
 def _adaptive_problem(args: Mapping[str, Any], steps: int | None, topk: int | None) -> dict[str, str] | None:
     """Why SGLang 0.5.23 refuses --speculative-adaptive with these settings, as Resolved's error or
-    unsupported field, or None. The rules are SGLang's (reference INTERFACE.md 1.2); the wording ours."""
+    unsupported field, or None (speculative_hook.py `_init_adaptive_speculative_params`; the topk case is
+    `adaptive_unsupported_reason`, which SGLang answers by turning adaptive off: not modelled here)."""
     config = adaptive_config(args.get("speculative_adaptive_config"))
     if isinstance(config, str):
         return {"error": config}
-    if steps is None or steps not in config.candidate_steps:
-        return {"error": f"ValueError: speculative_num_steps={steps} must be one of candidate_steps "
-                         f"{list(config.candidate_steps)} with --speculative-adaptive"}
+    if steps is not None and steps not in config.candidate_steps:
+        return {"error": f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps "
+                         f"{list(config.candidate_steps)}. Pass one of those values."}
     if topk is not None and topk != 1:
         return {"unsupported": f"--speculative-adaptive with speculative_eagle_topk {topk}: adaptive speculation "
                                f"runs a chain (top-k 1); the simulator models nothing else"}
@@ -456,7 +474,8 @@ def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[st
     if args.get("speculative_adaptive") and args.get("speculative_algorithm") is not None:
         config = adaptive_config(args.get("speculative_adaptive_config"))
         if isinstance(config, AdaptiveConfig):
-            params.update(speculative_adaptive=True, speculative_adaptive_candidate_steps=config.candidate_steps)
+            params.update(speculative_adaptive=True, speculative_adaptive_candidate_steps=config.candidate_steps,
+                          speculative_adaptive_slots=config.slots)
     params.update({name: env.get(name) for name in NCCL_PARAM_NAMES})
     params[TUNER_RULES] = rules_for(env)
     # The communication path (model.resolve_comm): server args and SGLang's environment variables.

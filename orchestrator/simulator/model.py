@@ -68,14 +68,19 @@ SGLang's custom all-reduce (NVLink hosts, `--disable-custom-all-reduce` not give
 its workspace) replaces NCCL for decode/verify messages: T = launch + base_us + B / bandwidth; the
 NCCL variables then do not touch those messages.
 
-Adaptive speculation (SGLang 0.5.23 `--speculative-adaptive`: the draft steps move at run time
-between the adaptive config's candidate_steps, default 1, 3, 7, from an EMA of the acceptance
-length; always a chain, top-k 1 and steps + 1 draft tokens). ASSUMPTION, not a measurement: at
-each batch size it runs as the best fixed chain among candidate_steps, with every cycle
-ADAPTIVE_SWITCH_COST (3%) slower: the EMA's lag behind the load (it decides on past batches, and
-holds back by its hysteresis), warm-up batches at the initial count, and one CUDA graph set per
-candidate step count competing for memory and capture. So adaptive can beat one fixed count across
-loads (3 steps at 1 stream, 1 step at 8 or more on H200) but never the best fixed count of a load.
+Adaptive speculation (SGLang 0.5.23 `--speculative-adaptive`, read from
+`speculative/adaptive_spec_params.py`: one AdaptiveStepSlot per batch size of the adaptive config,
+default DEFAULT_ADAPTIVE_CONFIG {1: [1, 3, 5, 7], 8: [0, 1, 3], 32: [0, 1], 64: [0]}, step 0 = no
+drafting; `AdaptiveSpeculativeParams._route` pads the running batch to the next captured CUDA-graph
+batch size and picks the slot of the largest batch size at or below it; each slot moves its steps
+among its own candidates from its own EMA of the acceptance length; always a chain, top-k 1 and
+steps + 1 draft tokens). ASSUMPTION, not a measurement: at each batch size it runs as the best fixed
+chain among that slot's candidates (0: a plain decode step), with every cycle ADAPTIVE_SWITCH_COST
+(3%) slower: the EMA's lag behind the load (it decides on past batches, and holds back by its
+hysteresis), warm-up batches at the initial count, and one CUDA graph set per candidate step count
+competing for memory and capture. So adaptive can beat one fixed count across loads but never the best
+of its slot's candidates at a load; and from 8 running requests on, where the default slots offer 0,
+it may stop drafting altogether.
 
 Acceptance (per drafter, from the model profile): a draft at depth d is accepted with probability
 a(c_d) = 1 - (1 - p) * c_d^(-width_exponent), where c_d is how many of the n-1 draft tokens the
@@ -111,8 +116,10 @@ _PIPELINE_OVERLAP = 0.25  # each further chunk of a pipelined message adds a qua
 ADAPTIVE_SWITCH_COST = 0.03
 """Fraction by which adaptive speculation's cycle is slower than the best fixed candidate's (an
 assumption, see the module docstring: EMA lag, warm-up at the initial count, a graph set per count)."""
-ADAPTIVE_CANDIDATE_STEPS = (1, 3, 7)
-"""SGLang 0.5.23's default candidate_steps of --speculative-adaptive."""
+ADAPTIVE_SLOTS: tuple[tuple[int, tuple[int, ...]], ...] = ((1, (1, 3, 5, 7)), (8, (0, 1, 3)), (32, (0, 1)), (64, (0,)))
+"""SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG: batch-size slot -> candidate_steps (adaptive_spec_params.py)."""
+ADAPTIVE_CANDIDATE_STEPS = tuple(sorted({s for _, steps in ADAPTIVE_SLOTS for s in steps}))
+"""(0, 1, 3, 5, 7): the union --speculative-num-steps must be in (resolve_candidate_steps_from_config)."""
 SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 """SGLang 0.5.23's max_running_requests with speculative decoding when --max-running-requests is not given."""
 
@@ -694,10 +701,25 @@ class Config:
     adaptive: bool = False
     """--speculative-adaptive: `steps` is the initial count, each batch runs the best of `candidate_steps`."""
     candidate_steps: tuple[int, ...] = ()
+    adaptive_slots: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    """(batch size, candidate_steps) per slot of the adaptive config, smallest batch first."""
     max_running_requests: int | None = None
     """Most requests decoding together (None: no cap); the others wait in the queue."""
     comm: Comm = Comm()
     """The all-reduce backends SGLang 0.5.23 builds for this launch (resolve_comm)."""
+
+
+def _adaptive_start(steps: Any, topk: Any, candidates: tuple[int, ...]) -> int | str:
+    """The initial steps of --speculative-adaptive, or why SGLang 0.5.23 refuses them
+    (speculative_hook.py _init_adaptive_speculative_params: unset -> the union's middle; else in the union)."""
+    if topk is not None and int(topk) != 1:
+        return f"speculative_adaptive runs a chain (top-k 1), but got speculative_eagle_topk {topk}"
+    if steps is None:
+        return candidates[len(candidates) // 2]
+    if int(steps) not in candidates:
+        return (f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps "
+                f"{list(candidates)}. Pass one of those values.")
+    return int(steps)
 
 
 def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, *, tp: int | None = None) -> Config | str:
@@ -721,14 +743,13 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
                         ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"))
     drafter = ""
     adaptive = algo is not None and bool(params.get("speculative_adaptive"))
-    candidates = tuple(params.get("speculative_adaptive_candidate_steps") or ADAPTIVE_CANDIDATE_STEPS)
+    slots = tuple((int(b), tuple(c)) for b, c in params.get("speculative_adaptive_slots") or ADAPTIVE_SLOTS)
+    candidates = tuple(sorted({s for _, steps in slots for s in steps}))
     if adaptive:
-        if topk is not None and int(topk) != 1:
-            return f"speculative_adaptive runs a chain (top-k 1), but got speculative_eagle_topk {topk}"
-        if steps is None or int(steps) not in candidates:
-            return (f"ValueError: speculative_num_steps={steps} must be one of candidate_steps "
-                    f"{list(candidates)} with --speculative-adaptive")
-        topk = 1
+        start = _adaptive_start(steps, topk, candidates)
+        if isinstance(start, str):
+            return start
+        steps, topk = start, 1
     if algo is not None:
         drafter = algo.lower()
         if drafter not in model.drafters:
@@ -769,6 +790,7 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
         cuda_graph_max_bs=None if max_bs is None else int(max_bs),
         attention_mode=str(params.get("speculative_attention_mode") or "prefill"),
         nccl=nccl, adaptive=adaptive, candidate_steps=candidates if adaptive else (),
+        adaptive_slots=slots if adaptive else (),
         max_running_requests=None if max_running is None else max(1, int(max_running)), comm=comm,
     )
 
@@ -805,6 +827,8 @@ class Prediction:
     steps: int = 0
     """Draft steps this cycle runs (with adaptive speculation: the candidate chosen for this batch)."""
     draft_tokens: int = 0
+    adaptive_slot: int = 0
+    """With adaptive speculation: the batch size of the slot that served this cycle (0 otherwise)."""
     running: int = 0
     """Requests decoding together in this cycle (from `evaluate`: the concurrency, capped at
     max_running_requests; the rest wait, so output_tok_s is this batch's and decode_tok_s one of its streams')."""
@@ -897,19 +921,50 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
         draft_tokens=cfg.draft_tokens, running=batch)
 
 
+def speculative_capture_bs(max_bs: int) -> tuple[int, ...]:
+    """The decode batch sizes 0.5.23 captures with speculation (arg_groups/cuda_graph_hook.py
+    generate_decode_cuda_graph_batch_sizes, the spec branch): 1-8, 10-32 by 2, 40-64 by 4, 72-256 by 8, then by 16."""
+    sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
+    sizes = [b for b in sizes if b <= max_bs]
+    return tuple(sizes if max_bs in sizes else [*sizes, max_bs])
+
+
+def adaptive_slot(cfg: Config, batch: int, graph_bs: Iterable[int] | None) -> tuple[int, tuple[int, ...]]:
+    """The slot that serves `batch` running requests (AdaptiveSpeculativeParams._route): padded to the next
+    captured batch size (`graph_bs`, None: no CUDA graphs), then the largest slot at or below it."""
+    if graph_bs is not None:
+        padded = [b for b in graph_bs if b >= batch]
+        batch = min(padded) if padded else batch
+    chosen = cfg.adaptive_slots[0]
+    for slot in cfg.adaptive_slots:
+        if slot[0] <= batch:
+            chosen = slot
+    return chosen
+
+
 def _adaptive_cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> Prediction:
-    """Adaptive speculation at `batch`: the best fixed chain among the candidates, ADAPTIVE_SWITCH_COST slower."""
-    fixed = [cycle(hw, model, dataclasses.replace(cfg, adaptive=False, steps=s, topk=1, draft_tokens=s + 1), batch)
-             for s in cfg.candidate_steps]
+    """Adaptive speculation at `batch`: the best fixed chain among its slot's candidates (0: a plain decode
+    step), ADAPTIVE_SWITCH_COST slower."""
+    max_bs = cfg.cuda_graph_max_bs or hw.default_cuda_graph_max_bs
+    if cfg.max_running_requests is not None:
+        max_bs = min(max_bs, cfg.max_running_requests)
+    graphs = speculative_capture_bs(max_bs) if cfg.cuda_graph else None
+    size, steps = adaptive_slot(cfg, batch, graphs)
+    plain = dataclasses.replace(cfg, adaptive=False, speculative=False, steps=0, topk=0, draft_tokens=0)
+    # A 0-step cycle drafts nothing: one token per request, no draft offered (draft tokens 1, the bonus only).
+    fixed = [dataclasses.replace(cycle(hw, model, plain, batch), steps=0, draft_tokens=1) if s == 0 else
+             cycle(hw, model, dataclasses.replace(cfg, adaptive=False, steps=s, topk=1, draft_tokens=s + 1), batch)
+             for s in steps]
     best = max(fixed, key=lambda p: p.output_tok_s)
     slower = 1.0 + ADAPTIVE_SWITCH_COST
     return dataclasses.replace(best, cycle_ms=best.cycle_ms * slower, decode_tok_s=best.decode_tok_s / slower,
-                               output_tok_s=best.output_tok_s / slower)
+                               output_tok_s=best.output_tok_s / slower, adaptive_slot=size)
 
 
 _RESOLVE_KEYS = ("tp", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                  "speculative_num_draft_tokens", "speculative_attention_mode", "all_reduce_path", "cuda_graph",
                  "cuda_graph_max_bs", "speculative_adaptive", "speculative_adaptive_candidate_steps",
+                 "speculative_adaptive_slots",
                  "max_running_requests", *NCCL_PARAM_NAMES, TUNER_RULES, *COMM_KEYS)
 
 

@@ -58,9 +58,14 @@ def _point(steps: int | None, topk: int | None, ndt: int | None, algo: str | Non
     (_point(3, 1, None), None),
     (_point(1, 1, 2), None),
     (_point(3, 1, 4), None),
-    (_point(2, 1, None), "must be one of candidate_steps (1, 3, 7), but got 2"),
-    (_point(6, 1, 7), "must be one of candidate_steps (1, 3, 7), but got 6"),
-    (_point(None, None, None), "but got none (SGLang skips its automatic choice when adaptive)"),
+    # sglang/srt/arg_groups/speculative_hook.py `_init_adaptive_speculative_params`: steps in the union of
+    # adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG's slots (0, 1, 3, 5, 7), unset -> its middle, top-k -> 1
+    (_point(5, 1, None), None),
+    (_point(0, 1, None), None),
+    (_point(7, 1, 8), None),
+    (_point(None, None, None), None),
+    (_point(2, 1, None), "--speculative-num-steps=2 is not in the adaptive config candidate_steps [0, 1, 3, 5, 7]"),
+    (_point(6, 1, 7), "--speculative-num-steps=6 is not in the adaptive config candidate_steps [0, 1, 3, 5, 7]"),
     (_point(3, 2, 4), "runs a chain (top-k 1, draft tokens = steps + 1), but got speculative_eagle_topk 2"),
     (_point(3, 1, 8), "top-k 1 forces draft tokens = steps + 1 = 4, but got 8"),
     (_point(None, None, None, algo=None), "speculative_adaptive set without speculative_algorithm"),
@@ -104,7 +109,7 @@ def test_the_shipped_space_only_offers_adaptive_where_sglang_runs_it():
     total, feasible, reasons = sp.census(spec.space)
     assert not any("adaptive" in r for r in reasons)
     adaptive = spec.space.params["speculative_adaptive"]
-    assert adaptive.when == {"speculative_eagle_topk": 1, "speculative_num_steps": [1, 3]}
+    assert adaptive.when == {"speculative_eagle_topk": 1, "speculative_num_steps": [1, 3, 5]}
 
 
 # ------------------------------------------------------------------ speculative_adaptive: validation
@@ -114,9 +119,9 @@ def test_the_shipped_space_only_offers_adaptive_where_sglang_runs_it():
      "{exp}: server.flags.speculative-adaptive: set by the sweep itself from the speculative_adaptive knob (its "
      "rules are checked before each launch); remove it from server.flags"),
     ({"server": {"flags": {"speculative-adaptive-config": "/etc/adaptive.json"}}},
-     "{exp}: server.flags.speculative-adaptive-config: set by the sweep itself from SGLang's default adaptive "
-     "config (candidate_steps 1, 3, 7, which the sweep checks steps against before each launch; a custom file is "
-     "not supported); remove it from server.flags"),
+     "{exp}: server.flags.speculative-adaptive-config: set by the sweep itself from the "
+     "speculative_adaptive_config knob (a JSON file checked at load as SGLang 0.5.23 checks it; steps are "
+     "checked against its slots' union); remove it from server.flags"),
     ({"sglang_version": "0.5.16"},
      "{spaces}/eagle3.yaml: params.speculative_adaptive: --speculative-adaptive is known in sglang 0.5.23, not in "
      "sglang_version 0.5.16 of {exp}; remove the knob or set sglang_version: \"0.5.23\""),
@@ -137,7 +142,7 @@ def test_adaptive_as_a_plain_bool_outside_the_eagle_space_needs_its_rules(tmp_pa
         "speculative_adaptive": {"choices": [None, True]}}})
     total, feasible, reasons = sp.census(spec_mod.load(exp).space)
     assert reasons == {"EAGLE knobs set without speculative_algorithm": 1,
-                       "speculative_adaptive needs steps in candidate_steps (1, 3, 7)": 1}
+                       "speculative_adaptive needs steps in the adaptive slots' union (0, 1, 3, 5, 7 by default)": 1}
     assert (total, feasible) == (6, 4)
 
 

@@ -220,10 +220,11 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "it; use cycle_ms (one decode iteration, defined for every trial), decode_tok_s, or a latency percentile"),
     ("managed flag", dict(mutate=_set("server.flags", {"tp-size": 4})),
      "{exp}: server.flags.tp-size: set by the sweep itself from server.tp; remove it from server.flags"),
-    ("flag that a swept knob sets", dict(mutate=_set("server.flags", {"disable-custom-all-reduce": True})),
-     "{exp}: server.flags.disable-custom-all-reduce: the search space sweeps all_reduce_path "
-     "({spaces}/eagle3.yaml), which sets this flag; remove it from server.flags or all_reduce_path from "
-     "the space"),
+    ("flag that defeats a swept backend", dict(mutate=_set("server.flags", {"enable-mscclpp": True})),
+     "{exp}: server.flags.enable-mscclpp: defeats all_reduce_backend nccl of the search space in SGLang 0.5.23 "
+     "(MSCCL++ comes first in GroupCoordinator.all_reduce and takes every message up to 4 GiB), so that trial "
+     "would run another backend than named; remove it from server.flags or that value from the space "
+     "({spaces}/eagle3.yaml)"),
     ("speculation without a draft model", dict(mutate=_delete("server.draft_model")),
      "{exp}: server.draft_model: required field is missing: the search space turns speculative decoding on "
      "(speculative_algorithm in {spaces}/eagle3.yaml); add the EAGLE-3 draft model path"),

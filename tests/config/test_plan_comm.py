@@ -4,7 +4,8 @@ as read from its wheel (never run on a GPU here):
 
 - sglang/srt/arg_groups/overrides.py `_flashinfer_allreduce_fusion_auto_enable`: KimiK25ForConditionalGeneration
   on SM90, TP 8, one node -> flashinfer_allreduce_fusion_backend=auto; `--disable-custom-all-reduce`
-  (all_reduce_path nccl) leaves it on.
+  (the deprecated all_reduce_path nccl) leaves it on, `_enforce_disable_allreduce_fusion`
+  (all_reduce_backend nccl) turns it off.
 - sglang/srt/layers/layer_boundary/residual/add_norm.py `flashinfer_ar_fusion_applies`: up to
   FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048 tokens; larger prefill chunks go on (custom's 16 MiB is 1170 tokens
   of Kimi's 7168-wide bf16 rows, so NCCL).
@@ -46,12 +47,12 @@ def test_h200_fusion_carries_decode_and_verify_and_the_nccl_knobs_are_inert():
     assert "    verify: flashinfer_fusion (2-512 tokens, 28 KiB-7.0 MiB)" in text
     assert ("    prefill: flashinfer_fusion (512-2048 tokens, 7.0 MiB-28.0 MiB), nccl (2049-8192 tokens, "
             "28.0 MiB-112.0 MiB)") in text
-    # all_reduce_path nccl (--disable-custom-all-reduce) does not turn the fusion off
-    after_nccl = text.split("  all_reduce_path nccl:")[1]
-    assert after_nccl.lstrip().startswith("decode: flashinfer_fusion")
-    assert text.count("-> flashinfer_fusion carries decode and verify up to 2048 tokens: NCCL_* affect prefill only") == 2
-    assert f"inert for decode and verify: {NCCL_KNOBS}" in text
-    assert "collapsed search space: 234 distinct combinations, 198 feasible" in text
+    # all_reduce_backend nccl (search_spaces/eagle3.yaml) turns the fusion off: NCCL carries decode and verify
+    after_nccl = text.split("  all_reduce_backend nccl:")[1]
+    assert after_nccl.lstrip().startswith("decode: nccl (1-32 tokens")
+    assert text.count("-> flashinfer_fusion carries decode and verify up to 2048 tokens: NCCL_* affect prefill only") == 1
+    assert f"{NCCL_KNOBS} matter only at all_reduce_backend nccl: searched only there" in text
+    assert "collapsed search space: 407926 distinct combinations, 345700 feasible" in text
     assert "custom all-reduce carries every all-reduce up to 16 MB" not in text  # the old warning, blind to fusion
 
 
@@ -73,8 +74,7 @@ def test_deprecated_names_warn_in_the_plan(tmp_path: Path):
     """NCCL 2.28+ documents NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS as deprecated for NCCL_MAX_CTAS /
     NCCL_MIN_CTAS: search_spaces/nccl.yaml uses the new name, an old space still loads, with a warning."""
     text = plan_text("h200-nvlink-x8")
-    assert "warning: all_reduce_path is deprecated: use all_reduce_backend" in text
-    assert "NCCL_MAX_NCHANNELS is deprecated" not in text  # nccl.yaml uses NCCL_MAX_CTAS
+    assert "is deprecated" not in text  # nccl.yaml uses NCCL_MAX_CTAS, eagle3.yaml all_reduce_backend
     old = tmp_path / "old.yaml"
     old.write_text(KIMI.read_text(encoding="utf-8").replace(
         "  - ../search_spaces/nccl.yaml\n", f"  - {tmp_path / 'nccl-old.yaml'}\n"), encoding="utf-8")
