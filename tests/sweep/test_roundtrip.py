@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_helpers import REPO, demo_experiment, nccl_space, write_experiment
+import yaml
+from e2e_helpers import REPO, demo_experiment, write_experiment
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 
 from orchestrator.config import experiment as spec_mod
@@ -23,7 +24,10 @@ FLAGS = {"mem-fraction-static": 0.85, "enable-metrics": True, "cuda-graph-max-bs
 
 
 def experiment(tmp_path, name: str = "roundtrip", **overrides):
-    space = [str(nccl_space(tmp_path, ["Ring", "Tree"])), str(REPO / "search_spaces" / "eagle3.yaml")]
+    nccl = tmp_path / "nccl-no-ll128.yaml"  # LL128 forced on a PCIe host changes outputs (the correctness gate)
+    nccl.write_text(yaml.safe_dump({"name": "nccl-no-ll128", "params": {
+        "NCCL_PROTO": {"choices": [None, "LL", "Simple"]}, "NCCL_ALGO": {"choices": [None, "Ring", "Tree"]}}}))
+    space = [str(nccl), str(REPO / "search_spaces" / "eagle3.yaml")]
     data = demo_experiment(name=name, search_space=space, **overrides)
     data["server"]["env"].update(ENV)
     data["server"]["flags"] = dict(FLAGS)
@@ -64,7 +68,8 @@ def _mlflow_speedups(wd, name: str) -> dict[int, float | None]:
             if r.data.tags.get("sweep.role") != "confirm"}
 
 
-def _parent_csv(wd, name: str, tmp_path) -> dict[int, float | None]:
+def _parent(wd, name: str, tmp_path) -> tuple[dict[int, float | None], dict[str, float]]:
+    """(trial -> speedup_pct of the parent run's results.csv, the parent run's metrics)."""
     import pandas as pd
     from mlflow.tracking import MlflowClient
 
@@ -72,7 +77,8 @@ def _parent_csv(wd, name: str, tmp_path) -> dict[int, float | None]:
     exp = client.get_experiment_by_name(name)
     parent = next(r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("sweep.kind") == "sweep")
     table = pd.read_csv(client.download_artifacts(parent.info.run_id, "results.csv", str(tmp_path)))
-    return {int(t): (None if s != s else float(s)) for t, s in zip(table["trial"], table["speedup_pct"])}
+    csv = {int(t): (None if s != s else float(s)) for t, s in zip(table["trial"], table["speedup_pct"])}
+    return csv, dict(parent.data.metrics)
 
 
 def test_a_sweep_with_integer_env_values_reads_back_everywhere_with_one_speedup_per_trial(tmp_path,
@@ -104,13 +110,20 @@ def test_a_sweep_with_integer_env_values_reads_back_everywhere_with_one_speedup_
     page = publish.build(wd)
     in_report = {int(t): (None if s != s else s) for t, s in zip(page.content.table["trial"],
                                                                   page.content.table["speedup_pct"])}
-    in_csv = _parent_csv(wd, "ints", tmp_path)
+    in_csv, parent_metrics = _parent(wd, "ints", tmp_path)
     measured = {n for n, v in in_mlflow.items() if v is not None}
     assert len(measured) >= 8
     assert {n: in_report[n] for n in measured} == {n: in_mlflow[n] for n in measured}
     assert {n: in_csv[n] for n in measured} == {n: in_mlflow[n] for n in measured}
     best = status.status_report(wd).best
     assert best is not None and best.speedup_pct == in_mlflow[best.number]
+    # The parent run's figures: 4 significant digits, the gate's bounds named as such.
+    from orchestrator.tracking import convert
+
+    assert parent_metrics["confirmed_decode_tok_s"] == convert.rounded(summary.confirmed.champion_median)
+    assert all(value == convert.rounded(value) for value in parent_metrics.values())
+    assert {"champion_gain_gate_low_pct", "champion_gain_gate_high_pct"} <= set(parent_metrics)
+    assert not any("ci95" in name for name in parent_metrics)
 
     # The CLI's readers: status, report, export, resume.
     shown = sweep("status", "--workdir", str(wd))
