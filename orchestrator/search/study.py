@@ -28,6 +28,7 @@ from orchestrator.errors import StorageError, StorageWriteError
 from orchestrator.records import ParamValue
 from orchestrator.redact import mask_url_password
 from orchestrator.search import space as sp
+from orchestrator.search.sampler import FAILED_CONSTRAINT, NCCL_SETTING, PROBE_SETTINGS_ATTR, StageTwoSampler, point_of
 
 T = TypeVar("T")
 
@@ -37,16 +38,6 @@ IN_MEMORY = "memory:"
 """A storage URL that keeps the study in this process only (the search benchmark's: no sqlite round trips)."""
 
 _DIRECTIONS = {"maximize": StudyDirection.MAXIMIZE, "minimize": StudyDirection.MINIMIZE}
-
-NCCL_SETTING = "probe.nccl_rank"
-"""The one integer that replaces the NCCL knobs once a probe kept some settings: the setting's rank in
-the probe's ranking (1 = fastest), so TPE can learn that low ranks are good; `TrialView.params`
-shows the knobs again."""
-PROBE_SETTINGS_ATTR = "probe_settings"
-"""Study attribute: {label: {NCCL knob: value}} of the kept settings, so a resumed study asks the same way."""
-FAILED_CONSTRAINT = "failed"
-"""The constraint a failure the sampler learns from is told with (1.0: violated)."""
-
 
 @dataclass(frozen=True)
 class TrialView:
@@ -65,49 +56,12 @@ class TrialView:
         return self.attrs.get("role", "search")
 
 
-def _sampler(cfg: SamplerSpec, multi: bool) -> optuna.samplers.BaseSampler:
+def _sampler(cfg: SamplerSpec, space: SearchSpace) -> optuna.samplers.BaseSampler:
     if cfg.kind == "random" or cfg.kind == "grid":
         # grid: the points are enqueued one by one (see Study.ask); random covers nothing else.
         return optuna.samplers.RandomSampler(seed=cfg.seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        # multivariate+group model the interactions between knobs and handle conditional ones;
-        # constant_liar keeps concurrent trials from being proposed the same point.
-        return _FailureAwareTPE(
-            seed=cfg.seed, n_startup_trials=cfg.startup_trials, multivariate=True, group=True,
-            constant_liar=True,
-        )
-
-
-class _WithFailures:
-    """A study as TPE reads it, plus the failed trials told with a violated constraint.
-
-    Optuna's TPE builds its densities from COMPLETE and PRUNED trials only, so a FAIL is invisible to
-    it; a trial whose constraints are violated, though, goes to the "above" (bad) density whatever its
-    state. Showing TPE the failures that carry our constraint makes it propose the failing region less,
-    while the storage keeps them FAIL for everything else (status, resume, reports).
-    """
-
-    def __init__(self, study: optuna.Study):
-        self._study = study
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
-
-    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[Any]:
-        trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
-        if states is not None and TrialState.COMPLETE in states:
-            failed = self._study._get_trials(deepcopy=deepcopy, states=(TrialState.FAIL,), use_cache=use_cache)
-            trials = trials + [t for t in failed if t.constraints.get(FAILED_CONSTRAINT, 0.0) > 0]
-        return trials
-
-
-class _FailureAwareTPE(optuna.samplers.TPESampler):
-    """TPE that learns from failures told with FAILED_CONSTRAINT (see _WithFailures)."""
-
-    def _sample(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
-                search_space: dict[str, optuna.distributions.BaseDistribution]) -> dict[str, Any]:
-        return super()._sample(_WithFailures(study), trial, search_space)  # type: ignore[arg-type]
+    # failure-aware TPE; once the probe kept NCCL settings, alternated with the local refinement
+    return StageTwoSampler(space, seed=cfg.seed, n_startup_trials=cfg.startup_trials)
 
 
 def _storage_op(fn: Callable[..., T]) -> Callable[..., T]:
@@ -169,7 +123,7 @@ class Study:
         storage = None if self.storage_url == IN_MEMORY else _rdb(self.storage_url)
         self._study = optuna.create_study(
             study_name=self.name, storage=storage, directions=[_DIRECTIONS[d] for d in self.directions],
-            sampler=_sampler(self.sampler_cfg, len(self.directions) > 1), load_if_exists=True,
+            sampler=_sampler(self.sampler_cfg, self.space), load_if_exists=True,
         )
         self._settings = {str(k): dict(v) for k, v in (self.get_attr(PROBE_SETTINGS_ATTR) or {}).items()}
         if self.sampler_cfg.kind == "grid":
@@ -293,7 +247,7 @@ class Study:
     @_storage_op
     def tell_failed(self, number: int, attrs: Mapping[str, Any], *, learn: bool = False) -> None:
         """A failure. `learn`: the parameters caused it (an OOM, a hang), so the sampler is told to avoid
-        them (a violated constraint TPE reads, see _WithFailures); otherwise it ignores the trial."""
+        them (a violated constraint TPE reads, see search/sampler.py); otherwise it ignores the trial."""
         self.set_trial_attrs(number, attrs)
         if learn:
             trial = self._asked.get(number)
@@ -337,13 +291,8 @@ def _none_allowed(space: SearchSpace, name: str) -> bool:
 
 
 def _view(t: optuna.trial.FrozenTrial, settings: Mapping[str, Mapping[str, ParamValue]] | None = None) -> TrialView:
-    params = dict(t.params)
-    rank = params.pop(NCCL_SETTING, None)
-    kept = list((settings or {}).values())
-    if isinstance(rank, int) and 1 <= rank <= len(kept):
-        params.update(kept[rank - 1])
     return TrialView(
-        number=t.number, state=t.state.name, params=params,
+        number=t.number, state=t.state.name, params=point_of(t.params, settings or {}),
         values=tuple(t.values) if t.values is not None else None, attrs=dict(t.user_attrs),
         start=t.datetime_start.timestamp() if t.datetime_start else None,
         end=t.datetime_complete.timestamp() if t.datetime_complete else None,

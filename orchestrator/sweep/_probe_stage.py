@@ -34,6 +34,7 @@ from orchestrator.probe.settings import space_size
 from orchestrator.records import ParamValue
 from orchestrator.results import cost as cost_mod
 from orchestrator.search import space as sp
+from orchestrator.search.sampler import PROBE_LATENCY_ATTR
 from orchestrator.search.study import Study
 from orchestrator.sweep._context import Context
 from orchestrator.sweep.state import ProbeStage
@@ -167,7 +168,7 @@ def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str,
                "keep_within": spec.probe.keep_within, "best": best.setting if best else None,
                "best_us": best.score_us if best else None, "host": result.host}
     study.set_attr("probe", summary)
-    study.set_attr("probe_latency", size_latencies(result, kept))
+    study.set_attr(PROBE_LATENCY_ATTR, size_latencies(result, kept))
     start = speculation_start(spec, sp.baseline_params(spec.space))
     for rank, (label, values) in enumerate(list(kept.items())[:WARM_START]):
         study.enqueue({**start, **values}, {"role": "search", "warm_start": rank + 1, "probe_setting": label})

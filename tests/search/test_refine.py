@@ -1,5 +1,6 @@
-"""Stage two's local refinement (search/proposal.py) on a real Optuna sqlite study restricted to kept
-NCCL settings, as a two-stage sweep leaves it after the probe."""
+"""Stage two's local refinement (search/refine.py) and the sampler that proposes it (search/sampler.py,
+StageTwoSampler) on a real Optuna sqlite study restricted to kept NCCL settings, as a two-stage sweep
+leaves it after the probe."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 
 from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
 from orchestrator.search import space as sp
-from orchestrator.search.proposal import ProposalPolicy
+from orchestrator.search.proposal import Proposal, ProposalPolicy
+from orchestrator.search.refine import Refinement
+from orchestrator.search.sampler import TPE_EVERY
 from orchestrator.search.study import Study
 
 SPACE = SearchSpace(name="two-stage", params={
@@ -38,13 +41,8 @@ TREE = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculat
 
 
 @pytest.fixture
-def policy(tmp_path: Path) -> ProposalPolicy:
-    study = Study(f"sqlite:///{tmp_path / 'optuna.db'}", "refine", SPACE, SamplerSpec(kind="tpe", seed=0),
-                  ["maximize"])
-    study.open()
-    study.restrict_nccl(KEPT)
-    study.set_attr("probe_latency", LATENCY)
-    return ProposalPolicy(study)
+def policy() -> Refinement:
+    return Refinement(SPACE, KEPT, LATENCY)
 
 
 def test_the_first_neighbour_is_the_point_under_the_nccl_setting_fastest_at_its_verify_size(policy) -> None:
@@ -69,16 +67,51 @@ def test_speculation_moves_come_before_nccl_rank_moves(policy) -> None:
 def test_the_two_best_points_take_turns(policy) -> None:
     a = {**CHAIN, **KEPT["NCCL_PROTO=LL"]}
     b = {**TREE, **KEPT["NCCL_PROTO=LL NCCL_MAX_NCHANNELS=4"]}
-    policy.remember(a, 1, [100.0])
-    policy.remember(b, 2, [99.0])
-    first, second, third = (policy._next_neighbour(set()) for _ in range(3))
+    measured = [(100.0, a), (99.0, b)]
+    tried = {sp.key(a), sp.key(b)}
+    first = policy.next(measured, tried)
+    second = policy.next(measured, tried | {sp.key(first)})
+    third = policy.next(measured, tried | {sp.key(first), sp.key(second)})
     assert first in policy.neighbours(a)
     assert second in policy.neighbours(b)
     assert third in policy.neighbours(a) and third != first
 
 
-def test_without_a_probe_there_is_no_fastest_setting(tmp_path: Path) -> None:
-    study = Study(f"sqlite:///{tmp_path / 'optuna.db'}", "plain", SPACE, SamplerSpec(kind="tpe", seed=0),
-                  ["maximize"])
+def test_without_a_probe_there_is_no_fastest_setting() -> None:
+    assert Refinement(SPACE, KEPT).fastest_nccl({**CHAIN, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": None}) is None
+
+
+def _value(p: dict) -> float:
+    return 100.0 + (p["speculative_num_steps"] or 0) + (5.0 if p["NCCL_PROTO"] == "LL" else 0.0)
+
+
+def test_the_sampler_proposes_neighbours_through_tpes_random_start_then_two_turns_in_three(tmp_path: Path) -> None:
+    """The study's own sampler, asked through the driver's policy after the measured warm start: while
+    TPE would sample at random (its startup trials) every fresh proposal is an untried neighbour of the
+    best measured points; after that two of every TPE_EVERY at least."""
+    startup = 4
+    study = Study(f"sqlite:///{tmp_path / 'optuna.db'}", "stage-two", SPACE,
+                  SamplerSpec(kind="tpe", seed=0, startup_trials=startup), ["maximize"])
     study.open()
-    assert ProposalPolicy(study).fastest_nccl({**CHAIN, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": None}) is None
+    study.restrict_nccl(KEPT)
+    study.set_attr("probe_latency", LATENCY)
+    policy = ProposalPolicy(study)
+    refinement = Refinement(SPACE, KEPT, LATENCY)
+    study.enqueue({**CHAIN, **KEPT["NCCL_PROTO=LL"]}, {"role": "search", "warm_start": 1})
+    measured: list[tuple[float, dict]] = []
+    during_start: list[bool] = []
+    after_start: list[bool] = []
+    for _ in range(startup + 3 * TPE_EVERY):
+        got = policy.next()
+        assert isinstance(got, Proposal)
+        if "warm_start" not in got.attrs:
+            ranked = sorted(measured, key=lambda m: -m[0])
+            near = any(got.params in refinement.neighbours(p) for _, p in ranked[:2])
+            (during_start if len(measured) < startup else after_start).append(near)
+        value = _value(got.params)
+        study.tell_complete(got.number, [value], {})
+        policy.remember(got.params, got.number, [value])
+        measured.append((value, got.params))
+    assert during_start and all(during_start)
+    assert sum(after_start) >= 2 * (len(after_start) // TPE_EVERY)
+    assert len({sp.key(p) for _, p in measured}) == len(measured)  # the refinement never repeats a point

@@ -1,0 +1,126 @@
+"""Stage two's local refinement: the next untried feasible neighbour of the best measured points.
+
+PARENTS of the best measured points take turns, ranked by their pooled score (stats.pooled_scores),
+so one lucky measurement does not decide where the refinement looks. A point's neighbours, in
+order: the same point under the kept NCCL setting the probe measured fastest at this point's own
+all-reduce size (its verify pass: draft tokens per request; a decode step without speculation),
+then each speculation knob moved to the adjacent value of its list (a knob that becomes active
+starts mid-list), then the NCCL setting moved to the next-ranked kept one. Decode speed is smooth in
+the speculation knobs, so the incumbents' neighbourhoods are where the last percents are.
+
+Pure: the stage-two sampler (search/sampler.py) hands it what the study holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from orchestrator.config import eagle
+from orchestrator.config.experiment import SearchSpace
+from orchestrator.records import ParamValue, split_point
+from orchestrator.search import space as sp
+from orchestrator.stats import pooled_scores
+
+PARENTS = 2
+"""The best measured points whose neighbourhoods the refinement explores in turn."""
+
+
+class Refinement:
+    """Neighbours of the best measured points of `space`, searched under the probe's kept NCCL `settings`
+    ({label: {knob: value}}, fastest first) with its `latency` ({label: {size: us}})."""
+
+    def __init__(self, space: SearchSpace, settings: Mapping[str, Mapping[str, ParamValue]],
+                 latency: Mapping[str, Mapping[str, float]] | None = None):
+        self.space = space
+        self.settings = {label: dict(v) for label, v in settings.items()}
+        self.latency = {label: dict(v) for label, v in (latency or {}).items()}
+        self._rr = 0
+
+    def next(self, measured: Sequence[tuple[float, Mapping[str, ParamValue]]], tried: Collection[str]
+             ) -> dict[str, ParamValue] | None:
+        """The next neighbour whose key (`space.key`) is not in `tried` (measured, failed or in flight);
+        `measured` are (value, higher better, point). The top PARENTS take turns; when their neighbours
+        are used up, the next best measured point's (best-first). None when every one is tried."""
+        ranked = ranked_points(measured)
+        top = ranked[:PARENTS]
+        order = [top[(self._rr + i) % len(top)] for i in range(len(top))] + ranked[PARENTS:]
+        for params in order:
+            for point in self.neighbours(params):
+                if sp.key(point) not in tried:
+                    self._rr += 1
+                    return point
+        return None
+
+    def fastest_nccl(self, params: Mapping[str, ParamValue]) -> dict[str, ParamValue] | None:
+        """The kept NCCL setting the probe measured fastest at `params`' own all-reduce size, or None."""
+        eff = eagle.effective(dict(params))
+        draft = eff.get("speculative_num_draft_tokens") if eff.get("speculative_algorithm") else None
+        size = f"verify-{draft}" if draft else "decode"
+        timed = [(by_size[size], label) for label, by_size in self.latency.items() if size in by_size]
+        if not timed:
+            return None
+        _, label = min(timed)
+        return self.settings.get(label)
+
+    def neighbours(self, params: Mapping[str, ParamValue]) -> list[dict[str, ParamValue]]:
+        """The feasible one-step neighbours of `params` (module doc), nearest knobs of the space first."""
+        space = self.space
+        kept = list(self.settings.values())
+        rank = next((i for i, v in enumerate(kept) if all(params.get(k) == x for k, x in v.items())), None)
+        out: list[dict[str, ParamValue]] = []
+        fastest = self.fastest_nccl(params)
+        if fastest is not None:
+            out.append({**params, **fastest})
+        nccl = set(kept[0]) if kept else set()
+        for name in sp.ordered(space):
+            if name in nccl or params.get(name) is None and not sp.is_active(space.params[name], params):
+                continue
+            for value in _moves(space, name, params.get(name)):
+                out.append(_settle_activity(space, {**params, name: value}))
+        if rank is not None:
+            for r in (rank + 1, rank - 1):
+                if 0 <= r < len(kept):
+                    out.append({**params, **kept[r]})
+        return [p for p in out if sp.infeasible_reason(p) is None and sp.key(p) != sp.key(params)]
+
+
+def ranked_points(measured: Sequence[tuple[float, Mapping[str, ParamValue]]]) -> list[dict[str, ParamValue]]:
+    """The measured points, best first by their pooled score (stats.pooled_scores: each point's
+    measurement pooled with those sharing its speculation or its NCCL settings, less one standard
+    error), the order the sweep's pick (results.select.pick_champion) uses too; by their best value
+    where some value is not positive (no logarithm)."""
+    unique: dict[str, tuple[list[float], dict[str, ParamValue]]] = {}
+    for value, params in measured:
+        unique.setdefault(sp.key(params), ([], dict(params)))[0].append(value)
+    points = [params for _, params in unique.values()]
+    if not all(v > 0 for vs, _ in unique.values() for v in vs):
+        return [p for _, p in sorted(((-max(vs), i), p) for i, (vs, p) in enumerate(unique.values()))]
+    fit = pooled_scores([(*split_point(p), math.log(v)) for v, p in measured])
+    score = {sp.key(params): f.score for (_, params), f in zip(measured, fit)}
+    return sorted(points, key=lambda p: -score[sp.key(p)])
+
+
+def _moves(space: SearchSpace, name: str, current: ParamValue) -> list[ParamValue]:
+    """The adjacent values of knob `name` from `current`: next in its list first, then previous."""
+    param = space.params[name]
+    if param.choices is None:
+        lo, hi = param.low, param.high
+        steps = [current + d for d in (1, -1)] if isinstance(current, int) else []
+        return [v for v in steps if lo is not None and hi is not None and lo <= v <= hi]
+    values = list(param.values())
+    i = values.index(current) if current in values else None
+    return [values[j] for j in ((i + 1, i - 1) if i is not None else ()) if 0 <= j < len(values)]
+
+
+def _settle_activity(space: Any, point: dict[str, ParamValue]) -> dict[str, ParamValue]:
+    """Knobs whose `when` no longer holds unset; knobs that became active set to the middle of their list."""
+    for name in sp.ordered(space):
+        param = space.params[name]
+        if not sp.is_active(param, point):
+            point[name] = None
+        elif point.get(name) is None and None not in param.values():
+            values = param.values()
+            point[name] = values[len(values) // 2]
+    return sp.complete(space, point)
