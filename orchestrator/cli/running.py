@@ -28,6 +28,7 @@ from orchestrator.cli._app import (
 from orchestrator.config import experiment as spec_mod
 from orchestrator.errors import NoChampion, SweepError, SweepToolError, UserError
 from orchestrator.probe import nccl_dimensions, rank_settings, run_probe
+from orchestrator.probe.result import backend_lines
 from orchestrator.records import TrialStatus
 from orchestrator.sweep import state as st
 from orchestrator.sweep._probe_stage import probe_log
@@ -70,6 +71,8 @@ def probe(
                       f"{r.relative:.2f}" if r.relative is not None else "-", "yes" if r.kept else "",
                       escape(r.setting))
     out.print(table)
+    for line in backend_lines(result, keep_within=ratio):  # the other backends at the same sizes (issue 19)
+        out.print(line, soft_wrap=True, highlight=False, markup=False)
     kept = sum(r.kept for r in ranked)
     out.print(f"{kept} setting(s) within {ratio:g}x of the best (NCCL defaults always kept); score: mean latency at "
               f"the verify sizes; {result.seconds:.1f} s, {result.seconds_per_setting:.3f} s per setting; "

@@ -42,6 +42,28 @@ class ProbeRow(Frozen):
     """What NCCL chose for this size (its TUNING line; the model's choice on the simulator)."""
     status: Status = "ok"
     reason: str = ""
+    backend: str = "nccl"
+    """The all-reduce backend that carried it (a backend row's own backend, or nccl past its workspace)."""
+
+
+class BackendRecord(Frozen):
+    """How probing one all-reduce backend beside NCCL went (issue 19): measured at the same sizes as the NCCL
+    settings, or skipped with the reason (its communicator does not import in the probe's environment)."""
+
+    backend: str
+    """An all_reduce_backend value the host takes: custom, flashinfer_fusion, pcie_ipc, torch_symm_mem, mscclpp."""
+    status: Literal["ok", "skipped", "error"]
+    reason: str = ""
+    seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return backend_label(self.backend)
+
+
+def backend_label(backend: str) -> str:
+    """The ranking's name of a backend beside the NCCL settings."""
+    return f"all_reduce_backend={backend}"
 
 
 class SettingRecord(Frozen):
@@ -81,6 +103,10 @@ class ProbeResult(Frozen):
     seconds: float
     skipped: str = ""
     """Why nothing was measured (e.g. no GPU here); empty when the probe ran."""
+    backends: tuple[BackendRecord, ...] = ()
+    """The other backends the host offers, measured at the same sizes or skipped with the reason."""
+    backend_rows: tuple[ProbeRow, ...] = ()
+    """Their rows (setting: backend_label(backend), env: the experiment's fixed NCCL variables)."""
 
     @property
     def seconds_per_setting(self) -> float:
@@ -167,3 +193,41 @@ def rank_settings(result: ProbeResult, *, keep_within: float | None = None,
         out.append(RankedSetting(rank=i + 1, setting=record.setting, env=record.env, score_us=score,
                                  relative=relative, kept=kept, decode_relative=decode_relative))
     return tuple(out)
+
+
+def rank_with_backends(result: ProbeResult, *, keep_within: float | None = 1.1) -> tuple[RankedSetting, ...]:
+    """The NCCL settings and the measured backends in one ranking by the same score (mean latency at the
+    verify sizes, graph mode where measured): which carries the messages fastest on this host. `kept` is
+    rank_settings' for NCCL settings, within keep_within of the best for a backend."""
+    scored: list[tuple[str, dict[str, str], float | None, bool]] = [
+        (r.setting, r.env, r.score_us, r.kept) for r in rank_settings(result, keep_within=keep_within)]
+    for record in result.backends:
+        if record.status != "ok":
+            continue
+        rows = [r for r in result.backend_rows if r.setting == record.label]
+        scored.append((record.label, {}, setting_score(rows, result.sizes), False))
+    best = min((score for _, _, score, _ in scored if score is not None), default=None)
+    scored.sort(key=lambda s: (s[2] is None, s[2] if s[2] is not None else 0.0, s[0]))
+    out = []
+    for i, (label, env, score, kept) in enumerate(scored):
+        relative = score / best if score is not None and best else None
+        backend_kept = label.startswith("all_reduce_backend=") and relative is not None and (
+            keep_within is None or relative <= keep_within)
+        out.append(RankedSetting(rank=i + 1, setting=label, env=env, score_us=score, relative=relative,
+                                 kept=kept or backend_kept))
+    return tuple(out)
+
+
+def backend_lines(result: ProbeResult, *, keep_within: float | None = 1.1) -> list[str]:
+    """`sweep probe`'s lines for the other backends: each one's score and place among the backends and NCCL
+    settings together, or why it was not measured."""
+    ranked = {r.setting: r for r in rank_with_backends(result, keep_within=keep_within)}
+    lines = []
+    for record in result.backends:
+        r = ranked.get(record.label)
+        if record.status == "ok" and r is not None and r.score_us is not None and r.relative is not None:
+            lines.append(f"{record.label}: {r.score_us:.1f} us at the verify sizes, {r.relative:.2f}x the fastest "
+                         f"(rank {r.rank} of {len(ranked)} backends and NCCL settings)")
+        else:
+            lines.append(f"{record.label}: {record.status}: {record.reason}")
+    return lines

@@ -30,6 +30,7 @@ def test_probe_ranks_writes_probe_json_and_an_mlflow_run_then_exports_tuner_rule
     for column in ("rank", "us", "x best", "kept", "setting"):
         assert column in text
     assert "within 1.1x of the best" in text and "MLflow run" in text
+    assert "all_reduce_backend=pcie_ipc: " in text and "x the fastest (rank " in text  # issue 19: backends beside
     result = read_probe(wd / "probe.json")
     assert result.host == "pcie-rtxpro6000-x8" and len(result.settings) == 48
 
