@@ -307,6 +307,9 @@ def description(r: Report, links: dict[str, str]) -> str:
     """The parent run's description in markdown: champion, confirmed gain, why, knobs, links."""
     c = r.content
     lines = [_heading(c)]
+    deployed = r.summary.deployed if r.summary is not None and r.summary.promoted else None
+    if deployed and r.summary is not None and r.summary.promoted_config != "champion":
+        lines.append(f"**Deployed: {deployed['label']}** (the figures below are its own).")
     if c.gain is not None:
         lines.append(_gain_line(c, c.gain))
     if c.verdict:

@@ -115,6 +115,10 @@ def candidate_arms(spec: SweepSpec) -> list[tuple[str, int, bool]]:
         if speculates:
             arms += [("no_speculation", level, False), ("default_communication", level, False)]
     steps = speculates and spec.sglang_version in knobs.ADAPTIVE_VERSIONS
+    if steps and spec.promotion.explain and level in (spec.promotion.concurrency or (level,)):
+        # A deployed configuration other than the champion (the runner-up, or its speculation at NCCL
+        # defaults) is measured again at the gate's level beside its own adaptive-or-fixed counterpart.
+        arms.append(("steps-deployed", level, False))
     for c in spec.promotion.concurrency or (level,):
         if c != level:
             arms += [(f"champion@{c}", c, False), (f"baseline@{c}", c, False)]
