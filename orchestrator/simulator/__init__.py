@@ -13,6 +13,8 @@ Pieces:
     cli.py        SGLang's parser rebuilt from the 0.5.23 --help dump, resolution rules,
                   `params_from_launch` (argv + env -> model params: what a launch runs)
     engine.py     the scheduler loop: batching, real-time cycles, acceptance sampling, counters
+    tokens.py     the simulated model's greedy tokens and log-probabilities (shared with the model-backed
+                  executor), near ties by reduction order, modelled corruption (LL128 forced on PCIe)
     api.py        the HTTP routes (Starlette)        telemetry.py  /metrics (prometheus_client)
     logs.py       SGLang's log lines                 ranks.py      rank worker processes
     failures.py   the text real failures print      faults.py     fault injection specs
@@ -34,7 +36,7 @@ Simulator flags (never abbreviated, unlike SGLang's):
 
 Fault specs (details in faults.py):
     never_ready | slow_start=SECONDS | crash_after_tokens=N | hang_after_tokens=N | nccl_hang | nccl_hang_when=VAR:VALUE[,...]
-    | oom_above_draft_tokens=N | env_drop
+    | oom_above_draft_tokens=N | env_drop | draft_wiring_broken
 A port already in use fails like uvicorn: "[Errno 98] error while attempting to bind on address
 ('127.0.0.1', P): address already in use", exit 1.
 """

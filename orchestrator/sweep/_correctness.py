@@ -27,12 +27,15 @@ from orchestrator.trial import outputs
 
 log = logging.getLogger("sweep")
 
+_ROUNDS_SCANNED = 256
+"""Confirmation rounds searched for the baseline's scores: the gate's (at most 100) and the ones after."""
+
 
 def check(ctx: Context, arm: str) -> correctness.Correctness:
     """The correctness verdict on confirmation arm `arm` against the baseline."""
     c = ctx.spec.promotion.correctness
     scores: list[ScoredOutput] = []
-    for i in range(1, ctx.spec.promotion.max_rounds):
+    for i in range(1, _ROUNDS_SCANNED):
         record = scored(ctx, i)
         if record is not None:
             scores = list(record.scored)

@@ -117,3 +117,20 @@ def test_logprob_fields_have_sglangs_shapes(sim_factory):
     bad = httpx.post(sim.url + "/generate", json={"text": prompt, "return_logprob": True, "logprob_start_len": -5},
                      timeout=30)
     assert bad.status_code == 400 and "logprob_start_len" in bad.json()["error"]["message"]
+
+
+def test_deterministic_inference_gives_one_stream_whatever_the_reduction_order():
+    """Near ties fall with the reduction order (another NCCL algorithm here); with
+    --enable-deterministic-inference every launch decodes alike (an ASSUMPTION of the simulator: SGLang
+    claims batch invariance)."""
+    hw, md = load_hardware("pcie-rtxpro6000-x8"), load_model("kimi-k2.5")
+    ring, tree = resolve({"tp": 8}, hw, md), resolve({"tp": 8, "NCCL_ALGO": "Tree"}, hw, md)
+    assert not isinstance(ring, str) and not isinstance(tree, str)
+    ask = OutputsRequest(prompts=16, max_new_tokens=256)
+
+    def streams(cfg, deterministic):
+        numerics = tokens.launch_numerics(hw, md, cfg, deterministic=deterministic)
+        return [p.output_ids for p in model_outputs(ask, model_path="kimi-k2.5", numerics=numerics).prompts]
+
+    assert streams(ring, False) != streams(tree, False)
+    assert streams(ring, True) == streams(tree, True)
