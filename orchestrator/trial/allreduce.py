@@ -139,9 +139,13 @@ def plan_warnings(
         warnings.append(
             f"{', '.join(nccl)} {'is' if len(nccl) == 1 else 'are'} swept, but on this NVLink host "
             f"SGLang's custom all-reduce carries every all-reduce up to 16 MB, which includes all "
-            f"decode and verify all-reduces; NCCL only sees larger prefill all-reduces and "
-            f"all-gathers, so these variables will barely change verify latency. Add "
-            f"--disable-custom-all-reduce to the plan (or sweep it) to put NCCL on the verify path.")
+            f"decode and verify all-reduces, and where SGLang 0.5.23 auto-enables the FlashInfer all-reduce "
+            f"fusion (SM90/SM100 GPUs, a fusion architecture such as KimiK25ForConditionalGeneration) the fusion "
+            f"carries decode and verify up to 2048 tokens before it: NCCL_* are inert for decode and verify "
+            f"either way (--disable-custom-all-reduce leaves the fusion on); NCCL only sees larger prefill "
+            f"all-reduces and all-gathers. Sweep all_reduce_backend nccl (custom all-reduce and the fusion off) "
+            f"to put NCCL on the verify path; `sweep plan --host <profile>` shows which backend carries each "
+            f"message class.")
     symm = _on(f, "enable_symm_mem")
     if symm:
         forced = [n for n in ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE") if n in env and env[n] != "1"]

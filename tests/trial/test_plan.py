@@ -245,6 +245,13 @@ def test_warns_when_nccl_is_swept_under_custom_all_reduce_on_nvlink() -> None:
     custom = make(s, {**base, "NCCL_PROTO": "LL"}).warnings
     assert any(w.startswith("NCCL_PROTO is swept, but on this NVLink host SGLang's custom all-reduce")
                for w in custom), custom
+    # issue 19: the warning knows 0.5.23's FlashInfer fusion (overrides.py _flashinfer_allreduce_fusion_auto_enable),
+    # which --disable-custom-all-reduce leaves on; all_reduce_backend nccl turns both off, and then no warning
+    (warning,) = [w for w in custom if "custom all-reduce carries" in w]
+    assert "NCCL_* are inert for decode and verify either way (--disable-custom-all-reduce leaves the fusion on)" in warning
+    assert "Sweep all_reduce_backend nccl" in warning
+    assert not any("custom all-reduce carries" in w for w in
+                   make(s, {**base, "NCCL_PROTO": "LL", "all_reduce_backend": "nccl"}).warnings)
     # NCCL carries the all-reduces: the variables matter, no warning
     assert not any("custom all-reduce carries" in w for w in
                    make(s, {**base, "NCCL_PROTO": "LL", "all_reduce_path": "nccl"}).warnings)
