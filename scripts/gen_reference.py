@@ -303,6 +303,8 @@ def experiment_fields(missing: list[str] | None = None) -> str:
 def values_text(knob: knobs.Knob) -> str:
     if knob.kind == "bool":
         return "true, false"
+    if knob.kind == "adaptive_config":
+        return "the path of a JSON file"
     if knob.choices:
         return ", ".join(f"`{c}`" for c in knob.choices)
     if knob.kind == "power_of_two":
@@ -315,6 +317,8 @@ def values_text(knob: knobs.Knob) -> str:
 def _sample_values(knob: knobs.Knob) -> list[Any]:
     if knob.kind == "bool":
         return [True, False]
+    if knob.kind == "adaptive_config":
+        return ["<file.json>"]
     if knob.choices:
         return list(knob.choices)
     return [knob.low if knob.low is not None else 1]
@@ -349,10 +353,12 @@ def _words(emitted: Emitted, sample: Any, ranged: bool) -> str:
 def flag_text(knob: knobs.Knob, version: str) -> str:
     """What SGLang receives for each value of a flag knob under `version`'s spelling, per config.render:
     alone, or, for a knob that emits nothing alone, with speculative decoding on."""
-    ranged = not knob.choices and knob.kind != "bool"
+    ranged = not knob.choices and knob.kind not in ("bool", "adaptive_config")
     tries = [({}, "")]
     if knob.name != "speculative_algorithm":
         tries.append(({"speculative_algorithm": "EAGLE3"}, " (with speculative_algorithm set)"))
+        tries.append(({"speculative_algorithm": "EAGLE3", "speculative_adaptive": True},
+                      " (with speculative_algorithm and speculative_adaptive set)"))
     for base, condition in tries:
         per_value = [(v, _emitted(version, {knob.name: v}, base)) for v in _sample_values(knob)]
         if not any(flags or env for _, (flags, env) in per_value):
