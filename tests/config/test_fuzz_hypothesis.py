@@ -298,7 +298,8 @@ def test_hypothesis_fuzz_of_files_and_command_lines_finds_no_traceback_and_no_ha
     assert found["calls"] >= 800  # 300 file examples (validate + plan each) and 300 command lines
     codes = found["exit_codes"]  # the mutations reach both sides: accepted files and refused ones
     # The derandomized examples shift with the CLI's option list itself (adding `sweep plan --host/--arch`,
-    # with every earlier call's output unchanged, moved accepted files from 21 to 17), so the floor is 15.
-    assert codes.get("validate 0", 0) > 15 and codes.get("validate 2", 0) > 100, codes
+    # with every earlier call's output unchanged, moved accepted files from 21 to 17; the knob catalogue's
+    # speculative_adaptive_config and eagle3.yaml's all_reduce_backend, issue 19, to 15), so the floor is 10.
+    assert codes.get("validate 0", 0) > 10 and codes.get("validate 2", 0) > 100, codes
     assert codes.get("plan 0", 0) > 20 and codes.get("status 2", 0) > 10 and codes.get("export 2", 0) > 10, codes
     assert found["max_rss_mb"] < MAX_RSS_MB

@@ -26,8 +26,11 @@ def test_the_counterpart_is_the_other_kind_of_step_control():
              "speculative_num_draft_tokens": 8, "NCCL_PROTO": "LL"}
     kind, params, words = contrib.steps_counterpart(fixed, best_fixed=None) or ("", {}, "")
     assert (kind, words) == ("adaptive", "fixed 5 steps x top-k 2")
-    assert params == {**fixed, "speculative_adaptive": True, "speculative_num_steps": 3,  # nearest, ties low
+    # 5 is a candidate of SGLang 0.5.23's default adaptive slots (union 0, 1, 3, 5, 7): adaptive starts there
+    assert params == {**fixed, "speculative_adaptive": True, "speculative_num_steps": 5,
                       "speculative_eagle_topk": 1, "speculative_num_draft_tokens": None}
+    four = contrib.steps_counterpart({**fixed, "speculative_num_steps": 4}, best_fixed=None)
+    assert four is not None and four[1]["speculative_num_steps"] == 3  # nearest candidate, ties low
     adaptive = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
                 "speculative_adaptive": True}
     kind, params, words = contrib.steps_counterpart(adaptive, best_fixed=2) or ("", {}, "")
