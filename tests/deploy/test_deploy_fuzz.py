@@ -126,7 +126,8 @@ HOSTILE_FILES = [
 ]
 
 
-@pytest.mark.parametrize("text", HOSTILE_FILES)
+# ids by position: the texts hold a temporary path, and pytest-xdist workers must collect the same ids
+@pytest.mark.parametrize("text", HOSTILE_FILES, ids=[f"file{i}" for i in range(len(HOSTILE_FILES))])
 def test_entrypoint_process_never_runs_file_content(tmp_path: Path, text: str) -> None:
     path = tmp_path / "champion.env"
     path.write_text(text)
