@@ -28,7 +28,7 @@ from orchestrator.fsio import write_atomic, write_json
 from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, formats, report, select, sequential
 from orchestrator.search import space as sp
-from orchestrator.sweep import _confirm, _correctness, schedule
+from orchestrator.sweep import _confirm, schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import act_on_interrupts
 from orchestrator.sweep._promotion import Arms, Champion, Choice, Decided, Gate, Promotion, Registered
@@ -220,6 +220,9 @@ def promote(ctx: Context) -> Promotion:
     if isinstance(gate, Promotion):
         return gate
     choice = choose(ctx, picked, measuring, measured, gate, plan)
+    # The correctness gate's slot: after the choice and before the loads measure it, so that what it
+    # settles on is what the loads measure and the registry holds (its note stays in choice.verdict).
+    # (the correctness gate, when it lands, checks `choice` here)
     # The loads measure what is deployed; with nothing to deploy, the champion the verdict is about.
     subject = choice or Choice("champion", measuring.params_of("champion"), gate.figures, "", gate.outcome,
                                number=picked.trial.number, decision=gate.decision)
@@ -230,11 +233,8 @@ def promote(ctx: Context) -> Promotion:
         log.warning("no promotion: %s", gate.verdict)
         return Promotion(gate.outcome, gate.verdict, picked, measured.rows, gate, gate.figures,
                          not_measured=measuring.dropped)
-    choice = replace(choice, verdict=gate.verdict, figures=gate.figures)
-    checked = _correctness.gate(ctx, picked, measuring, measured, gate, plan, choice)  # outputs still the baseline's?
-    if isinstance(checked, Promotion):
-        return checked
-    choice = checked
+    note = choice.verdict.strip(". ")
+    choice = replace(choice, verdict=f"{gate.verdict}. {note}" if note else gate.verdict, figures=gate.figures)
     promoted = register(ctx, picked, choice, measured.rows)
     return Promotion(promoted.outcome, promoted.verdict, picked, measured.rows, gate, promoted.confirmed,
                      promoted.registered, not_measured=measuring.dropped, choice=choice)
