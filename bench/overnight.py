@@ -56,7 +56,9 @@ from orchestrator.probe import PROBE_FILE, read_probe  # noqa: E402
 from orchestrator.records import FailureKind, ParamValue, TrialOutcome, TrialRole, TrialStatus  # noqa: E402
 from orchestrator.results import cost as cost_mod  # noqa: E402
 from orchestrator.results import truth  # noqa: E402
+from orchestrator.search import space as sp  # noqa: E402
 from orchestrator.search.study import read_only  # noqa: E402
+from orchestrator.sweep._probe_stage import speculation_start  # noqa: E402 - the warm start's own policy
 from orchestrator.sweep.driver import Sweep  # noqa: E402
 from orchestrator.testing import ModelExecutor  # noqa: E402
 from orchestrator.tracking.tracker import Tracker  # noqa: E402
@@ -122,7 +124,7 @@ def _key(world: World) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         spec = experiment(world, "tpe", 0, "plain", Path(tmp))
     space = hashlib.sha256(spec.space.model_dump_json().encode()).hexdigest()[:16]
-    return f"{world.profile}|{world.objective}|{space}"
+    return f"{world.profile}|{world.objective}|{space}|nccl-only"
 
 
 def _optimum_of(world: World) -> dict[str, Any]:
@@ -131,13 +133,21 @@ def _optimum_of(world: World) -> dict[str, Any]:
     value = truth.evaluator(spec)
     best: tuple[float, dict[str, Any]] = (0.0, {})
     best_hidden = best
+    # The old NCCL-only space (issue 19): the NCCL knobs searched, everything else as the baseline runs
+    # (no speculation, SGLang's own all-reduce choice) or with the model's default EAGLE-3 speculation.
+    fixed = {"baseline": sp.baseline_params(spec.space), "default_eagle3": speculation_start(spec, sp.baseline_params(spec.space))}
+    old = dict.fromkeys(fixed, 0.0)
     for p in truth.feasible_points(spec):
         v = value(p)
         if v > best[0]:
             best = (v, dict(p))
         if v > best_hidden[0] and hidden_failure(p) is None:
             best_hidden = (v, dict(p))
-    return {"plain": best[0], "plain_params": best[1], "hidden": best_hidden[0], "hidden_params": best_hidden[1]}
+        for name, rest in fixed.items():
+            if v > old[name] and all(p.get(k) == x for k, x in rest.items() if not k.startswith("NCCL_")):
+                old[name] = v
+    return {"plain": best[0], "plain_params": best[1], "hidden": best_hidden[0], "hidden_params": best_hidden[1],
+            "nccl_only_baseline": old["baseline"], "nccl_only_default_eagle3": old["default_eagle3"]}
 
 
 def optima(worlds: list[World], jobs: int) -> dict[str, dict[str, Any]]:
@@ -182,6 +192,8 @@ class Night:
     """True value of the search's champion (before the gate and the simpler-configuration rule)."""
     promoted_config: str = ""
     verdict: str = ""
+    verdict_text: str = ""
+    """The verdict's own sentence (why promoted, not better or undecided)."""
     stop_reason: str = ""
     kept: int | None = None
     history: list[tuple[float, float]] = field(default_factory=list)
@@ -236,7 +248,8 @@ def _night(world: World, policy: str, seed: int, scenario: str, optimum: float) 
         value = truth.evaluator(spec)
         result = Night(world, policy, seed, scenario, optimum, launches=executor.launched,
                        wall_s=executor.clock.monotonic(), verdict=summary.outcome.value if summary.outcome else "",
-                       promoted_config=summary.promoted_config or "", stop_reason=summary.stop_reason)
+                       promoted_config=summary.promoted_config or "", stop_reason=summary.stop_reason,
+                       verdict_text=(summary.verdict or "")[:400])
         if (wd / PROBE_FILE).exists():
             probe = read_probe(wd / PROBE_FILE)
             result.probe_s = cost_mod.probe_seconds(spec, len(probe.settings))
@@ -345,6 +358,11 @@ def main() -> int:
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         nights = list(pool.map(_run, tasks))
     table = summarize(nights)
+    for w in worlds:
+        o = best[keys[w]]
+        print(f"{world_name(w)}: optimum {o['plain']:.1f}; the old NCCL-only space reaches "
+              f"{o['nccl_only_baseline'] / o['plain']:.3f} of it without speculation, "
+              f"{o['nccl_only_default_eagle3'] / o['plain']:.3f} with the default EAGLE-3")
     for scenario, by_world in table.items():
         for world, by_policy in by_world.items():
             print(f"\n{scenario} / {world}")
