@@ -128,7 +128,8 @@ def table_page(table: pd.DataFrame, title: str = "Sweep results") -> str:
     """results.html: the styled table alone, best objective first."""
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{STYLE}</style>"
             f"</head><body><main><h1>{_e(title)}</h1><p class='sub'>One row per trial, best first; ★ marks the "
-            f"champion; speedup_pct is the objective's gain over the nearest baseline.</p>{table_html(table)}"
+            f"champion; speedup_pct is the objective's gain in percent over the baseline measured nearest in time when "
+            f"the trial was recorded, the figure MLflow and sweep status show.</p>{table_html(table)}"
             f"</main></body></html>")
 
 
