@@ -14,6 +14,7 @@ from orchestrator.results.select import (
     pick_champion,
     promotion_gate,
     speedup,
+    speedup_pct,
 )
 from orchestrator.stats import bootstrap_ci
 
@@ -54,6 +55,12 @@ def test_bootstrap_ci_rejects_empty_or_non_finite(samples):
 )
 def test_speedup(value, baseline, direction, expected):
     assert speedup(value, baseline, direction=direction) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("ratio", "shown"), [
+    (94.0 / 88.8, 5.9), (1.549, 54.9), (1.0, 0.0), (0.8, -20.0), (13.345, 1234.5), (1.0004, 0.0)])
+def test_the_speedup_every_view_shows(ratio, shown):
+    assert speedup_pct(ratio) == shown
 
 
 @pytest.mark.parametrize("baseline", [0.0, -1.0, float("inf")])

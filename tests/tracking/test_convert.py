@@ -192,6 +192,8 @@ def test_trial_metrics_speedup_in_percent_and_no_interval_from_one_measurement()
         ci95_high={"decode_tok_s": 150.0})})
     metrics = convert.trial_metrics(one, {"speedup_vs_baseline": 1.23456})
     assert metrics["speedup_pct"] == 23.5 and "speedup_vs_baseline" not in metrics
+    # One decimal as every view shows it (results.select.speedup_pct), not 4 significant digits.
+    assert convert.trial_metrics(one, {"speedup_vs_baseline": 13.345})["speedup_pct"] == 1234.5
     assert not any("ci95" in k for k in metrics), "one measurement has no interval"
     three = one.model_copy(update={"summary": one.summary.model_copy(update={  # type: ignore[union-attr]
         "repeats": 3, "ci95_low": {"decode_tok_s": 146.0}, "ci95_high": {"decode_tok_s": 154.0}})})
