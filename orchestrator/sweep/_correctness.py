@@ -59,7 +59,8 @@ def gate(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.M
             if choice is chosen:
                 return replace(chosen, verdict=f"{chosen.verdict}. {verdict.text()}")
             refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items() if not v.passed)
-            return replace(choice, verdict=f"promoted {choice.label} instead of {chosen.label}, which changes the "
+            who = f"{choice.label} (the runner-up)" if choice.name == "runner_up" else choice.label
+            return replace(choice, verdict=f"promoted {who} instead of {chosen.label}, which changes the "
                                            f"outputs ({refused}). {choice.verdict}. {verdict.text()}")
     _keep(ctx, verdicts)
     refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items())
@@ -77,14 +78,14 @@ _DERIVATION = {"no_speculation": "without speculation", "default_communication":
 def _alternatives(ctx: Context, champion: Champion, measuring: Arms, values: Mapping[str, Mapping[int, float]],
                   passed: Gate, plan: sequential.RoundsPlan, chosen: Choice) -> list[Choice]:
     """The other configurations that passed the speed gate against the baseline: the champion (when
-    it passed), then its simpler forms that pass the gate themselves."""
+    it passed), then its simpler forms and the runner-up, each when it passes the gate itself."""
     spec = ctx.spec
     number = champion.trial.number
     out = []
     if chosen.name != "champion" and passed.passed:
         out.append(Choice("champion", measuring.params_of("champion"), passed.figures, passed.verdict,
                           Outcome.promoted, number=number, decision=passed.decision))
-    for arm, derivation in _DERIVATION.items():
+    for arm, derivation in (*_DERIVATION.items(), ("runner_up", "")):
         if arm == chosen.name or arm not in values or "baseline" not in values:
             continue
         a, b = contrib.paired(values[arm], values["baseline"])
@@ -93,9 +94,11 @@ def _alternatives(ctx: Context, champion: Champion, measuring: Arms, values: Map
         decision = sequential.decide(a, b, plan, direction=spec.objective.direction)
         if decision.verdict is sequential.Verdict.promoted and decision.evidence is not None:
             figures = contrib.confirmed(decision.evidence, spec.objective.metric, concurrency=spec.benchmark.concurrency)
-            out.append(Choice(arm, measuring.params_of(arm), figures, f"trial {number} {derivation} against the "
-                              f"baseline: {decision.message}", Outcome.promoted, number=number,
-                              derivation=derivation, decision=decision))
+            of = number if derivation else next(x.number for x in measuring.arms if x.name == arm)
+            label = f"trial {of} {derivation}" if derivation else f"trial {of} (the runner-up)"
+            out.append(Choice(arm, measuring.params_of(arm), figures, f"{label} against the baseline: "
+                              f"{decision.message}", Outcome.promoted, number=of, derivation=derivation,
+                              decision=decision))
     return out
 
 

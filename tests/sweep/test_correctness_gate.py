@@ -64,3 +64,34 @@ def test_without_the_gate_the_same_night_promotes_the_corrupting_setting(tmp_pat
     assert summary.outcome is st.Outcome.promoted and (wd / "champion.env").exists()
     assert "NCCL_PROTO=LL128" in (wd / "champion.env").read_text()
     assert not (wd / "confirm" / "00-champion" / "outputs.json").exists()  # nothing captured when off
+
+
+def test_a_refused_champion_gives_way_to_the_runner_up_that_passes_both_gates(tmp_path, sqlite_store_template):
+    """NCCL_PROTO=LL128 is the fastest at 32 streams on the PCIe profile, and corrupts; the runner-up from
+    another region (2 channels at most, NCCL's own protocol: +0.95% in the model) is faster than the baseline
+    and decodes as it does."""
+    space = tmp_path / "fallback.yaml"
+    space.write_text(yaml.safe_dump({"name": "fallback", "params": {
+        "NCCL_PROTO": {"choices": [None, "LL128"]}, "NCCL_MAX_NCHANNELS": {"choices": [None, 2]},
+        "NCCL_ALGO": {"choices": [None, "Tree"]}}}))
+    data = demo_experiment(name="fallback", search_space=[str(space)], sampler={"kind": "grid", "seed": 0},
+                           simulator={"noise": 0.0005}, benchmark={"concurrency": 32},
+                           objective={"concurrency": 32, "constraints": {}},
+                           budget={"trials": 8, "concurrent_trials": 2},
+                           promotion={"min_rounds": 3, "max_rounds": 8, "min_gain": 0.0, "explain": True})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "fallback"
+    copy_store(sqlite_store_template, wd)
+    summary = Sweep(spec, wd, executor=ModelExecutor(2)).run()
+    verdict = summary.verdict or ""
+    kept = json.loads((wd / "confirm" / "correctness.json").read_text())
+    assert summary.champion is not None and summary.champion["params"] == {"NCCL_PROTO": "LL128"}
+    assert kept["champion"]["passed"] is False
+    assert summary.outcome is st.Outcome.promoted, verdict
+    assert summary.promoted_config == "runner_up" and kept["runner_up"]["passed"] is True, kept
+    assert re.search(r"promoted trial \d+ \(the runner-up\) instead of trial \d+, which changes the outputs "
+                     r"\(champion: correctness gate \(the baseline's logprob score\): REFUSED: outputs differ", verdict), verdict
+    assert verdict.endswith("correctness gate (equal token streams): passed: 8 of 8 prompts decode to the baseline's "
+                            "256 tokens, token for token")
+    env = (wd / "champion.env").read_text()
+    assert "NCCL_MAX_NCHANNELS=2" in env and "NCCL_PROTO=LL128" not in env
