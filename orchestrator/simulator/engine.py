@@ -332,21 +332,9 @@ class Engine:
         cycle_accepted = 0
         for req in list(self.running):
             if cfg.speculative:
-                u = (req.phase + req.verify_ct * _GOLDEN) % 1.0
-                accepted, survive = 0, 1.0
-                for a in pred.per_depth_acceptance:
-                    survive *= a
-                    if u >= survive:
-                        break
-                    accepted += 1
-                req.verify_ct += 1
-                req.correct_drafts += accepted
-                req.proposed_drafts += pred.draft_tokens - 1
+                accepted = _verify(req, pred)
                 self._win_proposed += pred.draft_tokens - 1
                 cycle_accepted += accepted + 1
-                if len(req.accept_histogram) <= accepted:
-                    req.accept_histogram.extend([0] * (accepted + 1 - len(req.accept_histogram)))
-                req.accept_histogram[accepted] += 1
                 self._win_forward_ct += 1
                 self._win_accept_tokens += accepted + 1
                 self._win_correct += accepted
@@ -461,6 +449,25 @@ class Engine:
         await asyncio.sleep(self.watchdog_timeout_s)
         self.log.scheduler(failures.watchdog_timeout(self.watchdog_timeout_s))
         await asyncio.Event().wait()
+
+
+def _verify(req: Request, pred: perf.Prediction) -> int:
+    """One verify of `req`'s draft: how many drafts it accepts (its low-discrepancy sequence inverting the
+    per-depth acceptance, see the module docstring), with the request's counters updated."""
+    u = (req.phase + req.verify_ct * _GOLDEN) % 1.0
+    accepted, survive = 0, 1.0
+    for a in pred.per_depth_acceptance:
+        survive *= a
+        if u >= survive:
+            break
+        accepted += 1
+    req.verify_ct += 1
+    req.correct_drafts += accepted
+    req.proposed_drafts += pred.draft_tokens - 1
+    if len(req.accept_histogram) <= accepted:
+        req.accept_histogram.extend([0] * (accepted + 1 - len(req.accept_histogram)))
+    req.accept_histogram[accepted] += 1
+    return accepted
 
 
 def _next_tokens(req: Request, n: int) -> list[int]:
