@@ -495,13 +495,15 @@ def explain(ctx: Context, champion: Champion, measuring: Arms, measured: _confir
     name, params = who.name, who.params
     decision = who.decision or gate.decision
     evidence = decision.evidence or gate.evidence
-    levels, by_load, after = _by_load(ctx, champion, measured, name, params, evidence)
+    levels, by_load, after = _by_load(ctx, champion, measured, name, params, evidence, who.label)
     others = [lv for lv in levels if lv.concurrency != level]
     message = decision.message
     if message.startswith("promoted: "):
         message = f"promoted {who.label}: {message.removeprefix('promoted: ')}"
     head = contrib.at_level(message, named, metric)
     why = "; ".join(p.text() for p in gate.contributions)
+    if why and who.name == "runner_up":  # the parts measured are the search's pick's, not the deployed one's
+        why = f"trial {champion.trial.number}'s parts (the search's pick): {why}"
     if gate.checks:  # the equivalence test: what decides between the champion and a simpler configuration
         why += ". Simpler only when shown equivalent: " + "; ".join(c.text() for c in gate.checks)
     verdict = contrib.verdict_text(head, concurrency=None, metric=metric, others=others, why=why, after=after)
@@ -512,8 +514,8 @@ def explain(ctx: Context, champion: Champion, measuring: Arms, measured: _confir
 
 
 def _by_load(ctx: Context, champion: Champion, measured: _confirm.Measured, name: str,
-             params: Mapping[str, ParamValue],
-             evidence: sequential.Evidence) -> tuple[list[contrib.LevelGain], str, str]:
+             params: Mapping[str, ParamValue], evidence: sequential.Evidence,
+             label: str) -> tuple[list[contrib.LevelGain], str, str]:
     """The deployed configuration's gain at each promotion.concurrency level (at the gate's level: the
     gate's own figures, so "promoted" and "stops paying" cannot disagree; without levels listed, the
     gate's own level when adaptive and fixed steps were compared there), the sentence about them, and
@@ -536,7 +538,8 @@ def _by_load(ctx: Context, champion: Champion, measured: _confirm.Measured, name
         levels = [lv for lv in levels if lv.steps is not None]  # the gate's level is there for the steps alone
         said = contrib.steps_sentence(levels)
         return levels, said, said
-    what = f"{_speculation(champion)} (with its NCCL settings)" if contrib.speculates(params) else "it"
+    what = f"{_speculation(champion)} (with its NCCL settings)" if name == "champion" and contrib.speculates(params) \
+        else label
     by_load = contrib.stops_paying(levels, what)
     return levels, by_load, f"By load: {contrib.stops_paying(levels, what, figures=False)}" if by_load else ""
 

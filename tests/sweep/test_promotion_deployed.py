@@ -82,6 +82,7 @@ def test_a_simpler_promotion_is_measured_registered_and_starred_as_itself(tmp_pa
     gate = summary.gate or {}
     assert levels[1].gain == gate["gain"] and levels[1].low == gate["ci_low"]  # the gate's own figures at 1
     assert summary.confirmed is not None and summary.confirmed.gain == gate["gain"]
+    assert (summary.concurrency_verdict or "").startswith(f"{label} pays ")
 
     # The env file: its knobs, its figures, "trial <n> without speculation", no search-phase figure.
     text = (wd / "champion.env").read_text()
