@@ -109,7 +109,7 @@ def test_the_shipped_space_only_offers_adaptive_where_sglang_runs_it():
     total, feasible, reasons = sp.census(spec.space)
     assert not any("adaptive" in r for r in reasons)
     adaptive = spec.space.params["speculative_adaptive"]
-    assert adaptive.when == {"speculative_eagle_topk": 1, "speculative_num_steps": [1, 3, 5]}
+    assert adaptive.when == {"speculative_eagle_topk": 1, "speculative_num_steps": [1, 3]}
 
 
 # ------------------------------------------------------------------ speculative_adaptive: validation
