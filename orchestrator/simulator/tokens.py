@@ -179,12 +179,13 @@ def greedy(key: int, prompt: Sequence[int], n: int, numerics: Numerics) -> list[
 
 def score(key: int, ids: Sequence[int], start: int) -> list[tuple[float | None, int, float | None, int | None]]:
     """For each position from `start`: (log-probability of ids[i] after ids[:i], ids[i], the model's top
-    log-probability there, its top token); position 0 has no context (None), as SGLang reports it."""
+    log-probability there, its top token); none at `start` itself, as SGLang reports input logprobs
+    (scheduler_components/logprob_result_processor.py: "add None at start, remove last")."""
     out: list[tuple[float | None, int, float | None, int | None]] = []
     state = key
     for i, token in enumerate(ids):
         if i >= start:
-            if i == 0:
+            if i == start:
                 out.append((None, token, None, None))
             else:
                 top = distribution(state)

@@ -214,7 +214,7 @@ def model_outputs(request: OutputsRequest, *, model_path: str, numerics: tokens.
                                     output_logprobs=tuple(lp for _, lp in out)))
     scored = []
     for s in request.score:
-        rated = tokens.score(key, s.input_ids, len(s.input_ids) - s.continuation)
+        rated = tokens.score(key, s.input_ids, len(s.input_ids) - s.continuation - 1)[1:]  # as trial.outputs asks
         scored.append(ScoredOutput(arm=s.arm, prompt=s.prompt, logprobs=tuple(float(lp or 0.0) for lp, *_ in rated),
                                    top_logprobs=tuple(max(float(top or 0.0), float(lp or 0.0))
                                                       for lp, _, top, _ in rated)))

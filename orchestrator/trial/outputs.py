@@ -59,8 +59,11 @@ def capture_request(prompt: str, max_new_tokens: int) -> dict[str, Any]:
 
 
 def score_request(score: ScoreRequest) -> dict[str, Any]:
-    """A /generate request that scores `score`'s output tokens (their logprobs and the top one at each)."""
-    start = len(score.input_ids) - score.continuation
+    """A /generate request that scores `score`'s output tokens (their logprobs and the top one at each).
+    It starts one position before the output: SGLang reports no logprob at logprob_start_len itself
+    (scheduler_components/logprob_result_processor.py, _process_input_token_logprobs: "add None at
+    start, remove last"), so the output's first token is rated too."""
+    start = max(len(score.input_ids) - score.continuation - 1, 0)
     return {"input_ids": list(score.input_ids), "sampling_params": {"temperature": 0, "max_new_tokens": 1},
             "return_logprob": True, "logprob_start_len": start, "top_logprobs_num": 1, "stream": False}
 
@@ -110,8 +113,10 @@ def parse_score(score: ScoreRequest, body: Any) -> ScoredOutput:
     logprobs, top_logprobs = [], []
     for k, (item, top) in enumerate(zip(tokens, tops)):
         lp, token = _entry(item, "input_token_logprobs")
-        if token != score.input_ids[len(score.input_ids) - n + k] or lp is None:
+        if token != score.input_ids[len(score.input_ids) - n + k]:
             raise ValueError(f"input_token_logprobs position {k} rates token {token}, not the one sent")
+        if lp is None:
+            raise ValueError(f"input_token_logprobs position {k} of the output has no logprob")
         if not isinstance(top, list) or not top:
             raise ValueError(f"input_top_logprobs position {k} is empty")
         best, _ = _entry(top[0], "input_top_logprobs")

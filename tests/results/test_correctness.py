@@ -90,16 +90,21 @@ def test_parse_capture_refuses_what_it_cannot_read(body, message):
 def test_score_request_and_parse_score():
     score = ScoreRequest(arm="champion", prompt=1, input_ids=(11, 12, 7, 8), continuation=2)
     body = outputs.score_request(score)
-    assert body["logprob_start_len"] == 2 and body["top_logprobs_num"] == 1 and body["return_logprob"] is True
+    # one position before the output: SGLang gives no logprob at logprob_start_len itself
+    assert body["logprob_start_len"] == 1 and body["top_logprobs_num"] == 1 and body["return_logprob"] is True
     assert body["input_ids"] == [11, 12, 7, 8] and body["sampling_params"] == {"temperature": 0, "max_new_tokens": 1}
-    answer = {"meta_info": {"input_token_logprobs": [[-0.3, 7, None], [-9.0, 8, None]],
-                            "input_top_logprobs": [[[-0.3, 7, None]], [[-0.2, 5, None]]]}}
+    answer = {"meta_info": {"input_token_logprobs": [[None, 12, None], [-0.3, 7, None], [-9.0, 8, None]],
+                            "input_top_logprobs": [None, [[-0.3, 7, None]], [[-0.2, 5, None]]]}}
     got = outputs.parse_score(score, answer)
     assert got.logprobs == (-0.3, -9.0) and got.top_logprobs == (-0.3, -0.2)
     wrong = {"meta_info": {"input_token_logprobs": [[-0.3, 7, None], [-9.0, 9, None]],
                            "input_top_logprobs": [[[-0.3, 7, None]], [[-0.2, 5, None]]]}}
     with pytest.raises(ValueError, match="rates token 9, not the one sent"):
         outputs.parse_score(score, wrong)
+    unrated = {"meta_info": {"input_token_logprobs": [[None, 7, None], [-9.0, 8, None]],
+                             "input_top_logprobs": [None, [[-0.2, 5, None]]]}}
+    with pytest.raises(ValueError, match="position 0 of the output has no logprob"):
+        outputs.parse_score(score, unrated)
 
 
 def test_the_prompt_set_holds_the_largest_allowed_count():

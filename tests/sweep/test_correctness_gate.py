@@ -41,7 +41,7 @@ def test_forced_ll128_on_pcie_is_refused_by_the_correctness_gate_with_its_figure
     assert summary.champion is not None and summary.champion["params"] == {"NCCL_PROTO": "LL128"}
     verdict = summary.verdict or ""
     # faster (the speed gate passed) ...
-    assert "Speed: promoted trial" in verdict
+    assert "Speed: promoted" in verdict
     # ... but refused, naming the check and its figure
     assert "correctness gate (the baseline's logprob score): REFUSED: outputs differ from the baseline's on" in verdict
     assert re.search(r"on [1-8] of 8 prompts \(first at token \d+\); the baseline's server scores token \d+ of "
