@@ -21,17 +21,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from pydantic import ValidationError
-
 from orchestrator.errors import TrackingError
 from orchestrator.fsio import write_atomic, write_json
 from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, formats, report, select, sequential
 from orchestrator.search import space as sp
-from orchestrator.sweep import _confirm, schedule
+from orchestrator.sweep import _confirm, _correctness, schedule
 from orchestrator.sweep._context import Context
+from orchestrator.sweep._decided import already_decided, remember
 from orchestrator.sweep._loop import act_on_interrupts
-from orchestrator.sweep._promotion import Arms, Champion, Choice, Decided, Gate, Promotion, Registered
+from orchestrator.sweep._promotion import Arms, Champion, Choice, Gate, Promotion, Registered
 from orchestrator.sweep.state import ArmDropped, BaselineDrift, Outcome, StopKind, SweepSummary, TrackingWait
 from orchestrator.sweep.status import recorded_speedups
 from orchestrator.trial import observe
@@ -42,9 +41,6 @@ log = logging.getLogger("sweep")
 MLFLOW_WAIT_AT_END_S = 60.0
 """At the end, how long results waiting in the outbox wait for MLflow to return before promotion gives up."""
 
-DECISION_ATTR = "promotion_decision"
-"""The study attribute that keeps the promotion's outcome (a Decided), so a --resume finds it without summary.json."""
-
 Constraints = dict[str, tuple[float | None, float | None]]
 
 
@@ -52,13 +48,13 @@ def finish(ctx: Context) -> SweepSummary:
     """Promote unless interrupted or the baseline failed; log the summary to MLflow; write summary.json."""
     act_on_interrupts(ctx)
     status = "stopped" if ctx.interrupts.pressed else "finished"
-    earlier = _already_decided(ctx)
+    earlier = already_decided(ctx)
     promotion: dict[str, Any] = {}
     if earlier is not None:
         promotion = earlier
     elif _promotes(ctx):
         promoted = promote(ctx)
-        _remember(ctx, promoted)
+        remember(ctx, promoted)
         promotion = promoted.summary_fields(ctx.spec.objective.metric)
     summary = _summary(ctx, promotion)
     _log_summary(ctx, summary, status)
@@ -113,85 +109,6 @@ def _log_summary(ctx: Context, summary: SweepSummary, status: str) -> None:
             plt.close(figure)  # pyplot keeps every figure it made open: sweeps in one process would pile them up
 
 
-# ------------------------------------------------------------------------------ --resume of a decided sweep
-
-
-_PROMOTION_FIELDS = ("champion", "promoted", "verdict", "outcome", "confirmed", "search_value", "contributions",
-                     "promoted_config", "concurrency", "concurrency_verdict", "gate", "confirmations",
-                     "model_version", "env_file", "run_id", "deployed")
-
-
-def _already_decided(ctx: Context) -> dict[str, Any] | None:
-    """Resuming a sweep that already reached a verdict, with nothing new measured since: that verdict's
-    summary fields, neither measured again nor registered again (None otherwise). The verdict is read
-    from summary.json, or, when that is missing or unreadable, from the study (DECISION_ATTR)."""
-    if not ctx.resume:
-        return None
-    before = _summary_before(ctx)
-    decided = _decided_in_study(ctx) if before is None else _decided_in_summary(before)
-    if decided is None or not _final(ctx, decided):
-        return None  # interrupted, cut short by the wall time, or not registered: confirm (again) now
-    log.info("the sweep had already reached its verdict and nothing new was measured: not confirmed or "
-             "registered again (%s)", decided.outcome.value)
-    kept = before.model_dump(include=set(_PROMOTION_FIELDS), exclude_unset=True) if before is not None \
-        else decided.summary_fields()
-    kept["verdict"] = (f"already decided before this --resume, nothing measured or registered again: "
-                       f"{decided.verdict or decided.outcome.value}")
-    return kept
-
-
-def _summary_before(ctx: Context) -> SweepSummary | None:
-    """The summary.json of the run before, or None when missing or unreadable."""
-    try:
-        return SweepSummary.model_validate_json(ctx.paths.summary.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _decided_in_summary(before: SweepSummary) -> Decided | None:
-    """The promotion's outcome summary.json holds, or None (no promotion ended there)."""
-    if before.outcome is None:
-        return None
-    return Decided(outcome=before.outcome, verdict=before.verdict or "",
-                   rounds=int((before.gate or {}).get("rounds") or 0), launched=before.launched,
-                   complete=before.complete, failed=before.failed)
-
-
-def _decided_in_study(ctx: Context) -> Decided | None:
-    """The promotion's outcome the study keeps, or None (never decided, or not readable)."""
-    kept = ctx.study.get_attr(DECISION_ATTR)
-    if kept is None:
-        return None
-    try:
-        return Decided.model_validate(kept)
-    except ValidationError:
-        log.warning("the study's %s is not a promotion decision: promoting again", DECISION_ATTR)
-        return None
-
-
-def _final(ctx: Context, decided: Decided) -> bool:
-    """Whether the verdict stands: reached at the counts of now, and not one more rounds could change."""
-    p = ctx.progress
-    if (decided.launched, decided.complete, decided.failed) != (p.launched, p.complete, p.failed):
-        return False
-    return decided.outcome in (Outcome.promoted, Outcome.unconfirmed, Outcome.not_better) or (
-        decided.outcome is Outcome.undecided and decided.rounds >= ctx.spec.promotion.max_rounds)
-
-
-def _remember(ctx: Context, promotion: Promotion) -> None:
-    """Keep the promotion's outcome in the study, which --resume reads when summary.json is unreadable."""
-    if promotion.outcome is None:
-        return  # interrupted: nothing decided
-    p = ctx.progress
-    r = promotion.registered
-    decided = Decided(outcome=promotion.outcome, verdict=promotion.verdict, rounds=promotion.rounds,
-                      model_version=r.model_version if r else None, run_id=r.run_id if r else None,
-                      env_file=r.env_file if r else None, promoted_config=r.promoted_config if r else None,
-                      champion=promotion.champion.summary() if promotion.champion else None,
-                      launched=p.launched, complete=p.complete, failed=p.failed)
-    ctx.study.set_attr(DECISION_ATTR, decided.model_dump(mode="json"))
-
-
 # ------------------------------------------------------------------------------ the pipeline
 
 
@@ -222,7 +139,11 @@ def promote(ctx: Context) -> Promotion:
     choice = choose(ctx, picked, measuring, measured, gate, plan)
     # The correctness gate's slot: after the choice and before the loads measure it, so that what it
     # settles on is what the loads measure and the registry holds (its note stays in choice.verdict).
-    # (the correctness gate, when it lands, checks `choice` here)
+    if choice is not None:
+        checked = _correctness.gate(ctx, picked, measuring, measured, gate, plan, choice)  # outputs still the baseline's?
+        if isinstance(checked, Promotion):
+            return checked
+        choice = checked
     # The loads measure what is deployed; with nothing to deploy, the champion the verdict is about.
     subject = choice or Choice("champion", measuring.params_of("champion"), gate.figures, "", gate.outcome,
                                number=picked.trial.number, decision=gate.decision)

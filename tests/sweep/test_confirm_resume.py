@@ -16,7 +16,7 @@ from orchestrator import cli
 from orchestrator.config import experiment as spec_mod
 from orchestrator.results import export
 from orchestrator.search.study import read_only
-from orchestrator.sweep import _promote
+from orchestrator.sweep import _decided
 from orchestrator.sweep import state as st
 from orchestrator.sweep.driver import Sweep
 
@@ -31,7 +31,7 @@ def test_resume_with_summary_json_unreadable_registers_nothing_again(tmp_path, s
     first = Sweep(spec, wd, executor=CountingExecutor(2)).run()
     assert first.outcome is not None and first.outcome is not st.Outcome.no_champion, first.verdict
     _, attrs = read_only(f"sqlite:///{wd / 'optuna.db'}", spec.name) or ([], {})
-    kept = attrs[_promote.DECISION_ATTR]
+    kept = attrs[_decided.DECISION_ATTR]
     assert kept["outcome"] == first.outcome.value and kept["model_version"] == first.model_version
 
     if damage == "garbage":
