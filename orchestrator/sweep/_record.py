@@ -3,6 +3,7 @@ failure budget, best so far, the baseline re-measured every k trials, when to st
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import time
@@ -25,6 +26,9 @@ LEARNED_FAILURES = frozenset({FailureKind.oom, FailureKind.nccl_hang, FailureKin
                               FailureKind.server_crash})
 """Failures the configuration causes and the sampler is told to avoid (a violated constraint for TPE):
 it proposes that region less. Others are only blacklisted as exact points."""
+FINISHED_AT_ATTR = "finished_at"
+"""The study attribute that keeps when a trial was measured, on the sweep's clock (the outcome's
+`finished_at`): --resume places a baseline at it when outcome.json is unreadable."""
 
 
 def objective_values(ctx: Context, outcome: TrialOutcome) -> list[float] | None:
@@ -66,8 +70,9 @@ def skipped(ctx: Context) -> int:
 
 
 def baseline_measured_at(ctx: Context, at: float, value: float) -> None:
-    """A measurement of the baseline (a search-phase baseline trial, or a confirmation round)."""
-    ctx.progress.baselines.append((at, value))
+    """A measurement of the baseline (a search-phase baseline trial, or a confirmation round), at the
+    outcome's `finished_at`; kept in the order measured, so a --resume rebuilds the same list."""
+    bisect.insort(ctx.progress.baselines, (at, value))
 
 
 def recovered(ctx: Context, *, complete: bool, failure_kind: str | None) -> None:
@@ -170,7 +175,8 @@ def _attrs(outcome: TrialOutcome) -> dict[str, Any]:
     """The trial's attributes in the study, with its measured cost (`sweep status` estimates from the
     real start-up and benchmark times)."""
     attrs: dict[str, Any] = {"role": outcome.role.value, "status": outcome.status.value,
-                             "fingerprint_hash": outcome.fingerprint_hash, "node": outcome.node}
+                             "fingerprint_hash": outcome.fingerprint_hash, "node": outcome.node,
+                             FINISHED_AT_ATTR: outcome.finished_at}
     attrs.update({f"{phase}_s": round(float(outcome.timings[phase]), 3)
                   for phase in ("server_start", "bench") if outcome.timings.get(phase) is not None})
     return attrs
@@ -205,7 +211,7 @@ def _told_complete(ctx: Context, outcome: TrialOutcome, values: list[float], att
                    extra: dict[str, float]) -> None:
     p = ctx.progress
     if outcome.role is TrialRole.baseline:
-        p.baselines.append((outcome.finished_at, values[0]))
+        baseline_measured_at(ctx, outcome.finished_at, values[0])
     base = select.nearest_baseline(outcome.finished_at, p.baselines)
     if base:
         extra["speedup_vs_baseline"] = select.speedup(values[0], base, direction=ctx.spec.objective.direction)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -16,11 +17,23 @@ from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStat
 from orchestrator.search import space as sp
 from orchestrator.search.study import TrialView
 from orchestrator.sweep._context import Context
-from orchestrator.sweep._record import LEARNED_FAILURES, baseline_measured_at, launched, record, recovered, update_best
+from orchestrator.sweep._record import (
+    FINISHED_AT_ATTR,
+    LEARNED_FAILURES,
+    baseline_measured_at,
+    launched,
+    record,
+    recovered,
+    update_best,
+)
 from orchestrator.sweep._workdir import Paths
 from orchestrator.trial import server as srv
 
 log = logging.getLogger("sweep")
+
+CONFIRM_BASELINE = re.compile(r"\d+-baseline")
+"""A confirmation round's baseline run at the gate's load (Paths.confirm_dir(i, "baseline")); the other
+loads' (NN-baseline-c8) are not among the sweep's baselines, as the live sweep keeps them."""
 
 
 def reap_previous_driver(paths: Paths) -> None:
@@ -57,6 +70,7 @@ def recover(ctx: Context) -> None:
     for t in trials:
         if t.state in ("COMPLETE", "FAIL"):
             _count_existing(ctx, t)
+    _confirmation_baselines(ctx)
     replayed, pending = ctx.track.replay_outbox()
     if replayed or pending:
         log.info("MLflow outbox: replayed %d, still pending %d", replayed, pending)
@@ -91,8 +105,10 @@ def _count_existing(ctx: Context, t: TrialView) -> None:
     if t.attrs.get("skipped") or kind == FailureKind.interrupted.value:
         return
     params = sp.complete(ctx.spec.space, t.params)
+    outcome = _read_outcome(ctx.paths.trial_dir(t.number) / "outcome.json",
+                            "the study keeps its result, but the report and the champion's pick leave it out")
     if t.role == TrialRole.baseline.value and t.state == "COMPLETE" and t.values:
-        baseline_measured_at(ctx, t.end or 0.0, float(t.values[0]))
+        baseline_measured_at(ctx, _measured_at(t, outcome), float(t.values[0]))
     recovered(ctx, complete=t.state == "COMPLETE", failure_kind=kind)
     if t.state == "COMPLETE":
         ctx.policy.remember(params, t.number, t.values or ())
@@ -101,10 +117,36 @@ def _count_existing(ctx: Context, t: TrialView) -> None:
         # A failure the sampler learned from stays one after a resume, so its repeats are told the same way.
         learn = kind in {k.value for k in LEARNED_FAILURES} and t.role == TrialRole.search.value
         ctx.policy.remember(params, t.number, None, learn=learn)
-    outcome = _read_outcome(ctx.paths.trial_dir(t.number) / "outcome.json",
-                            "the study keeps its result, but the report and the champion's pick leave it out")
     if outcome is not None:
         ctx.outcomes.append(outcome)
+
+
+def _measured_at(t: TrialView, outcome: TrialOutcome | None) -> float:
+    """When a trial was measured, on the sweep's clock, as the live sweep kept it: its outcome's
+    `finished_at`, else the study's copy of it; Optuna's completion time only as the last resort (it is
+    when Optuna was told, on the machine's clock, which is not the sweep's on a virtual clock)."""
+    if outcome is not None:
+        return outcome.finished_at
+    kept = t.attrs.get(FINISHED_AT_ATTR)
+    if isinstance(kept, (int, float)) and not isinstance(kept, bool):
+        return float(kept)
+    log.warning("trial %d (a baseline) has no readable outcome.json and the study keeps no %s: its time is "
+                "the study's completion time, so the baseline nearest a trial may be another", t.number,
+                FINISHED_AT_ATTR)
+    return t.end or 0.0
+
+
+def _confirmation_baselines(ctx: Context) -> None:
+    """The baselines the confirmation rounds measured (confirm/NN-baseline/outcome.json), which the live
+    sweep kept among its baselines (the end-of-sweep measurement): counted again, as it counted them."""
+    for folder in sorted(ctx.paths.root.glob("confirm/*-baseline")):
+        if not CONFIRM_BASELINE.fullmatch(folder.name):
+            continue
+        outcome = _read_outcome(folder / "outcome.json", "the sweep's baselines leave this round out")
+        metrics = outcome.metrics if outcome is not None else None
+        raw = getattr(metrics, ctx.spec.objective.metric, None) if metrics is not None else None
+        if outcome is not None and outcome.status is TrialStatus.COMPLETE and raw is not None and raw > 0:
+            baseline_measured_at(ctx, outcome.finished_at, float(raw))
 
 
 def _read_outcome(path: Path, consequence: str) -> TrialOutcome | None:
