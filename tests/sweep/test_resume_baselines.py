@@ -93,3 +93,29 @@ def test_a_resume_keeps_every_baseline_at_its_measured_time(tmp_path, sqlite_sto
     # sweep.json keeps them all, in the order measured, for `sweep status` and the report.
     final = _sweep_json(wd).baselines
     assert set(live) <= set(final) and final == sorted(final)
+
+
+def test_a_baseline_whose_outcome_json_is_lost_keeps_its_measured_time(tmp_path, sqlite_store_template):
+    """The study keeps each trial's finished_at: with the baseline's outcome.json gone, the resume still
+    places it where it was measured (not at Optuna's completion time, on the machine's clock)."""
+    data = demo_experiment(name="lost", budget={"trials": 3, "concurrent_trials": 1}, promotion={"max_rounds": 0})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)
+    clock = VirtualClock()
+    Sweep(spec, wd, executor=ModelExecutor(1, clock=clock)).run()
+    live = _sweep_json(wd).baselines
+    assert len(live) == 1 and live[0][0] == _finished_at(wd, 0)
+    (wd / "trials" / "0000" / "outcome.json").unlink()
+
+    seen: list[list[tuple[float, float]]] = []
+    resumed: list[Sweep] = []
+
+    def at_ready(event: object) -> None:
+        if isinstance(event, st.ExecutorReady):
+            seen.append(list(resumed[0].progress.baselines))
+
+    resumed.append(Sweep(spec, wd, executor=ModelExecutor(1, clock=clock), resume=True, n_trials=4,
+                         on_event=at_ready))
+    resumed[0].run()
+    assert seen == [live]
