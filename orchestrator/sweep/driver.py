@@ -152,7 +152,17 @@ class Sweep:
             self._lock.release()
 
     def open(self) -> None:
-        """Open (or, resuming, reopen) the study and the sweep's MLflow parent run; write sweep.json."""
+        """Open (or, resuming, reopen) the study and the sweep's MLflow parent run; write sweep.json.
+
+        A --resume that fails here says so in sweep.json, keeping what the earlier run recorded there."""
+        try:
+            self._open()
+        except SweepToolError as exc:
+            if self.ctx.resume:
+                self._resume_failed(str(exc))
+            raise
+
+    def _open(self) -> None:
         ctx, spec = self.ctx, self.ctx.spec
         try:
             existed = ctx.study.exists()
@@ -233,6 +243,30 @@ class Sweep:
                 pass  # MLflow is what failed: the message raised says so, the run stays as it is
         if not ctx.resume and not ctx.progress.launched:
             ctx.study.delete()  # nothing ran: the same command starts afresh once the cause is fixed
+
+    def _resume_failed(self, reason: str) -> None:
+        """sweep.json says this --resume could not start, and why, and keeps the rest as the earlier run
+        left it (its counts, best, baselines and why it stopped: the study was not read yet, so this
+        run has nothing to replace them with). An unreadable or missing sweep.json is left as it is."""
+        ctx = self.ctx
+        try:
+            earlier = SweepState.model_validate_json(ctx.paths.state.read_bytes())
+        except (OSError, ValueError):
+            log.warning("%s is missing or unreadable: it does not record that this --resume failed", ctx.paths.state)
+            return
+        before = f", which had stopped: {earlier.stop_reason}" if earlier.stop_reason else ""
+        text = f"the --resume could not start: {reason} (the rest of sweep.json is the earlier run's{before})"
+        try:
+            write_json(ctx.paths.state, earlier.model_copy(update={
+                "status": "failed", "stop_kind": StopKind.start_failed, "stop_reason": text, "pid": os.getpid(),
+                "updated_at": ctx.clock.time()}).model_dump(mode="json"))
+        except OSError:
+            pass  # a full disk, say: the error raised names the cause
+        if ctx.tracker is not None and ctx.parent_run_id:
+            try:
+                ctx.tracker.end_sweep(ctx.parent_run_id, "FAILED")  # reopened by this --resume: not left RUNNING
+            except SweepToolError:
+                pass  # MLflow is what failed: the message raised says so
 
     def _failed_mid_sweep(self, reason: str) -> None:
         """sweep.json says the sweep failed, and why, once the storage, MLflow or the cluster failed while

@@ -151,3 +151,40 @@ def test_a_storage_failure_mid_sweep_leaves_sweep_json_failed_and_resume_finishe
     done = optuna.load_study(study_name="midfail", storage=f"sqlite:///{wd / 'optuna.db'}").trials
     assert all(done[n].values == study.trials[n].values for n in kept)  # nothing measured is lost
     assert summary.launched >= len(kept)
+
+
+def test_a_resume_that_cannot_start_says_so_in_sweep_json_and_keeps_the_earlier_run(
+        tmp_path: Path, sqlite_store_template: Path) -> None:
+    """--resume while MLflow is down (tracking.uri at a closed port): sweep.json used to stay as the
+    earlier run left it (`finished`), as if nothing had been tried. Now it says the resume failed and why,
+    and keeps the earlier run's counts, best, baselines and why it stopped; the study is untouched, and
+    the same --resume, once MLflow is back, continues it (real Optuna and MLflow sqlite stores)."""
+    from orchestrator.testing import ModelExecutor
+
+    data = demo_experiment(name="resumefail", budget={"trials": 2, "concurrent_trials": 1},
+                           promotion={"max_rounds": 0})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)
+    Sweep(spec, wd, executor=ModelExecutor(1)).run()
+    earlier = json.loads((wd / "sweep.json").read_text())
+    assert earlier["status"] == "finished" and earlier["complete"] == 2
+    trials = optuna.load_study(study_name="resumefail", storage=f"sqlite:///{wd / 'optuna.db'}").trials
+
+    down = spec_mod.load(write_experiment(tmp_path, {**data, "tracking": {"uri": "http://127.0.0.1:9"}},
+                                          name="down.yaml"))
+    with pytest.raises(SweepToolError, match="MLflow"):
+        Sweep(down, wd, executor=ModelExecutor(1), resume=True, n_trials=3).run()
+    state = json.loads((wd / "sweep.json").read_text())
+    assert state["status"] == "failed" and state["stop_kind"] == "start_failed"
+    assert state["stop_reason"].startswith("the --resume could not start: ")
+    assert "MLflow" in state["stop_reason"]
+    assert earlier["stop_reason"] and earlier["stop_reason"] in state["stop_reason"]  # why the earlier run stopped
+    kept = {k: v for k, v in state.items() if k not in {"status", "stop_kind", "stop_reason", "pid", "updated_at"}}
+    assert kept == {k: v for k, v in earlier.items() if k in kept}  # counts, best, baselines, schedule
+    again = optuna.load_study(study_name="resumefail", storage=f"sqlite:///{wd / 'optuna.db'}").trials
+    assert [(t.number, t.state, t.values) for t in again] == [(t.number, t.state, t.values) for t in trials]
+
+    summary = Sweep(spec, wd, executor=ModelExecutor(1), resume=True, n_trials=3).run()
+    state = json.loads((wd / "sweep.json").read_text())
+    assert state["status"] == "finished" and state["complete"] == 3 and summary.launched == 3
