@@ -18,6 +18,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
+from orchestrator.config import knobs
+
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 """C0 and C1 controls, and the bidirectional controls (U+202E right-to-left override and its kin), which make
 a command line or a file read differently on screen from what runs."""
@@ -178,3 +180,13 @@ Fault = Annotated[Text, AfterValidator(_fault)]
 """A simulator fault in its --sim-fault syntax."""
 HardwareProfile = Annotated[Text, _profile("hardware")]
 ModelProfile = Annotated[Text, _profile("model")]
+
+
+def _allowed_env_name(name: str) -> str:
+    if why := knobs.env_rule(name):
+        raise ValueError(why)
+    return name
+
+
+EnvName = Annotated[str, AfterValidator(_allowed_env_name)]
+"""An environment variable an experiment may set (knobs.env_rule: the allow-list, no secrets)."""
