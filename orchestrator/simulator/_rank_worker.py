@@ -1,7 +1,8 @@
 """One simulated tensor-parallel rank (SGLang's scheduler process for one GPU), stdlib only.
 
 Started by ranks.py as `python -I -S _rank_worker.py orchestrator.simulator::scheduler_TP<RANK> RANK WORLD PARENT_PID
-NCCL_VERSION [TUNING...]` (the first argument names it in `ps`, like SGLang's process titles)
+NCCL_VERSION [--ready-fd=FD] [TUNING...]` (the first argument names it in `ps`, like SGLang's process titles;
+FD gets one byte once the lines are written, so the server goes on only after every rank's NCCL init)
 with the environment the server hands its ranks, so the environment NCCL would read can be seen in
 /proc/<pid>/environ. When NCCL_DEBUG is INFO (or TRACE) it prints what NCCL prints at communicator
 set-up, in NCCL's format (`host:pid:tid [rank] NCCL INFO ...`), from ITS OWN environment: the version, one
@@ -116,8 +117,13 @@ def nccl_lines(rank, world, version, tuning, env):
 
 if __name__ == "__main__":
     rank, world, parent = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    out = nccl_lines(rank, world, sys.argv[5], sys.argv[6:], os.environ)
+    items = sys.argv[6:]
+    told = int(items.pop(0).split("=", 1)[1]) if items and items[0].startswith("--ready-fd=") else None
+    out = nccl_lines(rank, world, sys.argv[5], items, os.environ)
     if out:
         os.write(1, ("\n".join(out) + "\n").encode())
+    if told is not None:  # the server waits for every rank's lines before it goes on (ranks.start)
+        os.write(told, b".")
+        os.close(told)
     while os.getppid() == parent:
         time.sleep(0.2)

@@ -54,6 +54,12 @@ LogprobEntry = tuple[float | None, int, str | None]
 _GOLDEN = 0.6180339887498949
 
 
+CATCH_UP_S = 2.0
+"""How far behind its schedule the loop may fall and still catch up (the next steps run back to back until
+it is on time again), so a machine under load, whose scheduler wakes the loop late now and then, serves
+the modelled rate on average; a longer stall (a stopped process) resumes from now instead of bursting."""
+
+
 @dataclass(eq=False)
 class Request:
     """One generation, from arrival to finish; the HTTP handler waits on `wake`."""
@@ -256,8 +262,8 @@ class Engine:
                 await self._wake.wait()
                 deadline = time.perf_counter()
             now = time.perf_counter()
-            if deadline < now - 0.05:
-                deadline = now  # fell far behind (a long stall): resume from now instead of bursting
+            if deadline < now - CATCH_UP_S:
+                deadline = now  # fell far behind (a long stall, a stopped process): resume from now
             if self.waiting and len(self.running) < self.max_running:
                 deadline = await self._prefill(deadline)
             else:

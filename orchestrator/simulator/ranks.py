@@ -9,6 +9,7 @@ stdlib-only script started with `python -I -S` so eight of them stay small and s
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -26,15 +27,45 @@ def worker_env(server_env: Mapping[str, str], *, drop_nccl: bool) -> dict[str, s
     return env
 
 
-def start(tp_size: int, env: Mapping[str, str], *, nccl_version: str, tuning: Sequence[str]) -> list[subprocess.Popen]:
-    """Start `tp_size` rank workers; their stdout/stderr are the server's."""
+def start(tp_size: int, env: Mapping[str, str], *, nccl_version: str, tuning: Sequence[str],
+          ready_timeout_s: float = 120.0) -> list[subprocess.Popen]:
+    """Start `tp_size` rank workers (their stdout/stderr are the server's) and return once each has printed
+    its NCCL lines, as SGLang's "Init torch distributed ends" follows every rank's NCCL init: a reader of
+    the log that sees the server ready finds every rank's lines. `ready_timeout_s` only guards a hang."""
+    ready, told = os.pipe()
     procs = []
-    for rank in range(tp_size):
-        procs.append(subprocess.Popen(
-            [sys.executable, "-I", "-S", str(_WORKER), f"orchestrator.simulator::scheduler_TP{rank}", str(rank), str(tp_size), str(os.getpid()), nccl_version,
-             *tuning],
-            env=dict(env), stdin=subprocess.DEVNULL, close_fds=True))
+    try:
+        for rank in range(tp_size):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-I", "-S", str(_WORKER), f"orchestrator.simulator::scheduler_TP{rank}", str(rank),
+                 str(tp_size), str(os.getpid()), nccl_version, f"--ready-fd={told}", *tuning],
+                env=dict(env), stdin=subprocess.DEVNULL, close_fds=True, pass_fds=(told,)))
+        os.close(told)
+        told = -1
+        _wait_told(ready, procs, ready_timeout_s)
+    finally:
+        if told >= 0:
+            os.close(told)
+        os.close(ready)
     return procs
+
+
+def _wait_told(ready: int, procs: Sequence[subprocess.Popen], timeout_s: float) -> None:
+    """Read one byte per worker from `ready`; a worker that died (or the timeout) ends the wait early."""
+    deadline = time.monotonic() + timeout_s
+    count = 0
+    while count < len(procs):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        readable, _, _ = select.select([ready], [], [], min(left, 0.5))
+        if readable:
+            got = os.read(ready, len(procs) - count)
+            if not got:  # every writer is gone: the workers that could tell have told, or died
+                return
+            count += len(got)
+        elif any(p.poll() is not None for p in procs):
+            return
 
 
 def stop(procs: Sequence[subprocess.Popen], timeout_s: float = 2.0) -> None:
