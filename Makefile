@@ -33,11 +33,17 @@ check: install
 	$(BIN)/mypy
 	$(BIN)/ruff check orchestrator tests bench scripts
 
+# Two pytest-xdist workers, a test file each at a time (--dist loadfile keeps a file's module fixtures in one
+# process): most tests wait on servers and processes they start, so two workers halve the wall time on a
+# 2-core machine (docs/testing.md has the figures). PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile
+
 test: install browser check
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not sglang_real"
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "not sglang_real"
 
 test-fast: install
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "not slow"
 
 # The real-SGLang tier (docs/testing-sglang.md): SGLang 0.5.23 on this machine's CPU, in a venv of its own
 # built once and reused (.venv-sglang/, out of git); the tests make their tiny model at run time.
@@ -53,7 +59,7 @@ $(SGLANG_VENV)/.installed: $(SGLANG_REQS)
 
 test-sglang: install $(SGLANG_VENV)/.installed
 	SWEEP_SGLANG_PYTHON=$(CURDIR)/$(SGLANG_VENV)/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  -m sglang_real tests/sglang_real/test_sweep.py tests/sglang_real/test_trial.py tests/sglang_real/test_sglang_interrupt.py
+	  -m sglang_real tests/sglang_real/test_sweep.py tests/sglang_real/test_trial.py tests/sglang_real/test_sglang_interrupt.py tests/sglang_real/test_outputs_real.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
