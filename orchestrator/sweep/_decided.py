@@ -77,7 +77,7 @@ def _final(ctx: Context, decided: Decided) -> bool:
     p = ctx.progress
     if (decided.launched, decided.complete, decided.failed) != (p.launched, p.complete, p.failed):
         return False
-    return decided.outcome in (Outcome.promoted, Outcome.unconfirmed, Outcome.not_better) or (
+    return decided.outcome in (Outcome.promoted, Outcome.unconfirmed, Outcome.not_better, Outcome.outputs_changed) or (
         decided.outcome is Outcome.undecided and decided.rounds >= ctx.spec.promotion.max_rounds)
 
 

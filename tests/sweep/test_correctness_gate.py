@@ -58,6 +58,20 @@ def test_forced_ll128_on_pcie_is_refused_by_the_correctness_gate_with_its_figure
     assert {s["arm"] for s in scores["scored"]} == {"champion"} and len(scores["scored"]) == kept["differing"]
 
 
+def test_a_resume_after_the_refusal_measures_nothing_again(tmp_path, sqlite_store_template):
+    """outputs_changed is a final verdict (sweep/_decided.py _final): a --resume neither confirms nor captures
+    again, and still promotes nothing."""
+    summary, wd = _night(tmp_path, sqlite_store_template, "ll128again", [None, "LL128"], 32)
+    assert summary.outcome is st.Outcome.outputs_changed
+    spec = spec_mod.load(tmp_path / "exp.yaml")
+    again = ModelExecutor(2)
+    resumed = Sweep(spec, wd, executor=again, resume=True).run()
+    assert resumed.outcome is st.Outcome.outputs_changed and not resumed.promoted
+    assert "already decided before this --resume" in (resumed.verdict or "")
+    assert again.launched == 0
+    assert not (wd / "champion.env").exists()
+
+
 def test_without_the_gate_the_same_night_promotes_the_corrupting_setting(tmp_path, sqlite_store_template):
     summary, wd = _night(tmp_path, sqlite_store_template, "ll128off", [None, "LL128"], 32,
                          correctness={"enabled": False})
