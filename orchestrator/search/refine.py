@@ -70,10 +70,13 @@ class Refinement:
         kept = list(self.settings.values())
         rank = next((i for i, v in enumerate(kept) if all(params.get(k) == x for k, x in v.items())), None)
         out: list[dict[str, ParamValue]] = []
-        fastest = self.fastest_nccl(params)
+        nccl = set(kept[0]) if kept else set()
+        active = any(sp.is_active(space.params[k], params) for k in nccl if k in space.params)
+        if not active:  # NCCL carries nothing here (the knobs' `when`): no NCCL move changes the point
+            rank = None
+        fastest = self.fastest_nccl(params) if active else None
         if fastest is not None:
             out.append({**params, **fastest})
-        nccl = set(kept[0]) if kept else set()
         for name in sp.ordered(space):
             if name in nccl or params.get(name) is None and not sp.is_active(space.params[name], params):
                 continue

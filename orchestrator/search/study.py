@@ -205,16 +205,19 @@ class Study:
                 return None
         trial = self.study.ask()
         chosen: dict[str, ParamValue] = {}
-        if (self._settings and trial.user_attrs.get("role", "search") == "search"
-                and not trial.user_attrs.get("nccl_fixed")):
-            rank = trial.suggest_int(NCCL_SETTING, 1, len(self._settings))
-            chosen.update(list(self._settings.values())[rank - 1])
+        restricted = (self._settings and trial.user_attrs.get("role", "search") == "search"
+                      and not trial.user_attrs.get("nccl_fixed"))
+        nccl = set(next(iter(self._settings.values()))) if restricted else set()
         for name in sp.ordered(self.space):
             if name in chosen:
                 continue
             param = self.space.params[name]
             if not sp.is_active(param, chosen):
                 chosen[name] = None
+                continue
+            if name in nccl:  # the NCCL knobs come as one kept setting, where they are active (their `when`)
+                rank = trial.suggest_int(NCCL_SETTING, 1, len(self._settings))
+                chosen.update(list(self._settings.values())[rank - 1])
                 continue
             dist = sp.distribution(param)
             if isinstance(dist, optuna.distributions.CategoricalDistribution):
