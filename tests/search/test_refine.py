@@ -115,3 +115,36 @@ def test_the_sampler_proposes_neighbours_through_tpes_random_start_then_two_turn
     assert during_start and all(during_start)
     assert sum(after_start) >= 2 * (len(after_start) // TPE_EVERY)
     assert len({sp.key(p) for _, p in measured}) == len(measured)  # the refinement never repeats a point
+
+
+def test_kept_settings_are_asked_only_where_the_nccl_knobs_are_active(tmp_path: Path) -> None:
+    """The communication path's collapse (search.space.collapse_inert) leaves the NCCL knobs active only
+    under all_reduce_path nccl on a host whose decode all-reduces NCCL does not carry (H200): a trial
+    elsewhere carries no NCCL setting, and the refinement makes no NCCL move there."""
+    space = SearchSpace(name="collapsed", params={
+        "NCCL_PROTO": ParamSpec(choices=(None, "LL", "Simple"), when={"all_reduce_path": "nccl"}),
+        "NCCL_MAX_NCHANNELS": ParamSpec(choices=(None, 2, 4), when={"all_reduce_path": "nccl"}),
+        "all_reduce_path": ParamSpec(choices=(None, "nccl")),
+        "speculative_algorithm": ParamSpec(choices=(None, "EAGLE3")),
+    })
+    study = Study(f"sqlite:///{tmp_path / 'optuna.db'}", "collapsed", space, SamplerSpec(kind="random", seed=0),
+                  ["maximize"])
+    study.open()
+    study.restrict_nccl(KEPT)
+    seen = {None: 0, "nccl": 0}
+    for _ in range(12):
+        asked = study.ask()
+        assert asked is not None
+        number, params, _ = asked
+        seen[params["all_reduce_path"]] += 1
+        if params["all_reduce_path"] is None:
+            assert params["NCCL_PROTO"] is None and params["NCCL_MAX_NCHANNELS"] is None
+            assert "probe.nccl_rank" not in study.study.get_trials(deepcopy=False)[number].params
+        else:
+            assert {k: params[k] for k in ("NCCL_PROTO", "NCCL_MAX_NCHANNELS")} in KEPT.values()
+        study.tell_complete(number, [1.0], {})
+    assert seen[None] and seen["nccl"]
+    plain = {"NCCL_PROTO": None, "NCCL_MAX_NCHANNELS": None, "all_reduce_path": None, "speculative_algorithm": None}
+    moves = Refinement(space, KEPT, LATENCY).neighbours(plain)
+    assert moves and all(p["NCCL_PROTO"] is None and p["NCCL_MAX_NCHANNELS"] is None
+                         for p in moves if p["all_reduce_path"] is None)
