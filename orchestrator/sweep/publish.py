@@ -249,10 +249,11 @@ def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> 
     return Report(content=content, page=page, plots=plots, state=state, summary=summary)
 
 
-def _heading(c: report_html.ReportInput) -> str:
-    """The description's title: the experiment and its champion trial, or that there is none."""
-    return f"## {c.experiment}: " + (f"champion trial {c.champion_trial}" if c.champion_trial is not None
-                                     else "no champion")
+def _heading(c: report_html.ReportInput, deployed: str | None = None) -> str:
+    """The description's title: the experiment and its champion trial (and what was deployed, where the
+    verdict deployed another configuration than the search's champion), or that there is none."""
+    title = f"champion trial {c.champion_trial}" if c.champion_trial is not None else "no champion"
+    return f"## {c.experiment}: {title}" + (f", deployed: {deployed}" if deployed else "")
 
 
 def _gate_bounds(c: report_html.ReportInput) -> str:
@@ -306,9 +307,10 @@ def _knob_lines(c: report_html.ReportInput) -> list[str]:
 def description(r: Report, links: dict[str, str]) -> str:
     """The parent run's description in markdown: champion, confirmed gain, why, knobs, links."""
     c = r.content
-    lines = [_heading(c)]
     deployed = r.summary.deployed if r.summary is not None and r.summary.promoted else None
-    if deployed and r.summary is not None and r.summary.promoted_config != "champion":
+    other = bool(deployed) and r.summary is not None and r.summary.promoted_config != "champion"
+    lines = [_heading(c, deployed["label"] if deployed and other else None)]
+    if deployed and other:
         lines.append(f"**Deployed: {deployed['label']}** (the figures below are its own).")
     if c.gain is not None:
         lines.append(_gain_line(c, c.gain))

@@ -101,7 +101,9 @@ def test_a_simpler_promotion_is_measured_registered_and_starred_as_itself(tmp_pa
     assert run.data.tags["sweep.confirm_of"] == "no_speculation" and run.data.tags["sweep.role"] == "confirm"
     assert run.data.params["NCCL_P2P_LEVEL"] == "SYS" and run.data.params.get("speculative_algorithm") == "unset"
     assert (version.description or "").startswith(f"{label}: confirmed over ")
-    assert f"**Deployed: {label}** (the figures below are its own)." in publish.description(publish.build(wd), {})
+    described = publish.description(publish.build(wd), {})
+    assert f"**Deployed: {label}** (the figures below are its own)." in described
+    assert described.splitlines()[0].endswith(f", deployed: {label}")  # the parent run's title names it too
     publish.publish(wd)
     starred = [r.info.run_id for r in client.search_runs([run.info.experiment_id])
                if r.data.tags.get(convert.CHAMPION_TAG)]
