@@ -15,7 +15,7 @@ from orchestrator.config import eagle
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.config.space import points
 from orchestrator.simulator import model as sim_model
-from orchestrator.simulator import profiles
+from orchestrator.simulator import profiles, tokens
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,23 @@ def evaluator(spec: SweepSpec) -> Callable[[Mapping[str, Any]], float]:
         return float(getattr(pred, metric)) if pred.ok else worst
 
     return value
+
+
+def changes_outputs(spec: SweepSpec) -> Callable[[Mapping[str, Any]], str]:
+    """A function params -> why the simulated server's greedy outputs are not the model's ('' when they are):
+    the simulator's modelled corruptions (simulator/tokens.py launch_numerics: NCCL_PROTO forcing LL128 on a
+    PCIe host). The correctness gate refuses such a point, so an optimum a tool may deploy leaves it out."""
+    hw = profiles.load_hardware(spec.simulator.hardware_profile)
+    model = profiles.load_model(spec.simulator.model_profile)
+
+    def why(params: Mapping[str, Any]) -> str:
+        cfg = sim_model.resolve({**eagle.effective(params), "tp": spec.server.tp}, hw, model)
+        if isinstance(cfg, str):
+            return ""
+        numerics = tokens.launch_numerics(hw, model, cfg)
+        return numerics.why if numerics.corrupt_rate else ""
+
+    return why
 
 
 def feasible_points(spec: SweepSpec) -> Iterable[dict[str, Any]]:

@@ -1,0 +1,47 @@
+"""results/truth.changes_outputs: the points whose greedy outputs the simulator corrupts, which the correctness
+gate refuses and so no optimum may count (bench/overnight.py's optimum leaves them out). The rule is the
+simulator's (simulator/tokens.py launch_numerics: NCCL_PROTO forcing LL128 where NCCL carries a decode or
+verify all-reduce on a PCIe host), modelled after NCCL's documentation of NCCL_PROTO, not measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from e2e_helpers import demo_experiment, write_experiment
+
+from orchestrator.config import experiment as spec_mod
+from orchestrator.results import truth
+
+
+def _spec(tmp_path: Path, profile: str) -> spec_mod.SweepSpec:
+    data = demo_experiment(name="t", simulator={"hardware_profile": profile})
+    return spec_mod.load(write_experiment(tmp_path, data))
+
+
+@pytest.mark.parametrize(("params", "corrupts"), [
+    ({"NCCL_PROTO": "LL128"}, True),
+    ({"NCCL_PROTO": "LL128", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+      "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}, True),
+    ({"NCCL_PROTO": "Simple"}, False),
+    ({}, False),
+])
+def test_forced_ll128_on_the_pcie_host_changes_the_outputs(tmp_path: Path, params: dict, corrupts: bool) -> None:
+    why = truth.changes_outputs(_spec(tmp_path, "pcie-rtxpro6000-x8"))(params)
+    assert bool(why) is corrupts
+    if corrupts:
+        assert "LL128" in why and "PCIe" in why
+
+
+def test_on_nvlink_forced_ll128_keeps_the_outputs(tmp_path: Path) -> None:
+    assert truth.changes_outputs(_spec(tmp_path, "h200-nvlink-x8"))({"NCCL_PROTO": "LL128"}) == ""
+
+
+def test_the_optimum_a_tool_may_deploy_leaves_the_corrupting_points_out(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, "pcie-rtxpro6000-x8")
+    value, corrupts = truth.evaluator(spec), truth.changes_outputs(spec)
+    points = list(truth.feasible_points(spec))
+    kept = [p for p in points if not corrupts(p)]
+    assert 0 < len(kept) < len(points)  # the demo's space holds both kinds
+    assert all(p.get("NCCL_PROTO") == "LL128" for p in points if corrupts(p))  # only the forced LL128 points
+    assert max(value(p) for p in kept) <= max(value(p) for p in points)
