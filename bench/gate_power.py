@@ -114,6 +114,11 @@ def parts_main(args: argparse.Namespace, plan: RoundsPlan) -> None:
         rows.append(row)
         print(f"{part:>+10.1%} {row['dropped_before']:>15.1%} {row['dropped_after']:>14.1%} "
               f"{row['mean_rounds_after']:>18.2f}")
+    _write(args, rows)
+
+
+def _write(args: argparse.Namespace, rows: list[dict]) -> None:
+    """The rows, the command and its settings as JSON where --json names a file."""
     if args.json:
         args.json.write_text(json.dumps({"command": " ".join(sys.argv), "settings": vars(args) | {"json": str(args.json)},
                                          "rows": rows}, indent=2) + "\n")
@@ -156,9 +161,7 @@ def main() -> None:
         rows.append(row)
         print(f"{gain:>+10.1%} {row['promoted']:>9.1%} {row['not_better']:>11.1%} {row['undecided']:>10.1%} "
               f"{row['mean_rounds']:>12.2f}")
-    if args.json:
-        args.json.write_text(json.dumps({"command": " ".join(sys.argv), "settings": vars(args) | {"json": str(args.json)},
-                                         "rows": rows}, indent=2) + "\n")
+    _write(args, rows)
 
 
 if __name__ == "__main__":
