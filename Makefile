@@ -8,15 +8,22 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install demo test test-fast test-sglang check browser clean
 
+# Two stamps: the demo needs the package alone (the simulator, Ray, Optuna, MLflow); the tests also need
+# the test extra, whose torch (SGLang 0.5.23's pin, 2.14.1, a CUDA build with NCCL: several GB) the probe's
+# tests import, so a newcomer's `make demo` does not wait for it.
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed-base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-base
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
 # The demo owns runs/demo: each `make demo` starts a fresh sweep there.
-demo: install
+demo: $(VENV)/.installed-base
 	rm -rf runs/demo
 	$(BIN)/sweep run experiments/demo.yaml --workdir runs/demo
 	$(BIN)/sweep export --workdir runs/demo --format env -o runs/demo/exported-champion.env
