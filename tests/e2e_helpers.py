@@ -37,6 +37,10 @@ def demo_experiment(**overrides: Any) -> dict[str, Any]:
     data["budget"].update(trials=6, concurrent_trials=2, trial_timeout_s=60)
     data["promotion"].update(min_rounds=3, max_rounds=6, min_gain=0.0, explain=False, concurrency=[])
     data["server"]["startup_timeout_s"] = 15
+    # The demo's itl_ms_p99 <= 60 ms is real time on a simulator that streams in real time: on a loaded
+    # machine (six CPU burners beside CI) every trial broke it and the sweep had no feasible champion.
+    # Tests that check constraints set their own.
+    data["objective"]["constraints"] = {}
     return _merge(data, overrides)
 
 
