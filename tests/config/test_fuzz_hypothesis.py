@@ -34,6 +34,18 @@ BLOCKED_LIMIT_S = 300
 MEMORY_LIMIT = 3 << 30
 """Address space of the child process (bytes); a runaway allocation ends as MemoryError, a finding."""
 MAX_RSS_MB = 1500
+"""Peak resident memory of the fuzzing child (its own address space: VmHWM, see _peak_rss_mb)."""
+
+
+def _peak_rss_mb() -> float:
+    """This process's own peak RSS. Not getrusage's ru_maxrss: Linux carries the parent's high-water mark
+    into a vfork+exec'd child (fs/exec.c exec_mmap -> setmax_mm_hiwater_rss on the old mm, which under
+    vfork is the parent's), so under pytest-xdist the child reported its 2.6 GB worker's peak in CI
+    (2627.8 MB) while its own was about 104 MB. VmHWM in /proc/self/status belongs to the new mm."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # no procfs: an upper bound
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, print_blob=False,
                 suppress_health_check=list(HealthCheck))
@@ -280,7 +292,7 @@ def child_main(examples_files: int, examples_cli: int) -> None:
         _fuzz_files(tmp, examples_files)
         _fuzz_command_lines(tmp, examples_cli)
         FOUND["fuzz_s"] = time.monotonic() - start
-    FOUND["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    FOUND["max_rss_mb"] = _peak_rss_mb()
     print(json.dumps(FOUND))
 
 

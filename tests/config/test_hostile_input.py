@@ -95,8 +95,8 @@ def test_base_experiment_loads(tmp_path: Path) -> None:
      "simulator.model_profile: 'h200-nvlink' is a hardware profile, not a model profile (the model profiles: "
      "kimi-k2.5), but got 'h200-nvlink'"),
     ("simulator.faults", ["explode"],
-     "simulator.faults.0: must be a known fault (never_ready, env_drop, nccl_hang, slow_start, crash_after_tokens, "
-     "hang_after_tokens, oom_above_draft_tokens, nccl_hang_when), but got 'explode'; see "
+     "simulator.faults.0: must be a known fault (never_ready, env_drop, nccl_hang, draft_wiring_broken, slow_start, "
+     "crash_after_tokens, hang_after_tokens, oom_above_draft_tokens, nccl_hang_when), but got 'explode'; see "
      "orchestrator/simulator/faults.py for the syntax"),
     ("simulator.faults", [{"fault": "crash_after_tokens=many"}],
      "simulator.faults.0.fault: fault crash_after_tokens needs a whole number >= 0, but got 'many'; see "

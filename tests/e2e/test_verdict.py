@@ -5,6 +5,7 @@ reports that verdict, also exit 3."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -31,7 +32,9 @@ def test_not_better_exits_3_and_export_reports_the_verdict(tmp_path):
     assert "Traceback" not in proc.stderr
     assert "not promoted (not better)" in proc.stdout and "promotion.min_gain" in proc.stdout
     assert "search phase (one measurement, the best of many)" in proc.stdout
-    assert "confirmed over 3 interleaved rounds" in proc.stdout
+    # min_rounds 3; open parts may earn more rounds while the night allows (sweep/_confirm.py), so at least 3.
+    rounds = re.search(r"confirmed over (\d+) interleaved rounds", proc.stdout)
+    assert rounds is not None and int(rounds.group(1)) >= 3, proc.stdout
     summary = json.loads((wd / "summary.json").read_text())
     assert summary["outcome"] == "not_better" and not summary["promoted"]
     assert not (wd / "champion.env").exists()

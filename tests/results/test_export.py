@@ -60,6 +60,7 @@ def stored(**overrides) -> dict:
         "fingerprint_hash": "9f2c1e",
         "created_at": "2025-06-01T03:04:05+00:00",
         "allreduce_backend": "",
+        "derivation": "",
     }
     config.update(overrides)
     return config

@@ -2,8 +2,8 @@
 On the H200 profile SGLang 0.5.23 auto-enables FlashInfer's all-reduce fusion for Kimi-K2.5 (read in
 sglang/srt/arg_groups/overrides.py, _flashinfer_allreduce_fusion_auto_enable: SM90, TP > 1, one node),
 and the fused all-reduce carries decode and verify up to FUSE_ALLREDUCE_MAX_BATCH_SIZE tokens, so the
-NCCL knobs touch nothing a one-stream decode objective measures: the driver (probe/comm.searched_space)
-drops them and spends every trial on speculation. On the PCIe profile NCCL carries decode and verify
+NCCL knobs touch nothing a one-stream decode objective measures unless the trial forces the NCCL
+backend: the driver (probe/comm.searched_space) keeps them only under all_reduce_backend nccl. On the PCIe profile NCCL carries decode and verify
 and the knobs are searched. Read from SGLang's code; no GPU was used."""
 
 from __future__ import annotations
@@ -32,14 +32,18 @@ def run(tmp_path, template, profile: str):  # type: ignore[no-untyped-def]
     return wd
 
 
-def test_on_the_h200_profile_no_trial_spends_itself_on_nccl_knobs(tmp_path, sqlite_store_template):
+def test_on_the_h200_profile_nccl_knobs_are_searched_only_where_nccl_carries(tmp_path, sqlite_store_template):
+    # Since 4a79cf9 the NCCL knobs stay in the space under all_reduce_backend nccl (the one backend that
+    # routes decode and verify through NCCL on this profile), and only there.
     wd = run(tmp_path, sqlite_store_template, "h200-nvlink-x8")
     trials = launched_params(wd)
     assert len(trials) == 8
-    assert all(v is None for t in trials for k, v in t.items() if k.startswith("NCCL_"))
-    assert sum(t.get("speculative_algorithm") == "EAGLE3" for t in trials) >= 4  # the trials went to speculation
+    tuned = [t for t in trials if any(v is not None for k, v in t.items() if k.startswith("NCCL_"))]
+    assert all(t["all_reduce_backend"] == "nccl" for t in tuned), tuned
+    assert any(t["all_reduce_backend"] != "nccl" for t in trials[1:])  # the auto path was searched too
     log = (wd / "sweep.log").read_text()
-    assert "communication path: NCCL carries none of decode" in log and "are not searched" in log
+    assert ("communication path: NCCL carries decode, verify on h200-nvlink-x8 only with all_reduce_backend in "
+            "['nccl']") in log and "are searched only there" in log
 
 
 def test_on_the_pcie_profile_the_nccl_knobs_are_searched(tmp_path, sqlite_store_template):

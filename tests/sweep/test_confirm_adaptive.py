@@ -4,6 +4,7 @@ and MLflow sqlite stores): a champion running a fixed 3-step chain is measured a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from e2e_helpers import chain_experiment
@@ -37,7 +38,10 @@ def test_the_verdict_says_per_level_whether_adaptive_beats_the_fixed_count(tmp_p
     verdict = summary.verdict or ""
     assert " at 1 stream (objective decode_tok_s): " in verdict and "; at 8 streams " in verdict, verdict
     assert "Adaptive steps" + text.split("Adaptive steps", 1)[1] in verdict
-    # The adaptive arm ran as SGLang's flag, and the server moved its steps at 8 streams.
+    # The adaptive arm ran as SGLang's flag, and the server moved its steps at 8 streams within the batch
+    # size 8 slot's candidates: sglang/srt/speculative/adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG["8"]
+    # is candidate_steps [0, 1, 3], so a 3-step chain that does not pay there steps down to 1 or 0.
     logs = "\n".join(p.read_text(errors="replace") for p in (wd / "confirm").rglob("server.log"))
     assert "--speculative-adaptive" in "\n".join(p.read_text() for p in (wd / "confirm").rglob("launch.json"))
-    assert "Adaptive spec params updated: steps 3 -> 1" in logs
+    moves = set(re.findall(r"Adaptive spec params updated: steps 3 -> (\d+)", logs))
+    assert moves and moves <= {"0", "1"}, moves
