@@ -137,6 +137,9 @@ class OutputsRequest(Frozen):
     prompts: int
     max_new_tokens: int
     score: tuple[ScoreRequest, ...] = ()
+    top_logprobs: int = 0
+    """Also keep the server's `top_logprobs` best tokens at each output position (SGLang's
+    top_logprobs_num): the first baseline's capture, which the search's correctness screen reads."""
 
 
 class PromptOutput(Frozen):
@@ -148,6 +151,9 @@ class PromptOutput(Frozen):
     output_ids: tuple[int, ...]
     output_logprobs: tuple[float, ...] = ()
     """The server's log-probability of each output token."""
+    output_top: tuple[tuple[tuple[int, float], ...], ...] = ()
+    """At each output position, the server's best (token id, log-probability) pairs, best first, when the
+    request asked for them (OutputsRequest.top_logprobs; SGLang's output_top_logprobs)."""
 
 
 class ScoredOutput(Frozen):
@@ -222,6 +228,10 @@ class TrialOutcome(Frozen):
     timings: dict[str, float] = Field(default_factory=dict)
     """Seconds spent per phase: server_start, bench, shutdown, observe."""
     warnings: tuple[str, ...] = ()
+    outputs_changed: str = ""
+    """Why the search's correctness screen found this trial's greedy outputs changed (its first token
+    that leaves the baseline's, as the baseline's capture rates it; promotion.correctness.screen); the
+    measurement stands, but the trial is never a candidate. Empty: not refused."""
 
 
 def launched_params(outcome: TrialOutcome) -> dict[str, ParamValue]:

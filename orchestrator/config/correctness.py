@@ -5,7 +5,7 @@ Kept beside experiment.py, whose PromotionSpec takes the field from `Gated`.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
@@ -32,6 +32,15 @@ class CorrectnessSpec(Strict):
     """Where the token streams differ (SGLang is not bit-deterministic across batch shapes and
     all-reduce settings), the baseline's server scores the other output: no token of it may lie more
     than this many nats (natural-log probability) below the baseline's own top choice at its position."""
+
+    screen: bool = True
+    """The search's trials capture their greedy outputs too (the first baseline's with its 5 best tokens at
+    each position), and a trial whose first token that leaves the baseline's output the baseline puts more
+    than tolerance_nats below its own top choice is measured but never a candidate, and the sampler
+    learns to avoid it (sweep/_screen.py); the confirmation's gate still checks what it promotes in full.
+    false: only the confirmation checks outputs."""
+    top_logprobs: ClassVar[int] = 5
+    """The baseline capture's best tokens per position (SGLang's top_logprobs_num) the screen reads."""
 
 
 class Gated(Strict):

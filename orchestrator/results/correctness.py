@@ -11,7 +11,16 @@ Two checks, in order (promotion.correctness):
    hundredths of a nat; a corrupted token costs several.
 
 A configuration that fails, or whose outputs were not captured or not scored, is never promoted.
-`compare` is pure and returns a frozen `Correctness` whose `text()` names the check and its figure.
+
+`screen` is the search's cheaper check of every search trial (promotion.correctness.screen), with no
+baseline server to score against: the first baseline's capture keeps its best few tokens at each output
+position (top_logprobs_num), and where a trial's output first leaves the baseline's (the contexts are
+equal up to there), the trial's token is rated from that list: a near tie is within tolerance, a token
+outside the list lies at least as far below the top choice as the list's last one. A trial refused by
+the screen is never a candidate; one it passes is still checked in full by `compare` before promotion
+(the screen sees only the first differing token of each prompt).
+
+`compare` and `screen` are pure and returns a frozen `Correctness` whose `text()` names the check and its figure.
 """
 
 from __future__ import annotations
@@ -21,11 +30,12 @@ from dataclasses import dataclass
 
 from orchestrator.records import OutputsRecord, ScoredOutput
 
-__all__ = ["EQUAL", "MISSING", "SCORED", "Correctness", "compare", "first_difference"]
+__all__ = ["EQUAL", "MISSING", "SCORED", "SCREEN", "Correctness", "compare", "first_difference", "screen"]
 
 EQUAL = "equal token streams"
 SCORED = "the baseline's logprob score"
 MISSING = "outputs captured"
+SCREEN = "first differing tokens against the baseline's top choices"
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,8 @@ class Correctness:
     """The largest gap between the baseline's top choice and the configuration's token, when scored."""
 
     def text(self) -> str:
-        return f"correctness gate ({self.check}): {'passed' if self.passed else 'REFUSED'}: {self.figure}"
+        what = "correctness screen" if self.check == SCREEN else "correctness gate"
+        return f"{what} ({self.check}): {'passed' if self.passed else 'REFUSED'}: {self.figure}"
 
     def record(self) -> dict[str, object]:
         return {"passed": self.passed, "check": self.check, "figure": self.figure, "prompts": self.prompts,
@@ -124,3 +135,54 @@ def _scored(arm: str, candidate: OutputsRecord, diffs: dict[int, int], scores: S
                                       f"{worst:.2f} nats below its own top choice (tolerance {tolerance_nats:g} "
                                       f"nats): the configuration changes the outputs",
                        prompts=prompts, differing=len(diffs), first_at=first, worst_nats=worst)
+
+
+def screen(candidate: OutputsRecord | None, baseline: OutputsRecord | None, *, prompts: int,
+           tolerance_nats: float) -> Correctness:
+    """The search's screen of one trial's outputs against the first baseline's capture (module doc):
+    refused only when some prompt's first differing token lies more than `tolerance_nats` below the
+    baseline's top choice (exactly, or at least by the baseline's last listed token); passed otherwise,
+    including when either capture is incomplete or the baseline kept no top tokens (nothing to judge by)."""
+    if candidate is None or baseline is None or len(candidate.prompts) < prompts or len(baseline.prompts) < prompts:
+        return Correctness(True, SCREEN, "not screened: a capture is missing or incomplete (the gate checks it)")
+    base = {p.prompt: p for p in baseline.prompts}
+    worst: tuple[float, int, int, bool] | None = None  # (nats, prompt, token index, exact)
+    differing = unjudged = 0
+    first: int | None = None
+    for p in candidate.prompts[:prompts]:
+        b = base.get(p.prompt)
+        if b is None or b.prompt_ids != p.prompt_ids:
+            return Correctness(True, SCREEN, f"not screened: prompt {p.prompt} was not tokenized the same")
+        at = first_difference(p.output_ids, b.output_ids)
+        if at is None:
+            continue
+        differing += 1
+        first = at if first is None else min(first, at)
+        if at >= min(len(p.output_ids), len(b.output_ids), len(b.output_top)) or not b.output_top[at]:
+            continue  # one output ended early, or no top tokens kept there
+        listed = dict(b.output_top[at])
+        best = b.output_top[at][0][1]
+        token = p.output_ids[at]
+        gap, exact = (best - listed[token], True) if token in listed else (best - b.output_top[at][-1][1], False)
+        if not exact and gap <= tolerance_nats:
+            unjudged += 1  # below a listed token that is itself within tolerance: not known to be far
+            continue
+        if worst is None or gap > worst[0]:
+            worst = (gap, p.prompt, at, exact)
+    if not differing:
+        return Correctness(True, SCREEN, f"{prompts} of {prompts} prompts decode to the baseline's tokens", prompts=prompts)
+    differ = f"outputs differ from the baseline's on {differing} of {prompts} prompts (first at token {first})"
+    if worst is None or worst[0] <= tolerance_nats:
+        within = f"; the first differing tokens rated lie within {worst[0]:.3f} nats of the baseline's top choice" \
+            if worst is not None else ""
+        if unjudged:
+            within += f"; {unjudged} lie outside the baseline's listed top tokens, not judged"
+        return Correctness(True, SCREEN, f"{differ}{within} (tolerance {tolerance_nats:g}): near ties so far",
+                           prompts=prompts, differing=differing, first_at=first,
+                           worst_nats=worst[0] if worst else None)
+    gap, prompt, at, exact = worst
+    how = f"{gap:.2f} nats" if exact else f"more than {gap:.2f} nats (outside its top {len(base[prompt].output_top[at])})"
+    return Correctness(False, SCREEN, f"{differ}; token {at} of prompt {prompt} is one the baseline puts {how} below "
+                                      f"its own top choice there (tolerance {tolerance_nats:g} nats): the configuration "
+                                      f"changes the outputs", prompts=prompts, differing=differing, first_at=first,
+                       worst_nats=gap)

@@ -20,7 +20,8 @@ def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: 
                   speedups: Mapping[int, float] | None = None) -> pd.DataFrame:
     """One row per trial, best objective first (failures last): the champion mark, number, role, status,
     failure kind, the speed-up of the objective over the baseline in percent, every metric, every knob,
-    the best searched objective up to that trial (`best_so_far`) and, with two objectives, whether the
+    why the correctness screen refused its outputs (`outputs_changed`, empty when it did not), the best
+    searched objective up to that trial among the ones not refused (`best_so_far`) and, with two objectives, whether the
     trial is on the Pareto front. Confirmation runs are not trials and are left out.
 
     `speedups`: trial number -> the speed-up ratio the driver kept in the study when it told the trial
@@ -43,9 +44,11 @@ def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: 
             row["speedup_pct"] = None if ratio is None else select.speedup_pct(ratio)
             for c in _METRIC_COLUMNS:
                 row[c] = getattr(o.metrics, c)
-        if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE and value is not None:
+        if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE and value is not None \
+                and not o.outputs_changed:
             best = value if best is None else (max(best, value) if direction == "maximize" else min(best, value))
         row["best_so_far"] = best
+        row["outputs_changed"] = o.outputs_changed  # the search's correctness screen refused it: never a candidate
         row["allreduce_path"] = o.allreduce_path
         row.update({k: ("unset" if v is None else v) for k, v in launched_params(o).items()})
         if spec.objective.secondary:

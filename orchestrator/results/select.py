@@ -108,7 +108,10 @@ def _check_metric_name(name: str, what: str) -> None:
 def feasible(
     outcome: TrialOutcome, constraints: Mapping[str, tuple[float | None, float | None]]
 ) -> bool:
-    """Whether every constrained metric is present and within its [low, high] bounds (None = open)."""
+    """Whether every constrained metric is present and within its [low, high] bounds (None = open), and
+    the search's correctness screen did not find the trial's outputs changed (outcome.outputs_changed)."""
+    if outcome.outputs_changed:
+        return False
     for name, (low, high) in constraints.items():
         value = _metric(outcome, name)
         if value is None:

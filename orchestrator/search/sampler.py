@@ -41,6 +41,10 @@ PROBE_LATENCY_ATTR = "probe_latency"
 """Study attribute: {kept label: {size label (decode, verify-<n>): median us}}, what the refinement reads."""
 FAILED_CONSTRAINT = "failed"
 """The constraint a failure the sampler learns from is told with (1.0: violated)."""
+OUTPUTS_CHANGED_ATTR = "outputs_changed"
+"""Trial attribute: why the search's correctness screen found the trial's greedy outputs changed
+(sweep/_screen.py). The trial stays COMPLETE with its values; the samplers read it as FAILED_CONSTRAINT
+violated (TPE's bad density), and the refinement does not start from it."""
 TPE_EVERY = 3
 """Every third fresh proposal of stage two is TPE's; the other two are the refinement's."""
 
@@ -107,6 +111,9 @@ class FailureAwareTPE(BaseSampler):
                 shown.append(optuna.trial.create_trial(params=t.params, distributions=t.distributions,
                                                        values=[0.0] * len(study.directions),
                                                        constraints={FAILED_CONSTRAINT: 1.0}))
+            elif t.state == TrialState.COMPLETE and t.user_attrs.get(OUTPUTS_CHANGED_ATTR):
+                shown.append(optuna.trial.create_trial(params=t.params, distributions=t.distributions,
+                                                       values=t.values, constraints={FAILED_CONSTRAINT: 1.0}))
             elif t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING):
                 shown.append(optuna.trial.create_trial(state=t.state, params=t.params, distributions=t.distributions,
                                                        values=t.values, intermediate_values=t.intermediate_values,
@@ -194,7 +201,8 @@ class StageTwoSampler(FailureAwareTPE):
                 continue
             point = sp.complete(self._space, point_of(t.params, settings))
             tried.add(sp.key(point))
-            if t.state == TrialState.COMPLETE and t.values and not t.user_attrs.get("skipped"):
+            if t.state == TrialState.COMPLETE and t.values and not t.user_attrs.get("skipped") \
+                    and not t.user_attrs.get(OUTPUTS_CHANGED_ATTR):
                 measured.append((sign * t.values[0], point))
         return self._refinement.next(measured, tried) if measured else None
 

@@ -97,6 +97,9 @@ class Request:
     output_logprobs: list[tuple[float, int, float]] = field(default_factory=list)
     """(log-probability, top token, top log-probability) of each output token."""
     input_scores: list[tuple[float | None, int, float | None, int | None]] = field(default_factory=list)
+    output_tops: list[list[tuple[int, float]]] = field(default_factory=list)
+    """The model's top_logprobs_num best words at each output position (when more than one is asked)."""
+    input_tops: list[list[tuple[int, float]] | None] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -140,10 +143,14 @@ class Request:
             "output_token_logprobs": [self._entry(lp, t) for (lp, _, _), t in zip(self.output_logprobs,
                                                                                     self.output_ids)],
             "output_token_logprobs_length": len(self.output_logprobs)}
-        if self.top_logprobs_num > 0:
+        if self.top_logprobs_num == 1:
             out["input_top_logprobs"] = [None if top is None else [self._entry(top_lp, top)]
                                          for _, _, top_lp, top in self.input_scores]
             out["output_top_logprobs"] = [[self._entry(top_lp, top)] for _, top, top_lp in self.output_logprobs]
+        elif self.top_logprobs_num > 1:
+            out["input_top_logprobs"] = [None if tops is None else [self._entry(lp, t) for t, lp in tops]
+                                         for tops in self.input_tops]
+            out["output_top_logprobs"] = [[self._entry(lp, t) for t, lp in tops] for tops in self.output_tops]
         return out
 
 
@@ -222,6 +229,8 @@ class Engine:
         if req.return_logprob:
             start = req.logprob_start_len if req.logprob_start_len >= 0 else len(req.input_ids)
             req.input_scores = tokens.score(self.model_key, req.input_ids, start)
+            if req.top_logprobs_num > 1:
+                req.input_tops = tokens.input_top_k(self.model_key, req.input_ids, start, req.top_logprobs_num)
         self.waiting.append(req)
         self._wake.set()
 
@@ -483,6 +492,8 @@ def _next_tokens(req: Request, n: int) -> list[int]:
         raise RuntimeError("a request decodes only after submit()")
     out = []
     for _ in range(n):
+        if req.return_logprob and req.top_logprobs_num > 1:
+            req.output_tops.append(tokens.top_k(stream.state, req.top_logprobs_num))
         token, lp, top = stream.next()
         if req.return_logprob:
             req.output_logprobs.append((lp, top.first, top.first_logprob))

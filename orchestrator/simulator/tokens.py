@@ -18,7 +18,7 @@ else, so that a correctness check can be tested end to end:
   gives both for a resolved launch;
 - `greedy` and `Stream`: the token stream of a prompt; `score`: the log-probability the model gives
   each token of a sequence, with its own top choice there (SGLang's input_token_logprobs and
-  input_top_logprobs with top_logprobs_num 1).
+  input_top_logprobs with top_logprobs_num 1); `top_k`: the best k words at a context (top_logprobs_num k).
 
 Pure: the simulated server (engine.py, api.py) and the model-backed executor share it, so both give
 the same outputs for the same launch.
@@ -132,6 +132,29 @@ def _logprob(top: Top, state: int, token: int) -> float:
 def logprob(state: int, token: int) -> float:
     """The model's log-probability of `token` after the context `state`."""
     return _logprob(distribution(state), state, token)
+
+
+def top_k(state: int, k: int) -> list[tuple[int, float]]:
+    """The model's `k` best words after the context `state`, best first, with their log-probabilities
+    (SGLang's top_logprobs_num; the simulated model only ever emits WORDS, so they rank among them)."""
+    if k <= 0:
+        return []
+    top = distribution(state)
+    if k <= 2:
+        return [(top.first, top.first_logprob), (top.second, top.second_logprob)][:k]
+    ranked = sorted(((w, _logprob(top, state, w)) for w in WORD_IDS.values()), key=lambda x: (-x[1], x[0]))
+    return ranked[:k]
+
+
+def input_top_k(key: int, ids: Sequence[int], start: int, k: int) -> list[list[tuple[int, float]] | None]:
+    """`top_k` at each position of `ids` from `start` (None at `start` itself, as `score`)."""
+    out: list[list[tuple[int, float]] | None] = []
+    state = key
+    for i, token in enumerate(ids):
+        if i >= start:
+            out.append(None if i == start else top_k(state, k))
+        state = advance(state, token)
+    return out
 
 
 @dataclass(frozen=True)

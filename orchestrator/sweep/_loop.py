@@ -11,6 +11,7 @@ from orchestrator.execute.base import Finished
 from orchestrator.records import FailureKind, TrialRole, TrialSpec, TrialStatus
 from orchestrator.search import space as sp
 from orchestrator.search.proposal import Proposal, Settled, Settlement
+from orchestrator.sweep import _screen
 from orchestrator.sweep._context import Context, InFlight
 from orchestrator.sweep._probe_stage import run_probe_stage
 from orchestrator.sweep._record import (
@@ -88,7 +89,7 @@ def _launch_next(ctx: Context) -> bool:
     spec = TrialSpec(number=number, params=params, effective_params=effective, role=role,
                      repeats=ctx.spec.benchmark.repeats,
                      trial_dir=str(tdir), seed=ctx.spec.sampler.seed * 100_003 + number,
-                     sweep_started_at=ctx.started_at, experiment=ctx.spec)
+                     sweep_started_at=ctx.started_at, experiment=ctx.spec, outputs=_screen.request(ctx, role))
     tdir.mkdir(parents=True, exist_ok=True)  # spec.json is the trial runner's to write
     t_mlflow = time.perf_counter()
     run_id = ctx.track.start_trial(ctx.parent_run_id or "", number=number, params=effective, role=role.value,

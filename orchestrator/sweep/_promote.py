@@ -227,7 +227,9 @@ def _no_champion(searched: list[TrialOutcome]) -> str:
     elif not complete:
         what = f"every search trial failed ({failed} of {len(searched)})"
     else:
+        changed = sum(bool(o.outputs_changed) for o in searched)
         what = (f"{complete} search trial(s) measured, each breaking an objective constraint"
+                + (f" or changing the outputs ({changed}, promotion.correctness.screen)" if changed else "")
                 + (f", {failed} failed" if failed else ""))
     return (f"no feasible trial to promote: {what}; see `sweep status` and widen the space, raise the budget "
             f"or relax objective.constraints")

@@ -13,7 +13,8 @@ from typing import Any
 from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import select
 from orchestrator.search import space as sp
-from orchestrator.sweep import schedule
+from orchestrator.search.sampler import OUTPUTS_CHANGED_ATTR
+from orchestrator.sweep import _screen, schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._workdir import write_json
 from orchestrator.sweep.state import StopKind, StopReason, TrialFinished
@@ -149,6 +150,9 @@ def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: 
                                              "failure_kind": FailureKind.metric_missing,
                                              "reason": f"objective {ctx.spec.objective.metric} missing"})
         written = False
+    screened = _screen.judge(ctx, outcome, tdir)
+    if screened is not outcome:  # its outputs changed: kept with why, never a candidate
+        outcome, written = screened, False
     if not written:
         tdir.mkdir(parents=True, exist_ok=True)
         write_json(tdir / "outcome.json", outcome.model_dump(mode="json"))
@@ -162,8 +166,11 @@ def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: 
             plan_reserve(ctx)  # measured seconds replace the cost model's
     tell_s = time.perf_counter() - t_tell
     t_log = time.perf_counter()
+    tags: dict[str, str] = {"sweep.engine": ctx.spec.engine}
+    if outcome.outputs_changed:
+        tags["sweep.outputs_changed"] = outcome.outputs_changed[:500]
     ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=run_id or None, extra_metrics=extra,
-                        extra_tags={"sweep.engine": ctx.spec.engine})
+                        extra_tags=tags)
     _keep_overhead(ctx, outcome.number, tell_s=tell_s, mlflow_log_s=time.perf_counter() - t_log)
     _check_failure_budget(ctx)
     _maybe_remeasure_baseline(ctx)
@@ -177,6 +184,8 @@ def _attrs(outcome: TrialOutcome) -> dict[str, Any]:
     attrs: dict[str, Any] = {"role": outcome.role.value, "status": outcome.status.value,
                              "fingerprint_hash": outcome.fingerprint_hash, "node": outcome.node,
                              FINISHED_AT_ATTR: outcome.finished_at}
+    if outcome.outputs_changed:
+        attrs[OUTPUTS_CHANGED_ATTR] = outcome.outputs_changed[:500]
     attrs.update({f"{phase}_s": round(float(outcome.timings[phase]), 3)
                   for phase in ("server_start", "bench") if outcome.timings.get(phase) is not None})
     return attrs
@@ -220,7 +229,8 @@ def _told_complete(ctx: Context, outcome: TrialOutcome, values: list[float], att
     p.complete += 1
     p.consecutive_failures = 0
     ctx.policy.remember(outcome.params, outcome.number, values)
-    update_best(ctx, outcome.number, values[0], outcome.params, outcome.role.value)
+    if not outcome.outputs_changed:
+        update_best(ctx, outcome.number, values[0], outcome.params, outcome.role.value)
 
 
 def _told_failed(ctx: Context, outcome: TrialOutcome, attrs: dict[str, Any], tdir: Path) -> None:

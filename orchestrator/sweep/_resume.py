@@ -15,6 +15,7 @@ from orchestrator.errors import StateFileError, TrackingError
 from orchestrator.execute.processes import reap_processes, valid_records
 from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.search import space as sp
+from orchestrator.search.sampler import OUTPUTS_CHANGED_ATTR
 from orchestrator.search.study import TrialView
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._record import (
@@ -112,7 +113,8 @@ def _count_existing(ctx: Context, t: TrialView) -> None:
     recovered(ctx, complete=t.state == "COMPLETE", failure_kind=kind)
     if t.state == "COMPLETE":
         ctx.policy.remember(params, t.number, t.values or ())
-        update_best(ctx, t.number, float(t.values[0]) if t.values else None, t.params, t.role)
+        if not t.attrs.get(OUTPUTS_CHANGED_ATTR):  # the correctness screen refused it: never the best
+            update_best(ctx, t.number, float(t.values[0]) if t.values else None, t.params, t.role)
     else:
         # A failure the sampler learned from stays one after a resume, so its repeats are told the same way.
         learn = kind in {k.value for k in LEARNED_FAILURES} and t.role == TrialRole.search.value

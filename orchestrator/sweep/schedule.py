@@ -164,7 +164,8 @@ def run_seconds(spec: SweepSpec, measured: Iterable[TrialOutcome]) -> Callable[[
         if o.status is TrialStatus.COMPLETE and o.role is not TrialRole.confirm \
                 and o.timings.get("server_start") is not None and o.timings.get("bench") is not None:
             starts.append(float(o.timings["server_start"]))
-            benches.append(float(o.timings["bench"]))
+            # A search trial's output capture (the correctness screen) is part of its cost.
+            benches.append(float(o.timings["bench"]) + float(o.timings.get("outputs") or 0.0))
     level = spec.benchmark.concurrency
     at_level = _model_bench_s(spec, level)
     cache: dict[int, float] = {}

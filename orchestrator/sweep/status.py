@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from orchestrator.errors import StateFileError, SweepError
 from orchestrator.records import ParamValue, TrialRole
 from orchestrator.results import cost, select
+from orchestrator.search.sampler import OUTPUTS_CHANGED_ATTR
 from orchestrator.search.study import TrialView, read_only
 from orchestrator.sweep._workdir import Paths, adopt, check_databases, origin_of
 from orchestrator.sweep.state import (
@@ -279,7 +280,8 @@ def _failures_by_kind(finished: list[TrialView]) -> dict[str, int]:
 def _best_so_far(complete: list[TrialView], direction: str) -> BestSoFar | None:
     """The best completed search trial in the objective's direction, with its set knobs; None before one."""
     sign = 1.0 if direction == "maximize" else -1.0
-    searched = [t for t in complete if t.role == TrialRole.search.value and not t.attrs.get("skipped")]
+    searched = [t for t in complete if t.role == TrialRole.search.value and not t.attrs.get("skipped")
+                and not t.attrs.get(OUTPUTS_CHANGED_ATTR)]  # refused by the correctness screen: never the best
     best = max(searched, key=lambda t: sign * t.values[0] if t.values else 0.0, default=None)
     if best is None or not best.values:
         return None

@@ -209,9 +209,14 @@ def model_outputs(request: OutputsRequest, *, model_path: str, numerics: tokens.
     prompts = []
     for i, text in enumerate(outputs.PROMPTS[:request.prompts]):
         ids = tokens.tokenize(text) or [0]
-        out = tokens.greedy(key, ids, request.max_new_tokens, numerics)
+        stream = tokens.Stream(key, ids, numerics)
+        out, tops = [], []
+        for _ in range(request.max_new_tokens):
+            if request.top_logprobs:
+                tops.append(tuple(tokens.top_k(stream.state, request.top_logprobs)))
+            out.append(stream.next()[:2])
         prompts.append(PromptOutput(prompt=i, prompt_ids=tuple(ids), output_ids=tuple(t for t, _ in out),
-                                    output_logprobs=tuple(lp for _, lp in out)))
+                                    output_logprobs=tuple(lp for _, lp in out), output_top=tuple(tops)))
     scored = []
     for s in request.score:
         rated = tokens.score(key, s.input_ids, len(s.input_ids) - s.continuation - 1)[1:]  # as trial.outputs asks
@@ -274,7 +279,8 @@ class _Trial:
         late = self._run_failure(faults, env, rate, self._load_s, found)
         if late is not None:
             return late
-        seconds = self._load_s + cost.warmup_s + cost.benchmark_s
+        capture_s = self._capture_s(params, hw, model)
+        seconds = self._load_s + cost.warmup_s + cost.benchmark_s + capture_s
         if seconds > sweep.budget.trial_timeout_s:
             return self._failed(FailureKind.trial_timeout, f"trial deadline (budget.trial_timeout_s="
                                 f"{sweep.budget.trial_timeout_s:g}) passed", sweep.budget.trial_timeout_s, **found)
@@ -292,8 +298,21 @@ class _Trial:
         outcome = self.base.model_copy(update={
             "status": TrialStatus.COMPLETE, "metrics": median, "repeats": tuple(repeats), "summary": summary,
             "finished_at": self.base.started_at + seconds, **found,
-            "timings": {"server_start": round(self._load_s, 3), "bench": round(cost.warmup_s + cost.benchmark_s, 3)}})
+            "timings": {"server_start": round(self._load_s, 3), "bench": round(cost.warmup_s + cost.benchmark_s, 3),
+                        **({"outputs": round(capture_s, 3)} if self.spec.outputs is not None else {})}})
         return Answer(outcome, seconds)
+
+    def _capture_s(self, params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile) -> float:
+        """The output capture's seconds (trial.outputs): its prompts decoded together, one batch of
+        max_new_tokens each, at the rate the model gives that many streams; scoring is prefill only."""
+        request = self.spec.outputs
+        if request is None or request.prompts < 1:
+            return 0.0
+        rate = evaluate(params, hw, model, concurrency=request.prompts).decode_tok_s
+        if not rate > 0:
+            return 0.0
+        return trial_cost(model, hw, decode_tok_s=rate, requests=request.prompts, output_len=request.max_new_tokens,
+                          concurrency=request.prompts, tp=self.sweep.server.tp).benchmark_s
 
     def _start_failure(self, faults: Faults, params: Mapping[str, Any], prediction: Prediction) -> Answer | None:
         """What ends a trial before the server is ready."""

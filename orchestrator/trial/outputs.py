@@ -3,7 +3,9 @@
 `capture` runs after a trial's benchmark when its TrialSpec asks (promotion.correctness): each prompt
 is decoded greedily (sampling_params temperature 0, max_new_tokens N) with return_logprob and
 logprob_start_len 0, so the response names the prompt's own token ids (input_token_logprobs) beside
-the output's (output_token_logprobs; output_ids as well); then each sequence listed to score (another
+the output's (output_token_logprobs; output_ids as well), and, when the request asks (the first
+baseline's, for the search's correctness screen), top_logprobs_num best tokens at each output position
+(output_top_logprobs: per position a list of [logprob, token_id, text], or null); then each sequence listed to score (another
 configuration's output after a prompt, as token ids) is sent back with logprob_start_len at the
 output and top_logprobs_num 1: the server's log-probability of each of those tokens, and of its own
 top choice there. Field names and shapes: sglang/srt/managers/io_struct.py GenerateReqInput and
@@ -52,10 +54,14 @@ PROMPTS = (
 """The fixed prompts (promotion.correctness.prompts takes the first ones); at most 16."""
 
 
-def capture_request(prompt: str, max_new_tokens: int) -> dict[str, Any]:
-    """A greedy /generate request that also returns the prompt's and the output's token ids."""
-    return {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens},
-            "return_logprob": True, "logprob_start_len": 0, "stream": False}
+def capture_request(prompt: str, max_new_tokens: int, top_logprobs: int = 0) -> dict[str, Any]:
+    """A greedy /generate request that also returns the prompt's and the output's token ids (and, with
+    `top_logprobs`, the server's best tokens at each position: top_logprobs_num)."""
+    body: dict[str, Any] = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens},
+                            "return_logprob": True, "logprob_start_len": 0, "stream": False}
+    if top_logprobs:
+        body["top_logprobs_num"] = top_logprobs
+    return body
 
 
 def score_request(score: ScoreRequest) -> dict[str, Any]:
@@ -94,8 +100,16 @@ def parse_capture(index: int, body: Any) -> PromptOutput:
     ids = body.get("output_ids")
     if isinstance(ids, list) and ids and ids != [t for _, t in out]:
         raise ValueError(f"output_ids ({len(ids)}) and output_token_logprobs ({len(out)}) disagree")
+    tops: list[tuple[tuple[int, float], ...]] = []
+    if "output_top_logprobs" in meta:
+        listed = _entries(meta, "output_top_logprobs")
+        if len(listed) != len(out):
+            raise ValueError(f"output_top_logprobs ({len(listed)}) and output_token_logprobs ({len(out)}) disagree")
+        for k, position in enumerate(listed):
+            pairs = [_entry(e, f"output_top_logprobs position {k}") for e in position or ()]
+            tops.append(tuple(sorted(((t, lp) for lp, t in pairs if lp is not None), key=lambda x: -x[1])))
     return PromptOutput(prompt=index, prompt_ids=tuple(prompt), output_ids=tuple(t for _, t in out),
-                        output_logprobs=tuple(lp if lp is not None else 0.0 for lp, _ in out))
+                        output_logprobs=tuple(lp if lp is not None else 0.0 for lp, _ in out), output_top=tuple(tops))
 
 
 def parse_score(score: ScoreRequest, body: Any) -> ScoredOutput:
@@ -144,7 +158,8 @@ def collect(request: OutputsRequest, post: Post, remaining: Callable[[], float])
     scored: list[ScoredOutput] = []
 
     def one_prompt(i: int) -> PromptOutput:
-        return parse_capture(i, post(capture_request(PROMPTS[i], request.max_new_tokens), remaining()))
+        return parse_capture(i, post(capture_request(PROMPTS[i], request.max_new_tokens, request.top_logprobs),
+                                     remaining()))
 
     def one_score(s: ScoreRequest) -> ScoredOutput:
         return parse_score(s, post(score_request(s), remaining()))

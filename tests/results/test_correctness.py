@@ -109,3 +109,66 @@ def test_score_request_and_parse_score():
 
 def test_the_prompt_set_holds_the_largest_allowed_count():
     assert len(outputs.PROMPTS) == MAX_PROMPTS and len(set(outputs.PROMPTS)) == MAX_PROMPTS
+
+
+# --- the search's screen (results/correctness.screen): the first differing token against the baseline's tops
+
+def _with_tops(streams: tuple[tuple[int, ...], ...], tops: dict[tuple[int, int], tuple[tuple[int, float], ...]]
+               ) -> OutputsRecord:
+    """A baseline capture whose position (prompt, k) lists `tops[(prompt, k)]`, else only its own token."""
+    return OutputsRecord(prompts=tuple(
+        PromptOutput(prompt=i, prompt_ids=(1, 2), output_ids=s,
+                     output_top=tuple(tops.get((i, k), ((t, -0.1),)) for k, t in enumerate(s)))
+        for i, s in enumerate(streams)))
+
+
+SCREEN_BASE = _with_tops(((5, 6, 7, 8), (9, 9, 9, 9)),
+                         {(0, 2): ((7, -0.30), (3, -0.304), (4, -6.5)), (1, 1): ((9, -0.2), (2, -1.0), (4, -7.0))})
+
+SCREEN_CASES = [
+    ("equal streams", _record((5, 6, 7, 8), (9, 9, 9, 9)), True, None, "2 of 2 prompts decode to the baseline's tokens"),
+    ("near tie: the baseline's second choice", _record((5, 6, 3, 0), (9, 9, 9, 9)), True, 0.004,
+     "outputs differ from the baseline's on 1 of 2 prompts (first at token 2); the first differing tokens rated lie "
+     "within 0.004 nats of the baseline's top choice (tolerance 0.5): near ties so far"),
+    ("listed, but far below", _record((5, 6, 4, 0), (9, 9, 9, 9)), False, 6.2,
+     "token 2 of prompt 0 is one the baseline puts 6.20 nats below its own top choice there (tolerance 0.5 nats): "
+     "the configuration changes the outputs"),
+    ("outside the baseline's top tokens", _record((5, 6, 7, 8), (9, 1, 9, 9)), False, 6.8,
+     "token 1 of prompt 1 is one the baseline puts more than 6.80 nats (outside its top 3) below its own top choice"),
+    ("outside a list that ends within tolerance: not judged", _record((5, 1, 7, 8), (9, 9, 9, 9)), True, None,
+     "outputs differ from the baseline's on 1 of 2 prompts (first at token 1); 1 lie outside the baseline's listed top "
+     "tokens, not judged (tolerance 0.5): near ties so far"),
+    ("the worst prompt decides", _record((5, 6, 3, 0), (9, 1, 9, 9)), False, 6.8, "on 2 of 2 prompts (first at token 1)"),
+]
+
+
+@pytest.mark.parametrize("name,candidate,passed,worst,figure", SCREEN_CASES, ids=[c[0] for c in SCREEN_CASES])
+def test_screen(name, candidate, passed, worst, figure):
+    got = correctness.screen(candidate, SCREEN_BASE, prompts=2, tolerance_nats=0.5)
+    assert got.passed is passed and got.check == correctness.SCREEN, got
+    assert figure in got.figure, got.figure
+    assert (got.worst_nats is None) if worst is None else got.worst_nats == pytest.approx(worst), got
+    assert got.text().startswith("correctness screen (first differing tokens against the baseline's top choices): "
+                                 + ("passed" if passed else "REFUSED"))
+
+
+def test_screen_without_what_it_needs_passes_and_says_why():
+    # nothing to judge by is not a refusal: the confirmation's gate checks what it promotes in full
+    no_tops = _record((5, 6, 7, 8), (9, 9, 9, 9))
+    other = _record((5, 1, 7, 8), (9, 9, 9, 9))
+    assert correctness.screen(other, no_tops, prompts=2, tolerance_nats=0.5).passed
+    for candidate, baseline in ((None, SCREEN_BASE), (other, None), (_record((5, 6, 7, 8)), SCREEN_BASE)):
+        got = correctness.screen(candidate, baseline, prompts=2, tolerance_nats=0.5)
+        assert got.passed and got.figure.startswith("not screened: a capture is missing or incomplete"), got
+
+
+def test_parse_capture_reads_the_top_tokens_best_first():
+    body = _body([11, 12], [7, 8])
+    body["meta_info"]["output_top_logprobs"] = [[[-0.1, 7, None], [-2.0, 3, None]], [[-3.0, 4, None], [-0.2, 8, None]]]
+    got = outputs.parse_capture(0, body)
+    assert got.output_top == (((7, -0.1), (3, -2.0)), ((8, -0.2), (4, -3.0)))
+    body["meta_info"]["output_top_logprobs"] = body["meta_info"]["output_top_logprobs"][:1]
+    with pytest.raises(ValueError, match=r"output_top_logprobs \(1\) and output_token_logprobs \(2\) disagree"):
+        outputs.parse_capture(0, body)
+    assert outputs.capture_request("p", 8, 5)["top_logprobs_num"] == 5
+    assert "top_logprobs_num" not in outputs.capture_request("p", 8)

@@ -1,7 +1,8 @@
 """The correctness gate's capture against a real SGLang 0.5.23 server on CPU (tiny random Llama): greedy
 outputs through the real /generate (prompt and output token ids read from input_token_logprobs /
 output_token_logprobs), then the same server scoring a sequence with input logprobs and
-input_top_logprobs (trial.outputs.parse_score checks that the positions rate the ids sent)."""
+input_top_logprobs (trial.outputs.parse_score checks that the positions rate the ids sent); the first
+capture also asks top_logprobs_num 5 (output_top_logprobs), which the search's correctness screen reads."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def test_greedy_outputs_and_their_scores_from_a_real_server(tmp_path: Path, sgla
                           benchmark={"repeats": 1})
     spec = spec_mod.load(write_experiment(tmp_path, data))
     params = sp.baseline_params(spec.space)
-    ask = OutputsRequest(prompts=3, max_new_tokens=16)
+    ask = OutputsRequest(prompts=3, max_new_tokens=16, top_logprobs=5)  # as the first baseline asks (sweep/_screen.py)
     first = run_trial(TrialSpec(number=1, params=params, trial_dir=str(tmp_path / "a"), experiment=spec,
                                 outputs=ask))
     assert first.status is TrialStatus.COMPLETE, (first.reason, first.log_tail)
@@ -32,6 +33,11 @@ def test_greedy_outputs_and_their_scores_from_a_real_server(tmp_path: Path, sgla
     assert got is not None and got.error == "", got
     assert len(got.prompts) == 3 and all(len(p.output_ids) == 16 and p.prompt_ids for p in got.prompts)
     assert all(all(lp <= 0 for lp in p.output_logprobs) for p in got.prompts)
+    # output_top_logprobs: 5 tokens at each position, best first, the greedy token among them at the top
+    # (up to numerics: within a near tie of it)
+    assert all(len(p.output_top) == 16 and all(len(top) == 5 for top in p.output_top) for p in got.prompts)
+    assert all(t in dict(top) and top[0][1] - dict(top)[t] < 0.5 for p in got.prompts
+               for top, t in zip(p.output_top, p.output_ids)), [p.output_top[:2] for p in got.prompts]
 
     # a second server of the same launch: the same greedy tokens (CPU), and its scores of the first's outputs
     score = tuple(ScoreRequest(arm="champion", prompt=p.prompt, input_ids=(*p.prompt_ids, *p.output_ids),
@@ -47,3 +53,5 @@ def test_greedy_outputs_and_their_scores_from_a_real_server(tmp_path: Path, sgla
     assert worst < 0.5, worst
     verdict = correctness.compare("champion", got, again, again.scored, prompts=3, tolerance_nats=0.5)
     assert verdict.passed, verdict.text()
+    screened = correctness.screen(again, got, prompts=3, tolerance_nats=0.5)  # the search's screen on real tops
+    assert screened.passed, screened.text()

@@ -134,3 +134,31 @@ def test_deterministic_inference_gives_one_stream_whatever_the_reduction_order()
 
     assert streams(ring, False) != streams(tree, False)
     assert streams(ring, True) == streams(tree, True)
+
+
+def test_the_baselines_top_tokens_let_the_search_screen_refuse_ll128_and_keep_speculation(sim_factory):
+    """top_logprobs_num 5 through the simulator's /generate (SGLang's output_top_logprobs: per position a
+    list of [logprob, token_id, text], best first), the same lists from the model-backed executor, and
+    the search's screen (results/correctness.screen) on them: speculation passes, forced LL128 is refused."""
+    base = sim_factory("--tp-size", "2")
+    spec = sim_factory("--tp-size", "2", *SPEC)
+    ll128 = sim_factory("--tp-size", "2", env={"NCCL_PROTO": "LL128"})
+    for s in (base, spec, ll128):
+        s.wait_ready()
+    ask = OutputsRequest(prompts=8, max_new_tokens=160, top_logprobs=5)
+    own = _capture(base.url, ask)
+    assert all(len(p.output_top) == 160 and all(len(top) == 5 for top in p.output_top) for p in own.prompts)
+    # best first; greedy: the output token is the top one, or at a near tie the launch's numerics flipped
+    # (simulator/tokens.py next_token) the second, within NEAR_TIE_NATS of it
+    assert all([lp for _, lp in top] == sorted((lp for _, lp in top), reverse=True)
+               and top[0][1] - dict(top).get(t, -99.0) < tokens.NEAR_TIE_NATS
+               for p in own.prompts for top, t in zip(p.output_top, p.output_ids))
+    hw, md = load_hardware("pcie-rtxpro6000-x8"), load_model("kimi-k2.5")
+    cfg = resolve({"tp": 2}, hw, md)
+    assert not isinstance(cfg, str)
+    modelled = model_outputs(ask, model_path="kimi-k2.5", numerics=tokens.launch_numerics(hw, md, cfg))
+    assert [p.output_top for p in modelled.prompts] == [p.output_top for p in own.prompts]
+    kept = correctness.screen(_capture(spec.url, LONG), own, prompts=8, tolerance_nats=0.5)
+    assert kept.passed, kept.text()
+    refused = correctness.screen(_capture(ll128.url, LONG), own, prompts=8, tolerance_nats=0.5)
+    assert not refused.passed and refused.worst_nats is not None and refused.worst_nats > 5.0, refused.text()

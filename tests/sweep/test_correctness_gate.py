@@ -4,6 +4,8 @@ The real driver on the model-backed executor, which answers the confirmation's o
 simulator's own token function (simulator/tokens.py): forcing NCCL_PROTO=LL128 on the PCIe host is the
 fastest setting at 32 streams there, and a modelled silent corruption (after NCCL's documentation of
 NCCL_PROTO, not a measurement); the gate refuses it with its figure, where without the gate it is promoted.
+These nights turn the search's correctness screen off (promotion.correctness.screen: false), which would
+otherwise keep the corrupting setting from being the champion at all (tests/sweep/test_correctness_screen.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from orchestrator.testing import ModelExecutor
 
 
 def _night(tmp_path, sqlite_store_template, name: str, protos: list, concurrency: int, **promotion):
+    promotion.setdefault("correctness", {"screen": False})
     space = tmp_path / f"{name}.yaml"
     space.write_text(yaml.safe_dump({"name": name, "params": {"NCCL_PROTO": {"choices": protos}}}))
     data = demo_experiment(name=name, search_space=[str(space)], sampler={"kind": "grid", "seed": 0},
@@ -74,7 +77,7 @@ def test_a_resume_after_the_refusal_measures_nothing_again(tmp_path, sqlite_stor
 
 def test_without_the_gate_the_same_night_promotes_the_corrupting_setting(tmp_path, sqlite_store_template):
     summary, wd = _night(tmp_path, sqlite_store_template, "ll128off", [None, "LL128"], 32,
-                         correctness={"enabled": False})
+                         correctness={"enabled": False, "screen": False})
     assert summary.outcome is st.Outcome.promoted and (wd / "champion.env").exists()
     assert "NCCL_PROTO=LL128" in (wd / "champion.env").read_text()
     assert not (wd / "confirm" / "00-champion" / "outputs.json").exists()  # nothing captured when off
@@ -92,7 +95,8 @@ def test_a_refused_champion_gives_way_to_the_runner_up_that_passes_both_gates(tm
                            simulator={"noise": 0.0005}, benchmark={"concurrency": 32},
                            objective={"concurrency": 32, "constraints": {}},
                            budget={"trials": 8, "concurrent_trials": 2},
-                           promotion={"min_rounds": 3, "max_rounds": 8, "min_gain": 0.0, "explain": True})
+                           promotion={"min_rounds": 3, "max_rounds": 8, "min_gain": 0.0, "explain": True,
+                                      "correctness": {"screen": False}})
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "fallback"
     copy_store(sqlite_store_template, wd)
