@@ -25,6 +25,7 @@ from orchestrator.config.experiment import SweepSpec
 from orchestrator.errors import ClusterUnreachable, RayStartError
 from orchestrator.execute.base import ExecutorInfo, Finished, last_line, made_outcome
 from orchestrator.execute.processes import kill_server_now
+from orchestrator.fsio import write_json
 from orchestrator.records import FailureKind, TrialOutcome, TrialSpec
 from orchestrator.trial.runner import run_trial
 from orchestrator.trial.server import reap_orphan
@@ -149,6 +150,8 @@ class TrialActor:
 
     def __init__(self) -> None:
         self._current: Path | None = None
+        self._aborted: Path | None = None
+        """A trial aborted before run() began it (the call may reach the actor first): run() skips it."""
         self._lock = threading.Lock()
         self._watching = False
 
@@ -162,7 +165,12 @@ class TrialActor:
         node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
         self._watch_raylet()
         with self._lock:
-            self._current = Path(spec.trial_dir)
+            aborted, self._aborted = self._aborted == Path(spec.trial_dir), None
+            self._current = None if aborted else Path(spec.trial_dir)
+        if aborted:
+            outcome = made_outcome(spec, FailureKind.interrupted, "aborted before the trial began", time.time())
+            write_json(Path(spec.trial_dir) / "outcome.json", outcome.model_dump(mode="json"))
+            return outcome, _collect(Path(spec.trial_dir))
         try:
             outcome = run_trial(spec, gpu_ids=gpu_ids, node=node)
         finally:
@@ -196,17 +204,19 @@ class TrialActor:
 
         threading.Thread(target=watch, name="raylet-watch", daemon=True).start()
 
-    def abort(self, watch_s: float = 60.0) -> list[str]:
-        """Kill the current trial's server now (second Ctrl-C); run() then returns a failure.
+    def abort(self, trial_dir: str) -> list[str]:
+        """Kill the server of the trial in `trial_dir` now (second Ctrl-C); run() then returns a failure.
 
         A trial may be between steps (its server not started yet, or a port retry starting another
-        one), so this keeps killing whatever server the trial starts until run() returns.
+        one), so this keeps killing whatever server the trial starts until run() returns, however long
+        a loaded machine takes to start it; a trial run() has not begun yet is not begun at all.
         """
         with self._lock:
             target = self._current
+            if target is None or target != Path(trial_dir):
+                self._aborted, target = Path(trial_dir), None
         done: list[str] = []
-        deadline = time.monotonic() + watch_s
-        while target is not None and time.monotonic() < deadline:
+        while target is not None:
             if msg := reap_orphan(target):
                 done.append(msg)
             with self._lock:
@@ -313,9 +323,10 @@ class RayExecutor:
         return Finished(handle, spec, outcome, files)
 
     def abort(self, handle: int) -> None:
-        for h, actor, _ in self._running.values():
+        for h, actor, spec in self._running.values():
             if h == handle:
-                actor.abort.remote()  # runs beside run() in the actor (max_concurrency=2); not awaited
+                # runs beside run() in the actor (max_concurrency=2); not awaited
+                actor.abort.remote(spec.trial_dir)
 
     def close(self) -> None:
         self._idle, self._running = [], {}

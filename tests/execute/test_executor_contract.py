@@ -145,3 +145,16 @@ def test_abort_ends_a_running_trial_and_its_outcome_still_comes_back(executor: t
     (done,) = wait_all(ex, 1)
     assert done.handle == handle and done.outcome.status is TrialStatus.FAILED
     assert ex.idle() == 1
+
+
+def test_an_abort_sent_before_the_trial_began_still_ends_it(executor: tuple[str, Executor], tmp_path: Path) -> None:
+    """At once after submit: Ray's actor may not have begun run() yet (it skips the trial), the inline
+    thread not started its server (every server it starts is killed until it returns). Under load both
+    once let the trial run to its end (the abort watched for 60 s, or was dropped before run() began)."""
+    _, ex = executor
+    spec = experiment(tmp_path, benchmark={"requests": 200, "output_len": 256})
+    handle = ex.submit(trial(spec, tmp_path, 5))
+    ex.abort(handle)
+    (done,) = wait_all(ex, 1)
+    assert done.handle == handle and done.outcome.status is TrialStatus.FAILED, done.outcome.reason
+    assert ex.idle() == 1
