@@ -90,7 +90,7 @@ def test_a_full_disk_stops_the_sweep_with_one_message_and_resume_loses_nothing(t
         extra.unlink()
     before = _complete(wd, name)
     assert len(before) >= 2
-    resumed = sweep("run", str(exp), "--workdir", str(wd), "--resume", env={MARKER: marker}, timeout=600)
+    resumed = sweep("run", str(exp), "--workdir", str(wd), "--resume", env={MARKER: marker})
     text = resumed.stdout + resumed.stderr
     assert "Traceback" not in text, text[-3000:]
     assert resumed.returncode in (0, 3), text[-3000:]
