@@ -133,7 +133,8 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
     interruption. A round starts only when it is expected to end inside the wall time (one clock for the
     night, sweep.schedule): short of time before min_rounds, the other arms stop first and the main pair
     goes on alone while it fits. Rounds past min_rounds also leave `hold_s` for what is measured after
-    (the deployed configuration at the other loads), which the night planned for. Once the main pair
+    (the deployed configuration at the other loads), which the night planned for, unless only that time
+    would let the undecided gate take another round (nothing to describe without a decision). Once the main pair
     promoted, rounds go on for the arms `more` names (with the pair) while they fit and max_rounds allows;
     the pair's decision stays the one first reached."""
     values: dict[str, dict[int, float]] = {a.name: {} for a in arms}
@@ -148,7 +149,15 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
             if not extra:
                 break
         wanted = [a for a in arms if a.main or (a.name in extra if decision is not None else i < plan.min_rounds)]
-        open_arms = _fitting_round(ctx, wanted, round_s, i, hold_s if i >= plan.min_rounds else 0.0)
+        held = hold_s if i >= plan.min_rounds else 0.0
+        open_arms = _fitting_round(ctx, wanted, round_s, i, held)
+        if not open_arms and held and decision is None:
+            # Undecided, nothing is deployed and the arms measured after it have nothing to describe: the
+            # gate's next round takes their time (they are dropped with a line if none is left).
+            open_arms = _fitting_round(ctx, wanted, round_s, i)
+            if open_arms:
+                log.warning("confirmation: the gate is still undecided after %d rounds; round %d takes the time "
+                            "held for the arms measured after the decision", rounds, i + 1)
         if extra and not extra & {a.name for a in open_arms}:
             log.warning("confirmation: no time left for round %d of %s", i + 1, ", ".join(sorted(extra)))
             break

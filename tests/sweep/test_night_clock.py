@@ -97,3 +97,24 @@ def test_sweep_status_shows_the_schedule_live(tmp_path, sqlite_store_template):
     head = seen[-1][0]
     assert head.startswith("search until about ") and "of 8.00 h" in head and "held back" in head
     assert any(line.startswith("confirmation: champion at 1 stream(s)") for line in seen[-1])
+
+
+def test_an_undecided_gate_takes_the_time_held_for_the_arms_measured_after_it(tmp_path, sqlite_store_template):
+    """At 12% noise three rounds do not decide. The time held for the deployed configuration's other load
+    (promotion.concurrency 8) describes nothing while nothing is decided, so the gate's rounds 4-6 take it
+    and it promotes; the other load's arms are then dropped with a line, and the deadline holds. Before
+    this change the same night (this experiment, seed 0) ended `undecided after 3 complete round(s)`."""
+    data = real_scale(name="held", simulator={"time_scale": 1.0, "noise": 0.12},
+                      budget={"trials": 1000, "concurrent_trials": 1, "trial_timeout_s": 3600, "wall_time": "6h"},
+                      promotion={"min_rounds": 3, "max_rounds": 12, "explain": False, "concurrency": [1, 8]})
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)
+    executor = ModelExecutor(1)
+    summary = Sweep(spec, wd, executor=executor).run()
+    log = (wd / "sweep.log").read_text()
+    assert "the gate is still undecided after 3 rounds; round 4 takes the time held" in log
+    assert summary.outcome is st.Outcome.promoted and summary.confirmed is not None, summary.verdict
+    assert summary.confirmed.rounds > spec.promotion.min_rounds
+    assert "no time left for round 1 of champion@8, baseline@8" in log  # the later arms, dropped with a line
+    assert executor.clock.monotonic() <= spec.budget.wall_time + spec.budget.trial_timeout_s
