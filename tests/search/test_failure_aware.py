@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from orchestrator.config.experiment import SamplerSpec, SearchSpace
 from orchestrator.search.proposal import Proposal, ProposalPolicy, Settlement
 from orchestrator.search.sampler import OUTPUTS_CHANGED_ATTR
@@ -22,26 +24,33 @@ def _value(params: dict) -> float:
     return 10.0 + (params["NCCL_MAX_NCHANNELS"] or 0) / 8 + (params["NCCL_NTHREADS"] or 0) / 256
 
 
-def _failures_in(n: int, learn: bool, seed: int) -> int:
-    study = Study(IN_MEMORY, f"fa-{seed}-{learn}", SPACE, SamplerSpec(kind="tpe", seed=seed, startup_trials=5),
+def _bad_cells_in(name: str, n: int, seed: int, tell: Callable[[Study, ProposalPolicy, Proposal], None]) -> int:
+    """How many of `n` measured TPE proposals land in the bad cells (_fails), each told by `tell`."""
+    study = Study(IN_MEMORY, f"{name}-{seed}", SPACE, SamplerSpec(kind="tpe", seed=seed, startup_trials=5),
                   ["maximize"])
     study.open()
     policy = ProposalPolicy(study)
-    failed = measured = 0
+    bad = measured = 0
     while measured < n:
         got = policy.next()
         assert got is not None
         if not isinstance(got, Proposal):
             continue
         measured += 1
+        bad += _fails(got.params)
+        tell(study, policy, got)
+    return bad
+
+
+def _failures_in(n: int, learn: bool, seed: int) -> int:
+    def tell(study: Study, policy: ProposalPolicy, got: Proposal) -> None:
         if _fails(got.params):
-            failed += 1
             study.tell_failed(got.number, {"failure_kind": "oom"}, learn=learn)
             policy.remember(got.params, got.number, None, learn=learn)
         else:
             study.tell_complete(got.number, [_value(got.params)], {})
             policy.remember(got.params, got.number, [_value(got.params)])
-    return failed
+    return _bad_cells_in(f"fa-{learn}", n, seed, tell)
 
 
 def test_tpe_told_of_failures_proposes_the_failing_region_less():
@@ -71,26 +80,13 @@ def test_a_repeat_of_a_learned_failure_is_settled_free_and_told_the_same_way():
 def _changed_in(n: int, screened: bool, seed: int) -> int:
     """Trials TPE spends on points that are the fastest but change the outputs: told complete (their
     measurement stands), with OUTPUTS_CHANGED_ATTR when the search's correctness screen refused them."""
-    study = Study(IN_MEMORY, f"oc-{seed}-{screened}", SPACE, SamplerSpec(kind="tpe", seed=seed, startup_trials=5),
-                  ["maximize"])
-    study.open()
-    policy = ProposalPolicy(study)
-    changed = measured = 0
-    while measured < n:
-        got = policy.next()
-        assert got is not None
-        if not isinstance(got, Proposal):
-            continue
-        measured += 1
+    def tell(study: Study, policy: ProposalPolicy, got: Proposal) -> None:
         value = _value(got.params) + (5.0 if _fails(got.params) else 0.0)  # the corrupting cells are fastest
-        attrs = {}
-        if _fails(got.params):
-            changed += 1
-            if screened:
-                attrs = {OUTPUTS_CHANGED_ATTR: "outputs differ from the baseline's on 8 of 8 prompts ..."}
-        study.tell_complete(got.number, [value], attrs)
+        marked = screened and _fails(got.params)
+        study.tell_complete(got.number, [value],
+                            {OUTPUTS_CHANGED_ATTR: "outputs differ from the baseline's on 8 of 8 prompts ..."} if marked else {})
         policy.remember(got.params, got.number, [value])
-    return changed
+    return _bad_cells_in(f"oc-{screened}", n, seed, tell)
 
 
 def test_tpe_proposes_points_whose_outputs_changed_less_though_they_measured_fastest():
