@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.clock import Clock, RealClock
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.execute.base import Executor
-from orchestrator.records import ParamValue, TrialOutcome, TrialSpec
+from orchestrator.records import OutputsRecord, ParamValue, TrialOutcome, TrialSpec
 from orchestrator.search.proposal import ProposalPolicy
 from orchestrator.search.study import Study
 from orchestrator.sweep._signals import Interrupts
@@ -108,6 +108,8 @@ class Context:
     reserve: ConfirmationPlan | None = None
     """The confirmation held back from the search (sweep.schedule), planned before the first launch
     and again as each trial's measured seconds arrive; None until planned."""
+    screen_reference: OutputsRecord | None = None
+    """The correctness screen's reference capture once found (sweep._screen.reference): read from disk once."""
 
     def __post_init__(self) -> None:
         if self.started_at < 0:

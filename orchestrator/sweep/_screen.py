@@ -46,13 +46,17 @@ def request(ctx: Context, role: TrialRole) -> OutputsRequest | None:
 
 
 def reference(ctx: Context) -> OutputsRecord | None:
-    """The first complete baseline capture with top tokens, among the measured baselines."""
+    """The first complete baseline capture with top tokens, among the measured baselines (kept in the
+    context once found: every launch and record asks)."""
+    if ctx.screen_reference is not None:
+        return ctx.screen_reference
     prompts = ctx.spec.promotion.correctness.prompts
     for o in ctx.outcomes:
         if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE:
             record = outputs.read(Path(o.trial_dir) if o.trial_dir else ctx.paths.trial_dir(o.number))
             if record is not None and not record.error and len(record.prompts) >= prompts \
                     and all(p.output_top for p in record.prompts):
+                ctx.screen_reference = record
                 return record
     return None
 
