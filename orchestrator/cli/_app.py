@@ -67,7 +67,9 @@ def guard(fn: Callable[P, R]) -> Callable[P, R]:
             raise fail("interrupted", 130) from None
         except OSError as exc:  # the environment (disk full, permissions, a path in the way), not a bug of ours
             where = f"{exc.filename}: " if exc.filename else ""
-            raise fail(f"{where}{exc.strerror or exc}", 1) from None
+            fix = ("; free space on that disk and run the command again (`sweep run` with --resume: "
+                   "what was measured is kept)") if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+            raise fail(f"{where}{exc.strerror or exc}{fix}", 1) from None
     return wrapper
 
 

@@ -163,6 +163,10 @@ def run(
     # The sweep prints its own progress; MLflow's schema-migration chatter is not news to a user.
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # MLflow's sqlite session logs every OperationalError with its traceback before it re-raises it
+    # (mlflow/store/db/utils.py, make_managed_session); the tracker turns the re-raised error into one
+    # message (a full disk among them), so the traceback is noise on the user's console.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     # Ray's note that its local cluster uses token authentication is not the user's concern here.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
 

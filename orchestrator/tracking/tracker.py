@@ -50,6 +50,14 @@ log = logging.getLogger(__name__)
 _REFUSED_FIX = ("(1) check the sweep's runs were not deleted in the MLflow UI, then (2) report it "
                 "with sweep.log: MLflow answered, so this is no outage and nothing was queued.")
 
+# sqlite's own words for a full or failing disk (sqlite3.OperationalError, SQLITE_FULL / SQLITE_IOERR).
+_DISK_FIX = ("free space on the disk that holds the tracking store (nothing measured is lost: the trial's "
+             "files and the Optuna study keep it), then run the same command with --resume.")
+
+
+def _disk_full(text: str) -> bool:
+    return "disk is full" in text or "disk I/O error" in text or "No space left on device" in text
+
 
 class Tracker:
     """The sweep's view of one MLflow tracking store and experiment.
@@ -222,8 +230,9 @@ class Tracker:
             raise error
         if failure is Failure.refused:
             self._outbox.backoff.up()  # MLflow answered
-            raise TrackingError(f"{self._store.where()} refused to {what}: {convert.short(error)}. "
-                                f"Fix: {_REFUSED_FIX}") from error
+            text = convert.short(error)
+            fix = _DISK_FIX if _disk_full(text) else _REFUSED_FIX
+            raise TrackingError(f"{self._store.where()} refused to {what}: {text}. Fix: {fix}") from error
 
     def _queue(self, entry: OutboxEntry, error: BaseException | str) -> None:
         if isinstance(error, BaseException):
