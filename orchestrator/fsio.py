@@ -45,3 +45,10 @@ def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = Non
 def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """`obj` as indented JSON with sorted keys (values JSON lacks, such as paths, as strings), atomically."""
     return write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def disk_failing(text: str) -> bool:
+    """Whether an error's text is a full or failing disk: sqlite's SQLITE_FULL / SQLITE_IOERR words
+    ("database or disk is full", "disk I/O error") or the OS's ENOSPC. One rule for the Optuna and the
+    MLflow stores' messages."""
+    return ("disk" in text and ("full" in text or "I/O" in text)) or "No space left on device" in text

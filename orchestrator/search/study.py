@@ -25,6 +25,7 @@ from orchestrator.config import eagle
 from orchestrator.config.experiment import SamplerSpec, SearchSpace
 from orchestrator.config.space import check_enumerable
 from orchestrator.errors import StorageError, StorageWriteError
+from orchestrator.fsio import disk_failing
 from orchestrator.records import ParamValue
 from orchestrator.redact import mask_url_password
 from orchestrator.search import space as sp
@@ -335,7 +336,7 @@ def sqlite_problem(path: str, exc: BaseException) -> str:
     if "locked" in text:
         return (f"{path} is locked by another process ({text}); wait for the sweep or command using it to "
                 "finish, or stop it, and run this again")
-    if "disk" in text and ("full" in text or "I/O" in text):
+    if disk_failing(text):
         return f"{path}: the disk is full or failing ({text}); free space and run this again"
     if "unable to open" in text or "readonly" in text:
         return (f"{path} cannot be opened ({text}); check that it is a file you can read and write "

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import TrackingError
+from orchestrator.fsio import disk_failing
 from orchestrator.records import ServingConfig, TrialOutcome
 from orchestrator.tracking import convert, registry, runs
 from orchestrator.tracking._client import Store
@@ -53,10 +54,6 @@ _REFUSED_FIX = ("(1) check the sweep's runs were not deleted in the MLflow UI, t
 # sqlite's own words for a full or failing disk (sqlite3.OperationalError, SQLITE_FULL / SQLITE_IOERR).
 _DISK_FIX = ("free space on the disk that holds the tracking store (nothing measured is lost: the trial's "
              "files and the Optuna study keep it), then run the same command with --resume.")
-
-
-def _disk_full(text: str) -> bool:
-    return "disk is full" in text or "disk I/O error" in text or "No space left on device" in text
 
 
 class Tracker:
@@ -231,7 +228,7 @@ class Tracker:
         if failure is Failure.refused:
             self._outbox.backoff.up()  # MLflow answered
             text = convert.short(error)
-            fix = _DISK_FIX if _disk_full(text) else _REFUSED_FIX
+            fix = _DISK_FIX if disk_failing(text) else _REFUSED_FIX
             raise TrackingError(f"{self._store.where()} refused to {what}: {text}. Fix: {fix}") from error
 
     def _queue(self, entry: OutboxEntry, error: BaseException | str) -> None:
