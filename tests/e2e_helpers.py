@@ -217,9 +217,12 @@ class LoopbackCluster:
     end every Ray instance of the user on the machine).
     """
 
-    def __init__(self, root: Path, *, worker: bool = True):
+    def __init__(self, root: Path, *, worker: bool = True, niceness: tuple[int | None, int | None] = (0, 0)):
+        """`niceness`: the head's and the worker's RAY_worker_niceness, as docs/cluster.md tells users to
+        start their nodes (0); None leaves Ray's default, 15."""
         self.root = root
         self.worker = worker
+        self.niceness = niceness
         self.marker = uuid.uuid4().hex
         # A short temp dir: Ray's unix socket paths must stay under 107 characters.
         self.temp_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")
@@ -229,10 +232,12 @@ class LoopbackCluster:
                     "RAY_USAGE_STATS_ENABLED": "0"}
 
     def _start(self, name: str, args: list[str]) -> None:
+        nice = self.niceness[0 if name == "head" else 1]
+        env = {**self.env, **({} if nice is None else {"RAY_worker_niceness": str(nice)})}
         with open(self.root / f"ray-{name}.log", "w") as log:
             proc = subprocess.run([RAY, "start", *args, "--num-gpus=8", "--num-cpus=1",
                                    "--object-store-memory", "200000000", "--disable-usage-stats"],
-                                  env=self.env, stdout=log, stderr=subprocess.STDOUT, timeout=120,
+                                  env=env, stdout=log, stderr=subprocess.STDOUT, timeout=120,
                                   start_new_session=True)
         if proc.returncode != 0:
             raise RuntimeError(f"ray start ({name}) failed:\n{(self.root / f'ray-{name}.log').read_text()[-3000:]}")

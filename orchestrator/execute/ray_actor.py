@@ -56,6 +56,9 @@ def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: in
             log_to_driver=False,
             logging_level=logging.WARNING,
             configure_logging=True,
+            # Ray starts its workers at niceness 15 and the servers a trial launches inherit it; a
+            # deployment runs SGLang at 0, so the servers measured here run at 0 too (observe.niceness_warning).
+            _system_config={"worker_niceness": 0},
         )
     except Exception as exc:  # noqa: BLE001 - Ray's start-up timeout is a bare Exception; OSError, TimeoutError too
         with contextlib.suppress(Exception):

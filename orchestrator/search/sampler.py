@@ -107,13 +107,12 @@ class FailureAwareTPE(BaseSampler):
         for t in study.get_trials(deepcopy=False):
             if t.number == trial.number:
                 continue
-            if _learned_failure(t):  # TPE splits off a violated constraint before it reads any value
+            failed = _learned_failure(t)
+            if failed or (t.state == TrialState.COMPLETE and t.user_attrs.get(OUTPUTS_CHANGED_ATTR)):
+                # TPE splits off a violated constraint before it reads any value (a failure has none)
+                values = [0.0] * len(study.directions) if failed else t.values
                 shown.append(optuna.trial.create_trial(params=t.params, distributions=t.distributions,
-                                                       values=[0.0] * len(study.directions),
-                                                       constraints={FAILED_CONSTRAINT: 1.0}))
-            elif t.state == TrialState.COMPLETE and t.user_attrs.get(OUTPUTS_CHANGED_ATTR):
-                shown.append(optuna.trial.create_trial(params=t.params, distributions=t.distributions,
-                                                       values=t.values, constraints={FAILED_CONSTRAINT: 1.0}))
+                                                       values=values, constraints={FAILED_CONSTRAINT: 1.0}))
             elif t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING):
                 shown.append(optuna.trial.create_trial(state=t.state, params=t.params, distributions=t.distributions,
                                                        values=t.values, intermediate_values=t.intermediate_values,

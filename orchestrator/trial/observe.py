@@ -57,6 +57,8 @@ class ProcessSnapshot:
     exe: str | None
     environ: dict[str, str] | None
     """None when /proc/<pid>/environ could not be read."""
+    nice: int | None = None
+    """Its nice value when read (None: not read)."""
 
 
 def snapshot_tree(server_pid: int) -> list[ProcessSnapshot]:
@@ -67,7 +69,8 @@ def snapshot_tree(server_pid: int) -> list[ProcessSnapshot]:
         if cmdline is None and not procs.alive(pid):
             continue  # exited between listing and reading
         snaps.append(ProcessSnapshot(pid=pid, ppid=procs.parent(pid), cmdline=cmdline or (),
-                                     exe=procs.exe(pid), environ=procs.environ(pid)))
+                                     exe=procs.exe(pid), environ=procs.environ(pid),
+                                     nice=procs.niceness(pid)))
     return snaps
 
 
@@ -151,6 +154,9 @@ class ProcessEnv(Frozen):
     """Requested variables present with another value: name -> the value found (redacted)."""
     nccl_env: dict[str, str] = Field(default_factory=dict)
     """Every NCCL_* variable the process has, requested or not (SGLang sets some itself)."""
+    nice: int | None = None
+    """The nice value it ran at (a deployment runs SGLang at 0; Ray starts its workers, and so the servers
+    they launch, at 15 unless the cluster says otherwise: niceness_warning)."""
 
 
 class EnvObservation(Frozen):
@@ -228,7 +234,7 @@ def evaluate_env(
             pid=snap.pid, ppid=snap.ppid, cmdline=redact_text(" ".join(snap.cmdline))[:300],
             rank=rank_by_pid.get(snap.pid), readable=env is not None, environ_source=source,
             present=tuple(present), missing=tuple(missing),
-            mismatched=redact_env(mismatched), nccl_env=redact_env(nccl),
+            mismatched=redact_env(mismatched), nccl_env=redact_env(nccl), nice=snap.nice,
         ))
 
     workers = sorted((p for p in processes if p.rank is not None), key=lambda p: (p.rank, p.pid))
@@ -253,6 +259,20 @@ def evaluate_env(
         processes=tuple(processes), workers={p.pid: p.rank for p in workers if p.rank is not None},
         ok=not problems, problems=tuple(problems),
     )
+
+
+def niceness_warning(observation: EnvObservation) -> str | None:
+    """A line when the server's processes ran at a nice value above 0, which a deployment does not:
+    on a host with other CPU work (the sweep itself, Ray's daemons, another trial's client) SGLang's
+    tokenizer, scheduler and detokenizer then get less CPU than they would in service, and what the
+    trial measured is slower than what it describes. Ray starts its workers at niceness 15
+    (its `worker_niceness` setting, RAY_worker_niceness); the private instance the tool starts sets 0."""
+    niced = sorted({p.nice for p in observation.processes if p.nice is not None and p.nice > 0})
+    if not niced:
+        return None
+    return (f"the server's processes ran at niceness {', '.join(map(str, niced))}, a deployment's at 0: with "
+            "other CPU work on the host the server got less CPU than in service; start the Ray cluster's "
+            "nodes with RAY_worker_niceness=0 in their environment (`RAY_worker_niceness=0 ray start ...`)")
 
 
 def observe_env(server_pid: int, requested: Mapping[str, str], expected_ranks: int) -> EnvObservation:

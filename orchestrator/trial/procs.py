@@ -51,6 +51,14 @@ def exe(pid: int) -> str | None:
         return None
 
 
+def niceness(pid: int) -> int | None:
+    """The nice value `pid` runs at (0 is the default; higher yields the CPU to others), or None."""
+    try:
+        return int(psutil.Process(pid).nice())
+    except psutil.Error:
+        return None
+
+
 def start_time(pid: int) -> float | None:
     """When `pid` started (seconds since the epoch): tells a live pid from a reused one."""
     try:

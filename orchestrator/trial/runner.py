@@ -208,6 +208,9 @@ class _Runner:
         write_json(self.dir / "fingerprint.json", fp)
         if info is not None and info.status_code == 200:
             write_json(self.dir / "server_info.json", redact.redact_env_tree(info.json()))
+        niced = observe.niceness_warning(observation)
+        if niced:
+            self._warn(niced)
         ok, reason = observe.check_env_applied(requested, observation, nccl)
         if ok:  # an all_reduce_backend SGLang refused or fell back from, in its own words
             backend = self.spec.params.get("all_reduce_backend")

@@ -107,9 +107,12 @@ def test_driver_runs_inside_the_ray_head(tmp_path: Path) -> None:
         stub = bin_dir / tool
         stub.write_text(textwrap.dedent(f"""\
             #!{sys.executable}
-            import json, sys
+            import json, os, sys
             with open({str(calls)!r}, "a") as f:
                 f.write(json.dumps([{tool!r}, *sys.argv[1:]]) + "\\n")
+            if {tool!r} == "ray":  # the environment the head's workers (and so the servers) start with
+                with open({str(calls)!r} + ".nice", "w") as f:
+                    f.write(os.environ.get("RAY_worker_niceness", "unset"))
             """))
         stub.chmod(0o755)
     service_env = _compose()["services"]["ray-head"]["environment"]
@@ -126,6 +129,7 @@ def test_driver_runs_inside_the_ray_head(tmp_path: Path) -> None:
     first = run()
     assert first[0] == ["ray", "start", "--head", "--port=6379", "--num-gpus=8", "--include-dashboard=false",
                         "--disable-usage-stats"]
+    assert Path(f"{calls}.nice").read_text() == "0"  # servers at a deployment's niceness, not Ray's 15
     sweep = ["sweep", "run", "experiments/kimi-k2.5-tp8.yaml", "--workdir", "runs/kimi-k2.5-tp8", "--timeout", "8h",
              "--ray-address", "auto"]
     assert first[1] == sweep

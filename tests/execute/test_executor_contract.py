@@ -10,6 +10,7 @@ the model-backed executor), so nothing here asserts on wall-clock durations.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def files_of(outcome: TrialOutcome) -> dict[str, object]:
 
 
 def test_a_trial_comes_back_measured_with_its_files(executor: tuple[str, Executor], tmp_path: Path) -> None:
-    _, ex = executor
+    name, ex = executor
     spec = experiment(tmp_path)
     assert ex.idle() == 1
     before = ex.clock.time()
@@ -87,6 +88,9 @@ def test_a_trial_comes_back_measured_with_its_files(executor: tuple[str, Executo
     assert out.timings["server_start"] > 0 and out.timings["bench"] > 0
     assert out.effective_env["ok"] and out.effective_env["expected_ranks"] == spec.server.tp
     assert out.launch is not None and out.launch.argv[1:3] == ("-m", "orchestrator.simulator")
+    if name != "model":  # a real server ran at the driver's own priority, not Ray's worker niceness (15)
+        assert {p["nice"] for p in out.effective_env["processes"]} == {os.nice(0)}, out.effective_env["processes"]
+        assert not any("niceness" in w for w in out.warnings), out.warnings
     files = files_of(out)
     assert files["spec"]["number"] == 0 and files["launch"]["argv"] == list(out.launch.argv)  # type: ignore[index]
     assert TrialOutcome.model_validate(files["outcome"]) == out  # outcome.json is the outcome, written first

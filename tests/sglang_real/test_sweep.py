@@ -10,14 +10,15 @@ from pathlib import Path
 
 from e2e_helpers import MARKER, new_workdir, sweep, wait_until_gone, write_experiment
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
-from real_helpers import DECISIVE_OBJECTIVE, cpu_experiment, write_space
+from real_helpers import DECISIVE_BENCHMARK, DECISIVE_OBJECTIVE, cpu_experiment, write_space
 
 from orchestrator.results.export import parse_env
 
 
 def test_a_sweep_on_real_sglang_reaches_a_verdict_and_exports_an_env_file(
         tmp_path: Path, sglang_python: str, tiny_model: Path, sqlite_store_template: Path) -> None:
-    data = cpu_experiment("real-cpu", tiny_model, sglang_python, write_space(tmp_path), objective=DECISIVE_OBJECTIVE)
+    data = cpu_experiment("real-cpu", tiny_model, sglang_python, write_space(tmp_path), objective=DECISIVE_OBJECTIVE,
+                         benchmark=DECISIVE_BENCHMARK)
     exp = write_experiment(tmp_path, data)
     wd = new_workdir(tmp_path, sqlite_store_template)
     marker = uuid.uuid4().hex

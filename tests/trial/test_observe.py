@@ -27,6 +27,7 @@ from orchestrator.trial.observe import (
     fingerprint,
     fingerprint_diff,
     fingerprint_hash,
+    niceness_warning,
     observe_env,
     parse_nccl_log,
 )
@@ -129,6 +130,22 @@ def test_real_workers_that_got_everything(server):
     assert obs.rule == RANK_WORKER_RULE
     ok, reason = check_env_applied(REQUESTED, obs)
     assert ok and reason.startswith("all 2 requested variable(s) reached all 2 rank worker(s)")
+
+
+def test_a_server_tree_at_a_raised_nice_value_is_read_and_named(server):
+    """Ray starts its workers at niceness 15 and the servers they launch inherit it: the observation reads
+    each process's nice value, and the warning names it with the fix (RAY_worker_niceness=0)."""
+    pid = server(TEST_NAMED="1")
+    quiet = observe_env(pid, REQUESTED, expected_ranks=2)
+    assert {p.nice for p in quiet.processes} == {os.nice(0)}
+    if os.nice(0) == 0:
+        assert niceness_warning(quiet) is None
+    for worker in procs.descendants(pid):
+        os.setpriority(os.PRIO_PROCESS, worker, 15)  # raising a nice value needs no privilege
+    niced = observe_env(pid, REQUESTED, expected_ranks=2)
+    assert sorted(p.nice for p in niced.processes if p.pid != pid) == [15, 15]
+    line = niceness_warning(niced)
+    assert line is not None and "niceness 15" in line and "RAY_worker_niceness=0" in line
 
 
 def test_real_worker_that_lost_a_variable(server):
