@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import random
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -317,7 +318,7 @@ def _rdb(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
             raise StorageError(f"Optuna storage {shown}: the folder {folder} does not exist; create it, or "
                                f"leave --storage out (the work directory's optuna.db)")
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **kwargs)
+        return _open_rdb(url, **kwargs)
     except ImportError as exc:
         raise StorageError(f"Optuna storage {shown}: its database driver is not installed "
                            f"({str(exc).splitlines()[0][:200]}); for PostgreSQL: pip install 'sglang-sweep[postgres]'"
@@ -328,6 +329,26 @@ def _rdb(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
         raise StorageError(f"Optuna storage {shown} cannot be opened: {type(exc).__name__}: "
                            f"{str(exc).splitlines()[0][:300]}; pass a URL such as sqlite:////abs/path/optuna.db "
                            f"or postgresql://user@host/db") from None
+
+
+# Optuna's RDBStorage creates its tables on open (metadata.create_all: look, then CREATE TABLE), so two
+# processes opening a new database at once race: the slower one's CREATE meets the table the faster one just
+# made ("table studies already exists"; or the version row twice, "UNIQUE constraint failed"). `sweep status`
+# beside a starting sweep is such a pair (CI met it in tests/hardening/test_disk_full.py). The tables are then
+# there, so opening again succeeds.
+_CONCURRENT_CREATION = ("already exists", "UNIQUE constraint failed")
+_OPEN_ATTEMPTS = 5
+
+
+def _open_rdb(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
+    for attempt in range(1, _OPEN_ATTEMPTS):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **kwargs)
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            if not any(word in str(getattr(exc, "orig", None) or exc) for word in _CONCURRENT_CREATION):
+                raise
+            time.sleep(0.05 * attempt)  # the other process's creation is finishing
+    return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **kwargs)
 
 
 def sqlite_problem(path: str, exc: BaseException) -> str:

@@ -85,3 +85,35 @@ def test_a_damaged_optuna_db_is_one_message(tmp_path: Path, content: bytes) -> N
     with pytest.raises(StorageError) as err:
         read_only(f"sqlite:///{wd / 'optuna.db'}", "db")
     assert f"{wd / 'optuna.db'} is not a readable SQLite database" in str(err.value)
+
+
+def _open_at_once(url: str, barrier, results) -> None:  # type: ignore[no-untyped-def]
+    barrier.wait()
+    try:
+        read_only(url, "race")
+        results.put("ok")
+    except StorageError as exc:
+        results.put(str(exc))
+
+
+def test_processes_opening_a_new_optuna_db_at_once_all_open_it(tmp_path: Path) -> None:
+    """`sweep status` beside a sweep that is creating its optuna.db: Optuna's RDBStorage creates its tables
+    on open (look, then CREATE TABLE), and the slower of two openers met 'table studies already exists',
+    reported as a damaged database (CI at 1793e41, tests/hardening/test_disk_full.py's status read). Six
+    real processes open each new file at one barrier, ten files: before the retry in
+    search/study._open_rdb, 8 of 10 files had a refused opener here."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    refused = []
+    for i in range(10):
+        url = f"sqlite:///{tmp_path / f'optuna-{i}.db'}"
+        barrier, results = ctx.Barrier(6), ctx.Queue()
+        procs = [ctx.Process(target=_open_at_once, args=(url, barrier, results)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        outcomes = [results.get(timeout=600) for _ in procs]
+        for p in procs:
+            p.join()
+        refused += [o for o in outcomes if o != "ok"]
+    assert refused == []
