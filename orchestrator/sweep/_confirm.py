@@ -184,6 +184,8 @@ def run_more(ctx: Context, arms: list[Arm], rounds: int, measured: Measured, *, 
     other loads, its adaptive-or-fixed counterpart), `rounds` interleaved rounds numbered after the
     gate's, added to `measured`; the arms named in `fresh` lose what the gate's rounds measured under
     that name (another configuration's counterpart). A round starts only when it fits the wall time."""
+    if not arms:
+        return measured
     values = {k: ({} if k in fresh else dict(v)) for k, v in measured.values.items()}
     for a in arms:
         values.setdefault(a.name, {})
@@ -204,16 +206,28 @@ def run_more(ctx: Context, arms: list[Arm], rounds: int, measured: Measured, *, 
 
 def _fitting_round(ctx: Context, open_arms: list[Arm], round_s: Callable[[list[Arm]], float], i: int,
                    hold_s: float = 0.0) -> list[Arm]:
-    """The arms of round `i` that fit the time left (less `hold_s`): all of them, else the main pair
-    alone, else none."""
+    """The arms of round `i` that fit the time left (less `hold_s`): the main pair, then the other arms by
+    value (schedule.VALUE_ORDER: the runner-up, which can still win, before the ablations) while they fit;
+    none when the pair itself does not. Each arm left out is named in one line."""
     limit = ctx.timeout_s - hold_s
     if ctx.elapsed() + round_s(open_arms) <= limit:
         return open_arms
-    main = [a for a in open_arms if a.main]
-    if len(main) < len(open_arms):
-        log.warning("confirmation: round %d measures the main pair only (no time left for %s)", i + 1,
-                    ", ".join(a.name for a in open_arms if not a.main))
-    return main if ctx.elapsed() + round_s(main) <= limit else []
+    kept = [a for a in open_arms if a.main]
+    if ctx.elapsed() + round_s(kept) > limit:
+        return []
+    level = ctx.spec.benchmark.concurrency
+    others = sorted((a for a in open_arms if not a.main),
+                    key=lambda a: schedule.value_rank(a.name, a.concurrency, level))
+    left: list[str] = []
+    for arm in others:
+        if ctx.elapsed() + round_s([*kept, arm]) <= limit:
+            kept.append(arm)
+        else:
+            left.append(arm.name)
+    if left:
+        log.warning("confirmation: round %d leaves out %s (no time left; the arms most worth measuring first)",
+                    i + 1, ", ".join(left))
+    return [a for a in open_arms if a in kept]
 
 
 def _decided(ctx: Context, values: Mapping[str, Mapping[int, float]],

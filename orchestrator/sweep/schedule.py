@@ -89,7 +89,7 @@ class ConfirmationPlan:
 PAIR = ("champion", "baseline")
 
 
-def _unit(name: str, concurrency: int, gate_level: int) -> tuple[int, int, int]:
+def value_rank(name: str, concurrency: int, gate_level: int) -> tuple[int, int, int]:
     """Sort key of the unit an arm belongs to, by value: the gate's pair; the other arms at the
     gate's level in VALUE_ORDER; the adaptive-or-fixed counterpart there; then each other level
     (lowest first), its pair before its counterpart."""
@@ -193,7 +193,7 @@ def plan(arms: Sequence[tuple[str, int, bool]], *, seconds: Callable[[int], floa
     slots = max(slots, 1)
     units: dict[tuple[int, int, int], list[PlannedArm]] = {}
     for name, concurrency, main in arms:
-        units.setdefault(_unit(name, concurrency, gate_level), []).append(
+        units.setdefault(value_rank(name, concurrency, gate_level), []).append(
             PlannedArm(name, concurrency, main, seconds(concurrency), min_rounds))
     kept: list[PlannedArm] = []
     dropped: list[Dropped] = []
