@@ -131,8 +131,8 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
                hold_s: float = 0.0) -> Measured:
     """Measure the arms round after round until the main pair decides, max_rounds, the wall time or an
     interruption. A round starts only when it is expected to end inside the wall time (one clock for the
-    night, sweep.schedule): short of time before min_rounds, the other arms stop first and the main pair
-    goes on alone while it fits. Rounds past min_rounds also leave `hold_s` for what is measured after
+    night, sweep.schedule): short of time before min_rounds, the other arms are left out by value (the
+    runner-up kept longest, _fitting_round) and the main pair goes on alone while it fits. Rounds past min_rounds also leave `hold_s` for what is measured after
     (the deployed configuration at the other loads), which the night planned for, unless only that time
     would let the undecided gate take another round (nothing to describe without a decision). Once the main pair
     promoted, rounds go on for the arms `more` names (with the pair) while they fit and max_rounds allows;
