@@ -345,15 +345,20 @@ def _open_rdb(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **kwargs)
         except sqlalchemy.exc.SQLAlchemyError as exc:
-            if not any(word in str(getattr(exc, "orig", None) or exc) for word in _CONCURRENT_CREATION):
+            if not any(word in _db_error_text(exc) for word in _CONCURRENT_CREATION):
                 raise
             time.sleep(0.05 * attempt)  # the other process's creation is finishing
     return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **kwargs)
 
 
+def _db_error_text(exc: BaseException) -> str:
+    """The database's own words: SQLAlchemy keeps the driver's error as `orig`."""
+    return str(getattr(exc, "orig", None) or exc)
+
+
 def sqlite_problem(path: str, exc: BaseException) -> str:
     """One message for a sqlite database file that cannot be used: what, where and how to fix it."""
-    text = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200]
+    text = _db_error_text(exc).splitlines()[0][:200]
     if "locked" in text:
         return (f"{path} is locked by another process ({text}); wait for the sweep or command using it to "
                 "finish, or stop it, and run this again")

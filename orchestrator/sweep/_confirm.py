@@ -17,6 +17,7 @@ x1.04 over fixed 3 steps".
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -132,7 +133,8 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
     """Measure the arms round after round until the main pair decides, max_rounds, the wall time or an
     interruption. A round starts only when it is expected to end inside the wall time (one clock for the
     night, sweep.schedule): short of time before min_rounds, the other arms are left out by value (the
-    runner-up kept longest, _fitting_round) and the main pair goes on alone while it fits. Rounds past min_rounds also leave `hold_s` for what is measured after
+    runner-up kept longest, _fitting_round) and the main pair goes on alone while it fits. Rounds past
+    min_rounds also leave `hold_s` for what is measured after
     (the deployed configuration at the other loads), which the night planned for, unless only that time
     would let the undecided gate take another round (nothing to describe without a decision). Once the main pair
     promoted, rounds go on for the arms `more` names (with the pair) while they fit and max_rounds allows;
@@ -141,7 +143,7 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
     rows: list[ConfirmationRow] = []
     stopped, rounds = "", 0
     decision: sequential.Decision | None = None
-    round_s = _round_s(ctx)
+    timing = _timing(ctx)
     for i in range(plan.max_rounds):
         extra: set[str] = set()
         if decision is not None:
@@ -150,11 +152,11 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
                 break
         wanted = [a for a in arms if a.main or (a.name in extra if decision is not None else i < plan.min_rounds)]
         held = hold_s if i >= plan.min_rounds else 0.0
-        open_arms = _fitting_round(ctx, wanted, round_s, i, held)
+        open_arms = _fitting_round(ctx, wanted, timing, i, held)
         if not open_arms and held and decision is None:
             # Undecided, nothing is deployed and the arms measured after it have nothing to describe: the
             # gate's next round takes their time (they are dropped with a line if none is left).
-            open_arms = _fitting_round(ctx, wanted, round_s, i)
+            open_arms = _fitting_round(ctx, wanted, timing, i)
             if open_arms:
                 log.warning("confirmation: the gate is still undecided after %d rounds; round %d takes the time "
                             "held for the arms measured after the decision", rounds, i + 1)
@@ -190,11 +192,11 @@ def run_more(ctx: Context, arms: list[Arm], rounds: int, measured: Measured, *, 
     for a in arms:
         values.setdefault(a.name, {})
     rows = list(measured.rows)
-    round_s = _round_s(ctx)
+    timing = _timing(ctx)
     first = measured.rounds
     for j in range(rounds):
         i = first + j
-        if ctx.interrupts.pressed or ctx.elapsed() + round_s(arms) > ctx.timeout_s:
+        if ctx.interrupts.pressed or ctx.elapsed() + timing.round_s(arms) > ctx.timeout_s:
             if not ctx.interrupts.pressed:
                 log.warning("confirmation: no time left for round %d of %s", j + 1, ", ".join(a.name for a in arms))
             break
@@ -204,30 +206,19 @@ def run_more(ctx: Context, arms: list[Arm], rounds: int, measured: Measured, *, 
                     stopped=measured.stopped)
 
 
-def _fitting_round(ctx: Context, open_arms: list[Arm], round_s: Callable[[list[Arm]], float], i: int,
-                   hold_s: float = 0.0) -> list[Arm]:
-    """The arms of round `i` that fit the time left (less `hold_s`): the main pair, then the other arms by
-    value (schedule.VALUE_ORDER: the runner-up, which can still win, before the ablations) while they fit;
-    none when the pair itself does not. Each arm left out is named in one line."""
-    limit = ctx.timeout_s - hold_s
-    if ctx.elapsed() + round_s(open_arms) <= limit:
-        return open_arms
-    kept = [a for a in open_arms if a.main]
-    if ctx.elapsed() + round_s(kept) > limit:
-        return []
-    level = ctx.spec.benchmark.concurrency
-    others = sorted((a for a in open_arms if not a.main),
-                    key=lambda a: schedule.value_rank(a.name, a.concurrency, level))
-    left: list[str] = []
-    for arm in others:
-        if ctx.elapsed() + round_s([*kept, arm]) <= limit:
-            kept.append(arm)
-        else:
-            left.append(arm.name)
-    if left:
-        log.warning("confirmation: round %d leaves out %s (no time left; the arms most worth measuring first)",
-                    i + 1, ", ".join(left))
-    return [a for a in open_arms if a in kept]
+def _fitting_round(ctx: Context, open_arms: list[Arm], timing: _Timing, i: int, hold_s: float = 0.0) -> list[Arm]:
+    """The arms of round `i` that fit the time left (less `hold_s`), chosen as the night's plan chooses
+    them (schedule.plan, one round): the main pair, then the other arms by value (the runner-up, which can
+    still win, before the ablations) while they fit; none when the pair itself does not. Each arm left
+    out is named in one line."""
+    fit = schedule.plan([(a.name, a.concurrency, a.main) for a in open_arms], seconds=timing.seconds,
+                        left_s=ctx.timeout_s - hold_s - ctx.elapsed(), share_s=math.inf, min_rounds=1,
+                        gate_level=ctx.spec.benchmark.concurrency, slots=timing.slots)
+    kept = {a.name for a in fit.arms}
+    if kept and fit.dropped:
+        log.warning("confirmation: round %d leaves out %s", i + 1,
+                    "; ".join(f"{d.name} ({d.why})" for d in fit.dropped))
+    return [a for a in open_arms if a.name in kept]
 
 
 def _decided(ctx: Context, values: Mapping[str, Mapping[int, float]],
@@ -240,12 +231,20 @@ def _decided(ctx: Context, values: Mapping[str, Mapping[int, float]],
     return decision if decision.verdict is not None else None
 
 
-def _round_s(ctx: Context) -> Callable[[list[Arm]], float]:
-    """How long a round of these arms takes: each arm's expected run at its load (sweep.schedule, from
-    this sweep's measured trials), the arms measured `slots` at a time."""
-    seconds = schedule.run_seconds(ctx.spec, ctx.outcomes)
-    slots = max(ctx.executor.idle(), 1)
-    return lambda arms: sum(seconds(a.concurrency) for a in arms) / slots
+@dataclass(frozen=True)
+class _Timing:
+    """How long runs take: each arm's expected run at its load (sweep.schedule, from this sweep's measured
+    trials), the arms measured `slots` at a time."""
+
+    seconds: Callable[[int], float]
+    slots: int
+
+    def round_s(self, arms: Sequence[Arm]) -> float:
+        return sum(self.seconds(a.concurrency) for a in arms) / self.slots
+
+
+def _timing(ctx: Context) -> _Timing:
+    return _Timing(schedule.run_seconds(ctx.spec, ctx.outcomes), max(ctx.executor.idle(), 1))
 
 
 def _row(ctx: Context, arm: Arm, finished: Finished, i: int, values: dict[str, dict[int, float]]) -> ConfirmationRow:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e_helpers import demo_experiment, sweep, write_experiment
@@ -87,7 +88,7 @@ def test_a_damaged_optuna_db_is_one_message(tmp_path: Path, content: bytes) -> N
     assert f"{wd / 'optuna.db'} is not a readable SQLite database" in str(err.value)
 
 
-def _open_at_once(url: str, barrier, results) -> None:  # type: ignore[no-untyped-def]
+def _open_at_once(url: str, barrier: Any, results: Any) -> None:
     barrier.wait()
     try:
         read_only(url, "race")
