@@ -151,13 +151,14 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
             if not extra:
                 break
         wanted = [a for a in arms if a.main or (a.name in extra if decision is not None else i < plan.min_rounds)]
-        held = hold_s if i >= plan.min_rounds else 0.0
+        held = hold_s if i >= plan.min_rounds else _gate_hold(ctx, values, arms, plan, timing, i)
         open_arms = _fitting_round(ctx, wanted, timing, i, held)
         if not open_arms and held and decision is None:
             # Undecided, nothing is deployed and the arms measured after it have nothing to describe: the
-            # gate's next round takes their time (they are dropped with a line if none is left).
+            # gate's next round takes their time (they are dropped with a line if none is left). Before
+            # min_rounds the time kept for the gate's later rounds never stops its own pair.
             open_arms = _fitting_round(ctx, wanted, timing, i)
-            if open_arms:
+            if open_arms and i >= plan.min_rounds:
                 log.warning("confirmation: the gate is still undecided after %d rounds; round %d takes the time "
                             "held for the arms measured after the decision", rounds, i + 1)
         if extra and not extra & {a.name for a in open_arms}:
@@ -216,9 +217,38 @@ def _fitting_round(ctx: Context, open_arms: list[Arm], timing: _Timing, i: int, 
                         gate_level=ctx.spec.benchmark.concurrency, slots=timing.slots)
     kept = {a.name for a in fit.arms}
     if kept and fit.dropped:
-        log.warning("confirmation: round %d leaves out %s", i + 1,
-                    "; ".join(f"{d.name} ({d.why})" for d in fit.dropped))
+        held = f", {hold_s / 3600:.2f} h held back" if hold_s > 0 else ""
+        log.warning("confirmation: round %d leaves out %s%s", i + 1,
+                    "; ".join(f"{d.name} ({d.why})" for d in fit.dropped), held)
     return [a for a in open_arms if a.name in kept]
+
+
+def _gate_hold(ctx: Context, values: Mapping[str, Mapping[int, float]], arms: Sequence[Arm],
+               plan: sequential.RoundsPlan, timing: _Timing, i: int) -> float:
+    """Seconds round `i` (before min_rounds) keeps for the gate's rounds past min_rounds that the noise
+    measured so far says it will need (sequential.rounds_needed): the other arms of this round give way
+    to them, the runner-up last. Zero before two rounds are in, or when min_rounds should decide; never
+    so much that this round's own pair would not fit."""
+    if i < 2 or i >= plan.min_rounds:
+        return 0.0
+    champ, base = _main(values)
+    pair_rounds = sorted(set(values.get("champion", {})) & set(values.get("baseline", {})))
+    noise = sequential.round_noise(values, pair_rounds)
+    if noise is None or len(champ) < 2:
+        return 0.0
+    gain = sequential.evidence(champ, base, direction=ctx.spec.objective.direction, level=plan.level).gain
+    extra = sequential.rounds_needed(gain, noise, plan) - plan.min_rounds
+    if extra <= 0:
+        return 0.0
+    pair_s = timing.round_s([a for a in arms if a.main])
+    left_s = ctx.timeout_s - ctx.elapsed() - (plan.min_rounds - i) * pair_s
+    hold = min(extra * pair_s, max(left_s, 0.0))
+    if hold > 0:
+        log.warning("confirmation: the rounds so far measure %.1f%% run-to-run noise and a %s gain, so the gate "
+                    "is expected to need %d rounds (%.0f%% chance of a verdict); round %d keeps %.2f h for them",
+                    noise.sigma * 100, _pct(gain), plan.min_rounds + extra, sequential.POWER * 100, i + 1,
+                    hold / 3600)
+    return hold
 
 
 def _decided(ctx: Context, values: Mapping[str, Mapping[int, float]],

@@ -5,6 +5,7 @@ on a virtual clock), so the night's arithmetic is the tool's own, in seconds of 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -116,5 +117,9 @@ def test_an_undecided_gate_takes_the_time_held_for_the_arms_measured_after_it(tm
     assert "the gate is still undecided after 3 rounds; round 4 takes the time held" in log
     assert summary.outcome is st.Outcome.promoted and summary.confirmed is not None, summary.verdict
     assert summary.confirmed.rounds > spec.promotion.min_rounds
-    assert "no time left for round 1 of champion@8, baseline@8" in log  # the later arms, dropped with a line
+    # Round 3 already kept time for the gate's later rounds (14.7% noise: rounds_needed says 12), leaving
+    # out the adaptive arm; the other load's arms get what the gate left and are dropped with a line.
+    assert "so the gate is expected to need 12 rounds" in log
+    assert "round 3 leaves out adaptive" in log
+    assert re.search(r"no time left for round \d of champion@8, baseline@8", log)  # the later arms
     assert executor.clock.monotonic() <= spec.budget.wall_time + spec.budget.trial_timeout_s
