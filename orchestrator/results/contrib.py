@@ -365,6 +365,21 @@ def open_parts(checks: Sequence[PartCheck]) -> list[str]:
     return [c.arm for c in checks if c.verdict is PartVerdict.open]
 
 
+def contender_open(values: Mapping[str, Mapping[int, float]], contender: str, *, margin: float,
+                   direction: Direction) -> bool:
+    """Whether the near-tie between the champion and `contender` is still open after the rounds so far:
+    neither is significantly better (the 95% interval of their paired ratio holds zero) and they are not
+    shown equivalent either (the interval reaches past +-margin); more rounds could settle which to deploy."""
+    if contender not in values or "champion" not in values:
+        return False
+    interval = compare(*paired(values[contender], values["champion"]), direction=direction)
+    if interval is None:
+        return False
+    tie = interval.low <= 0.0 <= interval.high
+    equivalent = -margin < interval.low and interval.high < margin
+    return tie and not equivalent
+
+
 def contender_wins(values: Mapping[str, Mapping[int, float]], contender: str, *,
                    direction: Direction) -> Interval | None:
     """The contender's gain over the champion in the same rounds when it measured better (a near-tie

@@ -241,7 +241,8 @@ def _gate_hold(ctx: Context, values: Mapping[str, Mapping[int, float]], arms: Se
     if extra <= 0:
         return 0.0
     pair_s = timing.round_s([a for a in arms if a.main])
-    left_s = ctx.timeout_s - ctx.elapsed() - (plan.min_rounds - i) * pair_s
+    # The rounds up to min_rounds keep at least their pair (a second's margin against rounding).
+    left_s = ctx.timeout_s - ctx.elapsed() - (plan.min_rounds - i) * pair_s - 1.0
     hold = min(extra * pair_s, max(left_s, 0.0))
     if hold > 0:
         log.warning("confirmation: the rounds so far measure %.1f%% run-to-run noise and a %s gain, so the gate "

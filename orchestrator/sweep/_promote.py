@@ -343,12 +343,15 @@ def _sole_part(ctx: Context, champion: Champion) -> str:
 
 def _open_parts(ctx: Context, champion: Champion, values: Mapping[str, Mapping[int, float]],
                 plan: sequential.RoundsPlan) -> list[str]:
-    """The ablation arms whose part is neither shown to add less than promotion.equivalence_margin nor
-    significant: the rounds go on for them (beside the main pair) while the night allows."""
-    checks = contrib.part_checks(values, speculation=_speculation(champion),
-                                 margin=ctx.spec.promotion.equivalence_margin, level=plan.level,
-                                 direction=ctx.spec.objective.direction)
-    return contrib.open_parts(checks)
+    """The arms whose question is still open, for which the rounds go on (beside the main pair) while
+    the night allows: the ablations whose part is neither shown to add less than
+    promotion.equivalence_margin nor significant, and the runner-up while its near-tie with the
+    champion is neither settled nor shown equivalent (which of the two is deployed depends on it)."""
+    margin, direction = ctx.spec.promotion.equivalence_margin, ctx.spec.objective.direction
+    checks = contrib.part_checks(values, speculation=_speculation(champion), margin=margin, level=plan.level,
+                                 direction=direction)
+    runner = ["runner_up"] if contrib.contender_open(values, "runner_up", margin=margin, direction=direction) else []
+    return runner + contrib.open_parts(checks)
 
 
 def choose(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.Measured, gate: Gate,

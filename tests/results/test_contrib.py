@@ -89,6 +89,24 @@ def test_a_runner_up_that_measures_better_wins_the_near_tie():
                                   direction="maximize") is None
 
 
+def test_a_near_tie_with_the_runner_up_stays_open_until_settled_or_shown_equivalent():
+    """sweep/_promote._open_parts measures the runner-up for more rounds while this is open: which of the
+    two is deployed depends on it."""
+    tie = {"champion": {0: 75.0, 1: 75.6, 2: 74.4}, "runner_up": {0: 75.4, 1: 74.1, 2: 75.2}}
+    assert contrib.contender_open(tie, "runner_up", margin=0.01, direction="maximize")
+    # Settled: the runner-up is 4% better in every round.
+    better = {"champion": tie["champion"], "runner_up": {i: v * 1.04 for i, v in tie["champion"].items()}}
+    assert not contrib.contender_open(better, "runner_up", margin=0.01, direction="maximize")
+    # Shown equivalent: many rounds within 0.1% of each other, the whole interval inside +-1%.
+    same = {"champion": {i: 75.0 + (i % 3) for i in range(8)}, "runner_up": {i: (75.0 + (i % 3)) * (1.001 if i % 2 else 0.999)
+                                                                          for i in range(8)}}
+    assert not contrib.contender_open(same, "runner_up", margin=0.01, direction="maximize")
+    # Not measured beside the champion twice: nothing to settle.
+    assert not contrib.contender_open({"champion": tie["champion"], "runner_up": {0: 75.0}}, "runner_up", margin=0.01,
+                                      direction="maximize")
+    assert not contrib.contender_open({"champion": tie["champion"]}, "runner_up", margin=0.01, direction="maximize")
+
+
 def test_one_part_set_takes_the_whole_gain():
     values = {"baseline": rounds(60.0, seed=1), "champion": rounds(90.0, seed=2)}
     parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="NCCL settings", direction="maximize")

@@ -3,7 +3,10 @@ at real scale, kept from rotting (the figures themselves are in docs/benchmarks.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -57,13 +60,40 @@ def test_a_noisy_night_keeps_time_for_the_rounds_its_gate_will_need():
     assert night.wall_s <= 8 * 3600 + 3600
 
 
-def test_time_kept_for_the_gates_later_rounds_never_stops_its_own_pair():
-    """pcie x8 at 32 streams, seed 9 (a tuning seed): a +7% gain at 2% noise needs more rounds than the
-    night has (rounds_needed says 12), so round 3 keeps all it can for them; a first cut kept exactly the
-    time of round 3's pair too, the pair then did not fit by a rounding error, and the night ended
-    undecided after 2 rounds. The round's own pair always goes ahead."""
-    night = overnight.night(overnight.World("pcie-rtxpro6000-x8", objective="output@32"), "two-stage", 9, "plain",
-                            optimum=752.71)
+def test_a_small_gain_gets_the_gates_rounds_before_the_other_arms():
+    """pcie x8 at 32 streams, seed 25 (a report seed of docs/benchmarks.md, looked at in this change): the
+    champion's gain is about +6% against the required +2%, which 3 rounds at 1.4% noise cannot show
+    (rounds_needed: 12). The night used to measure the runner-up and with_speculation in rounds 1-3 and
+    ended undecided after 7 rounds (+5.9% [+1.3%, +10.7%]), nothing deployed. Now round 3 keeps the time
+    for the gate's later rounds and leaves those arms out; the gate promotes after 8 rounds. Two cuts of
+    the hold failed by rounding: kept exactly to the round's own pair, the pair did not fit, and the round
+    fell back to no hold at all (seed 25), or ended the night undecided after 2 rounds (seed 9)."""
+    with _sweep_log() as lines:  # overnight._night: night() without the console kept quiet
+        night = overnight._night(overnight.World("pcie-rtxpro6000-x8", objective="output@32"), "two-stage", 25,
+                                 "plain", optimum=752.71)
     assert night.verdict == "promoted", night.verdict_text
     assert night.champion_true >= 0.98 * 752.71
     assert night.wall_s <= 8 * 3600 + 3600
+    assert any("so the gate is expected to need 12 rounds" in line for line in lines)
+    assert any(line.startswith("confirmation: round 3 leaves out runner_up") for line in lines), lines
+
+
+@contextlib.contextmanager
+def _sweep_log() -> Iterator[list[str]]:
+    """The sweep's warnings while a night runs (bench/overnight.night keeps the console quiet)."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Keep(logging.WARNING)
+    logger = logging.getLogger("sweep")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
