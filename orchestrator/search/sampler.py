@@ -39,6 +39,9 @@ PROBE_SETTINGS_ATTR = "probe_settings"
 """Study attribute: {label: {NCCL knob: value}} of the kept settings, so a resumed study asks the same way."""
 PROBE_LATENCY_ATTR = "probe_latency"
 """Study attribute: {kept label: {size label (decode, verify-<n>): median us}}, what the refinement reads."""
+PROBE_FIXED_ATTR = "probe_fixed"
+"""Study attribute: {knob: value} the probe left one value of (sweep/_probe_stage.fixed_backend): fresh
+proposals take it and the refinement proposes no point with another value."""
 FAILED_CONSTRAINT = "failed"
 """The constraint a failure the sampler learns from is told with (1.0: violated)."""
 OUTPUTS_CHANGED_ATTR = "outputs_changed"
@@ -187,9 +190,11 @@ class StageTwoSampler(FailureAwareTPE):
     def _neighbour(self, study: OptunaStudy, settings: Mapping[str, Mapping[str, ParamValue]]
                    ) -> dict[str, ParamValue] | None:
         latency = study.user_attrs.get(PROBE_LATENCY_ATTR) or {}
-        if self._refinement is None or self._refinement.settings != settings or self._refinement.latency != latency:
+        fixed = study.user_attrs.get(PROBE_FIXED_ATTR) or {}
+        if self._refinement is None or self._refinement.settings != settings or self._refinement.latency != latency \
+                or self._refinement.fixed != fixed:
             old = self._refinement
-            self._refinement = Refinement(self._space, settings, latency)
+            self._refinement = Refinement(self._space, settings, latency, fixed)
             if old is not None:
                 self._refinement._rr = old._rr
         sign = 1.0 if study.directions[0] == StudyDirection.MAXIMIZE else -1.0

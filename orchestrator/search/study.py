@@ -30,7 +30,14 @@ from orchestrator.fsio import disk_failing
 from orchestrator.records import ParamValue
 from orchestrator.redact import mask_url_password
 from orchestrator.search import space as sp
-from orchestrator.search.sampler import FAILED_CONSTRAINT, NCCL_SETTING, PROBE_SETTINGS_ATTR, StageTwoSampler, point_of
+from orchestrator.search.sampler import (
+    FAILED_CONSTRAINT,
+    NCCL_SETTING,
+    PROBE_FIXED_ATTR,
+    PROBE_SETTINGS_ATTR,
+    StageTwoSampler,
+    point_of,
+)
 
 T = TypeVar("T")
 
@@ -101,6 +108,8 @@ class Study:
         self._grid: Iterator[dict[str, ParamValue]] | None = None
         self._settings: dict[str, dict[str, ParamValue]] = {}
         """The probe's kept NCCL settings by label (empty: the NCCL knobs are searched one by one)."""
+        self._fixed: dict[str, ParamValue] = {}
+        """Knobs the probe left one value of (fix): fresh proposals take it and do not ask the sampler."""
 
     # -- lifecycle
 
@@ -128,6 +137,7 @@ class Study:
             sampler=_sampler(self.sampler_cfg, self.space), load_if_exists=True,
         )
         self._settings = {str(k): dict(v) for k, v in (self.get_attr(PROBE_SETTINGS_ATTR) or {}).items()}
+        self._fixed = dict(self.get_attr(PROBE_FIXED_ATTR) or {})
         if self.sampler_cfg.kind == "grid":
             order = [p for p in sp.points(self.space) if eagle.infeasible(p) is None]
             random.Random(self.sampler_cfg.seed).shuffle(order)
@@ -163,6 +173,18 @@ class Study:
         for resume."""
         self._settings = {label: dict(values) for label, values in settings.items()}
         self.set_attr(PROBE_SETTINGS_ATTR, self._settings)
+
+    def fix(self, values: Mapping[str, ParamValue]) -> None:
+        """From now on fresh search trials take `values` ({knob: its one value left}) without asking the
+        sampler (Optuna keeps a knob's distribution for the whole study, so a value cannot be taken out of
+        its choices; an unasked knob is simply absent from those trials). Enqueued trials keep what they
+        were enqueued with. Kept in the study for resume."""
+        self._fixed = dict(values)
+        self.set_attr(PROBE_FIXED_ATTR, self._fixed)
+
+    @property
+    def fixed(self) -> dict[str, ParamValue]:
+        return dict(self._fixed)
 
     @property
     def nccl_settings(self) -> dict[str, dict[str, ParamValue]]:
@@ -216,6 +238,9 @@ class Study:
             param = self.space.params[name]
             if not sp.is_active(param, chosen):
                 chosen[name] = None
+                continue
+            if name in self._fixed and "role" not in trial.user_attrs:  # a fresh proposal: the probe's one value
+                chosen[name] = self._fixed[name]
                 continue
             if name in nccl:  # the NCCL knobs come as one kept setting, where they are active (their `when`)
                 rank = trial.suggest_int(NCCL_SETTING, 1, len(self._settings))

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import eagle
+from orchestrator.config import commplan, eagle
+from orchestrator.config.allreduce import Backend
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.probe import (
     DEFAULT_BUDGET,
@@ -24,12 +25,14 @@ from orchestrator.probe import (
     ProbeResult,
     RankedSetting,
     base_env,
+    comm,
     default_speculation,
     nccl_dimensions,
     rank_settings,
     read_probe,
     run_probe,
 )
+from orchestrator.probe.result import backend_label, setting_score
 from orchestrator.probe.settings import space_size
 from orchestrator.records import ParamValue
 from orchestrator.results import cost as cost_mod
@@ -152,6 +155,63 @@ def size_latencies(result: ProbeResult, kept: Mapping[str, Any]) -> dict[str, di
     return out
 
 
+def fixed_backend(spec: SweepSpec, result: ProbeResult) -> tuple[dict[str, ParamValue], str] | None:
+    """({backend knob: None}, the line saying why) when the probe measured the path each other value of the
+    space's all_reduce_backend puts the objective's messages on above probe.keep_within x the engine
+    default's path at every message kind the objective depends on (decode, verify): the same keep rule as the
+    NCCL settings', applied to the backend values, so the search stops spending trials on a path measured
+    several times slower (on h200-nvlink-x8 flashinfer_fusion carries decode and verify at 9 us, NCCL's best
+    kept setting at 36 us). None when the host is not described (a real host: which backend the engine
+    default resolves to is known only from a trial's log), a class is carried by two backends, the objective
+    depends on prefill, or a latency was not measured."""
+    knob = "all_reduce_backend"
+    if knob not in spec.space.params or None not in spec.space.params[knob].values():
+        return None
+    ctx = comm.comm_context(spec, None, None)
+    if ctx is None:
+        return None
+    cp = commplan.plan(spec, ctx)
+    kinds = [c for c in cp.depends_on if c in ("decode", "verify")]
+    if not kinds or len(kinds) != len(cp.depends_on) or any(arm.knob != knob for arm in cp.arms):
+        return None
+    nccl_rows = [[r for r in result.rows if r.setting == s.setting] for s in result.settings if s.status == "ok"]
+
+    def latency(backend: Backend, kind: str) -> float | None:
+        if backend is Backend.nccl:
+            scores = [x for rows in nccl_rows if (x := setting_score(rows, result.sizes, kind)) is not None]
+            return min(scores, default=None)
+        rows = [r for r in result.backend_rows if r.setting == backend_label(backend.value)]
+        return setting_score(rows, result.sizes, kind) if rows else None
+
+    def path(arm: commplan.Arm) -> dict[str, tuple[Backend, float]] | None:
+        out: dict[str, tuple[Backend, float]] = {}
+        for c in arm.classes:
+            if c.message in kinds:
+                carriers = {b for b, _, _ in c.backends}
+                us = latency(next(iter(carriers)), c.message) if len(carriers) == 1 else None
+                if us is None:
+                    return None
+                out[c.message] = (next(iter(carriers)), us)
+        return out
+
+    paths = {arm.value: path(arm) for arm in cp.arms}
+    default = paths.get(None)
+    if default is None or any(p is None for p in paths.values()):
+        return None
+    ratio = spec.probe.keep_within
+    slower = {value: p for value, p in paths.items() if value is not None and p is not None
+              and all(p[k][1] > ratio * default[k][1] for k in kinds)}
+    if len(slower) != len(paths) - 1:
+        return None
+    said = "; ".join(f"{knob} {value}: {', '.join(f'{k} on {b.value} {us:.1f} us' for k, (b, us) in p.items())}"
+                     for value, p in slower.items())
+    line = (f"probe: the engine default carries {' and '.join(kinds)} on "
+            f"{', '.join(sorted({b.value for b, _ in default.values()}))} at "
+            f"{', '.join(f'{us:.1f} us' for _, us in default.values())}; {said}: more than {ratio:g}x slower, so "
+            f"the search keeps {knob} at the engine default (probe.keep_within)")
+    return {knob: None}, line
+
+
 def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str, Any]:
     """Restrict `study`'s NCCL knobs to the settings `result` keeps and enqueue the warm start (for an
     objective at several streams only the warm start: _knob_by_knob); the summary kept in the study
@@ -159,6 +219,10 @@ def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str,
     # At several streams the load may decode without speculation: keep the decode-size winners too (issue 20).
     ranked = rank_settings(result, keep_within=spec.probe.keep_within, keep_decode=spec.benchmark.concurrency > 1)
     kept = kept_settings(spec, ranked)
+    fixed = None if result.skipped else fixed_backend(spec, result)
+    if fixed is not None:
+        study.fix(fixed[0])
+        log.info(fixed[1])
     if result.skipped or not kept:
         summary: dict[str, Any] = {"skipped": result.skipped or "no setting kept"}
         study.set_attr("probe", summary)

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
 from orchestrator.search import space as sp
 from orchestrator.search.proposal import Proposal, ProposalPolicy
-from orchestrator.search.refine import Refinement
+from orchestrator.search.refine import Refinement, _log_means
 from orchestrator.search.sampler import TPE_EVERY
 from orchestrator.search.study import Study
 
@@ -75,6 +75,25 @@ def test_the_two_best_points_take_turns(policy) -> None:
     assert first in policy.neighbours(a)
     assert second in policy.neighbours(b)
     assert third in policy.neighbours(a) and third != first
+
+
+def test_a_knob_whose_last_step_gained_is_stepped_on_the_same_way_first(policy) -> None:
+    # search/refine.py continuations: 4 draft tokens beat 2, so 6 is the next point tried from 4, before
+    # every other knob's move; without the measured step behind, the list's own order holds.
+    ll = KEPT["NCCL_PROTO=LL"]  # the fastest setting at verify-4: no NCCL move comes first
+    two, four = {**TREE, **ll, "speculative_num_draft_tokens": 2}, {**TREE, **ll, "speculative_num_draft_tokens": 4}
+    six = {**four, "speculative_num_draft_tokens": 6}
+    measured = [(90.0, two), (100.0, four), (101.0, four)]
+    assert policy.next(measured, {sp.key(two), sp.key(four)}) == six
+    assert policy.neighbours(four)[0] != six  # the order comes from the measurement, not the list
+    # the other way round: 6 measured below 4, so from 4 the walk goes on down, to 2, once
+    down = policy.neighbours(four, _log_means([(100.0, four), (95.0, six)]))
+    assert down[0] == two and sorted(map(sp.key, down)) == sorted(map(sp.key, policy.neighbours(four)))
+    # steps: 3 beat 2, so 4 comes first
+    two_steps = {**CHAIN, **ll, "speculative_num_steps": 2}
+    three_steps = {**two_steps, "speculative_num_steps": 3}
+    got = policy.neighbours(three_steps, _log_means([(95.0, two_steps), (100.0, three_steps)]))
+    assert got[0] == {**two_steps, "speculative_num_steps": 4}
 
 
 def test_without_a_probe_there_is_no_fastest_setting() -> None:
