@@ -192,9 +192,14 @@ def runner_up(outcomes: Sequence[TrialOutcome], champion: TrialOutcome, *, metri
 # ------------------------------------------------------------------------------ the figures
 
 
+def common_rounds(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
+    """The rounds that measured both arms, in order."""
+    return sorted(set(a) & set(b))
+
+
 def paired(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[list[float], list[float]]:
     """The values of the rounds that measured both arms, in round order."""
-    rounds = sorted(set(a) & set(b))
+    rounds = common_rounds(a, b)
     return [a[i] for i in rounds], [b[i] for i in rounds]
 
 

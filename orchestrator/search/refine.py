@@ -4,6 +4,7 @@ PARENTS of the best measured points take turns, ranked by their pooled score (st
 so one lucky measurement does not decide where the refinement looks. A point's neighbours, in
 order: the same point under the kept NCCL setting the probe measured fastest at this point's own
 all-reduce size (its verify pass: draft tokens per request; a decode step without speculation),
+then the pattern moves (a knob whose last measured step gained, one step further the same way: `continuations`),
 then each speculation knob moved to the adjacent value of its list (a knob that becomes active
 starts mid-list), then the NCCL setting moved to the next-ranked kept one. Decode speed is smooth in
 the speculation knobs, so the incumbents' neighbourhoods are where the last percents are.

@@ -232,8 +232,7 @@ def _gate_hold(ctx: Context, values: Mapping[str, Mapping[int, float]], arms: Se
     if i < 2 or i >= plan.min_rounds:
         return 0.0
     champ, base = _main(values)
-    pair_rounds = sorted(set(values.get("champion", {})) & set(values.get("baseline", {})))
-    noise = sequential.round_noise(values, pair_rounds)
+    noise = sequential.round_noise(values, contrib.common_rounds(values.get("champion", {}), values.get("baseline", {})))
     if noise is None or len(champ) < 2:
         return 0.0
     gain = sequential.evidence(champ, base, direction=ctx.spec.objective.direction, level=plan.level).gain
