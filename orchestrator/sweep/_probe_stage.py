@@ -231,6 +231,8 @@ def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str,
     summary = {"settings": len(result.settings), "kept": len(kept), "seconds": result.seconds,
                "keep_within": spec.probe.keep_within, "best": best.setting if best else None,
                "best_us": best.score_us if best else None, "host": result.host}
+    if fixed is not None:
+        summary["fixed"] = fixed[0]
     start = speculation_start(spec, sp.baseline_params(spec.space))
     if spec.benchmark.concurrency > 1:
         return _knob_by_knob(study, spec, ranked, kept, start, summary)
@@ -289,6 +291,9 @@ def run_probe_stage(ctx: Context) -> None:
     else:
         text = (f"{how}; {summary['kept']} kept (within {spec.probe.keep_within:g}x of the best, {summary['best']} "
                 f"at {summary['best_us'] or 0.0:.1f} us; NCCL defaults always kept)")
+        if summary.get("fixed"):
+            text += "; " + ", ".join(f"{k} kept at the engine default" for k in summary["fixed"]) + \
+                " (the other backend's path measured slower at decode and verify)"
         if summary.get("searched"):
             text += "; at several streams stage two searches the NCCL knobs one by one from the decode-size winners"
         log.info(text)

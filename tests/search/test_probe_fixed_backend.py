@@ -53,7 +53,7 @@ def test_on_h200_the_probe_keeps_the_engine_defaults_backend_and_fresh_proposals
     assert values == {"all_reduce_backend": None}
     assert "flashinfer_fusion" in line and "all_reduce_backend nccl: decode on nccl" in line
     study = _study(tmp_path, spec)
-    apply_probe(study, spec, result)
+    assert apply_probe(study, spec, result)["fixed"] == {"all_reduce_backend": None}  # the stage's line names it
     assert study.fixed == {"all_reduce_backend": None}
     # a study that offers nccl at random (sampler start) never proposes it now: 40 fresh proposals
     asked = [study.ask() for _ in range(40)]
@@ -84,7 +84,7 @@ def test_where_both_values_put_the_messages_on_nccl_nothing_is_fixed(tmp_path: P
     result = run_probe(spec, tmp_path / "wd", budget=24)
     assert fixed_backend(spec, result) is None
     study = _study(tmp_path, spec)
-    apply_probe(study, spec, result)
+    assert "fixed" not in apply_probe(study, spec, result)
     assert study.fixed == {}
 
 
