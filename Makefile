@@ -43,8 +43,9 @@ check: install
 # Two pytest-xdist workers, a test file each at a time (--dist loadfile keeps a file's module fixtures in one
 # process): most tests wait on servers and processes they start, so two workers halve the wall time on a
 # 2-core machine (docs/testing.md has the figures). PYTEST_WORKERS=0 runs everything in one process.
+# --no-loadscope-reorder: files in collection order, where tests/conftest.py puts the longest first.
 PYTEST_WORKERS ?= 2
-XDIST := -n $(PYTEST_WORKERS) --dist loadfile
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: install browser check
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "not sglang_real"

@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 import yaml
-from e2e_helpers import demo_experiment, ended_cleanly, sweep, write_experiment
+from e2e_helpers import ended_cleanly, new_workdir, served_experiment, sweep, write_experiment
+from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +36,7 @@ HF_TOKEN = "hf_sweepTestSecret0123456789abcdef"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYsweepTESTKEY"
 
 
-def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path):
+def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlite_store_template):
     space = tmp_path / "faults.yaml"
     space.write_text(yaml.safe_dump({"name": "faults", "params": {
         "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
@@ -46,7 +47,7 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path):
     }}))
     spec_on = {"speculative_algorithm": "EAGLE3"}
     spec_off = {"speculative_algorithm": None}
-    data = demo_experiment(
+    data = served_experiment(
         name="failures",
         server={"startup_timeout_s": 4},
         simulator={"faults": [
@@ -66,7 +67,7 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path):
     data["search_space"] = [str(space)]
     exp = write_experiment(tmp_path, data)
     marker = uuid.uuid4().hex
-    wd = tmp_path / "wd"
+    wd = new_workdir(tmp_path, sqlite_store_template)  # its MLflow store already migrated
     proc = sweep("run", str(exp), "--workdir", str(wd),
                  env={"SWEEP_TEST_MARKER": marker, "HF_TOKEN": HF_TOKEN, "AWS_SECRET_ACCESS_KEY": AWS_SECRET})
     assert ended_cleanly(proc), proc.stdout + proc.stderr

@@ -15,12 +15,13 @@ import uuid
 
 import pytest
 from e2e_helpers import (
-    demo_experiment,
     measured,
     mlflow_runs,
     nccl_space,
+    new_workdir,
     resume,
     run_to_the_end,
+    served_experiment,
     short_sweep,
     start_sweep,
     sweep,
@@ -54,8 +55,9 @@ def _launched(text: str) -> set[int]:
     return {int(n) for n in re.findall(r"▶ trial +(\d+)", text)}
 
 
-def test_ctrl_c_once_finishes_the_trials_in_flight_then_resume_finishes_the_budget(tmp_path):
-    exp, wd, marker, log = short_sweep(tmp_path, "ctrlc", 5), tmp_path / "wd", uuid.uuid4().hex, tmp_path / "run.log"
+def test_ctrl_c_once_finishes_the_trials_in_flight_then_resume_finishes_the_budget(tmp_path, sqlite_store_template):
+    exp, wd, marker, log = (short_sweep(tmp_path, "ctrlc", 5), new_workdir(tmp_path, sqlite_store_template),
+                            uuid.uuid4().hex, tmp_path / "run.log")
     proc = start_sweep(exp, wd, marker, log)
     try:
         in_flight = wait_for(lambda: (lambda f, r: len(f) >= 1 and len(r) == 2 and r)(*trial_files(wd)), proc, log,
@@ -93,8 +95,8 @@ NEVER_S = 7200
 """The stall and trial timeouts of the hung run: far longer than the test, so only the abort ends a hung trial."""
 
 
-def test_ctrl_c_twice_aborts_the_trials_in_flight_now_and_they_are_measured_again(tmp_path):
-    name, wd, marker, log = "ctrlc2", tmp_path / "wd", uuid.uuid4().hex, tmp_path / "run.log"
+def test_ctrl_c_twice_aborts_the_trials_in_flight_now_and_they_are_measured_again(tmp_path, sqlite_store_template):
+    name, wd, marker, log = "ctrlc2", new_workdir(tmp_path, sqlite_store_template), uuid.uuid4().hex, tmp_path / "run.log"
     search_space = [str(nccl_space(tmp_path, ["Ring", "Tree"]))]
     # trial_timeout_s 1800: the healthy --resume must not time its trials out on a loaded machine (the demo's 60 s
     # was passed at load 20).
@@ -102,10 +104,10 @@ def test_ctrl_c_twice_aborts_the_trials_in_flight_now_and_they_are_measured_agai
                   budget={"trials": 4, "concurrent_trials": 2, "trial_timeout_s": 1800},
                   benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0})
     # The first run: the search trials hang, and nothing but the abort can end them.
-    hung = write_experiment(tmp_path, demo_experiment(
+    hung = write_experiment(tmp_path, served_experiment(
         **{**common, "simulator": {"faults": HUNG}, "budget": {**common["budget"], "trial_timeout_s": NEVER_S},
            "benchmark": {"repeats": 2, "stall_timeout_s": NEVER_S, "timeout_s": NEVER_S}}), "hung.yaml")
-    exp = write_experiment(tmp_path, demo_experiment(**common))  # the same sweep, healthy, for --resume
+    exp = write_experiment(tmp_path, served_experiment(**common))  # the same sweep, healthy, for --resume
     proc = start_sweep(hung, wd, marker, log)
 
     def two_servers_up():
@@ -157,7 +159,7 @@ ALL_FAIL = [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL", "LL1
 
 
 def _failing_sweep(tmp_path, template, name: str, budget: dict, faults: list):
-    data = demo_experiment(name=name, simulator={"faults": faults}, promotion={"max_rounds": 0},
+    data = served_experiment(name=name, simulator={"faults": faults}, promotion={"max_rounds": 0},
                            budget={"trials": 10, "concurrent_trials": 2, **budget},
                            search_space=[str(nccl_space(tmp_path, ["Ring", "Tree"]))])
     return run_to_the_end(tmp_path, template, data)

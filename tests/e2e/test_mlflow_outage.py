@@ -10,7 +10,7 @@ import time
 import uuid
 
 import pytest
-from e2e_helpers import demo_experiment, sweep, write_experiment
+from e2e_helpers import served_experiment, sweep, write_experiment
 from mlflow.tracking import MlflowClient
 from mlflow_fixtures import MlflowServer, sqlite_store_template  # noqa: F401 (fixture)
 from test_resume import start_sweep, trial_files, wait_for, wait_until_gone
@@ -45,7 +45,7 @@ def test_mlflow_down_mid_sweep_results_wait_in_the_outbox_and_reach_mlflow_later
     server.start()
     try:
         budget = 8
-        data = demo_experiment(name="outage", budget={"trials": budget, "concurrent_trials": 2},
+        data = served_experiment(name="outage", budget={"trials": budget, "concurrent_trials": 2},
                                benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0},
                                tracking={"uri": server.uri})
         exp, wd, marker, log = write_experiment(tmp_path, data), tmp_path / "wd", uuid.uuid4().hex, tmp_path / "run.log"

@@ -18,10 +18,13 @@ from e2e_helpers import (
     demo_experiment,
     ended_cleanly,
     marked_processes,
+    new_workdir,
+    served_experiment,
     sweep,
     trial_files,
     write_experiment,
 )
+from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 
 from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
 from orchestrator.search import space as sp
@@ -41,10 +44,10 @@ def cluster(tmp_path_factory) -> Iterator[LoopbackCluster]:
         assert marked_processes(c.marker) == {}
 
 
-def test_two_trials_run_at_the_same_time_on_two_nodes(cluster, tmp_path):
-    data = demo_experiment(name="twonode", server={"tp": 8},
+def test_two_trials_run_at_the_same_time_on_two_nodes(cluster, tmp_path, sqlite_store_template):
+    data = served_experiment(name="twonode", server={"tp": 8},
                            budget={"trials": 4, "concurrent_trials": 2}, promotion={"max_rounds": 0})
-    exp, wd = write_experiment(tmp_path, data), tmp_path / "wd"
+    exp, wd = write_experiment(tmp_path, data), new_workdir(tmp_path, sqlite_store_template)
     env = {"RAY_AUTH_MODE": "token"}  # the cluster uses Ray's token authentication (its default)
     proc = sweep("run", str(exp), "--workdir", str(wd), "--ray-address", cluster.address, env=env)
     out = proc.stdout + proc.stderr

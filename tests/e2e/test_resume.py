@@ -26,6 +26,7 @@ from e2e_helpers import (
     new_workdir,
     resume,
     run_to_the_end,
+    served_experiment,
     short_sweep,
     start_sweep,
     sweep,
@@ -214,7 +215,7 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlit
 def test_identical_failing_parameters_are_not_measured_again(tmp_path, sqlite_store_template):
     """A tiny space where some points always fail: the sampler proposes them again, the driver tells
     Optuna the known failure instead of measuring them twice, and the sweep ends when nothing is left."""
-    data = demo_experiment(
+    data = served_experiment(
         name="repeats", search_space=[str(nccl_space(tmp_path, ["Tree"]))], sampler={"kind": "random", "seed": 0},
         simulator={"faults": [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL128", "Simple"]}}]},
         budget={"trials": 8, "concurrent_trials": 2, "max_failure_rate": 0.9},
@@ -236,16 +237,17 @@ def test_identical_failing_parameters_are_not_measured_again(tmp_path, sqlite_st
 
 
 def test_wall_time_budget_stops_launching(tmp_path, sqlite_store_template):
-    # 90 s: time for the driver to start and launch on a loaded machine (its set-up took 11 s at load 10);
-    # the budget of 100 trials is more than 90 s can hold, so the wall time is what stops the sweep.
+    # 60 s: time for the driver to start and launch on a loaded machine (its set-up took 11 s at load 10;
+    # 8 s on the 2-core machine beside another test worker, where 60 s then launched 14 trials); the budget of 100 is
+    # more than 60 s can hold, so the wall time is what stops the sweep.
     exp, wd = short_sweep(tmp_path, "walltime", 100), new_workdir(tmp_path, sqlite_store_template)
-    proc = sweep("run", str(exp), "--workdir", str(wd), "--timeout", "90s", timeout=1500)  # a hang guard
+    proc = sweep("run", str(exp), "--workdir", str(wd), "--timeout", "60s", timeout=1500)  # a hang guard
     assert "wall-time budget reached" in proc.stdout, proc.stdout + proc.stderr
     finished, running = trial_files(wd)
     assert not running and len(finished) < 100
     if finished:
         assert ended_cleanly(proc), proc.stdout + proc.stderr
-    else:  # at load 20 the driver's set-up took the whole 90 s once: nothing launched, so no champion (exit 3)
+    else:  # at load 20 the driver's set-up once took 90 s: nothing launched, so no champion (exit 3)
         assert proc.returncode == 3 and "not promoted (no champion)" in proc.stdout, proc.stdout + proc.stderr
     # The launch policy itself is tested on the virtual clock (tests/sweep/test_night_clock.py).
     # The trials in flight at the deadline ran to their end; nothing was cut short.

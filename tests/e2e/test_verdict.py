@@ -9,12 +9,13 @@ import re
 
 import pytest
 import yaml
-from e2e_helpers import demo_experiment, sweep, write_experiment
+from e2e_helpers import new_workdir, served_experiment, sweep, write_experiment
+from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
 
-def test_not_better_exits_3_and_export_reports_the_verdict(tmp_path):
+def test_not_better_exits_3_and_export_reports_the_verdict(tmp_path, sqlite_store_template):
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({"name": "two-parts", "params": {
         "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
@@ -23,10 +24,10 @@ def test_not_better_exits_3_and_export_reports_the_verdict(tmp_path):
         "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
     }}))
     # About +60% on the simulated PCIe host: far from the +150% this experiment asks for.
-    data = demo_experiment(name="verdict-cli", budget={"trials": 4, "concurrent_trials": 2},
+    data = served_experiment(name="verdict-cli", budget={"trials": 4, "concurrent_trials": 2},
                            sampler={"kind": "grid", "seed": 0}, promotion={"min_gain": 1.5})
     data["search_space"] = [str(space)]
-    wd = tmp_path / "wd"
+    wd = new_workdir(tmp_path, sqlite_store_template)  # its MLflow store already migrated
     proc = sweep("run", str(write_experiment(tmp_path, data)), "--workdir", str(wd))
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr

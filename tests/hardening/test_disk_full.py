@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import MARKER, demo_experiment, measured, start_sweep, sweep, wait_for, write_experiment
+from e2e_helpers import MARKER, measured, served_experiment, start_sweep, sweep, wait_for, write_experiment
 
 from orchestrator.search.study import read_only
 
@@ -63,7 +63,7 @@ def _complete(wd: Path, name: str) -> dict[int, float]:
 def test_a_full_disk_stops_the_sweep_with_one_message_and_resume_loses_nothing(tmp_path: Path,
                                                                                small_fs: Path) -> None:
     name = "diskfull"
-    exp = write_experiment(tmp_path, demo_experiment(
+    exp = write_experiment(tmp_path, served_experiment(
         name=name, budget={"trials": 5, "concurrent_trials": 1},
         promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0}))
     wd = small_fs / "wd"

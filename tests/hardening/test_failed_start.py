@@ -11,7 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from e2e_helpers import demo_experiment, write_experiment
+from e2e_helpers import demo_experiment, served_experiment, write_experiment
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
 from orchestrator.config import experiment as spec_mod
@@ -116,14 +116,16 @@ def test_an_mlflow_that_answers_empty_json_is_one_message_and_sweep_json_says_fa
     assert _studies(wd) == []  # the same command starts once tracking.uri is fixed
 
 
-def test_a_storage_failure_mid_sweep_leaves_sweep_json_failed_and_resume_finishes(tmp_path: Path) -> None:
+def test_a_storage_failure_mid_sweep_leaves_sweep_json_failed_and_resume_finishes(tmp_path: Path,
+                                                                                  sqlite_store_template: Path) -> None:
     """The Optuna storage refuses writes after the first trial finished (another connection holds the
     database locked, as a full disk refuses them): the driver's one StorageWriteError, sweep.json says
     `failed` and why (it used to stay `running`), the measured trial is kept, and --resume finishes."""
-    spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(
+    spec = spec_mod.load(write_experiment(tmp_path, served_experiment(
         name="midfail", budget={"trials": 3, "concurrent_trials": 1},
         promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0})))
     wd = tmp_path / "wd"
+    copy_store(sqlite_store_template, wd)  # an MLflow store already migrated
     holder: list[sqlite3.Connection] = []
 
     def lock_after_first_trial(event: object) -> None:

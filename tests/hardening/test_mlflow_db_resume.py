@@ -12,7 +12,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-from e2e_helpers import demo_experiment, write_experiment
+from e2e_helpers import served_experiment, write_experiment
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
 from orchestrator.config import experiment as spec_mod
 from orchestrator.errors import SweepToolError
@@ -23,12 +24,14 @@ DAMAGES = ["truncate", "empty", "garbage", "wrong_type", "directory"]
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, spec_mod.SweepSpec]:
+def finished(tmp_path_factory: pytest.TempPathFactory,
+             sqlite_store_template: Path) -> tuple[Path, spec_mod.SweepSpec]:
     tmp = tmp_path_factory.mktemp("mlflowdb-template")
-    spec = spec_mod.load(write_experiment(tmp, demo_experiment(
+    spec = spec_mod.load(write_experiment(tmp, served_experiment(
         name="mlflowdb", budget={"trials": 2, "concurrent_trials": 1},
         promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0})))
     wd = tmp / "wd"
+    copy_store(sqlite_store_template, wd)  # an MLflow store already migrated
     Sweep(spec, wd, executor=InlineExecutor(1)).run()
     return wd, spec
 

@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import demo_experiment, write_experiment
+from e2e_helpers import served_experiment, write_experiment
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
 from orchestrator.config import experiment as spec_mod
 from orchestrator.errors import SweepToolError
@@ -49,13 +50,15 @@ def stranger() -> Iterator[subprocess.Popen[bytes]]:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, spec_mod.SweepSpec]:
+def finished(tmp_path_factory: pytest.TempPathFactory,
+             sqlite_store_template: Path) -> tuple[Path, spec_mod.SweepSpec]:
     """A finished three-trial sweep on the simulator (inline executor), promoted, with its records."""
     tmp = tmp_path_factory.mktemp("fuzz-template")
-    spec = spec_mod.load(write_experiment(tmp, demo_experiment(
+    spec = spec_mod.load(write_experiment(tmp, served_experiment(
         name="wdfuzz", budget={"trials": 3, "concurrent_trials": 1},
         promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0})))
     wd = tmp / "wd"
+    copy_store(sqlite_store_template, wd)  # an MLflow store already migrated
     Sweep(spec, wd, executor=InlineExecutor(1)).run()
     return wd, spec
 

@@ -5,6 +5,8 @@ The corruption is MODELLED after NCCL's documentation of NCCL_PROTO, not measure
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
 import pytest
 
@@ -29,6 +31,13 @@ def _capture(url: str, request: OutputsRequest = ASK) -> OutputsRecord:
     return record
 
 
+def _captures(*asks: tuple[str, OutputsRequest]) -> list[OutputsRecord]:
+    """Each (url, request) captured at the same time, one thread each: the servers are separate processes
+    that decode in real time, so one after another only added up their waits."""
+    with ThreadPoolExecutor(len(asks)) as pool:
+        return list(pool.map(lambda ask: _capture(*ask), asks))
+
+
 def _scored_by(url: str, arm: str, other: OutputsRecord, own: OutputsRecord) -> OutputsRecord:
     """`url`'s server scoring `other`'s outputs that differ from `own`'s."""
     base = {p.prompt: p for p in own.prompts}
@@ -47,7 +56,7 @@ def test_outputs_depend_on_prompt_and_model_only_and_match_the_model_backed_exec
     b = sim_factory("--tp-size", "2", "--sim-seed", "7", "--sim-noise", "0")
     a.wait_ready()
     b.wait_ready()
-    first, second = _capture(a.url), _capture(b.url)
+    first, second = _captures((a.url, ASK), (b.url, ASK))
     assert [p.output_ids for p in first.prompts] == [p.output_ids for p in second.prompts]
     assert all(len(p.output_ids) == 64 and len(p.output_logprobs) == 64 for p in first.prompts)
     assert [p.prompt_ids for p in first.prompts] == [tuple(tokens.tokenize(t)) for t in outputs.PROMPTS[:4]]
@@ -65,7 +74,7 @@ def test_speculation_keeps_the_outputs_up_to_near_ties(sim_factory):
     spec = sim_factory("--tp-size", "2", *SPEC)
     base.wait_ready()
     spec.wait_ready()
-    own, other = _capture(base.url), _capture(spec.url)
+    own, other = _captures((base.url, ASK), (spec.url, ASK))
     verdict = _verdict("champion", other, own, _scored_by(base.url, "champion", other, own))
     assert verdict.passed, verdict.text()
     assert verdict.worst_nats is None or verdict.worst_nats < tokens.NEAR_TIE_NATS
@@ -76,7 +85,7 @@ def test_forced_ll128_on_pcie_changes_the_outputs_and_the_baseline_scores_them_f
     ll128 = sim_factory("--tp-size", "2", env={"NCCL_PROTO": "LL128"})
     base.wait_ready()
     ll128.wait_ready()
-    own, other = _capture(base.url, LONG), _capture(ll128.url, LONG)
+    own, other = _captures((base.url, LONG), (ll128.url, LONG))
     assert any(p.output_ids != q.output_ids for p, q in zip(own.prompts, other.prompts))
     verdict = _verdict("champion", other, own, _scored_by(base.url, "champion", other, own))
     assert not verdict.passed and verdict.check == correctness.SCORED
@@ -94,7 +103,7 @@ def test_a_broken_draft_wiring_collapses_acceptance_and_changes_the_outputs(sim_
     collapsed = httpx.post(broken.url + "/generate", json=body, timeout=60).json()["meta_info"]
     assert healthy["spec_accept_length"] > 2.0
     assert collapsed["spec_accept_length"] < 1.2  # ~1: the draft is never right
-    own, other = _capture(base.url, LONG), _capture(broken.url, LONG)
+    own, other = _captures((base.url, LONG), (broken.url, LONG))
     verdict = _verdict("champion", other, own, _scored_by(base.url, "champion", other, own))
     assert not verdict.passed and verdict.differing >= 1
 
@@ -146,7 +155,7 @@ def test_the_baselines_top_tokens_let_the_search_screen_refuse_ll128_and_keep_sp
     for s in (base, spec, ll128):
         s.wait_ready()
     ask = OutputsRequest(prompts=8, max_new_tokens=160, top_logprobs=5)
-    own = _capture(base.url, ask)
+    own, spec_long, ll128_long = _captures((base.url, ask), (spec.url, LONG), (ll128.url, LONG))
     assert all(len(p.output_top) == 160 and all(len(top) == 5 for top in p.output_top) for p in own.prompts)
     # best first; greedy: the output token is the top one, or at a near tie the launch's numerics flipped
     # (simulator/tokens.py next_token) the second, within NEAR_TIE_NATS of it
@@ -158,7 +167,7 @@ def test_the_baselines_top_tokens_let_the_search_screen_refuse_ll128_and_keep_sp
     assert not isinstance(cfg, str)
     modelled = model_outputs(ask, model_path="kimi-k2.5", numerics=tokens.launch_numerics(hw, md, cfg))
     assert [p.output_top for p in modelled.prompts] == [p.output_top for p in own.prompts]
-    kept = correctness.screen(_capture(spec.url, LONG), own, prompts=8, tolerance_nats=0.5)
+    kept = correctness.screen(spec_long, own, prompts=8, tolerance_nats=0.5)
     assert kept.passed, kept.text()
-    refused = correctness.screen(_capture(ll128.url, LONG), own, prompts=8, tolerance_nats=0.5)
+    refused = correctness.screen(ll128_long, own, prompts=8, tolerance_nats=0.5)
     assert not refused.passed and refused.worst_nats is not None and refused.worst_nats > 5.0, refused.text()

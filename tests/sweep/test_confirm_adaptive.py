@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from e2e_helpers import chain_experiment
+from e2e_helpers import CAPTURE_TOKENS, chain_experiment
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 from test_loop import run_sweep
 
@@ -17,7 +17,8 @@ from orchestrator.execute.inline import InlineExecutor
 def _experiment(tmp_path: Path) -> dict:
     # About x0.97 at 1 stream and x1.05 at 8 for adaptive against the fixed 3 steps.
     return chain_experiment(tmp_path, "adaptive", objective={"concurrency": 1},
-                            promotion={"min_rounds": 4, "max_rounds": 5, "concurrency": [1, 8]})
+                            promotion={"min_rounds": 4, "max_rounds": 5, "concurrency": [1, 8],
+                                       "correctness": {"max_new_tokens": CAPTURE_TOKENS}})
 
 
 def test_the_verdict_says_per_level_whether_adaptive_beats_the_fixed_count(tmp_path, sqlite_store_template):
