@@ -21,6 +21,10 @@ from orchestrator.trial import bench, metrics, observe
 from orchestrator.trial import server as srv
 from orchestrator.trial.failures import Failure, TrialFailed, classify_exit, classify_records, describe_returncode
 
+EXIT_GRACE_S = 5.0
+"""How long a benchmark whose requests failed waits for the server's process to exit before it reads the
+failure as the requests' own (a crash closes the connections a moment before the process is gone)."""
+
 
 @dataclass(frozen=True)
 class Target:
@@ -114,7 +118,9 @@ class Builtin:
         after = _metrics_text(server)
         warnings: tuple[str, ...] = ()
         if not all(r.ok for r in records):
-            rc = server.returncode()
+            # A server that crashed mid-request closes its connections a moment before its process is
+            # gone: give it EXIT_GRACE_S, or the crash reads as the benchmark's own error (bench_error).
+            rc = server.exit_within(EXIT_GRACE_S)
             if rc is not None:
                 died = classify_exit(srv.tail(target.trial_dir / "server.log", 200), rc, starting=False)
                 raise TrialFailed(Failure(died.kind, f"{died.reason} during the benchmark after "

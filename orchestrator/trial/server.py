@@ -105,6 +105,16 @@ class ServerProcess:
     def returncode(self) -> int | None:
         return self.proc.poll() if self.proc else None
 
+    def exit_within(self, grace_s: float) -> int | None:
+        """The exit status when the process ends within `grace_s` (a server that just closed its connections
+        may still be dying), None when it is still running then or was never started."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            return None
+
     def wait_ready(self, timeout_s: float, *, poll_s: float = 0.25) -> ReadyResult:
         """Poll GET /health until 200, the process exits, or `timeout_s` passes."""
         t0 = time.monotonic()

@@ -107,3 +107,21 @@ def test_a_matching_ray_record_ends_that_process(tmp_path: Path, stranger: subpr
     (tmp_path / "ray-processes.json").write_text(json.dumps({"driver_pid": 1, "processes": mine}))
     reap_previous_driver(Paths(tmp_path))
     assert stranger.wait(timeout=30) != 0
+
+
+def test_a_server_that_is_still_dying_is_seen_exited_within_the_grace(tmp_path: Path) -> None:
+    # trial/clients.py: a benchmark whose requests failed gives the server EXIT_GRACE_S to exit before the
+    # failure is read as the requests' own (a crash closes its connections a moment before it is gone).
+    dying = ServerProcess(LaunchPlan(argv=(sys.executable, "-c", "import time, sys; time.sleep(5); sys.exit(7)"),
+                                     port=1, engine="simulator"), tmp_path / "a" / "server.log", dict(os.environ))
+    dying.start()
+    assert dying.returncode() is None  # the moment the requests fail: not yet exited
+    assert dying.exit_within(30.0) == 7
+    alive = ServerProcess(LaunchPlan(argv=(*SLEEPER, "trial-server"), port=1, engine="simulator"),
+                          tmp_path / "b" / "server.log", dict(os.environ))
+    alive.start()
+    try:
+        assert alive.exit_within(0.2) is None  # a live server: the failure is the requests' own
+    finally:
+        alive.stop()
+    assert ServerProcess(LaunchPlan(argv=SLEEPER, port=1, engine="simulator"), tmp_path / "c.log", {}).exit_within(0.1) is None
