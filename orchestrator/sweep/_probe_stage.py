@@ -160,8 +160,8 @@ def fixed_backend(spec: SweepSpec, result: ProbeResult) -> tuple[dict[str, Param
     space's all_reduce_backend puts the objective's messages on above probe.keep_within x the engine
     default's path at every message kind the objective depends on (decode, verify): the same keep rule as the
     NCCL settings', applied to the backend values, so the search stops spending trials on a path measured
-    several times slower (on h200-nvlink-x8 flashinfer_fusion carries decode and verify at 9 us, NCCL's best
-    kept setting at 36 us). None when the host is not described (a real host: which backend the engine
+    several times slower (on h200-nvlink-x8 flashinfer_fusion carries decode and verify at 9 us, the best NCCL
+    setting probed at 36 us). None when the host is not described (a real host: which backend the engine
     default resolves to is known only from a trial's log), a class is carried by two backends, the objective
     depends on prefill, or a latency was not measured."""
     knob = "all_reduce_backend"
