@@ -194,14 +194,14 @@ def fixed_backend(spec: SweepSpec, result: ProbeResult) -> tuple[dict[str, Param
                 out[c.message] = (next(iter(carriers)), us)
         return out
 
-    paths = {arm.value: path(arm) for arm in cp.arms}
-    default = paths.get(None)
-    if default is None or any(p is None for p in paths.values()):
+    measured = {arm.value: path(arm) for arm in cp.arms}
+    paths = {value: p for value, p in measured.items() if p is not None}
+    default = paths.pop(None, None)
+    if default is None or len(paths) != len(measured) - 1:
         return None
     ratio = spec.probe.keep_within
-    slower = {value: p for value, p in paths.items() if value is not None and p is not None
-              and all(p[k][1] > ratio * default[k][1] for k in kinds)}
-    if len(slower) != len(paths) - 1:
+    slower = {value: p for value, p in paths.items() if all(p[k][1] > ratio * default[k][1] for k in kinds)}
+    if len(slower) != len(paths):
         return None
     said = "; ".join(f"{knob} {value}: {', '.join(f'{k} on {b.value} {us:.1f} us' for k, (b, us) in p.items())}"
                      for value, p in slower.items())
