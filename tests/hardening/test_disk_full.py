@@ -40,7 +40,9 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 def _fill(folder: Path) -> Path:
     """Take every free byte of the filesystem under `folder`: one big file, then small ones."""
     filler = folder / "filler"
-    with open(filler, "wb") as f, contextlib.suppress(OSError):
+    # ENOSPC may come at the open already (a CI machine's tmpfs was full enough that the new name found
+    # no room): the disk is then as full as the test wants it, not an error of the set-up.
+    with contextlib.suppress(OSError), open(filler, "wb") as f:
         while True:
             f.write(b"\0" * (1 << 20))
             f.flush()
@@ -49,6 +51,8 @@ def _fill(folder: Path) -> Path:
             (folder / f"filler-{i}").write_bytes(b"\0" * 512)
         except OSError:
             break
+    with pytest.raises(OSError):  # full: a new megabyte finds no room (the glob "filler-*" removes the probe)
+        (folder / "filler-probe").write_bytes(b"\0" * (1 << 20))
     return filler
 
 
@@ -88,7 +92,7 @@ def test_a_full_disk_stops_the_sweep_with_one_message_and_resume_loses_nothing(t
     # message and fix are pinned by the test below, where the order is fixed.
 
     # Free the space; the study still opens and holds what was measured before the disk filled.
-    filler.unlink()
+    filler.unlink(missing_ok=True)
     for extra in small_fs.glob("filler-*"):
         extra.unlink()
     before = _complete(wd, name)
@@ -127,7 +131,7 @@ def test_mlflow_meeting_a_full_disk_says_so_and_how_to_fix_it(tmp_path: Path, sm
                 tracker.start_trial(parent, number=number, params={"NCCL_PROTO": "LL", "n": number},
                                     role="search", tags={"sweep.pad": "x" * 4000})
     finally:
-        filler.unlink()
+        filler.unlink(missing_ok=True)
         for extra in small_fs.glob("filler-*"):
             extra.unlink()
     message = str(raised.value)
