@@ -161,6 +161,18 @@ def _verdict(arm: Arm, cp: CommPlan) -> str:
     return f"NCCL carries part of {names}: the NCCL_* knobs matter there"
 
 
+def inert_backend(cp: CommPlan) -> str | None:
+    """The backend knob when each of its values leaves every message class the objective depends on with
+    the same carriers over the same sizes (a PCIe host at TP 8: auto and nccl both put decode and verify
+    on NCCL, as 0.5.23 enables neither custom all-reduce nor the fusion there): the knob changes nothing
+    the objective measures. None when some value moves a class, or the space has no such knob."""
+    knob = cp.arms[0].knob if cp.arms else None
+    if knob is None or len(cp.arms) < 2:
+        return None
+    first, *rest = ([c for c in arm.classes if c.message in cp.depends_on] for arm in cp.arms)
+    return knob if all(classes == first for classes in rest) else None
+
+
 def collapse_values(cp: CommPlan) -> Mapping[str, tuple[Scalar, ...]] | None:
     """The `when` condition that keeps the NCCL knobs only where NCCL carries an objective class
     (None: nothing to collapse; an empty mapping: drop them everywhere)."""

@@ -21,7 +21,7 @@ from orchestrator.config.experiment import SweepSpec
 from orchestrator.config.space import Scalar
 from orchestrator.simulator import ProfileError, load_hardware, load_model
 
-__all__ = ["Inert", "ProfileError", "comm_context", "host_from_profile", "inert_nccl", "model_facts"]
+__all__ = ["Inert", "ProfileError", "comm_context", "host_from_profile", "inert_backend", "inert_nccl", "model_facts"]
 
 
 def host_from_profile(name_or_path: str) -> Host:
@@ -91,3 +91,22 @@ def inert_nccl(s: SweepSpec) -> Inert | None:
         line = (f"communication path: NCCL carries {', '.join(cp.depends_on)} on {ctx.host.name} only with "
                 f"{knob} in {list(values)}, so {knobs} are searched only there")
     return Inert(tuple(cp.nccl_knobs), when, line)
+
+
+def inert_backend(s: SweepSpec, ctx: CommContext | None = None) -> Inert | None:
+    """The backend knob to drop where each of its values leaves the objective's messages on the same carriers
+    (commplan.inert_backend); kept when another knob's `when` names it (the space's own structure), or when
+    the host is not described (`ctx`: the host `sweep plan --host` names; else the simulator's profile)."""
+    ctx = ctx or comm_context(s, None, None)
+    if ctx is None:
+        return None
+    cp = commplan.plan(s, ctx)
+    knob = commplan.inert_backend(cp)
+    if knob is None or any(knob in p.when for p in s.space.params.values()):
+        return None
+    values = ", ".join("engine default" if v is None else str(v) for v in s.space.params[knob].values())
+    carriers = "; ".join(c.describe(ctx.model.token_bytes) for c in cp.arms[0].classes if c.message in cp.depends_on)
+    classes = ", ".join(cp.depends_on) or "nothing the objective depends on"
+    line = (f"communication path: {knob} ({values}) puts {classes} on the same carriers on {ctx.host.name} "
+            f"({carriers or 'none'}), so {knob} is not searched (the engine default is launched)")
+    return Inert((knob,), {}, line)

@@ -92,10 +92,12 @@ class Sweep:
         on_event: Callable[[Event], None] | None = None,
     ):
         paths = Paths(Path(workdir).resolve(), storage)
-        inert = comm.inert_nccl(spec)  # NCCL knobs searched only where NCCL carries the objective
-        if inert is not None:
+        # NCCL knobs searched only where NCCL carries the objective; a backend knob none of whose values
+        # moves the objective's messages not searched at all (probe.comm)
+        collapsed = [i for i in (comm.inert_nccl(spec), comm.inert_backend(spec)) if i is not None]
+        for inert in collapsed:
             spec = spec.model_copy(update={"space": sp.collapse_inert(spec.space, inert.knobs, inert.when)})
-        self._collapsed = inert.line if inert is not None else None
+        self._collapsed = [inert.line for inert in collapsed]
         study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
         if resume and n_trials is None:
             n_trials = _stored_budget(paths, spec.name)  # --resume continues the original budget (--n-trials included)
@@ -126,8 +128,8 @@ class Sweep:
         try:
             _resume.reap_previous_driver(ctx.paths)
             self.open()
-            if self._collapsed:
-                log.info(self._collapsed)
+            for line in self._collapsed:
+                log.info(line)
             try:
                 _resume.recover(ctx)
                 if not _record.baseline_measured(ctx) and not self._baseline_queued():

@@ -28,6 +28,7 @@ from orchestrator.cli.check import comm_context
 from orchestrator.config import commplan
 from orchestrator.config import experiment as spec_mod
 from orchestrator.config.allreduce import Backend
+from orchestrator.probe import comm
 from orchestrator.search import space as sp
 
 KIMI = Path(__file__).resolve().parents[2] / "experiments" / "kimi-k2.5-tp8.yaml"
@@ -65,7 +66,12 @@ def test_pcie_hosts_nccl_carries_everything_and_pcie_ipc_is_offered(host):
     assert "-> NCCL carries decode and verify: the NCCL_* knobs matter" in text
     assert ("    pcie_ipc: decode: pcie_ipc (1-32 tokens, 14 KiB-448 KiB); verify: pcie_ipc (2-512 tokens, "
             "28 KiB-7.0 MiB)") in text
-    assert "inert for" not in text and "collapsed search space" not in text
+    assert "inert for" not in text
+    # both values of the space's all_reduce_backend leave decode and verify on NCCL here: the knob is dropped
+    assert ("all_reduce_backend (engine default, nccl) puts decode, verify on the same carriers on "
+            f"{host} (decode: nccl (1-32 tokens, 14 KiB-448 KiB); verify: nccl (2-512 tokens, 28 KiB-7.0 MiB)), "
+            "so all_reduce_backend is not searched") in text
+    assert "collapsed search space: 404352 distinct combinations, 342144 feasible" in text  # half of 808704
     for refused in ("flashinfer_fusion:", "torch_symm_mem:", "custom:"):  # SM120 / PCIe: not offered
         assert f"    {refused}" not in text
 
@@ -119,3 +125,17 @@ def test_a_backend_the_host_cannot_take_is_counted_infeasible_in_the_plan():
     assert (total, feasible) == (3, 2)
     assert list(reasons) == ["all_reduce_backend this host or model cannot take (SGLang 0.5.23)"]
     assert commplan.plan(s, pcie).arms[2].classes[0].backends[0][0] is Backend.pcie_ipc
+
+
+def test_the_backend_knob_is_kept_where_a_value_moves_a_message_or_the_space_names_it():
+    spec = spec_mod.load(KIMI)
+    h200 = comm_context(spec, "h200-nvlink-x8", None)
+    assert commplan.inert_backend(commplan.plan(spec, h200)) is None  # nccl moves decode/verify off the fusion
+    pcie = comm_context(spec, "pcie-rtxpro6000-x8", None)
+    assert commplan.inert_backend(commplan.plan(spec, pcie)) == "all_reduce_backend"
+    assert comm.inert_backend(spec, pcie) is not None
+    # a knob whose `when` names the backend keeps it: dropping it would orphan that condition
+    params = dict(spec.space.params)
+    params["NCCL_PROTO"] = params["NCCL_PROTO"].model_copy(update={"when": {"all_reduce_backend": ["nccl"]}})
+    named = spec.model_copy(update={"space": spec.space.model_copy(update={"params": params})})
+    assert comm.inert_backend(named, pcie) is None

@@ -93,7 +93,7 @@ def test_champion_alias_resolves_and_export_parses_back(finished_sweep, tmp_path
         assert f"--speculative-num-steps {params['speculative_num_steps']}" in args
     else:
         assert "--speculative-algorithm" not in args
-    assert ("--disable-custom-all-reduce" in args) == (params["all_reduce_backend"] == "nccl")
+    assert ("--disable-custom-all-reduce" in args) == (params.get("all_reduce_backend") == "nccl")
     # issue 19: the export header names the backend the trial's server recorded (none for a derived configuration)
     recorded = json.loads((wd / "trials" / f"{number:04d}" / "outcome.json").read_text())["allreduce_path"]
     line = (f"# all-reduce backend: {recorded} (decode/verify, as trial {number}'s server recorded it)"

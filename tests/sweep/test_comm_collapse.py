@@ -4,7 +4,8 @@ sglang/srt/arg_groups/overrides.py, _flashinfer_allreduce_fusion_auto_enable: SM
 and the fused all-reduce carries decode and verify up to FUSE_ALLREDUCE_MAX_BATCH_SIZE tokens, so the
 NCCL knobs touch nothing a one-stream decode objective measures unless the trial forces the NCCL
 backend: the driver (probe/comm.searched_space) keeps them only under all_reduce_backend nccl. On the PCIe profile NCCL carries decode and verify
-and the knobs are searched. Read from SGLang's code; no GPU was used."""
+and the knobs are searched, while all_reduce_backend, whose two values both leave them on NCCL there,
+is not. Read from SGLang's code; no GPU was used."""
 
 from __future__ import annotations
 
@@ -46,8 +47,17 @@ def test_on_the_h200_profile_nccl_knobs_are_searched_only_where_nccl_carries(tmp
             "['nccl']") in log and "are searched only there" in log
 
 
-def test_on_the_pcie_profile_the_nccl_knobs_are_searched(tmp_path, sqlite_store_template):
+def test_on_the_pcie_profile_the_nccl_knobs_are_searched_and_the_backend_knob_is_not(tmp_path, sqlite_store_template):
+    # On the PCIe profile both values of all_reduce_backend (engine default, nccl) leave decode and verify on
+    # NCCL (no custom all-reduce on more than two PCIe GPUs: custom_all_reduce_utils.py
+    # can_use_custom_all_reduce_with_nvlink; no fusion on SM120: overrides.py
+    # _flashinfer_allreduce_fusion_auto_enable), so the knob is dropped and every trial launches the default.
     wd = run(tmp_path, sqlite_store_template, "pcie-rtxpro6000-x8")
     trials = launched_params(wd)
+    assert len(trials) == 8
     assert any(v is not None for t in trials for k, v in t.items() if k.startswith("NCCL_"))
-    assert "communication path:" not in (wd / "sweep.log").read_text()
+    assert all(t.get("all_reduce_backend") is None for t in trials), trials
+    log = (wd / "sweep.log").read_text()
+    assert "NCCL carries" not in log  # the NCCL knobs are not collapsed
+    assert ("communication path: all_reduce_backend (engine default, nccl) puts decode, verify on the same "
+            "carriers on pcie-rtxpro6000-x8") in log and "so all_reduce_backend is not searched" in log
