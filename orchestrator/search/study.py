@@ -329,9 +329,13 @@ def _view(t: optuna.trial.FrozenTrial, settings: Mapping[str, Mapping[str, Param
     )
 
 
+SQLITE_BUSY_S = 30.0
+"""How long a write waits for sqlite's lock (`sweep status` reading while the driver writes) before it fails."""
+
+
 def _engine_kwargs(url: str) -> dict[str, Any]:
     # sqlite: wait for the lock instead of failing when `sweep status` reads while the driver writes.
-    return {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+    return {"connect_args": {"timeout": SQLITE_BUSY_S}} if url.startswith("sqlite") else {}
 
 
 def _rdb(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:

@@ -59,9 +59,12 @@ def _study(wd: Path) -> Study:
     return Study(f"sqlite:///{wd / 'optuna.db'}", spec.name, spec.space, spec.sampler, ("maximize",))
 
 
-def test_a_write_the_storage_refuses_mid_sweep_is_one_message_saying_resume(tmp_path: Path) -> None:
+def test_a_write_the_storage_refuses_mid_sweep_is_one_message_saying_resume(tmp_path: Path, monkeypatch) -> None:
     """What a full disk does to Optuna (StorageInternalError from SQLAlchemy's OperationalError), here
     from a database another connection holds locked, is one StorageWriteError (exit code 1)."""
+    from orchestrator.search import study as study_mod
+
+    monkeypatch.setattr(study_mod, "SQLITE_BUSY_S", 1.0)  # the lock is never released: wait 1 s, not 30
     wd = tmp_path / "wd"
     wd.mkdir()
     study = _study(wd)
@@ -101,13 +104,13 @@ def test_processes_opening_a_new_optuna_db_at_once_all_open_it(tmp_path: Path) -
     """`sweep status` beside a sweep that is creating its optuna.db: Optuna's RDBStorage creates its tables
     on open (look, then CREATE TABLE), and the slower of two openers met 'table studies already exists',
     reported as a damaged database (CI at 1793e41, tests/hardening/test_disk_full.py's status read). Six
-    real processes open each new file at one barrier, ten files: before the retry in
-    search/study._open_rdb, 8 of 10 files had a refused opener here."""
+    real processes open each new file at one barrier, six files: before the retry in
+    search/study._open_rdb, 8 of 10 files had a refused opener here (six files miss that with odds 0.2^6)."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork")
     refused = []
-    for i in range(10):
+    for i in range(6):
         url = f"sqlite:///{tmp_path / f'optuna-{i}.db'}"
         barrier, results = ctx.Barrier(6), ctx.Queue()
         procs = [ctx.Process(target=_open_at_once, args=(url, barrier, results)) for _ in range(6)]

@@ -5,6 +5,7 @@ verify all-reduce on a PCIe host), modelled after NCCL's documentation of NCCL_P
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -40,9 +41,12 @@ def test_on_nvlink_forced_ll128_keeps_the_outputs(tmp_path: Path) -> None:
 def test_the_optimum_a_tool_may_deploy_leaves_the_corrupting_points_out(tmp_path: Path) -> None:
     spec = _spec(tmp_path, "pcie-rtxpro6000-x8")
     value, corrupts = truth.evaluator(spec), truth.changes_outputs(spec)
-    # One pass, each point's value and verdict once: the demo's space has 684,288 feasible points, and
-    # evaluating every one of them twice over (as this test did) took two minutes of a CI worker.
-    scored = [(value(p), bool(corrupts(p)), p) for p in truth.feasible_points(spec)]
+    # One pass over every 7th feasible point, each point's value and verdict once: scoring all 684,288 of
+    # the demo's space took over three minutes of a loaded CI worker. The stride (prime) still meets every
+    # NCCL_PROTO value, checked here, with and without speculation.
+    scored = [(value(p), bool(corrupts(p)), p) for p in itertools.islice(truth.feasible_points(spec), 0, None, 7)]
+    assert {(p.get("NCCL_PROTO"), p.get("speculative_algorithm")) for _, _, p in scored} == {
+        (proto, algo) for proto in (None, "LL", "LL128", "Simple") for algo in (None, "EAGLE3")}
     kept = [v for v, corrupt, _ in scored if not corrupt]
     assert 0 < len(kept) < len(scored)  # the demo's space holds both kinds
     assert all(p.get("NCCL_PROTO") == "LL128" for _, corrupt, p in scored if corrupt)  # only the forced LL128 points
