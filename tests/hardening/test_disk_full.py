@@ -40,9 +40,9 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 def _fill(folder: Path) -> Path:
     """Take every free byte of the filesystem under `folder`: one big file, then small ones."""
     filler = folder / "filler"
-    # ENOSPC may come at the open already (a CI machine's tmpfs was full enough that the new name found
-    # no room): the disk is then as full as the test wants it, not an error of the set-up.
-    with contextlib.suppress(OSError), open(filler, "wb") as f:
+    # Unbuffered, and the suppress outside the file: CI failed here (ENOSPC on the `with` line) when the
+    # buffered file's close flushed the bytes the full disk had refused, after the suppress had already exited.
+    with contextlib.suppress(OSError), open(filler, "wb", buffering=0) as f:
         while True:
             f.write(b"\0" * (1 << 20))
             f.flush()
