@@ -69,7 +69,7 @@ def test_a_full_disk_stops_the_sweep_with_one_message_and_resume_loses_nothing(t
     name = "diskfull"
     exp = write_experiment(tmp_path, served_experiment(
         name=name, budget={"trials": 5, "concurrent_trials": 1},
-        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0}))
+        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]}))
     wd = small_fs / "wd"
     marker = uuid.uuid4().hex
     log = tmp_path / "run.log"

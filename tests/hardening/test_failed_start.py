@@ -117,13 +117,17 @@ def test_an_mlflow_that_answers_empty_json_is_one_message_and_sweep_json_says_fa
 
 
 def test_a_storage_failure_mid_sweep_leaves_sweep_json_failed_and_resume_finishes(tmp_path: Path,
-                                                                                  sqlite_store_template: Path) -> None:
+                                                                                  sqlite_store_template: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The Optuna storage refuses writes after the first trial finished (another connection holds the
     database locked, as a full disk refuses them): the driver's one StorageWriteError, sweep.json says
     `failed` and why (it used to stay `running`), the measured trial is kept, and --resume finishes."""
     spec = spec_mod.load(write_experiment(tmp_path, served_experiment(
-        name="midfail", budget={"trials": 3, "concurrent_trials": 1},
-        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0})))
+        name="midfail", budget={"trials": 3, "concurrent_trials": 1},  # the gate's pair only: the storage is the subject
+        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]})))
+    from orchestrator.search import study as study_mod
+
+    monkeypatch.setattr(study_mod, "SQLITE_BUSY_S", 2.0)  # the lock is held to the end: wait 2 s for it, not 30
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)  # an MLflow store already migrated
     holder: list[sqlite3.Connection] = []

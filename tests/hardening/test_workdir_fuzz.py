@@ -56,7 +56,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory,
     tmp = tmp_path_factory.mktemp("fuzz-template")
     spec = spec_mod.load(write_experiment(tmp, served_experiment(
         name="wdfuzz", budget={"trials": 3, "concurrent_trials": 1},
-        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0})))
+        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]})))
     wd = tmp / "wd"
     copy_store(sqlite_store_template, wd)  # an MLflow store already migrated
     Sweep(spec, wd, executor=InlineExecutor(1)).run()
