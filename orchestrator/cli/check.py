@@ -154,15 +154,13 @@ def _print_comm(s: spec_mod.SweepSpec, ctx: CommContext) -> None:
     out.print(f"[dim]model facts from {source}[/]", soft_wrap=True)
     for line in commplan.lines(cp, ctx):
         out.print(line, soft_wrap=True, highlight=False, markup=False)
-    collapsed = s.space
-    when = commplan.collapse_values(cp)
-    if when is not None:
-        collapsed = sp.collapse_inert(collapsed, cp.nccl_knobs, when)
-    if (backend := comm.inert_backend(s, ctx)) is not None:
-        out.print(f"  {backend.line.removeprefix('communication path: ')}", soft_wrap=True, highlight=False, markup=False)
-        collapsed = sp.collapse_inert(collapsed, backend.knobs, backend.when)
-    if collapsed is not s.space:
-        total, feasible, _ = sp.census(collapsed, ctx)
+    inert = comm.collapsed(s, ctx, cp)
+    for dimension in inert:  # the NCCL knobs' are in commplan.lines already
+        if dimension.knobs[0] in commplan.BACKEND_KNOBS:
+            out.print(f"  {dimension.line.removeprefix('communication path: ')}", soft_wrap=True, highlight=False,
+                      markup=False)
+    if inert:
+        total, feasible, _ = sp.census(comm.searched_space(s.space, inert), ctx)
         out.print(f"  collapsed search space: {total} distinct combinations, {feasible} feasible", soft_wrap=True)
 
 

@@ -11,17 +11,19 @@ outside all_reduce_backend nccl. Read from SGLang's source, not measured on a GP
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import commplan
 from orchestrator.config.allreduce import CommContext, Host, ModelFacts
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.config.space import Scalar
+from orchestrator.config.space import Scalar, SearchSpace
+from orchestrator.search import space as sp
 from orchestrator.simulator import ProfileError, load_hardware, load_model
 
-__all__ = ["Inert", "ProfileError", "comm_context", "host_from_profile", "inert_backend", "inert_nccl", "model_facts"]
+__all__ = ["Inert", "ProfileError", "comm_context", "host_from_profile", "collapsed", "inert_backend", "inert_nccl", "model_facts",
+           "searched_space"]
 
 
 def host_from_profile(name_or_path: str) -> Host:
@@ -76,9 +78,35 @@ def inert_nccl(s: SweepSpec) -> Inert | None:
     when every knob matters or the host is not described (a real host's sweep searches the space as
     written: its topology is known only once a trial ran)."""
     ctx = comm_context(s, None, None)
+    return None if ctx is None else _nccl(ctx, commplan.plan(s, ctx))
+
+
+def inert_backend(s: SweepSpec, ctx: CommContext | None = None) -> Inert | None:
+    """The backend knob to drop where each of its values leaves the objective's messages on the same carriers
+    (commplan.inert_backend); kept when another knob's `when` names it (the space's own structure), or when
+    the host is not described (`ctx`: the host `sweep plan --host` names; else the simulator's profile)."""
+    ctx = ctx or comm_context(s, None, None)
+    return None if ctx is None else _backend(s, ctx, commplan.plan(s, ctx))
+
+
+def collapsed(s: SweepSpec, ctx: CommContext | None = None, cp: commplan.CommPlan | None = None) -> list[Inert]:
+    """Every dimension the communication path makes inert (the NCCL knobs', then the backend knob's), from
+    one plan; empty when the host is not described."""
+    ctx = ctx or comm_context(s, None, None)
     if ctx is None:
-        return None
-    cp = commplan.plan(s, ctx)
+        return []
+    cp = cp or commplan.plan(s, ctx)
+    return [i for i in (_nccl(ctx, cp), _backend(s, ctx, cp)) if i is not None]
+
+
+def searched_space(space: SearchSpace, inert: Iterable[Inert]) -> SearchSpace:
+    """`space` with each inert dimension collapsed (search.space.collapse_inert): what the sweep searches."""
+    for i in inert:
+        space = sp.collapse_inert(space, i.knobs, i.when)
+    return space
+
+
+def _nccl(ctx: CommContext, cp: commplan.CommPlan) -> Inert | None:
     when = commplan.collapse_values(cp)
     if when is None:
         return None
@@ -93,14 +121,7 @@ def inert_nccl(s: SweepSpec) -> Inert | None:
     return Inert(tuple(cp.nccl_knobs), when, line)
 
 
-def inert_backend(s: SweepSpec, ctx: CommContext | None = None) -> Inert | None:
-    """The backend knob to drop where each of its values leaves the objective's messages on the same carriers
-    (commplan.inert_backend); kept when another knob's `when` names it (the space's own structure), or when
-    the host is not described (`ctx`: the host `sweep plan --host` names; else the simulator's profile)."""
-    ctx = ctx or comm_context(s, None, None)
-    if ctx is None:
-        return None
-    cp = commplan.plan(s, ctx)
+def _backend(s: SweepSpec, ctx: CommContext, cp: commplan.CommPlan) -> Inert | None:
     knob = commplan.inert_backend(cp)
     if knob is None or any(knob in p.when for p in s.space.params.values()):
         return None

@@ -94,9 +94,8 @@ class Sweep:
         paths = Paths(Path(workdir).resolve(), storage)
         # NCCL knobs searched only where NCCL carries the objective; a backend knob none of whose values
         # moves the objective's messages not searched at all (probe.comm)
-        collapsed = [i for i in (comm.inert_nccl(spec), comm.inert_backend(spec)) if i is not None]
-        for inert in collapsed:
-            spec = spec.model_copy(update={"space": sp.collapse_inert(spec.space, inert.knobs, inert.when)})
+        collapsed = comm.collapsed(spec)
+        spec = spec.model_copy(update={"space": comm.searched_space(spec.space, collapsed)})
         self._collapsed = [inert.line for inert in collapsed]
         study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
         if resume and n_trials is None:
