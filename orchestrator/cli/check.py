@@ -160,7 +160,7 @@ def _print_comm(s: spec_mod.SweepSpec, ctx: CommContext) -> None:
             out.print(f"  {dimension.line.removeprefix('communication path: ')}", soft_wrap=True, highlight=False,
                       markup=False)
     if inert:
-        total, feasible, _ = sp.census(comm.searched_space(s.space, inert), ctx)
+        total, feasible, _ = sp.census(sp.collapse_all(s.space, inert), ctx)
         out.print(f"  collapsed search space: {total} distinct combinations, {feasible} feasible", soft_wrap=True)
 
 

@@ -11,19 +11,17 @@ outside all_reduce_backend nccl. Read from SGLang's source, not measured on a GP
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import commplan
 from orchestrator.config.allreduce import CommContext, Host, ModelFacts
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.config.space import Scalar, SearchSpace
-from orchestrator.search import space as sp
+from orchestrator.config.space import Scalar
 from orchestrator.simulator import ProfileError, load_hardware, load_model
 
-__all__ = ["Inert", "ProfileError", "comm_context", "host_from_profile", "collapsed", "inert_backend", "inert_nccl", "model_facts",
-           "searched_space"]
+__all__ = ["Inert", "ProfileError", "comm_context", "host_from_profile", "collapsed", "inert_backend", "inert_nccl", "model_facts"]
 
 
 def host_from_profile(name_or_path: str) -> Host:
@@ -97,13 +95,6 @@ def collapsed(s: SweepSpec, ctx: CommContext | None = None, cp: commplan.CommPla
         return []
     cp = cp or commplan.plan(s, ctx)
     return [i for i in (_nccl(ctx, cp), _backend(s, ctx, cp)) if i is not None]
-
-
-def searched_space(space: SearchSpace, inert: Iterable[Inert]) -> SearchSpace:
-    """`space` with each inert dimension collapsed (search.space.collapse_inert): what the sweep searches."""
-    for i in inert:
-        space = sp.collapse_inert(space, i.knobs, i.when)
-    return space
 
 
 def _nccl(ctx: CommContext, cp: commplan.CommPlan) -> Inert | None:

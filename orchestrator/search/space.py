@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
@@ -26,7 +27,7 @@ from orchestrator.config.space import (
 )
 from orchestrator.records import ParamValue
 
-__all__ = ["baseline_params", "census", "collapse_inert", "complete", "distribution", "infeasible_reason",
+__all__ = ["Collapse", "baseline_params", "census", "collapse_all", "collapse_inert", "complete", "distribution", "infeasible_reason",
            "is_active", "key", "ordered", "points", "random_point"]
 
 
@@ -132,3 +133,21 @@ def collapse_inert(space: SearchSpace, names: Collection[str], when: Mapping[str
         elif when:
             params[name] = param.model_copy(update={"when": {**param.when, **{k: list(v) for k, v in when.items()}}})
     return space.model_copy(update={"params": params})
+
+
+class Collapse(Protocol):
+    """A dimension the communication path makes inert (probe/comm.Inert): its knobs, and the values of other
+    knobs under which they still matter (empty: nowhere)."""
+
+    @property
+    def knobs(self) -> Collection[str]: ...
+
+    @property
+    def when(self) -> Mapping[str, Sequence[Scalar]]: ...
+
+
+def collapse_all(space: SearchSpace, inert: Iterable[Collapse]) -> SearchSpace:
+    """`space` with each inert dimension collapsed (collapse_inert): what the sweep searches."""
+    for i in inert:
+        space = collapse_inert(space, i.knobs, i.when)
+    return space

@@ -95,7 +95,7 @@ class Sweep:
         # NCCL knobs searched only where NCCL carries the objective; a backend knob none of whose values
         # moves the objective's messages not searched at all (probe.comm)
         collapsed = comm.collapsed(spec)
-        spec = spec.model_copy(update={"space": comm.searched_space(spec.space, collapsed)})
+        spec = spec.model_copy(update={"space": sp.collapse_all(spec.space, collapsed)})
         self._collapsed = [inert.line for inert in collapsed]
         study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
         if resume and n_trials is None:

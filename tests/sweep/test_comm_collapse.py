@@ -3,7 +3,7 @@ On the H200 profile SGLang 0.5.23 auto-enables FlashInfer's all-reduce fusion fo
 sglang/srt/arg_groups/overrides.py, _flashinfer_allreduce_fusion_auto_enable: SM90, TP > 1, one node),
 and the fused all-reduce carries decode and verify up to FUSE_ALLREDUCE_MAX_BATCH_SIZE tokens, so the
 NCCL knobs touch nothing a one-stream decode objective measures unless the trial forces the NCCL
-backend: the driver (probe/comm.searched_space) keeps them only under all_reduce_backend nccl. On the PCIe profile NCCL carries decode and verify
+backend: the driver (search/space.collapse_all) keeps them only under all_reduce_backend nccl. On the PCIe profile NCCL carries decode and verify
 and the knobs are searched, while all_reduce_backend, whose two values both leave them on NCCL there,
 is not. Read from SGLang's code; no GPU was used."""
 
