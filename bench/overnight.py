@@ -32,6 +32,7 @@ cached in the temp directory (sglang-sweep-overnight-optimum.json), keyed by the
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import json
 import logging
@@ -221,6 +222,7 @@ def _store_template() -> Path:
         from mlflow.tracking import MlflowClient  # deferred: only the template needs MLflow here
 
         path = Path(tempfile.mkdtemp(prefix="overnight-mlflow-")) / "mlflow.db"
+        atexit.register(shutil.rmtree, path.parent, True)  # each bench worker process (and test worker) has one
         MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
         _TEMPLATE["path"] = path
     return _TEMPLATE["path"]

@@ -35,9 +35,10 @@ def experiment(space_file: Path, sampler: str, seed: int) -> spec_mod.SweepSpec:
     data = yaml.safe_load((REPO / "experiments" / "demo.yaml").read_text(encoding="utf-8"))
     data["search_space"] = [str(space_file.resolve())]
     data["sampler"] = {"kind": sampler, "seed": seed, "startup_trials": 8}
-    tmp = Path(tempfile.mkdtemp()) / "exp.yaml"
-    tmp.write_text(yaml.safe_dump(data))
-    return spec_mod.load(tmp)
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder) / "exp.yaml"
+        tmp.write_text(yaml.safe_dump(data))
+        return spec_mod.load(tmp)
 
 
 def run_one(space_file: Path, sampler: str, seed: int, target: float, max_trials: int, noise: float,

@@ -4,7 +4,9 @@ message, through every format the entrypoint reads and through the entrypoint pr
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 from orchestrator.results import entrypoint, export, formats
 
 MARKER_DIR = Path(tempfile.mkdtemp(prefix="h5fuzz"))
+atexit.register(shutil.rmtree, MARKER_DIR, True)  # made at import (the strategies name it): every process that imports it removes it
 MARKER = MARKER_DIR / "pwned"
 FRAGMENTS = [f"$(touch {MARKER})", f"`touch {MARKER}`", f"; touch {MARKER}", f"&& touch {MARKER}",
              f"| touch {MARKER}", f"\ntouch {MARKER}\n", "$HOME", "${PATH}", "'", '"', "\\", "\n", "\r", "#",
