@@ -108,7 +108,7 @@ class FaultSpec(Strict):
 class SimulatorSpec(Strict):
     hardware_profile: HardwareProfile = "pcie-rtxpro6000-x8"
     """The simulated host (built-in profile name or a profile file); on engine sglang, the host the
-    cost model and `sweep plan` describe."""
+    cost model describes (`sweep plan --host` plans the all-reduce path for a profile)."""
     model_profile: ModelProfile = "kimi-k2.5"
     """The simulated model (load time, speed, drafter acceptance); on engine sglang, the model the cost
     model stands in for."""

@@ -3,9 +3,11 @@
 facts, and the search space with the NCCL knobs collapsed where NCCL carries nothing the objective
 depends on (issue 20: "a dimension that the communication path makes inert is collapsed").
 
-`sweep plan` prints the same plan (cli/check.py); the driver searches the collapsed space, so an H200
-host whose decode and verify all-reduces go through FlashInfer's fusion spends no trial on NCCL knobs
-outside all_reduce_backend nccl. Read from SGLang's source, not measured on a GPU.
+`sweep plan` prints the same plan (cli/check.py); where the host is described before the first launch (the
+simulator's hardware profile) the driver searches the collapsed space, so an H200 host whose decode and verify
+all-reduces go through FlashInfer's fusion spends no trial on NCCL knobs outside all_reduce_backend nccl, and
+a PCIe host none on the backend knob; a real engine's sweep searches the space as written (its host's topology
+is known only once a trial ran). Read from SGLang's source, not measured on a GPU.
 """
 
 from __future__ import annotations
