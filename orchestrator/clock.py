@@ -2,7 +2,7 @@
 
 Every reading of the time by the sweep's verbs (the wall-time budget, the confirmation's schedule,
 waits, epochs written to files) goes through a Clock, so the same driver runs a night of real
-servers in real time and a simulated night in milliseconds (execute/model.py advances a
+servers in real time and a simulated night in milliseconds (testing/model_executor.py advances a
 VirtualClock by the cost model's seconds), and a test can hand the driver a clock of its own instead
 of asserting on wall-clock durations.
 """
