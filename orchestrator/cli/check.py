@@ -155,10 +155,9 @@ def _print_comm(s: spec_mod.SweepSpec, ctx: CommContext) -> None:
     for line in commplan.lines(cp, ctx):
         out.print(line, soft_wrap=True, highlight=False, markup=False)
     inert = comm.collapsed(s, ctx, cp)
-    for dimension in inert:  # the NCCL knobs' are in commplan.lines already
-        if dimension.knobs[0] in commplan.BACKEND_KNOBS:
-            out.print(f"  {dimension.line.removeprefix('communication path: ')}", soft_wrap=True, highlight=False,
-                      markup=False)
+    if inert.backend is not None:  # the NCCL knobs' line is in commplan.lines already
+        out.print(f"  {inert.backend.line.removeprefix('communication path: ')}", soft_wrap=True, highlight=False,
+                  markup=False)
     if inert:
         total, feasible, _ = sp.census(sp.collapse_all(s.space, inert), ctx)
         out.print(f"  collapsed search space: {total} distinct combinations, {feasible} feasible", soft_wrap=True)

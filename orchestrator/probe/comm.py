@@ -13,7 +13,7 @@ is known only once a trial ran). Read from SGLang's source, not measured on a GP
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from orchestrator.config.experiment import SweepSpec
 from orchestrator.config.space import Scalar
 from orchestrator.simulator import ProfileError, load_hardware, load_model
 
-__all__ = ["Inert", "ProfileError", "comm_context", "host_from_profile", "collapsed", "inert_backend", "inert_nccl", "model_facts"]
+__all__ = ["Collapsed", "Inert", "ProfileError", "collapsed", "comm_context", "host_from_profile", "model_facts"]
 
 
 def host_from_profile(name_or_path: str) -> Host:
@@ -64,7 +64,8 @@ def comm_context(s: SweepSpec, host: str | None, arch: str | None) -> CommContex
 
 @dataclass(frozen=True)
 class Inert:
-    """NCCL knobs that touch nothing the objective measures on this host, and where they still do."""
+    """Knobs (the NCCL ones, or the backend knob) that touch nothing the objective measures on this host, and
+    where they still do."""
 
     knobs: tuple[str, ...]
     when: Mapping[str, tuple[Scalar, ...]]
@@ -72,31 +73,34 @@ class Inert:
     line: str
 
 
-def inert_nccl(s: SweepSpec) -> Inert | None:
-    """The NCCL knobs to collapse: dropped where NCCL carries no message class the objective depends on,
-    kept only under the backend values that put NCCL there (search.space.collapse_inert applies it); None
-    when every knob matters or the host is not described (a real host's sweep searches the space as
-    written: its topology is known only once a trial ran)."""
-    ctx = comm_context(s, None, None)
-    return None if ctx is None else _nccl(ctx, commplan.plan(s, ctx))
+@dataclass(frozen=True)
+class Collapsed:
+    """The dimensions the communication path makes inert on one host, from one plan; iterating yields those
+    present (search.space.collapse_all applies them), falsy when none is."""
+
+    nccl: Inert | None = None
+    """The NCCL knobs: dropped where NCCL carries no message class the objective depends on, kept only
+    under the backend values that put NCCL there; None when every knob matters."""
+    backend: Inert | None = None
+    """The backend knob, dropped where each of its values leaves the objective's messages on the same
+    carriers (commplan.inert_backend); None when a value moves one, or another knob's `when` names it."""
+
+    def __iter__(self) -> Iterator[Inert]:
+        return (i for i in (self.nccl, self.backend) if i is not None)
+
+    def __bool__(self) -> bool:
+        return self.nccl is not None or self.backend is not None
 
 
-def inert_backend(s: SweepSpec, ctx: CommContext | None = None) -> Inert | None:
-    """The backend knob to drop where each of its values leaves the objective's messages on the same carriers
-    (commplan.inert_backend); kept when another knob's `when` names it (the space's own structure), or when
-    the host is not described (`ctx`: the host `sweep plan --host` names; else the simulator's profile)."""
-    ctx = ctx or comm_context(s, None, None)
-    return None if ctx is None else _backend(s, ctx, commplan.plan(s, ctx))
-
-
-def collapsed(s: SweepSpec, ctx: CommContext | None = None, cp: commplan.CommPlan | None = None) -> list[Inert]:
-    """Every dimension the communication path makes inert (the NCCL knobs', then the backend knob's), from
-    one plan; empty when the host is not described."""
+def collapsed(s: SweepSpec, ctx: CommContext | None = None, cp: commplan.CommPlan | None = None) -> Collapsed:
+    """Every dimension the communication path makes inert, from one plan (`ctx`: the host `sweep plan --host`
+    names; else the simulator's profile); none when the host is not described (a real host's sweep searches
+    the space as written: its topology is known only once a trial ran)."""
     ctx = ctx or comm_context(s, None, None)
     if ctx is None:
-        return []
+        return Collapsed()
     cp = cp or commplan.plan(s, ctx)
-    return [i for i in (_nccl(ctx, cp), _backend(s, ctx, cp)) if i is not None]
+    return Collapsed(_nccl(ctx, cp), _backend(s, ctx, cp))
 
 
 def _nccl(ctx: CommContext, cp: commplan.CommPlan) -> Inert | None:

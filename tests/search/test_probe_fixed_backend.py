@@ -32,7 +32,7 @@ H200 = "h200-nvlink-x8"
 def _spec(tmp_path: Path, profile: str, **sections):
     spec = write_spec(tmp_path, simulator={"hardware_profile": profile}, probe={"enabled": True, "keep_within": 1.2},
                       **sections)
-    inert = comm.inert_nccl(spec)  # as the driver opens its study: NCCL knobs only where NCCL carries
+    inert = comm.collapsed(spec).nccl  # as the driver opens its study: NCCL knobs only where NCCL carries
     if inert is not None:
         spec = spec.model_copy(update={"space": sp.collapse_inert(spec.space, inert.knobs, inert.when)})
     return spec
