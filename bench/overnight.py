@@ -98,8 +98,7 @@ def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Pat
     data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
     data["simulator"] = {"hardware_profile": world.profile, "model_profile": "kimi-k2.5", "noise": world.noise,
                          "drift_per_hour": DRIFT_PER_HOUR, "time_scale": 1.0}
-    data["sampler"] = {"kind": "random" if policy == "random" else "tpe", "seed": seed,
-                       "startup_trials": data["sampler"].get("startup_trials", 10)}
+    data["sampler"] = {**data["sampler"], "kind": "random" if policy == "random" else "tpe", "seed": seed}
     data["probe"] = {**data.get("probe", {}), "enabled": policy == "two-stage"}
     metric, level = OBJECTIVES[world.objective]
     data["objective"] = {**data["objective"], "metric": metric, "concurrency": level}

@@ -226,6 +226,13 @@ class SamplerSpec(Strict):
     seed: Annotated[int, Int(0, 2**32 - 1)] = 0
     """The sampler's seed (numpy's range: 0 to 2^32 - 1)."""
     startup_trials: Annotated[int, Int(1, 100_000)] = 8
+    remeasure_every: Annotated[int, Int(0, 100_000)] = 0
+    """Every K-th complete search trial after the start-up trials, the search measures one point again
+    instead of a new one: the best point or its closest rival, whichever the pooled estimate knows
+    less, while the rival's optimistic bound still reaches the best one's cautious bound
+    (results.select.near_tie). At 4% run-to-run noise a point measured once is a coin toss against a
+    neighbour 3% away; measured twice or three times the pick among near-ties is settled by
+    measurement. 0: never (every trial a new point)."""
 
 
 class TrackingSpec(Strict):

@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 
 from orchestrator.records import Frozen, Metrics, TrialOutcome, TrialRole, TrialStatus, split_point
-from orchestrator.stats import as_array, pooled_scores
+from orchestrator.stats import Pooled, as_array, pooled_scores
 
 Direction = Literal["maximize", "minimize"]
 
@@ -123,6 +123,102 @@ def feasible(
     return True
 
 
+def eligible_values(outcomes: Sequence[TrialOutcome], *, metric: str,
+                    constraints: Mapping[str, tuple[float | None, float | None]]) -> list[tuple[TrialOutcome, float]]:
+    """The trials a pick may choose, with their objective values: complete, not a baseline, environment
+    proven applied, the metric present, every constraint satisfied."""
+    eligible: list[tuple[TrialOutcome, float]] = []
+    for outcome in outcomes:
+        if outcome.status is not TrialStatus.COMPLETE or outcome.role is TrialRole.baseline:
+            continue
+        if not env_applied(outcome) or not feasible(outcome, constraints):
+            continue
+        value = _metric(outcome, metric)
+        if value is not None:
+            eligible.append((outcome, value))
+    return eligible
+
+
+def pooled_fit(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction,
+               z: float = PICK_Z) -> list[Pooled] | None:
+    """stats.pooled_scores over the eligible trials (log of the objective, oriented so higher is better),
+    or None when a value is not positive."""
+    if not eligible or not all(value > 0 and math.isfinite(value) for _, value in eligible):
+        return None
+    sign = 1.0 if direction == "maximize" else -1.0
+    return pooled_scores([(*split_point(o.params), sign * math.log(value)) for o, value in eligible], z=z)
+
+
+RIVAL_Z = 2.0
+"""Standard errors above its pooled estimate a rival of the best point is credited with (near_tie).
+Chosen on bench/overnight.py's tuning seeds (docs/benchmarks.md): z = 1 re-measured so often that the
+H200 search, which needs its trials to reach a far corner, lost nights; z = 2 kept them."""
+
+NEAR_TIE_MAX = 4
+"""Measurements of one point after which near_tie measures it no more."""
+
+
+def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction) -> TrialOutcome | None:
+    """The point to measure again (a trial of it), or None: the best point (the pick's own order, a
+    lower bound PICK_Z standard errors below its pooled estimate) against its rival, the other point with
+    the highest upper bound (RIVAL_Z above). While the rival's upper bound reaches the best one's lower
+    bound the two are not told apart, and the one the fit knows less (the larger standard error) is
+    measured again - the LUCB rule of best-arm identification (Kalyanakrishnan et al., ICML 2012). None
+    with fewer than two points, when they are told apart, or when that point has NEAR_TIE_MAX
+    measurements."""
+    fit = pooled_fit(eligible, direction=direction, z=0.0)
+    if fit is None:
+        return None
+    points: dict[str, tuple[TrialOutcome, Pooled]] = {}
+    count: dict[str, int] = {}
+    for (outcome, _), pooled in zip(eligible, fit):
+        key = split_point(outcome.params)
+        name = repr(key)
+        points.setdefault(name, (outcome, pooled))
+        count[name] = count.get(name, 0) + 1
+    if len(points) < 2:
+        return None
+    best = max(points, key=lambda k: (points[k][1].fitted - PICK_Z * points[k][1].se, -points[k][0].number))
+    rival = max((k for k in points if k != best),
+                key=lambda k: (points[k][1].fitted + RIVAL_Z * points[k][1].se, -points[k][0].number))
+    b, r = points[best][1], points[rival][1]
+    if r.fitted + RIVAL_Z * r.se <= b.fitted - PICK_Z * b.se:
+        return None
+    target = best if b.se >= r.se else rival
+    return points[target][0] if count[target] < NEAR_TIE_MAX else None
+
+
+def ranked(
+    outcomes: Sequence[TrialOutcome],
+    *,
+    metric: str,
+    direction: Direction,
+    constraints: Mapping[str, tuple[float | None, float | None]] | None = None,
+    pooled: bool = True,
+    z: float = PICK_Z,
+) -> list[TrialOutcome]:
+    """The eligible trials, best first (pick_champion's order; `z` standard errors below the pooled
+    estimate, so z = 0 ranks by the pooled estimate itself)."""
+    _check_direction(direction)
+    _check_metric_name(metric, "objective metric")
+    constraints = dict(constraints or {})
+    for name, bounds in constraints.items():
+        _check_metric_name(name, "constraint")
+        if len(bounds) != 2:
+            raise ValueError(f"constraint {name!r} must be (low, high), but got {bounds!r}")
+        low, high = bounds
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"constraint {name!r}: low <= high must hold, but got ({low}, {high})")
+
+    sign = 1.0 if direction == "maximize" else -1.0
+    eligible = eligible_values(outcomes, metric=metric, constraints=constraints)
+    fit = pooled_fit(eligible, direction=direction, z=z) if pooled else None
+    scores = [f.score for f in fit] if fit is not None else [0.0] * len(eligible)
+    order = sorted(range(len(eligible)),
+                   key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number), reverse=True)
+    return [eligible[i][0] for i in order]
+
+
 def pick_champion(
     outcomes: Sequence[TrialOutcome],
     *,
@@ -143,36 +239,8 @@ def pick_champion(
     same settings) go by their own measurement; ties to the lower trial number. Without `pooled`, or
     when a value is not positive, the best single measurement wins.
     """
-    _check_direction(direction)
-    _check_metric_name(metric, "objective metric")
-    constraints = dict(constraints or {})
-    for name, bounds in constraints.items():
-        _check_metric_name(name, "constraint")
-        if len(bounds) != 2:
-            raise ValueError(f"constraint {name!r} must be (low, high), but got {bounds!r}")
-        low, high = bounds
-        if low is not None and high is not None and low > high:
-            raise ValueError(f"constraint {name!r}: low <= high must hold, but got ({low}, {high})")
-
-    sign = 1.0 if direction == "maximize" else -1.0
-    eligible: list[tuple[TrialOutcome, float]] = []
-    for outcome in outcomes:
-        if outcome.status is not TrialStatus.COMPLETE or outcome.role is TrialRole.baseline:
-            continue
-        if not env_applied(outcome) or not feasible(outcome, constraints):
-            continue
-        value = _metric(outcome, metric)
-        if value is not None:
-            eligible.append((outcome, value))
-    if not eligible:
-        return None
-    scores = [0.0] * len(eligible)
-    if pooled and all(value > 0 and math.isfinite(value) for _, value in eligible):
-        fit = pooled_scores([(*split_point(o.params), sign * math.log(value)) for o, value in eligible], z=PICK_Z)
-        scores = [f.score for f in fit]
-    best = max(range(len(eligible)),
-               key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))
-    return eligible[best][0]
+    found = ranked(outcomes, metric=metric, direction=direction, constraints=constraints, pooled=pooled)
+    return found[0] if found else None
 
 
 class GateResult(Frozen):

@@ -1,7 +1,8 @@
 """The proposal policy: ask the study for a point and settle, without a launch, what needs none.
 
 An infeasible point is told as a failure with its rule; an exact repeat of a finished point is told
-that point's result again (its values, or its failure); a repeat of a point in flight is dropped.
+that point's result again (its values, or its failure), unless it was queued to be measured again
+(REMEASURE_ATTR); a repeat of a point in flight is dropped.
 The sweep's loop and bench/search_efficiency.py both use it, so the benchmark measures the search
 the driver really runs.
 
@@ -18,6 +19,10 @@ from typing import Any
 from orchestrator.records import ParamValue
 from orchestrator.search import space as sp
 from orchestrator.search.study import Study
+
+REMEASURE_ATTR = "near_tie_of"
+"""The attribute of a search trial queued to measure an earlier one's point again (sampler.remeasure_every):
+the earlier trial's number. Such a trial is launched, not settled as a repeat."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ class ProposalPolicy:
         if why is not None:
             self.study.tell_failed(number, {"failure_kind": "infeasible", "reason": why, "skipped": True})
             return Settled(number, params, Settlement.infeasible, why)
-        if role == "search":
+        if role == "search" and REMEASURE_ATTR not in attrs:
             settled = self._settle_repeat(number, params, in_flight or {})
             if settled is not None:
                 return settled

@@ -13,6 +13,7 @@ from typing import Any
 from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import select
 from orchestrator.search import space as sp
+from orchestrator.search.proposal import REMEASURE_ATTR
 from orchestrator.search.sampler import OUTPUTS_CHANGED_ATTR
 from orchestrator.sweep import _screen, schedule
 from orchestrator.sweep._context import Context
@@ -174,6 +175,8 @@ def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: 
     _keep_overhead(ctx, outcome.number, tell_s=tell_s, mlflow_log_s=time.perf_counter() - t_log)
     _check_failure_budget(ctx)
     _maybe_remeasure_baseline(ctx)
+    if outcome.role is TrialRole.search and outcome.status is TrialStatus.COMPLETE:
+        _maybe_remeasure_near_tie(ctx)
     ctx.emit(TrialFinished(outcome=outcome, speedup=extra.get("speedup_vs_baseline")))
     ctx.write_state("running")
 
@@ -286,6 +289,24 @@ def _maybe_remeasure_baseline(ctx: Context) -> None:
     k = ctx.spec.budget.baseline_every
     if k and ctx.progress.finished and ctx.progress.finished % k == 0 and should_launch(ctx):
         ctx.study.enqueue(sp.baseline_params(ctx.spec.space), {"role": TrialRole.baseline.value})
+
+
+def _maybe_remeasure_near_tie(ctx: Context) -> None:
+    """Every sampler.remeasure_every-th complete search trial after the start-up trials, queue the best
+    point or its rival again when the two are not told apart (results.select.near_tie)."""
+    k = ctx.spec.sampler.remeasure_every
+    done = [o for o in ctx.outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE]
+    if not k or len(done) < ctx.spec.sampler.startup_trials or len(done) % k or not should_launch(ctx):
+        return
+    objective = ctx.spec.objective
+    constraints: dict[str, tuple[float | None, float | None]] = {
+        name: (b.min, b.max) for name, b in objective.constraints.items()}
+    again = select.near_tie(select.eligible_values(done, metric=objective.metric, constraints=constraints),
+                            direction=objective.direction)
+    if again is not None:
+        ctx.study.enqueue(again.params, {"role": TrialRole.search.value, REMEASURE_ATTR: again.number})
+        log.info("the next trial measures trial %d's parameters again: a near-tie with the best point "
+                 "(sampler.remeasure_every)", again.number)
 
 
 def baseline_measured(ctx: Context) -> bool:
