@@ -20,11 +20,12 @@ spent in that region are counted; the optimum is then the best point outside it)
 counts a point whose outputs the simulator corrupts (NCCL_PROTO forcing LL128 on a PCIe host,
 results/truth.changes_outputs): the correctness gate refuses it, so no tool may deploy it; the optimum
 with those points is kept beside it (`with_corrupting`). Worlds: --noise,
---hours, --profiles, --objective (decode_tok_s at 1 stream, or output_tok_s at 32).
+--hours, --profiles, --objective (decode_tok_s at 1 stream, or output_tok_s at 32); --remeasure-every sets
+sampler.remeasure_every (0: the search without re-measured near-ties, the policy before it shipped).
 
     .venv/bin/python bench/overnight.py [--seeds 10] [--first-seed 0] [--profiles pcie-rtxpro6000-x8,...]
         [--policies two-stage,tpe] [--scenarios plain,hidden] [--noise 0.02] [--hours 8]
-        [--objective decode@1|output@32] [--jobs 2] [--out bench/results-overnight.json]
+        [--objective decode@1|output@32] [--remeasure-every K] [--jobs 2] [--out bench/results-overnight.json]
 
 The true optimum needs every feasible point evaluated (about 15 s per profile and objective); it is
 cached in the temp directory (sglang-sweep-overnight-optimum.json), keyed by the world and the space.
@@ -88,6 +89,8 @@ class World:
     noise: float = NOISE
     hours: float = HOURS
     objective: str = "decode@1"
+    remeasure_every: int | None = None
+    """sampler.remeasure_every of the night; None: as experiments/kimi-k2.5-tp8.yaml ships it."""
 
 
 def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Path) -> spec_mod.SweepSpec:
@@ -99,6 +102,8 @@ def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Pat
     data["simulator"] = {"hardware_profile": world.profile, "model_profile": "kimi-k2.5", "noise": world.noise,
                          "drift_per_hour": DRIFT_PER_HOUR, "time_scale": 1.0}
     data["sampler"] = {**data["sampler"], "kind": "random" if policy == "random" else "tpe", "seed": seed}
+    if world.remeasure_every is not None:
+        data["sampler"]["remeasure_every"] = world.remeasure_every
     data["probe"] = {**data.get("probe", {}), "enabled": policy == "two-stage"}
     metric, level = OBJECTIVES[world.objective]
     data["objective"] = {**data["objective"], "metric": metric, "concurrency": level}
@@ -336,7 +341,8 @@ def _row(group: list[Night]) -> dict[str, Any]:
 
 
 def world_name(w: World) -> str:
-    return f"{w.profile}, {w.objective}, noise {w.noise:g}, {w.hours:g} h"
+    again = "" if w.remeasure_every is None else f", remeasure_every {w.remeasure_every}"
+    return f"{w.profile}, {w.objective}, noise {w.noise:g}, {w.hours:g} h{again}"
 
 
 def summarize(nights: list[Night]) -> dict[str, Any]:
@@ -359,11 +365,13 @@ def main() -> int:
     ap.add_argument("--noise", type=float, default=NOISE)
     ap.add_argument("--hours", type=float, default=HOURS)
     ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="decode@1")
+    ap.add_argument("--remeasure-every", type=int, default=None,
+                    help="sampler.remeasure_every of every night (default: as the kimi experiment ships it)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results-overnight.json")
     args = ap.parse_args()
     started = time.time()
-    worlds = [World(p, args.noise, args.hours, args.objective) for p in args.profiles.split(",")]
+    worlds = [World(p, args.noise, args.hours, args.objective, args.remeasure_every) for p in args.profiles.split(",")]
     best = optima(worlds, args.jobs)
     keys = {w: _key(w) for w in worlds}
     tasks = [(w, policy, seed, scenario, best[keys[w]][scenario])

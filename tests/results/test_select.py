@@ -7,8 +7,10 @@ import pytest
 
 from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results.select import (
+    NEAR_TIE_MAX,
     GateResult,
     drift,
+    near_tie,
     nearest_baseline,
     pareto_front,
     pick_champion,
@@ -259,3 +261,63 @@ def test_the_pooled_pick_prefers_settings_confirmed_by_their_neighbours():
 def test_the_pooled_pick_falls_back_to_the_best_value_when_a_value_is_not_positive():
     outcomes = [trial(1, 0.0, {**SPEC_A}), trial(2, 5.0, {**SPEC_B})]
     assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize").number == 2
+
+
+# --- near_tie: the best point or its rival measured again (sampler.remeasure_every) ----------------
+
+POINT_A = {**SPEC_A, "NCCL_PROTO": "LL"}
+POINT_B = {**SPEC_B, "NCCL_PROTO": "LL"}
+
+
+def _eligible(outcomes):
+    return [(o, o.metrics.decode_tok_s) for o in outcomes]
+
+
+def _measured(params, values, first):
+    return [trial(first + i, v, params) for i, v in enumerate(values)]
+
+
+def test_near_tie_measures_the_rival_the_fit_knows_less():
+    """A measured four times near 100, B once at 99.5: B's upper bound (2 standard errors up) reaches
+    A's lower bound, and B, known less, is the one to measure again."""
+    outcomes = _measured(POINT_A, (100.0, 100.4, 99.6, 100.1), 1) + _measured(POINT_B, (99.5,), 5)
+    again = near_tie(_eligible(outcomes), direction="maximize")
+    assert again is not None and again.number == 5
+
+
+def test_near_tie_measures_the_best_point_when_it_is_the_less_known():
+    """The pick's best point is B's single measurement, 2.6% above the mean of A's four, which spread by
+    2% (the run-to-run noise the fit measures): a lucky number is what a second measurement settles, so
+    B is measured again, not A."""
+    outcomes = _measured(POINT_A, (93.0, 97.0, 94.0, 96.0), 1) + _measured(POINT_B, (97.5,), 5)
+    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize").number == 5
+    again = near_tie(_eligible(outcomes), direction="maximize")
+    assert again is not None and again.number == 5
+
+
+def test_near_tie_leaves_points_told_apart_alone():
+    """B 30% below A, both measured four times: told apart, nothing is measured again."""
+    outcomes = _measured(POINT_A, (100.0, 100.4, 99.6, 100.1), 1) + _measured(POINT_B, (70.0, 70.3, 69.8, 70.1), 5)
+    assert near_tie(_eligible(outcomes), direction="maximize") is None
+
+
+def test_near_tie_stops_at_the_measurement_cap():
+    """The point to measure again already has NEAR_TIE_MAX measurements: nothing is queued."""
+    outcomes = _measured(POINT_A, (100.0, 100.4, 99.6, 100.1), 1) + _measured(POINT_B, [99.5] * (NEAR_TIE_MAX - 1), 10)
+    assert near_tie(_eligible(outcomes), direction="maximize").number == 10  # one short of the cap
+    outcomes.append(trial(20, 99.5, POINT_B))
+    assert near_tie(_eligible(outcomes), direction="maximize") is None
+
+
+def test_near_tie_needs_two_points_and_positive_values():
+    assert near_tie(_eligible(_measured(POINT_A, (100.0, 101.0), 1)), direction="maximize") is None  # one point
+    assert near_tie([], direction="maximize") is None
+    assert near_tie(_eligible([trial(1, 0.0, POINT_A), trial(2, 90.0, POINT_B)]), direction="maximize") is None
+
+
+def test_near_tie_for_a_latency_objective_measures_the_close_second():
+    """Minimised: A's 20 ms four times is the best; B at 20.2 ms is its rival, C at 40 ms is not."""
+    outcomes = (_measured(POINT_A, (20.0, 20.1, 19.9, 20.0), 1) + _measured(POINT_B, (20.2,), 5)
+                + _measured({**POINT_B, "NCCL_ALGO": "Tree"}, (40.0,), 6))
+    again = near_tie(_eligible(outcomes), direction="minimize")
+    assert again is not None and again.number == 5

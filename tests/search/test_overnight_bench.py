@@ -13,6 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import overnight  # noqa: E402
 
 PCIE = overnight.World("pcie-rtxpro6000-x8")
+BEFORE = 0
+"""sampler.remeasure_every of the nights the confirmation tests below were recorded on (the search without
+re-measured near-ties): each is about the confirmation's handling of what that search handed it."""
 
 
 def test_a_two_stage_night_probes_first_and_avoids_the_hidden_failing_region():
@@ -37,11 +40,17 @@ def test_a_round_short_of_time_keeps_the_runner_up_before_the_ablations():
     all, of the other arms. sweep/_confirm._fitting_round used to keep the main pair alone, so the runner-up
     had 2 rounds, too few for its own gate, and the 0.954 pick was deployed; now the other arms go by value
     (sweep.schedule.VALUE_ORDER: the runner-up first), only default_communication is left out, and the
-    runner-up, measured in all 3 rounds, is deployed at the optimum."""
-    night = overnight.night(overnight.World("pcie-rtxpro6000-x8-turin"), "two-stage", 15, "plain", optimum=78.45)
+    runner-up, measured in all 3 rounds, is deployed at the optimum. With the shipped search
+    (sampler.remeasure_every 4) the near-tie is settled earlier: trial 10 is measured again during the
+    search, picked, and deployed as the champion."""
+    turin = overnight.World("pcie-rtxpro6000-x8-turin", remeasure_every=BEFORE)
+    night = overnight.night(turin, "two-stage", 15, "plain", optimum=78.45)
     assert night.verdict == "promoted" and night.promoted_config == "runner_up", night.verdict_text
     assert night.champion_true >= 0.98 * 78.45  # the deployed configuration's true value
     assert night.wall_s <= 8 * 3600 + 3600  # the night, plus one trial's deadline at most
+    shipped = overnight.night(overnight.World("pcie-rtxpro6000-x8-turin"), "two-stage", 15, "plain", optimum=78.45)
+    assert shipped.promoted_config == "champion" and shipped.candidate_true >= 0.98 * 78.45, shipped.verdict_text
+    assert shipped.champion_true >= 0.98 * 78.45 and shipped.wall_s <= 8 * 3600 + 3600
 
 
 def test_a_noisy_night_keeps_time_for_the_rounds_its_gate_will_need():
@@ -52,8 +61,8 @@ def test_a_noisy_night_keeps_time_for_the_rounds_its_gate_will_need():
     deployed (0.594 of the optimum). Now the third round sees 5% run-to-run noise across all the arms of
     rounds 1-2 (results.sequential.round_noise), plans 4 rounds for the gate (rounds_needed: 99% chance
     of a verdict) and leaves out two ablations to keep that time (sweep/_confirm._gate_hold)."""
-    night = overnight.night(overnight.World("pcie-rtxpro6000-x8", noise=0.04), "two-stage", 22, "plain",
-                            optimum=100.70)
+    night = overnight.night(overnight.World("pcie-rtxpro6000-x8", noise=0.04, remeasure_every=BEFORE), "two-stage",
+                            22, "plain", optimum=100.70)
     assert night.verdict == "promoted", night.verdict_text
     assert "after 4 rounds" in night.verdict_text
     assert night.champion_true >= 0.98 * 100.70
@@ -69,8 +78,8 @@ def test_a_small_gain_gets_the_gates_rounds_before_the_other_arms():
     the hold failed by rounding: kept exactly to the round's own pair, the pair did not fit, and the round
     fell back to no hold at all (seed 25), or ended the night undecided after 2 rounds (seed 9)."""
     with _sweep_log() as lines:  # overnight._night: night() without the console kept quiet
-        night = overnight._night(overnight.World("pcie-rtxpro6000-x8", objective="output@32"), "two-stage", 25,
-                                 "plain", optimum=752.71)
+        night = overnight._night(overnight.World("pcie-rtxpro6000-x8", objective="output@32", remeasure_every=BEFORE),
+                                 "two-stage", 25, "plain", optimum=752.71)
     assert night.verdict == "promoted", night.verdict_text
     assert night.champion_true >= 0.98 * 752.71
     assert night.wall_s <= 8 * 3600 + 3600
