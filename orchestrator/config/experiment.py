@@ -192,6 +192,10 @@ class ObjectiveSpec(Strict):
     """A second objective for a multi-objective sweep (Pareto front), e.g. ttft_ms_p99."""
     secondary_direction: Literal["maximize", "minimize"] = "minimize"
 
+    def bounds(self) -> dict[str, tuple[float | None, float | None]]:
+        """The constraints as results.select takes them: metric -> (low, high), None for an open side."""
+        return {k: (b.min, b.max) for k, b in self.constraints.items()}
+
 
 class BudgetSpec(Strict):
     trials: Annotated[int, Int(1, 100_000)] = 100
@@ -227,12 +231,9 @@ class SamplerSpec(Strict):
     """The sampler's seed (numpy's range: 0 to 2^32 - 1)."""
     startup_trials: Annotated[int, Int(1, 100_000)] = 8
     remeasure_every: Annotated[int, Int(0, 100_000)] = 0
-    """Every K-th complete search trial after the start-up trials, the search measures one point again
-    instead of a new one: the best point or its closest rival, whichever the pooled estimate knows
-    less, while the rival's optimistic bound still reaches the best one's cautious bound
-    (results.select.near_tie). At 4% run-to-run noise a point measured once is a coin toss against a
-    neighbour 3% away; measured twice or three times the pick among near-ties is settled by
-    measurement. 0: never (every trial a new point)."""
+    """Every K-th complete search trial after the start-up trials measures again the best point or its
+    closest rival (the one known less) while noise cannot tell them apart (results.select.near_tie):
+    near-ties settled by measurement, not by one lucky run. 0: never (every trial a new point)."""
 
 
 class TrackingSpec(Strict):

@@ -75,10 +75,8 @@ def _speedup(o: TrialOutcome, value: float | None, baselines: Sequence[tuple[flo
 
 def _champion(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> int | None:
     """The trial the promotion picks (the best eligible searched one), by the same rule."""
-    constraints: dict[str, tuple[float | None, float | None]] = {
-        k: (b.min, b.max) for k, b in spec.objective.constraints.items()}
     pick = select.pick_champion([o for o in outcomes if o.role is TrialRole.search], metric=spec.objective.metric,
-                                direction=spec.objective.direction, constraints=constraints)
+                                direction=spec.objective.direction, constraints=spec.objective.bounds())
     return None if pick is None else pick.number
 
 

@@ -7,7 +7,8 @@ Everything here is pure: numbers and outcomes in, a decision (with its reason in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -169,13 +170,12 @@ def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direc
     fit = pooled_fit(eligible, direction=direction, z=0.0)
     if fit is None:
         return None
-    points: dict[str, tuple[TrialOutcome, Pooled]] = {}
-    count: dict[str, int] = {}
+    points: dict[Hashable, tuple[TrialOutcome, Pooled]] = {}
+    count: Counter[Hashable] = Counter()
     for (outcome, _), pooled in zip(eligible, fit):
         key = split_point(outcome.params)
-        name = repr(key)
-        points.setdefault(name, (outcome, pooled))
-        count[name] = count.get(name, 0) + 1
+        points.setdefault(key, (outcome, pooled))
+        count[key] += 1
     if len(points) < 2:
         return None
     best = max(points, key=lambda k: (points[k][1].fitted - PICK_Z * points[k][1].se, -points[k][0].number))
@@ -186,37 +186,6 @@ def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direc
         return None
     target = best if b.se >= r.se else rival
     return points[target][0] if count[target] < NEAR_TIE_MAX else None
-
-
-def ranked(
-    outcomes: Sequence[TrialOutcome],
-    *,
-    metric: str,
-    direction: Direction,
-    constraints: Mapping[str, tuple[float | None, float | None]] | None = None,
-    pooled: bool = True,
-    z: float = PICK_Z,
-) -> list[TrialOutcome]:
-    """The eligible trials, best first (pick_champion's order; `z` standard errors below the pooled
-    estimate, so z = 0 ranks by the pooled estimate itself)."""
-    _check_direction(direction)
-    _check_metric_name(metric, "objective metric")
-    constraints = dict(constraints or {})
-    for name, bounds in constraints.items():
-        _check_metric_name(name, "constraint")
-        if len(bounds) != 2:
-            raise ValueError(f"constraint {name!r} must be (low, high), but got {bounds!r}")
-        low, high = bounds
-        if low is not None and high is not None and low > high:
-            raise ValueError(f"constraint {name!r}: low <= high must hold, but got ({low}, {high})")
-
-    sign = 1.0 if direction == "maximize" else -1.0
-    eligible = eligible_values(outcomes, metric=metric, constraints=constraints)
-    fit = pooled_fit(eligible, direction=direction, z=z) if pooled else None
-    scores = [f.score for f in fit] if fit is not None else [0.0] * len(eligible)
-    order = sorted(range(len(eligible)),
-                   key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number), reverse=True)
-    return [eligible[i][0] for i in order]
 
 
 def pick_champion(
@@ -239,8 +208,26 @@ def pick_champion(
     same settings) go by their own measurement; ties to the lower trial number. Without `pooled`, or
     when a value is not positive, the best single measurement wins.
     """
-    found = ranked(outcomes, metric=metric, direction=direction, constraints=constraints, pooled=pooled)
-    return found[0] if found else None
+    _check_direction(direction)
+    _check_metric_name(metric, "objective metric")
+    constraints = dict(constraints or {})
+    for name, bounds in constraints.items():
+        _check_metric_name(name, "constraint")
+        if len(bounds) != 2:
+            raise ValueError(f"constraint {name!r} must be (low, high), but got {bounds!r}")
+        low, high = bounds
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"constraint {name!r}: low <= high must hold, but got ({low}, {high})")
+
+    sign = 1.0 if direction == "maximize" else -1.0
+    eligible = eligible_values(outcomes, metric=metric, constraints=constraints)
+    if not eligible:
+        return None
+    fit = pooled_fit(eligible, direction=direction) if pooled else None
+    scores = [f.score for f in fit] if fit is not None else [0.0] * len(eligible)
+    best = max(range(len(eligible)),
+               key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))
+    return eligible[best][0]
 
 
 class GateResult(Frozen):

@@ -188,7 +188,7 @@ def fitted(ctx: Context, measuring: Arms) -> Arms:
 
 
 def _constraints(ctx: Context) -> Constraints:
-    return {k: (b.min, b.max) for k, b in ctx.spec.objective.constraints.items()}
+    return ctx.spec.objective.bounds()
 
 
 def _plan(ctx: Context) -> sequential.RoundsPlan | None:

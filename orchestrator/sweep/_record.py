@@ -295,13 +295,13 @@ def _maybe_remeasure_near_tie(ctx: Context) -> None:
     """Every sampler.remeasure_every-th complete search trial after the start-up trials, queue the best
     point or its rival again when the two are not told apart (results.select.near_tie)."""
     k = ctx.spec.sampler.remeasure_every
+    if not k:
+        return
     done = [o for o in ctx.outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE]
-    if not k or len(done) < ctx.spec.sampler.startup_trials or len(done) % k or not should_launch(ctx):
+    if len(done) < ctx.spec.sampler.startup_trials or len(done) % k or not should_launch(ctx):
         return
     objective = ctx.spec.objective
-    constraints: dict[str, tuple[float | None, float | None]] = {
-        name: (b.min, b.max) for name, b in objective.constraints.items()}
-    again = select.near_tie(select.eligible_values(done, metric=objective.metric, constraints=constraints),
+    again = select.near_tie(select.eligible_values(done, metric=objective.metric, constraints=objective.bounds()),
                             direction=objective.direction)
     if again is not None:
         ctx.study.enqueue(again.params, {"role": TrialRole.search.value, REMEASURE_ATTR: again.number})
