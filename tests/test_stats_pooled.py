@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from orchestrator.stats import DEFAULT_NOISE, pooled_scores
+from orchestrator.stats import DEFAULT_NOISE, pooled_contrast, pooled_scores
 
 
 def test_nothing_measured() -> None:
@@ -46,3 +46,49 @@ def test_noise_comes_from_the_residuals_once_they_have_three_degrees_of_freedom(
     assert 0.02 < sigma < 0.1 and sigma != pytest.approx(DEFAULT_NOISE)
     few = pooled_scores([("a", "x", 0.0), ("b", "x", 0.1)])
     assert few[0].se == pytest.approx(DEFAULT_NOISE * math.sqrt(1 + 1 / 3))
+
+
+# --- stats.pooled_contrast: one point against another, with the error of the difference ---------------
+
+
+def test_the_contrast_of_two_points_sharing_their_communication_is_their_speculation_gap() -> None:
+    """Two speculation settings measured under the same NCCL settings: the difference is the gap of their
+    means and its error sigma * sqrt(1/n_a + 1/n_b) - the shared b effect cancels, which adding the two
+    points' own standard errors (pooled_scores') would not see."""
+    rows = [("A", c, math.log(v)) for c, v in (("c1", 1.00), ("c2", 1.02), ("c1", 0.98), ("c2", 1.00))]
+    rows += [("B", c, math.log(v)) for c, v in (("c1", 1.05), ("c2", 1.07))]
+    found = pooled_contrast(rows, ("A", "c1"), ("B", "c1"), shrink=0.0, floor=0.0)
+    assert found is not None
+    mean_a = sum(r[2] for r in rows[:4]) / 4
+    mean_b = sum(r[2] for r in rows[4:]) / 2
+    assert found.diff == pytest.approx(mean_b - mean_a, abs=1e-9)
+    fit = pooled_scores(rows, shrink=0.0, floor=0.0)
+    resid = sum((r[2] - f.fitted) ** 2 for r, f in zip(rows, fit))  # 6 rows, 2 + 2 - 1 groups: 3 degrees of freedom
+    sigma = math.sqrt(resid / 3)
+    assert found.se == pytest.approx(sigma * math.sqrt(1 / 4 + 1 / 2), rel=1e-6)
+    flipped = pooled_contrast(rows, ("B", "c1"), ("A", "c1"), shrink=0.0, floor=0.0)
+    assert flipped is not None and flipped.diff == pytest.approx(-found.diff) and flipped.se == pytest.approx(found.se)
+
+
+def test_the_contrast_error_shrinks_as_the_points_are_measured_again() -> None:
+    rng = random.Random(5)
+
+    def rows(n: int) -> list[tuple[str, str, float]]:
+        out = []
+        for _ in range(n):
+            out.append(("A", "c1", math.log(1.00) + rng.gauss(0.0, 0.04)))
+            out.append(("B", "c2", math.log(1.04) + rng.gauss(0.0, 0.04)))
+            out.append(("A", "c2", math.log(1.01) + rng.gauss(0.0, 0.04)))
+        return out
+
+    few, many = pooled_contrast(rows(2), ("A", "c1"), ("B", "c2")), pooled_contrast(rows(40), ("A", "c1"), ("B", "c2"))
+    assert few is not None and many is not None
+    assert many.se < few.se / 3
+    assert many.diff == pytest.approx(math.log(1.04), abs=3 * many.se)
+
+
+def test_no_contrast_for_a_point_whose_parts_were_not_measured() -> None:
+    rows = [("A", "c1", 0.0), ("B", "c1", 0.01)]
+    assert pooled_contrast(rows, ("A", "c1"), ("C", "c1")) is None
+    assert pooled_contrast(rows, ("A", "c1"), ("B", "c9")) is None
+    assert pooled_contrast([], ("A", "c1"), ("B", "c1")) is None

@@ -233,7 +233,8 @@ class SamplerSpec(Strict):
     remeasure_every: Annotated[int, Int(0, 100_000)] = 0
     """Every K-th complete search trial after the start-up trials measures again the best point or its
     closest rival (the one known less) while noise cannot tell them apart (results.select.near_tie):
-    near-ties settled by measurement, not by one lucky run. 0: never (every trial a new point)."""
+    near-ties settled by measurement, not by one lucky run. K is for 2% noise: noisier repeats shrink it in
+    proportion, to every 2nd trial at least (results.select.remeasure_interval). 0: never."""
 
 
 class TrackingSpec(Strict):

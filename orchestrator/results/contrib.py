@@ -14,12 +14,14 @@ Pure: numbers and parameters in, figures and sentences out. The driver owns the 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from orchestrator.config.knobs import ADAPTIVE_CANDIDATE_STEPS, ADAPTIVE_INITIAL_STEPS
 from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import select, sequential
+from orchestrator.stats import Contrast
 
 Direction = Literal["maximize", "minimize"]
 
@@ -183,10 +185,22 @@ def distance(a: Mapping[str, ParamValue], b: Mapping[str, ParamValue]) -> int:
 
 def runner_up(outcomes: Sequence[TrialOutcome], champion: TrialOutcome, *, metric: str, direction: Direction,
               constraints: Mapping[str, tuple[float | None, float | None]]) -> TrialOutcome | None:
-    """The best eligible searched trial at least RUNNER_UP_DISTANCE knobs away from the champion."""
-    far = [o for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
-           and o.number != champion.number and distance(o.params, champion.params) >= RUNNER_UP_DISTANCE]
-    return select.pick_champion(far, metric=metric, direction=direction, constraints=constraints)
+    """The best eligible searched trial at least RUNNER_UP_DISTANCE knobs away from the champion, ranked
+    as the champion pick ranks (select.PICK_Z below its pooled estimate) in the fit over every eligible
+    searched trial: a point of another region is estimated from its parts as measured anywhere, as the
+    champion was, not from the other region's trials alone (which left a point with a part measured
+    mostly beside the champion barely known, and the runner-up a near-copy of the champion's family)."""
+    far = {o.number for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
+           and o.number != champion.number and distance(o.params, champion.params) >= RUNNER_UP_DISTANCE}
+    eligible = select.eligible_values([o for o in outcomes if o.role is TrialRole.search], metric=metric,
+                                      constraints=constraints)
+    fit = select.pooled_fit(eligible, direction=direction)
+    if fit is None:
+        return select.pick_champion([o for o, _ in eligible if o.number in far], metric=metric, direction=direction,
+                                    constraints=constraints, pooled=False)
+    sign = 1.0 if direction == "maximize" else -1.0
+    scored = [(p.score, sign * value, -o.number, o) for (o, value), p in zip(eligible, fit) if o.number in far]
+    return max(scored, key=lambda t: t[:3])[3] if scored else None
 
 
 # ------------------------------------------------------------------------------ the figures
@@ -386,14 +400,44 @@ def contender_open(values: Mapping[str, Mapping[int, float]], contender: str, *,
 
 
 def contender_wins(values: Mapping[str, Mapping[int, float]], contender: str, *,
-                   direction: Direction) -> Interval | None:
-    """The contender's gain over the champion in the same rounds when it measured better (a near-tie
-    settled by measurement: the rounds' paired mean is a fairer estimate than one search-phase run,
-    the best of many); None when it did not, or was not measured twice beside it."""
-    if contender not in values or "champion" not in values:
+                   direction: Direction, search: Contrast | None = None) -> Interval | None:
+    """The contender's gain over the champion in the same rounds when, on all the evidence, it is the
+    better of the two; None when it is not, or was not measured twice beside it.
+
+    All the evidence (`settled`): the rounds' paired mean log ratio, combined by inverse variance with
+    `search`, the search's own pooled estimate of the same difference (select.search_contrast: positive
+    when the contender is better). A few rounds at several percent of noise alone flip a near-tie often
+    (3 rounds at 4%: a 3.7% gap read the wrong way about one time in eight); the search measured the two
+    points' parts several times more. Without `search` the rounds alone decide."""
+    interval = compare(*paired(values.get(contender, {}), values.get("champion", {})), direction=direction)
+    if interval is None:
         return None
-    interval = compare(*paired(values[contender], values["champion"]), direction=direction)
-    return interval if interval is not None and interval.gain > 0.0 else None
+    both = settled(values, contender, direction=direction, search=search)
+    return interval if both is not None and both.diff > 0.0 else None
+
+
+def settled(values: Mapping[str, Mapping[int, float]], contender: str, *, direction: Direction,
+            search: Contrast | None) -> Contrast | None:
+    """The contender's log gain over the champion from the paired rounds and, when given, the search's
+    contrast, weighted by inverse variance. The rounds' standard error takes the noise of every arm
+    measured in those rounds (sequential.round_noise) when that has at least 3 degrees of freedom, else
+    the pair's own spread. None with fewer than 2 paired rounds."""
+    rounds = common_rounds(values.get(contender, {}), values.get("champion", {}))
+    if len(rounds) < 2:
+        return None
+    a, b = paired(values[contender], values["champion"])
+    d = sequential.log_ratios(a, b, direction)
+    noise = sequential.round_noise(values, rounds)
+    if noise is not None and noise.df >= 3:
+        se = noise.sigma * math.sqrt(2.0 / d.size)
+    else:
+        se = float(d.std(ddof=1)) / math.sqrt(d.size)
+    own = Contrast(float(d.mean()), max(se, 1e-9))
+    if search is None or not search.se > 0:
+        return own
+    w_own, w_search = 1.0 / own.se ** 2, 1.0 / search.se ** 2
+    return Contrast((own.diff * w_own + search.diff * w_search) / (w_own + w_search),
+                    math.sqrt(1.0 / (w_own + w_search)))
 
 
 def stops_paying(levels: Sequence[LevelGain], what: str, *, figures: bool = True) -> str:

@@ -13,8 +13,8 @@ from typing import Literal
 
 import numpy as np
 
-from orchestrator.records import Frozen, Metrics, TrialOutcome, TrialRole, TrialStatus, split_point
-from orchestrator.stats import Pooled, as_array, pooled_scores
+from orchestrator.records import Frozen, Metrics, ParamValue, TrialOutcome, TrialRole, TrialStatus, split_point
+from orchestrator.stats import DEFAULT_NOISE, Contrast, Pooled, as_array, pooled_contrast, pooled_scores
 
 Direction = Literal["maximize", "minimize"]
 
@@ -150,6 +150,24 @@ def pooled_fit(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Dir
     return pooled_scores([(*split_point(o.params), sign * math.log(value)) for o, value in eligible], z=z)
 
 
+
+def search_contrast(eligible: Sequence[tuple[TrialOutcome, float]], first: Mapping[str, ParamValue],
+                    second: Mapping[str, ParamValue], *, direction: Direction) -> Contrast | None:
+    """What the search's measurements say of `second` against `first`: the pooled fit's (pooled_fit's
+    model over every eligible trial) log-scale difference, oriented so that positive means `second` is
+    better, with its standard error (stats.pooled_contrast); None when either point's parts were not
+    measured or a value is not positive.
+
+    Tried and not kept (docs/benchmarks.md): the baselines' measurements in the fit (no speculation at
+    default NCCL is where the additive model fits worst - NCCL tuning pays more without speculation -
+    so the residual noise, and every standard error, doubled) and a linear drift term (no night changed)."""
+    if not eligible or not all(value > 0 and math.isfinite(value) for _, value in eligible):
+        return None
+    sign = 1.0 if direction == "maximize" else -1.0
+    rows = [(*split_point(o.params), sign * math.log(value)) for o, value in eligible]
+    return pooled_contrast(rows, split_point(first), split_point(second))
+
+
 RIVAL_Z = 2.0
 """Standard errors above its pooled estimate a rival of the best point is credited with (near_tie).
 Chosen on bench/overnight.py's tuning seeds (docs/benchmarks.md): z = 1 re-measured so often that the
@@ -157,6 +175,34 @@ H200 search, which needs its trials to reach a far corner, lost nights; z = 2 ke
 
 NEAR_TIE_MAX = 4
 """Measurements of one point after which near_tie measures it no more."""
+
+
+def replicate_noise(eligible: Sequence[tuple[TrialOutcome, float]]) -> tuple[float, int] | None:
+    """The run-to-run noise (log scale) the search measured, from the points it measured more than once
+    with the very same parameters (pure error: no model between them, so a misfit of the pooled fit does
+    not count as noise), with its degrees of freedom; None under 3 of them or when a value is not positive."""
+    groups: dict[tuple[Hashable, Hashable], list[float]] = {}
+    for outcome, value in eligible:
+        if not (value > 0 and math.isfinite(value)):
+            return None
+        groups.setdefault(split_point(outcome.params), []).append(math.log(value))
+    ss, dof = 0.0, 0
+    for ys in groups.values():
+        if len(ys) > 1:
+            mean = sum(ys) / len(ys)
+            ss += sum((y - mean) ** 2 for y in ys)
+            dof += len(ys) - 1
+    return (math.sqrt(ss / dof), dof) if dof >= 3 else None
+
+
+def remeasure_interval(every: int, eligible: Sequence[tuple[TrialOutcome, float]]) -> int:
+    """sampler.remeasure_every scaled by the noise the search measured (replicate_noise) against the
+    DEFAULT_NOISE it was chosen at: a night twice as noisy re-measures its near-ties twice as often, never
+    more often than every 2nd trial; `every` itself until the noise is known or where it is lower."""
+    found = replicate_noise(eligible)
+    if not every or found is None or found[0] <= DEFAULT_NOISE:
+        return every
+    return max(2, min(every, round(every * DEFAULT_NOISE / found[0])))
 
 
 def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction) -> TrialOutcome | None:

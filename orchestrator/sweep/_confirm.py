@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.config import eagle, knobs
@@ -129,7 +129,7 @@ add less than promotion.equivalence_margin nor significant), measured beside the
 
 
 def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, more: More | None = None,
-               hold_s: float = 0.0) -> Measured:
+               contends: More | None = None, hold_s: float = 0.0) -> Measured:
     """Measure the arms round after round until the main pair decides, max_rounds, the wall time or an
     interruption. A round starts only when it is expected to end inside the wall time (one clock for the
     night, sweep.schedule): short of time before min_rounds, the other arms are left out by value (the
@@ -138,7 +138,10 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
     (the deployed configuration at the other loads), which the night planned for, unless only that time
     would let the undecided gate take another round (nothing to describe without a decision). Once the main pair
     promoted, rounds go on for the arms `more` names (with the pair) while they fit and max_rounds allows;
-    the pair's decision stays the one first reached."""
+    the pair's decision stays the one first reached. From the second round on, the arms `contends` names
+    (a runner-up that measured better than the champion, whose own gate has not decided: it would be
+    deployed) join the gate's pair: measured in every round the pair is, kept and held for as the pair
+    is, and measured on after the pair decided, while the night allows."""
     values: dict[str, dict[int, float]] = {a.name: {} for a in arms}
     rows: list[ConfirmationRow] = []
     stopped, rounds = "", 0
@@ -146,12 +149,15 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
     timing = _timing(ctx)
     for i in range(plan.max_rounds):
         extra: set[str] = set()
+        leading = set(contends(values)) if contends is not None and i > 0 else set()
         if decision is not None:
             extra = set(more(values)) if more is not None and decision.verdict is sequential.Verdict.promoted                 else set()
+            extra |= leading
             if not extra:
                 break
-        wanted = [a for a in arms if a.main or (a.name in extra if decision is not None else i < plan.min_rounds)]
-        held = hold_s if i >= plan.min_rounds else _gate_hold(ctx, values, arms, plan, timing, i)
+        wanted = [replace(a, main=True) if a.name in leading else a for a in arms
+                  if a.main or a.name in leading or (a.name in extra if decision is not None else i < plan.min_rounds)]
+        held = hold_s if i >= plan.min_rounds else _gate_hold(ctx, values, wanted, plan, timing, i)
         open_arms = _fitting_round(ctx, wanted, timing, i, held)
         if not open_arms and held and decision is None:
             # Undecided, nothing is deployed and the arms measured after it have nothing to describe: the
@@ -211,10 +217,15 @@ def _fitting_round(ctx: Context, open_arms: list[Arm], timing: _Timing, i: int, 
     """The arms of round `i` that fit the time left (less `hold_s`), chosen as the night's plan chooses
     them (schedule.plan, one round): the main pair, then the other arms by value (the runner-up, which can
     still win, before the ablations) while they fit; none when the pair itself does not. Each arm left
-    out is named in one line."""
-    fit = schedule.plan([(a.name, a.concurrency, a.main) for a in open_arms], seconds=timing.seconds,
-                        left_s=ctx.timeout_s - hold_s - ctx.elapsed(), share_s=math.inf, min_rounds=1,
-                        gate_level=ctx.spec.benchmark.concurrency, slots=timing.slots)
+    out is named in one line. A contender measured as part of the pair (run_rounds' `contends`) that
+    leaves the pair no room is measured by value instead, after the pair."""
+    def fitted(arms: list[Arm]) -> schedule.ConfirmationPlan:
+        return schedule.plan([(a.name, a.concurrency, a.main) for a in arms], seconds=timing.seconds,
+                             left_s=ctx.timeout_s - hold_s - ctx.elapsed(), share_s=math.inf, min_rounds=1,
+                             gate_level=ctx.spec.benchmark.concurrency, slots=timing.slots)
+    fit = fitted(open_arms)
+    if not fit.arms and any(a.main and a.name not in schedule.PAIR for a in open_arms):
+        fit = fitted([replace(a, main=a.name in schedule.PAIR) if a.main else a for a in open_arms])
     kept = {a.name for a in fit.arms}
     if kept and fit.dropped:
         held = f", {hold_s / 3600:.2f} h held back" if hold_s > 0 else ""

@@ -26,7 +26,7 @@ from orchestrator.fsio import write_atomic, write_json
 from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, formats, report, select, sequential
 from orchestrator.search import space as sp
-from orchestrator.sweep import _confirm, _correctness, schedule
+from orchestrator.sweep import _confirm, _contender, _correctness, schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._decided import already_decided, remember
 from orchestrator.sweep._loop import act_on_interrupts
@@ -131,8 +131,9 @@ def promote(ctx: Context) -> Promotion:
     level = ctx.spec.benchmark.concurrency
     at_gate = [a for a in measuring.arms if a.concurrency == level]
     later = _later_s(ctx, [a for a in measuring.arms if a.concurrency != level])
+    search = _contender.search_contrast(ctx, picked, measuring)
     measured = _confirm.run_rounds(ctx, at_gate, plan, more=lambda values: _open_parts(ctx, picked, values, plan),
-                                   hold_s=later)
+                                   contends=lambda values: _contender.contending(ctx, values, plan, search), hold_s=later)
     gate = decide(ctx, picked, measuring, measured, plan)
     if isinstance(gate, Promotion):
         return gate
@@ -363,7 +364,8 @@ def choose(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm
     spec = ctx.spec
     direction, metric, level = spec.objective.direction, champion.metric, spec.benchmark.concurrency
     values = measured.values
-    won = contrib.contender_wins(values, "runner_up", direction=direction)
+    search = _contender.search_contrast(ctx, champion, measuring)
+    won = contrib.contender_wins(values, "runner_up", direction=direction, search=search)
     runner = contrib.gate_of(values, "runner_up", plan, direction=direction) if won is not None else None
     if won is not None and runner is not None and runner.verdict is sequential.Verdict.promoted \
             and runner.evidence is not None:
@@ -372,7 +374,8 @@ def choose(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm
                       contrib.confirmed(runner.evidence, metric, concurrency=level), "", Outcome.promoted,
                       number=number, decision=runner,
                       why=f"trial {number} (the runner-up) measured {won.text()} over trial {champion.trial.number} "
-                          f"(the search's pick) in the same rounds, and passes the gate itself")
+                          f"(the search's pick) in the same rounds{_contender.with_search(values, search, direction)}, and "
+                          f"passes the gate itself")
     if not gate.passed:
         return None
     simpler = contrib.simpler_choice(values, gate.checks, plan, direction=direction)

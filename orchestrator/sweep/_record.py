@@ -298,11 +298,14 @@ def _maybe_remeasure_near_tie(ctx: Context) -> None:
     if not k:
         return
     done = [o for o in ctx.outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE]
-    if len(done) < ctx.spec.sampler.startup_trials or len(done) % k or not should_launch(ctx):
+    if len(done) < ctx.spec.sampler.startup_trials or not should_launch(ctx):
         return
     objective = ctx.spec.objective
-    again = select.near_tie(select.eligible_values(done, metric=objective.metric, constraints=objective.bounds()),
-                            direction=objective.direction)
+    eligible = select.eligible_values(done, metric=objective.metric, constraints=objective.bounds())
+    k = select.remeasure_interval(k, eligible)
+    if len(done) % k:
+        return
+    again = select.near_tie(eligible, direction=objective.direction)
     if again is not None:
         ctx.study.enqueue(again.params, {"role": TrialRole.search.value, REMEASURE_ATTR: again.number})
         log.info("the next trial measures trial %d's parameters again: a near-tie with the best point "

@@ -76,7 +76,7 @@ class ConfirmationPlan:
     @property
     def fits(self) -> bool:
         """Whether the gate's own pair is kept (without it nothing can be decided)."""
-        return sum(a.main for a in self.arms) == 2
+        return {a.name for a in self.arms if a.main} >= set(PAIR)
 
     def lines(self) -> list[str]:
         """What `sweep plan` and the console say of it."""
@@ -192,8 +192,8 @@ def plan(arms: Sequence[tuple[str, int, bool]], *, seconds: Callable[[int], floa
     `share_s` and everything within `left_s`."""
     slots = max(slots, 1)
     units: dict[tuple[int, int, int], list[PlannedArm]] = {}
-    for name, concurrency, main in arms:
-        units.setdefault(value_rank(name, concurrency, gate_level), []).append(
+    for name, concurrency, main in arms:  # a main arm beside the pair (a leading runner-up) is of its unit
+        units.setdefault((0, 0, 0) if main else value_rank(name, concurrency, gate_level), []).append(
             PlannedArm(name, concurrency, main, seconds(concurrency), min_rounds))
     kept: list[PlannedArm] = []
     dropped: list[Dropped] = []

@@ -15,6 +15,9 @@ from orchestrator.results.select import (
     pareto_front,
     pick_champion,
     promotion_gate,
+    remeasure_interval,
+    replicate_noise,
+    search_contrast,
     speedup,
     speedup_pct,
 )
@@ -321,3 +324,52 @@ def test_near_tie_for_a_latency_objective_measures_the_close_second():
                 + _measured({**POINT_B, "NCCL_ALGO": "Tree"}, (40.0,), 6))
     again = near_tie(_eligible(outcomes), direction="minimize")
     assert again is not None and again.number == 5
+
+
+# --- what the search says of two points; the noise it measured (issue 20, 4% noise) --------------------
+
+
+def test_search_contrast_is_the_pooled_fit_of_the_second_against_the_first():
+    """B's four measurements 3% above A's four, each under the same two NCCL settings: the search says B
+    is about 3% better, and a latency objective reads the same numbers the other way round."""
+    outcomes = [trial(n, v, {**SPEC_A, "NCCL_PROTO": p}) for n, v, p in ((1, 96.0, "LL"), (2, 97.0, "Simple"),
+                                                                          (3, 97.5, "LL"), (4, 96.5, "Simple"))]
+    outcomes += [trial(n, v, {**SPEC_B, "NCCL_PROTO": p}) for n, v, p in ((5, 99.0, "LL"), (6, 100.0, "Simple"),
+                                                                           (7, 100.4, "LL"), (8, 99.4, "Simple"))]
+    a, b = outcomes[0].params, outcomes[4].params
+    found = search_contrast(_eligible(outcomes), a, b, direction="maximize")
+    assert found is not None and 0.02 < found.diff < 0.04 and 0.0 < found.se < 0.02
+    latency = search_contrast(_eligible(outcomes), a, b, direction="minimize")
+    assert latency is not None and latency.diff == pytest.approx(-found.diff)
+    assert search_contrast(_eligible(outcomes), a, {**SPEC_B, "NCCL_PROTO": "LL128"}, direction="maximize") is None
+    assert search_contrast(_eligible([trial(1, 0.0, a), trial(2, 9.0, b)]), a, b, direction="maximize") is None
+
+
+def test_replicate_noise_counts_only_repeats_of_the_very_same_point():
+    """Pure error: A measured 100 and 104 (and 96 and 100) is noise; B 20% below A is not, however
+    badly an additive model would fit it."""
+    outcomes = _measured(POINT_A, (100.0, 104.0), 1) + _measured({**POINT_A, "NCCL_ALGO": "Ring"}, (96.0, 100.0), 3)
+    outcomes += _measured(POINT_B, (80.0,), 5)
+    assert replicate_noise(_eligible(outcomes)) is None  # 2 degrees of freedom
+    outcomes += _measured(POINT_B, (80.0,), 6)
+    sigma, dof = replicate_noise(_eligible(outcomes))
+    assert dof == 3
+    expected = np.sqrt(((np.log(104 / 100) / 2) ** 2 * 2 + (np.log(100 / 96) / 2) ** 2 * 2) / 3)
+    assert sigma == pytest.approx(expected)
+
+
+def test_a_noisier_night_re_measures_its_near_ties_more_often():
+    """sampler.remeasure_every 4 was chosen at 2% noise: at 4% it is every 2nd trial, never more often,
+    and unchanged where the noise is 2% or less or not known yet."""
+    def night(spread):
+        rows = []
+        for i, point in enumerate((POINT_A, POINT_B, {**POINT_A, "NCCL_ALGO": "Ring"})):
+            rows += _measured(point, (100.0 * np.exp(spread), 100.0 * np.exp(-spread)), 10 * i)
+        return _eligible(rows)
+    # Two measurements +-s of their mean: sigma = s * sqrt(2).
+    assert remeasure_interval(4, night(0.04 / np.sqrt(2))) == 2
+    assert remeasure_interval(4, night(0.08 / np.sqrt(2))) == 2
+    assert remeasure_interval(4, night(0.03 / np.sqrt(2))) == 3
+    assert remeasure_interval(4, night(0.01 / np.sqrt(2))) == 4
+    assert remeasure_interval(4, night(0.0)[:3]) == 4  # under 3 degrees of freedom: not known
+    assert remeasure_interval(0, night(0.04 / np.sqrt(2))) == 0  # off stays off
