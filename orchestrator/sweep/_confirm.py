@@ -138,10 +138,11 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
     (the deployed configuration at the other loads), which the night planned for, unless only that time
     would let the undecided gate take another round (nothing to describe without a decision). Once the main pair
     promoted, rounds go on for the arms `more` names (with the pair) while they fit and max_rounds allows;
-    the pair's decision stays the one first reached. From the second round on, the arms `contends` names
-    (a runner-up that measured better than the champion, whose own gate has not decided: it would be
-    deployed) join the gate's pair: measured in every round the pair is, kept and held for as the pair
-    is, and measured on after the pair decided, while the night allows."""
+    the pair's decision stays the one first reached. From the second round to min_rounds, the arms
+    `contends` names (a runner-up that measured better than the champion, whose own gate has not decided:
+    it would be deployed) join the gate's pair, kept and held for as the pair is, so that their own gate
+    has its min_rounds; past min_rounds the undecided pair goes on alone, and once it decided they are
+    measured on while the night allows."""
     values: dict[str, dict[int, float]] = {a.name: {} for a in arms}
     rows: list[ConfirmationRow] = []
     stopped, rounds = "", 0
@@ -149,7 +150,10 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
     timing = _timing(ctx)
     for i in range(plan.max_rounds):
         extra: set[str] = set()
-        leading = set(contends(values)) if contends is not None and i > 0 else set()
+        # A contender joins the pair up to min_rounds and after the pair decided; while the pair is undecided
+        # past min_rounds, its rounds are the gate's alone (an undecided gate deploys nothing).
+        joins = contends is not None and 0 < i and (i < plan.min_rounds or decision is not None)
+        leading = set(contends(values)) if contends is not None and joins else set()
         if decision is not None:
             extra = set(more(values)) if more is not None and decision.verdict is sequential.Verdict.promoted                 else set()
             extra |= leading

@@ -207,7 +207,8 @@ def test_a_leading_runner_up_is_measured_beside_the_gate_s_pair_until_its_own_ga
     # The near-tie above at 6% noise and a +5% gate with up to 8 rounds: the gate's pair needs rounds past
     # min_rounds, where the ablations stop. The runner-up, while it measured better than the champion on
     # all the evidence (contrib.contender_wins with the search's contrast) and its own gate had not decided,
-    # is measured in every round the pair is (sweep/_confirm.run_rounds' `contends`; the overnight bench's
+    # is measured in every round the pair is up to min_rounds and after the pair decided (sweep/_confirm.
+    # run_rounds' `contends`; past min_rounds an undecided pair goes on alone; the overnight bench's
     # 4% seed 26 deployed the 0.963 champion because the runner-up it beat had been left out of those
     # rounds and could not pass its own gate). Each round's rule is checked against the values before it.
     path = tmp_path / "near-tie.yaml"
@@ -242,7 +243,10 @@ def test_a_leading_runner_up_is_measured_beside_the_gate_s_pair_until_its_own_ga
         before = {k: {i: v for i, v in vs.items() if i < r} for k, vs in values.items()}
         leads = contrib.contender_wins(before, "runner_up", direction="maximize", search=search) is not None
         own = contrib.gate_of(before, "runner_up", plan, direction="maximize")
-        if leads and (own is None or own.verdict is None):
+        pair = contrib.gate_of(before, "champion", plan, direction="maximize")
+        # Up to min_rounds, and once the pair decided; past min_rounds an undecided pair goes on alone.
+        joins = r < plan.min_rounds or (pair is not None and pair.verdict is not None)
+        if leads and joins and (own is None or own.verdict is None):
             leading_rounds += 1
             assert r in values["runner_up"], (r, values)
     assert leading_rounds >= 1
