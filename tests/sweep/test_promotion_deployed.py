@@ -165,10 +165,9 @@ def test_a_champion_without_speculation_is_told_what_speculation_would_add(tmp_p
     assert part.part in (summary.verdict or "")
 
 
-def test_a_near_tie_is_settled_by_measurement_and_the_runner_up_deployed(tmp_path, sqlite_store_template):
-    # At 6% noise the search's pick (seeded) is EAGLE-3 with 4 steps on NCCL_P2P_LEVEL=SYS, truly about 12%
-    # slower than a runner-up two knobs away; measured in the same rounds the runner-up wins, passes the
-    # gate itself and is deployed: its own knobs, figures and search run (issue 20).
+def near_tie(tmp_path: Path, *, max_rounds: int) -> dict:
+    """A two-step grid at 6% noise whose seeded pick is EAGLE-3 with 4 steps on NCCL_P2P_LEVEL=SYS, truly about
+    12% slower than a runner-up two knobs away; a +5% gate of 3 to `max_rounds` rounds."""
     path = tmp_path / "near-tie.yaml"
     path.write_text(yaml.safe_dump({"name": "near-tie", "params": {
         "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
@@ -179,8 +178,16 @@ def test_a_near_tie_is_settled_by_measurement_and_the_runner_up_deployed(tmp_pat
     }}))
     data = demo_experiment(name="neartie", budget={"trials": 12, "concurrent_trials": 2},
                            sampler={"kind": "grid", "seed": 3}, simulator={"noise": 0.06},
-                           promotion={"min_rounds": 3, "max_rounds": 6, "explain": True, "min_gain": 0.05})
+                           promotion={"min_rounds": 3, "max_rounds": max_rounds, "explain": True, "min_gain": 0.05})
     data["search_space"] = [str(path)]
+    return data
+
+
+def test_a_near_tie_is_settled_by_measurement_and_the_runner_up_deployed(tmp_path, sqlite_store_template):
+    # At 6% noise the search's pick (seeded) is EAGLE-3 with 4 steps on NCCL_P2P_LEVEL=SYS, truly about 12%
+    # slower than a runner-up two knobs away; measured in the same rounds the runner-up wins, passes the
+    # gate itself and is deployed: its own knobs, figures and search run (issue 20).
+    data = near_tie(tmp_path, max_rounds=6)
     wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, data)
     champion = summary.champion or {}
     assert champion["params"] == {"NCCL_P2P_LEVEL": "SYS", "speculative_algorithm": "EAGLE3",
@@ -211,18 +218,7 @@ def test_a_leading_runner_up_is_measured_beside_the_gate_s_pair_until_its_own_ga
     # run_rounds' `contends`; past min_rounds an undecided pair goes on alone; the overnight bench's
     # 4% seed 26 deployed the 0.963 champion because the runner-up it beat had been left out of those
     # rounds and could not pass its own gate). Each round's rule is checked against the values before it.
-    path = tmp_path / "near-tie.yaml"
-    path.write_text(yaml.safe_dump({"name": "near-tie", "params": {
-        "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
-        "NCCL_PROTO": {"choices": [None, "LL"]},
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [2, 4], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-    }}))
-    data = demo_experiment(name="neartie", budget={"trials": 12, "concurrent_trials": 2},
-                           sampler={"kind": "grid", "seed": 3}, simulator={"noise": 0.06},
-                           promotion={"min_rounds": 3, "max_rounds": 8, "explain": True, "min_gain": 0.05})
-    data["search_space"] = [str(path)]
+    data = near_tie(tmp_path, max_rounds=8)
     wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, data)
     assert summary.promoted and summary.promoted_config == "runner_up", summary.verdict
     values: dict[str, dict[int, float]] = {}
