@@ -72,6 +72,13 @@ DEFAULT_NOISE = 0.02
 """Run-to-run noise (log scale) assumed until the residuals have 3 degrees of freedom."""
 
 
+def _residual_noise(resid: np.ndarray, params: int, floor: float) -> float:
+    """The additive fit's run-to-run noise: the residuals' root mean square over their degrees of freedom
+    (rows less the `params` the fit estimates), at least `floor`; DEFAULT_NOISE under 3 of them."""
+    dof = resid.size - params
+    return max(floor, float(np.sqrt(np.sum(resid ** 2) / dof))) if dof >= 3 else DEFAULT_NOISE
+
+
 def pooled_scores(rows: Sequence[tuple[Hashable, Hashable, float]], *, z: float = 1.0, shrink: float = 1.0,
                   floor: float = 0.005, sweeps: int = 60) -> list[Pooled]:
     """Pool noisy measurements of points made of two nearly independent parts.
@@ -100,10 +107,7 @@ def pooled_scores(rows: Sequence[tuple[Hashable, Hashable, float]], *, z: float 
         a = np.bincount(ia, weights=y - b[ib], minlength=len(a_keys)) / na
         b = np.bincount(ib, weights=y - a[ia], minlength=len(b_keys)) / (nb + shrink)
     fitted = a[ia] + b[ib]
-    dof = len(rows) - len(a_keys) - len(b_keys) + 1
-    sigma = DEFAULT_NOISE
-    if dof >= 3:
-        sigma = max(floor, float(np.sqrt(np.sum((y - fitted) ** 2) / dof)))
+    sigma = _residual_noise(y - fitted, len(a_keys) + len(b_keys) - 1, floor)
     se = sigma * np.sqrt(1.0 / na[ia] + 1.0 / (nb[ib] + shrink))
     return [Pooled(float(f), float(s), float(f - z * s), int(na[i])) for f, s, i in zip(fitted, se, ia)]
 
@@ -139,10 +143,7 @@ def pooled_contrast(rows: Sequence[tuple[Hashable, Hashable, float]], first: tup
     gram = x.T @ x + np.diag([0.0] * na + [shrink] * len(b_keys))
     inv = np.linalg.pinv(gram)
     theta = inv @ (x.T @ y)
-    dof = len(rows) - na - len(b_keys) + 1
-    sigma = DEFAULT_NOISE
-    if dof >= 3:
-        sigma = max(floor, float(np.sqrt(np.sum((y - x @ theta) ** 2) / dof)))
+    sigma = _residual_noise(y - x @ theta, na + len(b_keys) - 1, floor)
     c = np.zeros(x.shape[1])
     c[a_keys.index(second[0])] += 1.0
     c[na + b_keys.index(second[1])] += 1.0

@@ -144,11 +144,18 @@ def pooled_fit(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Dir
                z: float = PICK_Z) -> list[Pooled] | None:
     """stats.pooled_scores over the eligible trials (log of the objective, oriented so higher is better),
     or None when a value is not positive."""
+    rows = _log_rows(eligible, direction)
+    return pooled_scores(rows, z=z) if rows is not None else None
+
+
+def _log_rows(eligible: Sequence[tuple[TrialOutcome, float]],
+              direction: Direction) -> list[tuple[Hashable, Hashable, float]] | None:
+    """The pooled fit's rows: (speculation part, communication part, log value oriented so higher is
+    better); None when nothing is eligible or a value is not positive."""
     if not eligible or not all(value > 0 and math.isfinite(value) for _, value in eligible):
         return None
     sign = 1.0 if direction == "maximize" else -1.0
-    return pooled_scores([(*split_point(o.params), sign * math.log(value)) for o, value in eligible], z=z)
-
+    return [(*split_point(o.params), sign * math.log(value)) for o, value in eligible]
 
 
 def search_contrast(eligible: Sequence[tuple[TrialOutcome, float]], first: Mapping[str, ParamValue],
@@ -161,11 +168,8 @@ def search_contrast(eligible: Sequence[tuple[TrialOutcome, float]], first: Mappi
     Tried and not kept (docs/benchmarks.md): the baselines' measurements in the fit (no speculation at
     default NCCL is where the additive model fits worst - NCCL tuning pays more without speculation -
     so the residual noise, and every standard error, doubled) and a linear drift term (no night changed)."""
-    if not eligible or not all(value > 0 and math.isfinite(value) for _, value in eligible):
-        return None
-    sign = 1.0 if direction == "maximize" else -1.0
-    rows = [(*split_point(o.params), sign * math.log(value)) for o, value in eligible]
-    return pooled_contrast(rows, split_point(first), split_point(second))
+    rows = _log_rows(eligible, direction)
+    return pooled_contrast(rows, split_point(first), split_point(second)) if rows is not None else None
 
 
 RIVAL_Z = 2.0

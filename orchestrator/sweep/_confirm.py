@@ -153,7 +153,7 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
         # A contender joins the pair up to min_rounds and after the pair decided; while the pair is undecided
         # past min_rounds, its rounds are the gate's alone (an undecided gate deploys nothing).
         joins = contends is not None and 0 < i and (i < plan.min_rounds or decision is not None)
-        leading = set(contends(values)) if contends is not None and joins else set()
+        leading = set(contends(values)) if joins and contends is not None else set()
         if decision is not None:
             extra = set(more(values)) if more is not None and decision.verdict is sequential.Verdict.promoted                 else set()
             extra |= leading

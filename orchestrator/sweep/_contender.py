@@ -16,9 +16,10 @@ from orchestrator.sweep._promotion import Arms, Champion
 def contending(ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan,
                 search: Contrast | None) -> list[str]:
     """["runner_up"] while it measured better than the champion on all the evidence (contrib.contender_wins)
-    and its own gate has not decided: it would be deployed if it passed, so it is measured beside the
-    gate's pair in every round (a runner-up left out of the rounds the gate's noise needed could not pass
-    its own gate, and the champion it beat was deployed: the overnight bench at 4% noise, seed 26)."""
+    and its own gate has not decided: it would be deployed if it passed, so it joins the gate's pair
+    (_confirm.run_rounds says in which rounds; a runner-up left out of the rounds the gate's noise needed
+    could not pass its own gate, and the champion it beat was deployed: the overnight bench at 4% noise,
+    seed 26)."""
     direction = ctx.spec.objective.direction
     if contrib.contender_wins(values, "runner_up", direction=direction, search=search) is None:
         return []

@@ -26,6 +26,7 @@ from orchestrator.fsio import write_atomic, write_json
 from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, formats, report, select, sequential
 from orchestrator.search import space as sp
+from orchestrator.stats import Contrast
 from orchestrator.sweep import _confirm, _contender, _correctness, schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._decided import already_decided, remember
@@ -137,7 +138,7 @@ def promote(ctx: Context) -> Promotion:
     gate = decide(ctx, picked, measuring, measured, plan)
     if isinstance(gate, Promotion):
         return gate
-    choice = choose(ctx, picked, measuring, measured, gate, plan)
+    choice = choose(ctx, picked, measuring, measured, gate, plan, search)
     # The correctness gate's slot: after the choice and before the loads measure it, so that what it
     # settles on is what the loads measure and the registry holds (its note stays in choice.verdict).
     if choice is not None:
@@ -356,15 +357,15 @@ def _open_parts(ctx: Context, champion: Champion, values: Mapping[str, Mapping[i
 
 
 def choose(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.Measured, gate: Gate,
-           plan: sequential.RoundsPlan) -> Choice | None:
+           plan: sequential.RoundsPlan, search: Contrast | None) -> Choice | None:
     """The configuration to deploy, before it is measured at the other loads: the runner-up when it
-    measured better than the champion in the same rounds and passes the gate itself (a near-tie settled
+    measured better than the champion on the rounds and the search's contrast of the two (`search`,
+    _contender.search_contrast) and passes the gate itself (a near-tie settled
     by measurement); else, when the champion passed, the simpler arm whose left-out part is shown to add
     less than promotion.equivalence_margin and which passes the gate too, or the champion. None: nothing passes."""
     spec = ctx.spec
     direction, metric, level = spec.objective.direction, champion.metric, spec.benchmark.concurrency
     values = measured.values
-    search = _contender.search_contrast(ctx, champion, measuring)
     won = contrib.contender_wins(values, "runner_up", direction=direction, search=search)
     runner = contrib.gate_of(values, "runner_up", plan, direction=direction) if won is not None else None
     if won is not None and runner is not None and runner.verdict is sequential.Verdict.promoted \
