@@ -91,6 +91,8 @@ class World:
     objective: str = "decode@1"
     remeasure_every: int | None = None
     """sampler.remeasure_every of the night; None: as experiments/kimi-k2.5-tp8.yaml ships it."""
+    prefill_correlation: float = 1.0
+    """simulator.noise_prefill_correlation: how far a run's TTFT shares its decode noise (1: one speed)."""
 
 
 def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Path) -> spec_mod.SweepSpec:
@@ -100,7 +102,8 @@ def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Pat
     data["server"].update(model="moonshotai/Kimi-K2.5", draft_model="lightseekorg/kimi-k2.5-eagle3")
     data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
     data["simulator"] = {"hardware_profile": world.profile, "model_profile": "kimi-k2.5", "noise": world.noise,
-                         "drift_per_hour": DRIFT_PER_HOUR, "time_scale": 1.0}
+                         "drift_per_hour": DRIFT_PER_HOUR, "time_scale": 1.0,
+                         "noise_prefill_correlation": world.prefill_correlation}
     data["sampler"] = {**data["sampler"], "kind": "random" if policy == "random" else "tpe", "seed": seed}
     if world.remeasure_every is not None:
         data["sampler"]["remeasure_every"] = world.remeasure_every
@@ -342,7 +345,8 @@ def _row(group: list[Night]) -> dict[str, Any]:
 
 def world_name(w: World) -> str:
     again = "" if w.remeasure_every is None else f", remeasure_every {w.remeasure_every}"
-    return f"{w.profile}, {w.objective}, noise {w.noise:g}, {w.hours:g} h{again}"
+    ttft = "" if w.prefill_correlation == 1 else f", TTFT noise correlation {w.prefill_correlation:g}"
+    return f"{w.profile}, {w.objective}, noise {w.noise:g}{ttft}, {w.hours:g} h{again}"
 
 
 def summarize(nights: list[Night]) -> dict[str, Any]:
@@ -367,11 +371,15 @@ def main() -> int:
     ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="decode@1")
     ap.add_argument("--remeasure-every", type=int, default=None,
                     help="sampler.remeasure_every of every night (default: as the kimi experiment ships it)")
+    ap.add_argument("--prefill-correlation", type=float, default=1.0,
+                    help="how far a run's TTFT shares its decode noise (simulator.noise_prefill_correlation; "
+                         "default 1: one speed for the run; 0: TTFT says nothing of it)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results-overnight.json")
     args = ap.parse_args()
     started = time.time()
-    worlds = [World(p, args.noise, args.hours, args.objective, args.remeasure_every) for p in args.profiles.split(",")]
+    worlds = [World(p, args.noise, args.hours, args.objective, args.remeasure_every, args.prefill_correlation)
+              for p in args.profiles.split(",")]
     best = optima(worlds, args.jobs)
     keys = {w: _key(w) for w in worlds}
     tasks = [(w, policy, seed, scenario, best[keys[w]][scenario])

@@ -279,6 +279,13 @@ def speculation_knob(name: str) -> bool:
     return name.startswith(SPECULATION_PREFIX)
 
 
+def prefill_group(params: Mapping[str, ParamValue]) -> tuple[bool, tuple[tuple[str, ParamValue], ...]]:
+    """What a point's prefill time (its TTFT at one request) depends on: whether it speculates (the draft
+    model prefills too) and its communication settings (the prefill's all-reduces), not its draft steps,
+    top-k or draft tokens: the groups stats.covariate_adjusted fits a run's TTFT over."""
+    return params.get("speculative_algorithm") is not None, split_point(params)[1]
+
+
 def split_point(params: Mapping[str, ParamValue]) -> tuple[tuple[tuple[str, ParamValue], ...], tuple[tuple[str, ParamValue], ...]]:
     """(the point's speculation knobs, its other knobs) as hashable, sorted items, unset ones left out:
     the two groups stats.pooled_scores pools measurements over."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -150,3 +151,63 @@ def pooled_contrast(rows: Sequence[tuple[Hashable, Hashable, float]], first: tup
     c[a_keys.index(first[0])] -= 1.0
     c[na + b_keys.index(first[1])] -= 1.0
     return Contrast(float(c @ theta), float(sigma * np.sqrt(max(float(c @ inv @ c), 0.0))))
+
+
+@dataclass(frozen=True)
+class Covariate:
+    """A concomitant measurement's slope in the rows it adjusted (covariate_adjusted)."""
+
+    slope: float
+    se: float
+    dof: int
+    applied: bool
+    """|slope| reached COVARIATE_T standard errors with at least 3 degrees of freedom."""
+
+
+COVARIATE_T = 2.0
+"""Standard errors the within-point slope must reach before the covariate adjusts anything: where the
+covariate does not track the run's noise, the rows stay as measured."""
+
+
+def covariate_adjusted(rows: Sequence[tuple[Hashable, Hashable, float]], x: Sequence[float],
+                       x_groups: Sequence[tuple[Hashable, Hashable]], *, t_min: float = COVARIATE_T
+                       ) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
+    """The rows (a, b, y) with the part of y that a concomitant per-run measurement x predicts taken out:
+    regression adjustment (analysis of covariance; in A/B testing, CUPED: Deng et al., WSDM 2013).
+
+    x is expected to move with the configuration too, so what adjusts y is the run's deviation u = x
+    less x's additive fit over `x_groups` (pooled_scores' model, the groups x depends on, unshrunk: a
+    shrunk effect would leave part of a configuration's own x in u and credit it to y; a group run once
+    has u = 0, so its run stays as measured). The slope is
+    y's regression on x within the points measured more than once (the same (a, b): no configuration
+    effect between them, so no bias from one), with its standard error; y' = y - slope * u where the
+    slope is told from 0 (COVARIATE_T), the rows unchanged otherwise. None when no point is repeated."""
+    if len(rows) != len(x) or len(rows) != len(x_groups):
+        raise ValueError(f"rows, x and x_groups must have one entry per run, but got {len(rows)}, {len(x)}, "
+                         f"{len(x_groups)}")
+    points: dict[tuple[Hashable, Hashable], list[int]] = {}
+    for i, r in enumerate(rows):
+        points.setdefault((r[0], r[1]), []).append(i)
+    xs = np.asarray(x, dtype=float)
+    ys = np.asarray([r[2] for r in rows], dtype=float)
+    dx: list[float] = []
+    dy: list[float] = []
+    for idx in points.values():
+        if len(idx) > 1:
+            dx += list(xs[idx] - xs[idx].mean())
+            dy += list(ys[idx] - ys[idx].mean())
+    if not dx:
+        return list(rows), None
+    dof = len(dx) - sum(1 for idx in points.values() if len(idx) > 1) - 1
+    sxx = float(np.dot(dx, dx))
+    if dof < 1 or sxx <= 0:
+        return list(rows), Covariate(0.0, math.inf, max(dof, 0), False)
+    slope = float(np.dot(dx, dy)) / sxx
+    resid = np.asarray(dy) - slope * np.asarray(dx)
+    se = math.sqrt(float(np.dot(resid, resid)) / dof / sxx)
+    applied = dof >= 3 and abs(slope) >= t_min * se
+    if not applied:
+        return list(rows), Covariate(slope, se, dof, False)
+    expected = pooled_scores([(g[0], g[1], v) for g, v in zip(x_groups, xs)], z=0.0, shrink=0.0)
+    u = xs - np.asarray([p.fitted for p in expected])
+    return [(r[0], r[1], r[2] - slope * ui) for r, ui in zip(rows, u)], Covariate(slope, se, dof, True)

@@ -1,9 +1,7 @@
 """Load and validate an experiment YAML and the search spaces it names into frozen models.
 
-Every user mistake becomes one `SpecError` whose message names the file, the field path, the rule
-and the value, with a fix (did-you-mean for unknown keys and knobs). Nothing downstream re-checks
-what is validated here.
-"""
+Every user mistake becomes one `SpecError` naming the file, the field path, the rule and the value, with a
+fix (did-you-mean for unknown keys and knobs). Nothing downstream re-checks what is validated here."""
 
 from __future__ import annotations
 
@@ -114,6 +112,8 @@ class SimulatorSpec(Strict):
     model stands in for."""
     noise: Annotated[float, Fraction(0, 0.5)] = 0.03
     """Run-to-run multiplicative noise of a simulated server's timing (--sim-noise)."""
+    noise_prefill_correlation: Annotated[float, Field(ge=0, le=1)] = 1.0
+    """How far a run's TTFT shares its decode noise (--sim-noise-prefill-correlation); 1: one speed."""
     drift_per_hour: Annotated[float, Fraction(-0.5, 0.5)] = 0.0
     """The simulated host slowing by this fraction an hour since the sweep started (--sim-drift)."""
     faults: tuple[Fault | FaultSpec, ...] = ()
@@ -231,10 +231,9 @@ class SamplerSpec(Strict):
     """The sampler's seed (numpy's range: 0 to 2^32 - 1)."""
     startup_trials: Annotated[int, Int(1, 100_000)] = 8
     remeasure_every: Annotated[int, Int(0, 100_000)] = 0
-    """Every K-th complete search trial after the start-up trials measures again the best point or its
-    closest rival (the one known less) while noise cannot tell them apart (results.select.near_tie):
-    near-ties settled by measurement, not by one lucky run. K is for 2% noise: noisier repeats shrink it in
-    proportion, to every 2nd trial at least (results.select.remeasure_interval). 0: never."""
+    """Every K-th complete search trial after the start-up, measure the best point or its closest rival
+    again while noise cannot tell them apart (results.select.near_tie); K is for 2% noise, noisier repeats
+    shrink it, to every 2nd trial at least (results.select.remeasure_interval). 0: never."""
 
 
 class TrackingSpec(Strict):

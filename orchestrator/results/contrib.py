@@ -194,7 +194,7 @@ def runner_up(outcomes: Sequence[TrialOutcome], champion: TrialOutcome, *, metri
            and o.number != champion.number and distance(o.params, champion.params) >= RUNNER_UP_DISTANCE}
     eligible = select.eligible_values([o for o in outcomes if o.role is TrialRole.search], metric=metric,
                                       constraints=constraints)
-    fit = select.pooled_fit(eligible, direction=direction)
+    fit = select.pooled_fit(eligible, direction=direction, metric=metric)
     if fit is None:
         return select.pick_champion([o for o, _ in eligible if o.number in far], metric=metric, direction=direction,
                                     constraints=constraints, pooled=False)

@@ -13,8 +13,26 @@ from typing import Literal
 
 import numpy as np
 
-from orchestrator.records import Frozen, Metrics, ParamValue, TrialOutcome, TrialRole, TrialStatus, split_point
-from orchestrator.stats import DEFAULT_NOISE, Contrast, Pooled, as_array, pooled_contrast, pooled_scores
+from orchestrator.records import (
+    Frozen,
+    Metrics,
+    ParamValue,
+    TrialOutcome,
+    TrialRole,
+    TrialStatus,
+    prefill_group,
+    split_point,
+)
+from orchestrator.stats import (
+    DEFAULT_NOISE,
+    Contrast,
+    Covariate,
+    Pooled,
+    as_array,
+    covariate_adjusted,
+    pooled_contrast,
+    pooled_scores,
+)
 
 Direction = Literal["maximize", "minimize"]
 
@@ -141,34 +159,72 @@ def eligible_values(outcomes: Sequence[TrialOutcome], *, metric: str,
 
 
 def pooled_fit(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction,
-               z: float = PICK_Z) -> list[Pooled] | None:
-    """stats.pooled_scores over the eligible trials (log of the objective, oriented so higher is better),
-    or None when a value is not positive."""
-    rows = _log_rows(eligible, direction)
+               z: float = PICK_Z, metric: str | None = None) -> list[Pooled] | None:
+    """stats.pooled_scores over the eligible trials (log of the objective, oriented so higher is better,
+    adjusted for each run's speed where `metric` is a decode-rate one: _log_rows), or None when a value
+    is not positive."""
+    rows = _log_rows(eligible, direction, metric)
     return pooled_scores(rows, z=z) if rows is not None else None
 
 
-def _log_rows(eligible: Sequence[tuple[TrialOutcome, float]],
-              direction: Direction) -> list[tuple[Hashable, Hashable, float]] | None:
+RUN_SPEED_METRICS = frozenset({"decode_tok_s", "output_tok_s", "itl_ms_p50", "itl_ms_p99", "tpot_ms_p50", "cycle_ms"})
+"""Objectives set by the decode cycle's time, which a run's TTFT may say something of (run_speed)."""
+
+
+def _log_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction,
+              metric: str | None = None) -> list[tuple[Hashable, Hashable, float]] | None:
     """The pooled fit's rows: (speculation part, communication part, log value oriented so higher is
-    better); None when nothing is eligible or a value is not positive."""
+    better), adjusted by run_speed for a `metric` in RUN_SPEED_METRICS; None when nothing is eligible or
+    a value is not positive."""
     if not eligible or not all(value > 0 and math.isfinite(value) for _, value in eligible):
         return None
     sign = 1.0 if direction == "maximize" else -1.0
-    return [(*split_point(o.params), sign * math.log(value)) for o, value in eligible]
+    rows = [(*split_point(o.params), sign * math.log(value)) for o, value in eligible]
+    return run_speed(eligible, rows, metric)[0]
+
+
+def run_speed(eligible: Sequence[tuple[TrialOutcome, float]], rows: Sequence[tuple[Hashable, Hashable, float]],
+              metric: str | None) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
+    """`rows` (one per eligible trial) less what each run's own speed explains: a server run that came up
+    slow (clocks, a neighbour on the host) is slow at prefill and at decode alike, so its TTFT, less what
+    its configuration makes of TTFT (an additive fit over speculation on/off and the communication
+    settings: the prefill's all-reduces), tells the decode objective's noise apart from the configuration
+    (stats.covariate_adjusted; the slope is measured on the points run more than once and used only where
+    it is told from 0, so on a host whose TTFT does not move with decode nothing changes). The rows as
+    they are for another metric or where a trial has no TTFT."""
+    if metric not in RUN_SPEED_METRICS:
+        return list(rows), None
+    x: list[float] = []
+    for outcome, _ in eligible:
+        ttft = outcome.metrics.ttft_ms_p50 if outcome.metrics is not None else None
+        if ttft is None or not (ttft > 0 and math.isfinite(ttft)):
+            return list(rows), None
+        x.append(math.log(ttft))
+    return covariate_adjusted(rows, x, [prefill_group(outcome.params) for outcome, _ in eligible])
+
+
+def run_speed_of(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction,
+                 metric: str | None) -> Covariate | None:
+    """What run_speed found in these trials (its slope, and whether it adjusted them), None where it
+    does not apply or no point was run twice."""
+    if not eligible or not all(value > 0 and math.isfinite(value) for _, value in eligible):
+        return None
+    sign = 1.0 if direction == "maximize" else -1.0
+    return run_speed(eligible, [(*split_point(o.params), sign * math.log(v)) for o, v in eligible], metric)[1]
 
 
 def search_contrast(eligible: Sequence[tuple[TrialOutcome, float]], first: Mapping[str, ParamValue],
-                    second: Mapping[str, ParamValue], *, direction: Direction) -> Contrast | None:
+                    second: Mapping[str, ParamValue], *, direction: Direction,
+                    metric: str | None = None) -> Contrast | None:
     """What the search's measurements say of `second` against `first`: the pooled fit's (pooled_fit's
-    model over every eligible trial) log-scale difference, oriented so that positive means `second` is
-    better, with its standard error (stats.pooled_contrast); None when either point's parts were not
-    measured or a value is not positive.
+    model over every eligible trial, `metric`'s rows) log-scale difference, oriented so that positive
+    means `second` is better, with its standard error (stats.pooled_contrast); None when either point's
+    parts were not measured or a value is not positive.
 
     Tried and not kept (docs/benchmarks.md): the baselines' measurements in the fit (no speculation at
     default NCCL is where the additive model fits worst - NCCL tuning pays more without speculation -
     so the residual noise, and every standard error, doubled) and a linear drift term (no night changed)."""
-    rows = _log_rows(eligible, direction)
+    rows = _log_rows(eligible, direction, metric)
     return pooled_contrast(rows, split_point(first), split_point(second)) if rows is not None else None
 
 
@@ -181,15 +237,18 @@ NEAR_TIE_MAX = 4
 """Measurements of one point after which near_tie measures it no more."""
 
 
-def replicate_noise(eligible: Sequence[tuple[TrialOutcome, float]]) -> tuple[float, int] | None:
+def replicate_noise(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction = "maximize",
+                    metric: str | None = None) -> tuple[float, int] | None:
     """The run-to-run noise (log scale) the search measured, from the points it measured more than once
     with the very same parameters (pure error: no model between them, so a misfit of the pooled fit does
-    not count as noise), with its degrees of freedom; None under 3 of them or when a value is not positive."""
+    not count as noise), on `metric`'s rows (_log_rows: what the runs' speed explains taken out), with its
+    degrees of freedom; None under 3 of them or when a value is not positive."""
+    rows = _log_rows(eligible, direction, metric)
+    if rows is None:
+        return None
     groups: dict[tuple[Hashable, Hashable], list[float]] = {}
-    for outcome, value in eligible:
-        if not (value > 0 and math.isfinite(value)):
-            return None
-        groups.setdefault(split_point(outcome.params), []).append(math.log(value))
+    for a, b, y in rows:
+        groups.setdefault((a, b), []).append(y)
     ss, dof = 0.0, 0
     for ys in groups.values():
         if len(ys) > 1:
@@ -199,17 +258,19 @@ def replicate_noise(eligible: Sequence[tuple[TrialOutcome, float]]) -> tuple[flo
     return (math.sqrt(ss / dof), dof) if dof >= 3 else None
 
 
-def remeasure_interval(every: int, eligible: Sequence[tuple[TrialOutcome, float]]) -> int:
+def remeasure_interval(every: int, eligible: Sequence[tuple[TrialOutcome, float]], *,
+                       direction: Direction = "maximize", metric: str | None = None) -> int:
     """sampler.remeasure_every scaled by the noise the search measured (replicate_noise) against the
     DEFAULT_NOISE it was chosen at: a night twice as noisy re-measures its near-ties twice as often, never
     more often than every 2nd trial; `every` itself until the noise is known or where it is lower."""
-    found = replicate_noise(eligible)
+    found = replicate_noise(eligible, direction=direction, metric=metric)
     if not every or found is None or found[0] <= DEFAULT_NOISE:
         return every
     return max(2, min(every, round(every * DEFAULT_NOISE / found[0])))
 
 
-def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction) -> TrialOutcome | None:
+def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction,
+             metric: str | None = None) -> TrialOutcome | None:
     """The point to measure again (a trial of it), or None: the best point (the pick's own order, a
     lower bound PICK_Z standard errors below its pooled estimate) against its rival, the other point with
     the highest upper bound (RIVAL_Z above). While the rival's upper bound reaches the best one's lower
@@ -217,7 +278,7 @@ def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direc
     measured again - the LUCB rule of best-arm identification (Kalyanakrishnan et al., ICML 2012). None
     with fewer than two points, when they are told apart, or when that point has NEAR_TIE_MAX
     measurements."""
-    fit = pooled_fit(eligible, direction=direction, z=0.0)
+    fit = pooled_fit(eligible, direction=direction, z=0.0, metric=metric)
     if fit is None:
         return None
     points: dict[Hashable, tuple[TrialOutcome, Pooled]] = {}
@@ -273,7 +334,7 @@ def pick_champion(
     eligible = eligible_values(outcomes, metric=metric, constraints=constraints)
     if not eligible:
         return None
-    fit = pooled_fit(eligible, direction=direction) if pooled else None
+    fit = pooled_fit(eligible, direction=direction, metric=metric) if pooled else None
     scores = [f.score for f in fit] if fit is not None else [0.0] * len(eligible)
     best = max(range(len(eligible)),
                key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))

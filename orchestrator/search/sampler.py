@@ -15,6 +15,7 @@ failure-aware TPE proposes the rest and keeps exploring in between.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -27,9 +28,10 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.config.experiment import SearchSpace
-from orchestrator.records import ParamValue
+from orchestrator.records import ParamValue, prefill_group, split_point
 from orchestrator.search import space as sp
 from orchestrator.search.refine import Refinement
+from orchestrator.stats import covariate_adjusted
 
 NCCL_SETTING = "probe.nccl_rank"
 """The one integer that replaces the NCCL knobs once a probe kept some settings: the setting's rank in
@@ -48,6 +50,9 @@ OUTPUTS_CHANGED_ATTR = "outputs_changed"
 """Trial attribute: why the search's correctness screen found the trial's greedy outputs changed
 (sweep/_screen.py). The trial stays COMPLETE with its values; the samplers read it as FAILED_CONSTRAINT
 violated (TPE's bad density), and the refinement does not start from it."""
+RUN_TTFT_ATTR = "run_ttft_ms"
+"""Trial attribute: the run's TTFT (ms, median) where the objective is a decode rate (results.select.run_speed):
+the refinement ranks its points with each run's own speed taken out (adjusted)."""
 TPE_EVERY = 3
 """Every third fresh proposal of stage two is TPE's; the other two are the refinement's."""
 
@@ -199,6 +204,7 @@ class StageTwoSampler(FailureAwareTPE):
                 self._refinement._rr = old._rr
         sign = 1.0 if study.directions[0] == StudyDirection.MAXIMIZE else -1.0
         measured: list[tuple[float, dict[str, ParamValue]]] = []
+        ttft: list[Any] = []
         tried: set[str] = set()
         for t in study.get_trials(deepcopy=False):
             if t.state == TrialState.WAITING:
@@ -207,8 +213,23 @@ class StageTwoSampler(FailureAwareTPE):
             tried.add(sp.key(point))
             if t.state == TrialState.COMPLETE and t.values and not t.user_attrs.get("skipped") \
                     and not t.user_attrs.get(OUTPUTS_CHANGED_ATTR):
-                measured.append((sign * t.values[0], point))
+                measured.append((t.values[0], point))
+                ttft.append(t.user_attrs.get(RUN_TTFT_ATTR))
+        measured = [(sign * v, p) for v, p in adjusted(measured, ttft)]
         return self._refinement.next(measured, tried) if measured else None
+
+
+def adjusted(measured: list[tuple[float, dict[str, ParamValue]]], ttft: list[Any]
+             ) -> list[tuple[float, dict[str, ParamValue]]]:
+    """The measured values with each run's own speed taken out where every run recorded its TTFT
+    (RUN_TTFT_ATTR) and it moves with the objective (stats.covariate_adjusted, as the pick's
+    results.select.run_speed); as measured otherwise."""
+    if not measured or not all(isinstance(x, (int, float)) and x > 0 for x in ttft) \
+            or not all(v > 0 for v, _ in measured):
+        return measured
+    rows = [(*split_point(p), math.log(v)) for v, p in measured]
+    out, _ = covariate_adjusted(rows, [math.log(x) for x in ttft], [prefill_group(p) for _, p in measured])
+    return [(math.exp(y), p) for (_, _, y), (_, p) in zip(out, measured)]
 
 
 def _optuna_params(space: SearchSpace, point: Mapping[str, ParamValue],

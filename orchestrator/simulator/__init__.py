@@ -27,6 +27,8 @@ Simulator flags (never abbreviated, unlike SGLang's):
     --sim-seed INT                 seeds the run-to-run noise factor and acceptance sampling
     --sim-noise FRACTION           run-to-run multiplicative noise on cycle time (default 0.03);
                                    per-cycle jitter is a quarter of it; 0 makes timing exact
+    --sim-noise-prefill-correlation R  how far prefill (TTFT) shares the run's decode noise, in [0, 1]
+                                   (default 1: one speed for the whole run; 0: its own draw)
     --sim-drift FRACTION_PER_HOUR  host slow-down per hour since --sim-drift-epoch (default 0)
     --sim-drift-epoch UNIX_TS      shared by the server processes of one sweep
     --sim-time-scale FRACTION      sleep this fraction of the model profile's real load + graph-capture

@@ -233,6 +233,9 @@ def simulator_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-seed", type=int, default=None, help="seed of noise and acceptance sampling")
     p.add_argument("--sim-noise", type=float, default=0.03,
                    help="run-to-run multiplicative noise on cycle time, a fraction (default 0.03)")
+    p.add_argument("--sim-noise-prefill-correlation", type=float, default=1.0, metavar="R",
+                   help="how far a run's prefill time shares its decode noise, in [0, 1] (default 1: one speed "
+                        "for the whole run; 0: TTFT says nothing of the run's decode speed)")
     p.add_argument("--sim-drift", type=float, default=0.0,
                    help="slow host drift: cycle time grows by this fraction per hour since --sim-drift-epoch")
     p.add_argument("--sim-drift-epoch", type=float, default=None,
@@ -257,6 +260,8 @@ class SimOptions:
     faults: Faults
     time_scale: float = 0.0
     """Fraction of the model profile's real start-up seconds slept at start-up."""
+    prefill_correlation: float = 1.0
+    """How far a run's prefill time shares its run-to-run noise on decode (--sim-noise-prefill-correlation)."""
 
 
 def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[argparse.Namespace, SimOptions]:
@@ -270,11 +275,15 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[argparse.Namespa
         simulator_parser().error(str(exc))
     if sim_ns.sim_noise < 0 or sim_ns.sim_noise >= 0.5:
         simulator_parser().error(f"--sim-noise must be in [0, 0.5), but got {sim_ns.sim_noise}")
+    if not 0 <= sim_ns.sim_noise_prefill_correlation <= 1:
+        simulator_parser().error("--sim-noise-prefill-correlation must be in [0, 1], but got "
+                                 f"{sim_ns.sim_noise_prefill_correlation}")
     if not 0 <= sim_ns.sim_time_scale <= 1:
         simulator_parser().error(f"--sim-time-scale must be in [0, 1], but got {sim_ns.sim_time_scale}")
     ns = sglang_parser().parse_args(rest)
     return ns, SimOptions(sim_ns.hardware_profile, sim_ns.model_profile, sim_ns.sim_seed, sim_ns.sim_noise,
-                          sim_ns.sim_drift, sim_ns.sim_drift_epoch, faults, sim_ns.sim_time_scale)
+                          sim_ns.sim_drift, sim_ns.sim_drift_epoch, faults, sim_ns.sim_time_scale,
+                          sim_ns.sim_noise_prefill_correlation)
 
 
 # ------------------------------------------------------------------------------------- resolution

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import random
 import time
 import uuid
@@ -47,7 +48,7 @@ from orchestrator.simulator.logs import Log
 from orchestrator.simulator.telemetry import Metrics
 from orchestrator.simulator.tokens import detokenize, tokenize
 
-__all__ = ["Engine", "Request", "Timing", "detokenize", "per_cycle_jitter", "run_factor", "tokenize"]
+__all__ = ["Engine", "Request", "Timing", "detokenize", "per_cycle_jitter", "run_factor", "run_factors", "tokenize"]
 
 LogprobEntry = tuple[float | None, int, str | None]
 
@@ -162,11 +163,14 @@ class Timing:
     jitter: float
     drift_per_hour: float
     drift_epoch: float
+    prefill_factor: float | None = None
+    """The run's factor on prefill time (run_factors' second); None: run_factor, one speed for the run."""
 
-    def factor(self, rng: random.Random) -> float:
+    def factor(self, rng: random.Random, *, prefill: bool = False) -> float:
         hours = max(0.0, time.time() - self.drift_epoch) / 3600.0
         jitter = 1.0 + self.jitter * rng.gauss(0.0, 1.0) if self.jitter else 1.0
-        return self.run_factor * (1.0 + self.drift_per_hour * hours) * max(jitter, 0.5)
+        run = self.prefill_factor if prefill and self.prefill_factor is not None else self.run_factor
+        return run * (1.0 + self.drift_per_hour * hours) * max(jitter, 0.5)
 
 
 class Engine:
@@ -311,7 +315,7 @@ class Engine:
             new_tokens += len(req.input_ids) - req.cached_tokens
             self.cache_lookups += len(req.input_ids)
             self.cache_hits += req.cached_tokens
-        seconds = perf.prefill_ms(self.hw, self.model, self.cfg, new_tokens) * self.timing.factor(self.rng) / 1e3
+        seconds = perf.prefill_ms(self.hw, self.model, self.cfg, new_tokens) * self.timing.factor(self.rng, prefill=True) / 1e3
         deadline += seconds
         await self._sleep_until(deadline)
         now = time.perf_counter()
@@ -501,12 +505,29 @@ def _next_tokens(req: Request, n: int) -> list[int]:
     return out
 
 
-def run_factor(seed: int | None, noise: float) -> float:
-    """The per-server-run multiplicative noise on cycle time, drawn once from the run's seed."""
+def run_factors(seed: int | None, noise: float, prefill_correlation: float = 1.0) -> tuple[float, float]:
+    """One server run's multiplicative noise on (decode cycle time, prefill time), drawn once from the run's
+    seed. The decode factor is the run's own draw; the prefill factor shares it by `prefill_correlation`
+    (1: one speed for the whole run, what a slower GPU clock gives; 0: prefill's own draw, so a run's
+    TTFT says nothing of its decode speed), the rest drawn after it, so the decode factor of a seed is
+    the same at every correlation."""
     if noise <= 0:
-        return 1.0
+        return 1.0, 1.0
     rng = random.Random(None if seed is None else seed * 7919 + 1)
-    return max(0.5, 1.0 + noise * max(-3.0, min(3.0, rng.gauss(0.0, 1.0))))
+    shared = rng.gauss(0.0, 1.0)
+    own = rng.gauss(0.0, 1.0)
+    c = max(-1.0, min(1.0, prefill_correlation))
+    prefill = c * shared + math.sqrt(1.0 - c * c) * own
+
+    def factor(z: float) -> float:
+        return max(0.5, 1.0 + noise * max(-3.0, min(3.0, z)))
+
+    return factor(shared), factor(prefill)
+
+
+def run_factor(seed: int | None, noise: float) -> float:
+    """The per-server-run multiplicative noise on cycle time (run_factors' first)."""
+    return run_factors(seed, noise)[0]
 
 
 def per_cycle_jitter(noise: float) -> float:

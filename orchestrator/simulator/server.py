@@ -186,8 +186,9 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
         metrics.set_static(spec_steps=cfg.steps, spec_draft_tokens=cfg.draft_tokens, max_total_tokens=max_total)
     numerics = tokens.launch_numerics(hw, md, cfg, deterministic=bool(args.get("enable_deterministic_inference")),
                                       draft_wiring_broken=sim.faults.draft_wiring_broken)
-    timing = engine.Timing(run_factor=engine.run_factor(sim.seed, sim.noise), jitter=engine.per_cycle_jitter(sim.noise),
-                           drift_per_hour=sim.drift_per_hour,
+    decode_factor, prefill_factor = engine.run_factors(sim.seed, sim.noise, sim.prefill_correlation)
+    timing = engine.Timing(run_factor=decode_factor, prefill_factor=prefill_factor,
+                           jitter=engine.per_cycle_jitter(sim.noise), drift_per_hour=sim.drift_per_hour,
                            drift_epoch=sim.drift_epoch if sim.drift_epoch is not None else time.time())
     eng = engine.Engine(
         hw=hw, model=md, cfg=cfg, log=log, metrics=metrics, timing=timing,

@@ -1,16 +1,21 @@
 """The runner-up as a contender for deployment (docs/verdict.md, "Near-ties settled by measurement"):
 what the search measured of it against the champion, whether it leads and so joins the gate's rounds,
-and the verdict's words for a decision that used the search's measurements."""
+and the verdict's words for a decision that used the search's measurements; and the log's line on
+whether the search's measurements were adjusted for each run's speed (results.select.run_speed)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 
+from orchestrator.records import TrialRole
 from orchestrator.results import contrib, select, sequential
 from orchestrator.stats import Contrast
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._promotion import Arms, Champion
+
+log = logging.getLogger("sweep")
 
 
 def contending(ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan,
@@ -34,7 +39,7 @@ def search_contrast(ctx: Context, champion: Champion, measuring: Arms) -> Contra
     spec = ctx.spec
     eligible = select.eligible_values(ctx.outcomes, metric=spec.objective.metric, constraints=spec.objective.bounds())
     return select.search_contrast(eligible, champion.trial.params, measuring.params_of("runner_up"),
-                                  direction=spec.objective.direction)
+                                  direction=spec.objective.direction, metric=spec.objective.metric)
 
 
 def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | None, direction: select.Direction) -> str:
@@ -45,3 +50,21 @@ def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | No
         return ""
     return (f"; with the search's measurements of both (pooled fit {math.expm1(search.diff) * 100:+.1f}%), "
             f"{math.expm1(both.diff) * 100:+.1f}% +- {both.se * 100:.1f}%")
+
+
+def note_run_speed(ctx: Context) -> None:
+    """Say in the log whether the pick took each run's own speed out of its measurements (select.run_speed)."""
+    objective = ctx.spec.objective
+    eligible = select.eligible_values([o for o in ctx.outcomes if o.role is TrialRole.search],
+                                      metric=objective.metric, constraints=objective.bounds())
+    found = select.run_speed_of(eligible, direction=objective.direction, metric=objective.metric)
+    if found is None:
+        return
+    slope = f"slope {found.slope:+.2f} +- {found.se:.2f}, {found.dof} degrees of freedom among the repeated points"
+    if found.applied:
+        log.info("the pick takes each run's own speed out of %s: a run's TTFT moves with it (%s)", objective.metric, slope)
+    elif found.dof < 3:
+        log.info("the pick uses %s as measured: too few points run more than once to tell whether a run's TTFT "
+                 "moves with it (%d degrees of freedom, 3 needed)", objective.metric, found.dof)
+    else:
+        log.info("the pick uses %s as measured: the runs' TTFT does not move with it (%s)", objective.metric, slope)

@@ -210,6 +210,7 @@ def pick(ctx: Context) -> Champion | Promotion:
                      if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE), None)
     if champion is None or baseline is None:
         return Promotion(Outcome.no_champion, _no_champion(feasible) if champion is None else "no baseline measured")
+    _contender.note_run_speed(ctx)
     run_id = _run_id_of(ctx, champion)
     if run_id is None:
         return Promotion(Outcome.no_champion,

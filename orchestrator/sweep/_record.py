@@ -14,7 +14,7 @@ from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStat
 from orchestrator.results import select
 from orchestrator.search import space as sp
 from orchestrator.search.proposal import REMEASURE_ATTR
-from orchestrator.search.sampler import OUTPUTS_CHANGED_ATTR
+from orchestrator.search.sampler import OUTPUTS_CHANGED_ATTR, RUN_TTFT_ATTR
 from orchestrator.sweep import _screen, schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._workdir import write_json
@@ -222,6 +222,9 @@ def _keep_overhead(ctx: Context, number: int, **timings: float) -> None:
 def _told_complete(ctx: Context, outcome: TrialOutcome, values: list[float], attrs: dict[str, Any],
                    extra: dict[str, float]) -> None:
     p = ctx.progress
+    ttft = outcome.metrics.ttft_ms_p50 if outcome.metrics is not None else None
+    if ttft is not None and ctx.spec.objective.metric in select.RUN_SPEED_METRICS:
+        attrs[RUN_TTFT_ATTR] = ttft
     if outcome.role is TrialRole.baseline:
         baseline_measured_at(ctx, outcome.finished_at, values[0])
     base = select.nearest_baseline(outcome.finished_at, p.baselines)
@@ -302,10 +305,10 @@ def _maybe_remeasure_near_tie(ctx: Context) -> None:
         return
     objective = ctx.spec.objective
     eligible = select.eligible_values(done, metric=objective.metric, constraints=objective.bounds())
-    k = select.remeasure_interval(k, eligible)
+    k = select.remeasure_interval(k, eligible, direction=objective.direction, metric=objective.metric)
     if len(done) % k:
         return
-    again = select.near_tie(eligible, direction=objective.direction)
+    again = select.near_tie(eligible, direction=objective.direction, metric=objective.metric)
     if again is not None:
         ctx.study.enqueue(again.params, {"role": TrialRole.search.value, REMEASURE_ATTR: again.number})
         log.info("the next trial measures trial %d's parameters again: a near-tie with the best point "

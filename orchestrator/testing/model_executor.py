@@ -6,8 +6,8 @@ argv and environment a real trial would start), the simulated server's own parse
 `--sim-fault` injections included), then:
 
 - the noise-free model (simulator.model.evaluate) at the benchmark's concurrency,
-- times the simulated server's run factor for that seed (simulator.engine.run_factor: the same
-  run-to-run noise a real simulator process draws) and the host drift at the virtual time the
+- times the simulated server's run factors for that seed (simulator.engine.run_factors: the same
+  run-to-run noise a real simulator process draws, on decode and on the prefill TTFT times) and the host drift at the virtual time the
   benchmark ends (`--sim-drift` since the sweep's epoch); repeats of one trial differ by a per-repeat
   jitter of an eighth of the noise (one server run, averaged over many cycles),
 - the faults the simulated server would show, as the outcome the trial runner would classify them:
@@ -61,9 +61,17 @@ from orchestrator.records import (
 from orchestrator.simulator import cli as sim_cli
 from orchestrator.simulator import tokens
 from orchestrator.simulator.cost import SIMULATED_START_S, trial_cost
-from orchestrator.simulator.engine import run_factor
+from orchestrator.simulator.engine import run_factors
 from orchestrator.simulator.faults import Faults
-from orchestrator.simulator.model import HardwareProfile, ModelProfile, Prediction, evaluate, resolve
+from orchestrator.simulator.model import (
+    Config,
+    HardwareProfile,
+    ModelProfile,
+    Prediction,
+    evaluate,
+    prefill_ms,
+    resolve,
+)
 from orchestrator.simulator.profiles import load_hardware, load_model
 from orchestrator.trial import metrics as metrics_mod
 from orchestrator.trial import observe, outputs
@@ -284,17 +292,17 @@ class _Trial:
         if seconds > sweep.budget.trial_timeout_s:
             return self._failed(FailureKind.trial_timeout, f"trial deadline (budget.trial_timeout_s="
                                 f"{sweep.budget.trial_timeout_s:g}) passed", sweep.budget.trial_timeout_s, **found)
-        repeats = self._measurements(options.seed, options.noise, options.drift_per_hour, options.drift_epoch,
-                                     prediction, hw, model, cost.benchmark_s)
+        cfg = resolve(params, hw, model)
+        if isinstance(cfg, str):  # evaluate() resolves it too: its refusal ended the trial in _start_failure
+            return self._failed(FailureKind.server_crash, f"server exited with code 1: {cfg}", 5.0)
+        repeats = self._measurements(options, prediction, hw, model, cfg, cost.benchmark_s)
         median, summary = metrics_mod.summarize(repeats, seed=self.spec.seed)
         if self.spec.outputs is not None:
-            cfg = resolve(params, hw, model)
-            if not isinstance(cfg, str):
-                outputs.write(Path(self.spec.trial_dir), model_outputs(
-                    self.spec.outputs, model_path=str(resolved.args.get("model_path")),
-                    numerics=tokens.launch_numerics(hw, model, cfg,
-                                                    deterministic=bool(resolved.args.get("enable_deterministic_inference")),
-                                                    draft_wiring_broken=faults.draft_wiring_broken)))
+            outputs.write(Path(self.spec.trial_dir), model_outputs(
+                self.spec.outputs, model_path=str(resolved.args.get("model_path")),
+                numerics=tokens.launch_numerics(hw, model, cfg,
+                                                deterministic=bool(resolved.args.get("enable_deterministic_inference")),
+                                                draft_wiring_broken=faults.draft_wiring_broken)))
         outcome = self.base.model_copy(update={
             "status": TrialStatus.COMPLETE, "metrics": median, "repeats": tuple(repeats), "summary": summary,
             "finished_at": self.base.started_at + seconds, **found,
@@ -370,22 +378,26 @@ class _Trial:
                 "fingerprint": fp, "fingerprint_hash": observe.fingerprint_hash(fp),
                 "allreduce_path": "none" if tp == 1 else prediction.ar_path}
 
-    def _measurements(self, seed: int | None, noise: float, drift: float, epoch: float | None,
-                      p: Prediction, hw: HardwareProfile, model: ModelProfile, bench_s: float) -> list[Metrics]:
+    def _measurements(self, options: sim_cli.SimOptions, p: Prediction, hw: HardwareProfile, model: ModelProfile,
+                      cfg: Config, bench_s: float) -> list[Metrics]:
+        """The benchmark's repeats: the model's rates times the run's factors (engine.run_factors: decode's,
+        and prefill's for TTFT, the prefill of one prompt as the simulated engine times it)."""
+        seed, noise, correlation = options.seed, options.noise, options.prefill_correlation
+        drift, epoch = options.drift_per_hour, options.drift_epoch
         bench = self.sweep.benchmark
-        base_factor = run_factor(seed, noise)
+        base_factor, prefill_factor = run_factors(seed, noise, correlation)
         rng = random.Random(json.dumps([seed, self.spec.number, "repeats"]))
-        scale = model.reference_tp / self.sweep.server.tp / hw.compute_speed
-        ttft = (model.prefill_fixed_ms + model.prefill_per_token_ms * bench.input_len) * scale
+        ttft = prefill_ms(hw, model, cfg, bench.input_len)
         out = []
         for r in range(self.spec.repeats):
             at = self.base.started_at + self._load_s + bench_s * (r + 1) / self.spec.repeats
             hours = max(0.0, at - (epoch if epoch is not None else self.base.started_at)) / 3600.0
             jitter = max(0.5, 1.0 + (noise / 8.0) * rng.gauss(0.0, 1.0)) if noise > 0 else 1.0
             f = base_factor * (1.0 + drift * hours) * jitter
+            fp = prefill_factor * (1.0 + drift * hours) * jitter
             out.append(Metrics(
                 decode_tok_s=p.decode_tok_s / f, output_tok_s=p.output_tok_s / f,
-                ttft_ms_p50=ttft * f, ttft_ms_p99=ttft * f, itl_ms_p50=p.cycle_ms * f, itl_ms_p99=p.cycle_ms * f,
+                ttft_ms_p50=ttft * fp, ttft_ms_p99=ttft * fp, itl_ms_p50=p.cycle_ms * f, itl_ms_p99=p.cycle_ms * f,
                 tpot_ms_p50=1000.0 / (p.decode_tok_s / f), accept_length=p.accept_length, accept_rate=p.accept_rate,
                 verify_ms=p.verify_ms * f if p.verify_ms is not None else None, cycle_ms=p.cycle_ms * f,
                 requests_ok=bench.requests, requests_failed=0,

@@ -24,6 +24,8 @@ def _simulator_args(spec: SweepSpec, params: Mapping[str, ParamValue], *, seed: 
     sim = spec.simulator
     args = ["--hardware-profile", sim.hardware_profile, "--model-profile", sim.model_profile,
             "--sim-seed", str(seed), "--sim-noise", str(sim.noise)]
+    if sim.noise_prefill_correlation != 1:
+        args += ["--sim-noise-prefill-correlation", str(sim.noise_prefill_correlation)]
     if sim.time_scale:
         args += ["--sim-time-scale", str(sim.time_scale)]
     if sim.drift_per_hour:

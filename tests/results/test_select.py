@@ -17,6 +17,7 @@ from orchestrator.results.select import (
     promotion_gate,
     remeasure_interval,
     replicate_noise,
+    run_speed_of,
     search_contrast,
     speedup,
     speedup_pct,
@@ -373,3 +374,46 @@ def test_a_noisier_night_re_measures_its_near_ties_more_often():
     assert remeasure_interval(4, night(0.01 / np.sqrt(2))) == 4
     assert remeasure_interval(4, night(0.0)[:3]) == 4  # under 3 degrees of freedom: not known
     assert remeasure_interval(0, night(0.04 / np.sqrt(2))) == 0  # off stays off
+
+
+# --- run_speed: a run's TTFT takes its own speed out of the decode objective ------------------------
+
+def _timed(number, params, true_decode, z, ttft_ms=40.0, noise=0.04):
+    """A run whose server came up slower by z standard deviations of 4% noise, at decode and at prefill
+    alike (the simulator's engine.run_factors at its default correlation 1)."""
+    f = 1.0 + noise * z
+    return TrialOutcome(number=number, params=params, role=TrialRole.search, status=TrialStatus.COMPLETE,
+                        metrics=Metrics(decode_tok_s=true_decode / f, output_tok_s=true_decode / f, ttft_ms_p50=ttft_ms * f),
+                        effective_env={"ok": True})
+
+
+RUNS_A = (1.2, 0.9, 1.5)
+"""A's three runs came up slow..."""
+RUNS_B = (-1.1, -1.4, -0.8)
+"""...and B's fast: B, truly 2% slower, measures 8% faster."""
+
+
+def test_the_pick_takes_each_runs_speed_out_of_the_decode_objective():
+    outcomes = [_timed(i, POINT_A, 100.0, z) for i, z in enumerate(RUNS_A, 1)]
+    outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 4)]
+    eligible = _eligible(outcomes)
+    assert max(outcomes, key=lambda o: o.metrics.decode_tok_s).params == POINT_B
+    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize").params == POINT_A
+    found = search_contrast(eligible, POINT_A, POINT_B, direction="maximize", metric="decode_tok_s")
+    assert found is not None and found.diff == pytest.approx(np.log(0.98), abs=1e-6) and found.se < 0.006
+    raw = search_contrast(eligible, POINT_A, POINT_B, direction="maximize")  # no metric named: as measured
+    assert raw is not None and raw.diff > 0.05
+    cov = run_speed_of(eligible, direction="maximize", metric="decode_tok_s")
+    assert cov is not None and cov.applied and cov.slope == pytest.approx(-1.0, abs=0.05)
+    assert replicate_noise(eligible, metric="decode_tok_s") is None or replicate_noise(eligible, metric="decode_tok_s")[0] < 1e-3
+    assert near_tie(eligible, direction="maximize", metric="decode_tok_s") is None  # told apart
+
+
+def test_run_speed_leaves_other_objectives_and_untimed_runs_as_measured():
+    outcomes = [_timed(i, POINT_A, 100.0, z) for i, z in enumerate(RUNS_A, 1)]
+    outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 4)]
+    ttft = [(o, o.metrics.ttft_ms_p50) for o in outcomes]
+    assert run_speed_of(ttft, direction="minimize", metric="ttft_ms_p50") is None  # TTFT is not its own covariate
+    untimed = outcomes + [trial(7, 99.0, POINT_A)]  # no TTFT: SGLang's client recorded none
+    assert run_speed_of(_eligible(untimed), direction="maximize", metric="decode_tok_s") is None
+    assert pick_champion(untimed, metric="decode_tok_s", direction="maximize").params == POINT_B

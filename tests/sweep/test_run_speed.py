@@ -1,0 +1,64 @@
+"""A run's own speed taken out of the search's measurements (results.select.run_speed): each complete
+trial's TTFT reaches the study (search/sampler.RUN_TTFT_ATTR, what the refinement ranks with), and the
+log says whether the pick adjusted for it. A real sweep (sweep.Sweep) on the model-backed executor at 4%
+noise, in the simulator's world where a run is one speed (simulator.noise_prefill_correlation 1) and in
+one where its TTFT says nothing of its decode speed (0)."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+from e2e_helpers import demo_experiment, write_experiment
+from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
+
+from orchestrator.config import experiment as spec_mod
+from orchestrator.search.sampler import RUN_TTFT_ATTR, adjusted
+from orchestrator.sweep.driver import Sweep
+from orchestrator.testing import ModelExecutor
+
+
+def run(tmp_path, template, correlation: float):  # type: ignore[no-untyped-def]
+    data = demo_experiment(name=f"speed{int(correlation)}", simulator={"noise": 0.04, "noise_prefill_correlation": correlation},
+                           budget={"trials": 24, "concurrent_trials": 2}, promotion={"max_rounds": 0},
+                           sampler={"remeasure_every": 2, "startup_trials": 4})
+    data["benchmark"]["input_len"] = 256
+    spec = spec_mod.load(write_experiment(tmp_path, data, name=f"speed-{correlation}.yaml"))
+    wd = tmp_path / f"wd{correlation}"
+    copy_store(template, wd)
+    Sweep(spec, wd, executor=ModelExecutor(2)).run()
+    return spec, wd
+
+
+def test_the_runs_ttft_reaches_the_study_and_the_pick_says_it_adjusted(tmp_path, sqlite_store_template):
+    _, wd = run(tmp_path, sqlite_store_template, 1.0)
+    outcomes = {json.loads(p.read_text())["number"]: json.loads(p.read_text())
+                for p in (wd / "trials").glob("*/outcome.json")}
+    log = (wd / "sweep.log").read_text()
+    assert "the pick takes each run's own speed out of decode_tok_s: a run's TTFT moves with it (slope -1.00" in log, log
+    storage = f"sqlite:///{wd / 'optuna.db'}"
+    (name,) = optuna.get_all_study_names(storage)
+    complete = [t for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+                if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) >= 12
+    for t in complete:
+        assert t.user_attrs[RUN_TTFT_ATTR] == outcomes[t.number]["metrics"]["ttft_ms_p50"]
+
+
+def test_where_ttft_says_nothing_of_decode_the_pick_uses_the_measurements_as_they_are(tmp_path, sqlite_store_template):
+    _, wd = run(tmp_path, sqlite_store_template, 0.0)
+    log = (wd / "sweep.log").read_text()
+    assert "the pick uses decode_tok_s as measured: the runs' TTFT does not move with it (slope" in log, log
+
+
+def test_the_refinement_ranks_adjusted_values_only_where_every_run_was_timed() -> None:
+    a = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "NCCL_PROTO": "LL"}
+    b = {**a, "speculative_num_steps": 2}
+    # A's runs came up 5% slow, B's 5% fast, at prefill as at decode; B is truly 2% slower.
+    measured = [(100 / 1.05, a), (100 / 1.05, a), (100 / 1.04, a), (98 / 0.95, b), (98 / 0.95, b), (98 / 0.96, b)]
+    ttft = [42.0, 42.0, 41.6, 38.0, 38.0, 38.4]
+    ranked = adjusted(measured, ttft)
+    assert [p for _, p in ranked] == [p for _, p in measured]
+    mean = {k: sum(v for v, p in ranked if p is pt) / 3 for k, pt in (("a", a), ("b", b))}
+    assert mean["a"] / mean["b"] > 1.0  # A ahead once each run's speed is out; B ahead as measured
+    assert adjusted(measured, [*ttft[:5], None]) == measured  # a run without TTFT: as measured
