@@ -161,16 +161,20 @@ class Covariate:
     se: float
     dof: int
     applied: bool
-    """|slope| reached COVARIATE_T standard errors with at least 3 degrees of freedom."""
+    """The slope passed the test (COVARIATE_ALPHA) on at least COVARIATE_MIN_DOF degrees of freedom."""
 
 
-COVARIATE_T = 2.0
-"""Standard errors the within-point slope must reach before the covariate adjusts anything: where the
-covariate does not track the run's noise, the rows stay as measured."""
+COVARIATE_ALPHA = 0.01
+"""Two-sided level of the test the within-point slope must pass (Student's t on its degrees of freedom)
+before the covariate adjusts anything: where the covariate does not track the run's noise, the rows stay
+as measured. A slope wrongly taken for real adds its own noise to every row; a 2-standard-error rule did
+so on 4 degrees of freedom (bench/overnight.py --prefill-correlation 0, seed 104: slope -1.29 +- 0.28)."""
+COVARIATE_MIN_DOF = 5
+"""Degrees of freedom the slope needs before it is tested at all."""
 
 
 def covariate_adjusted(rows: Sequence[tuple[Hashable, Hashable, float]], x: Sequence[float],
-                       x_groups: Sequence[tuple[Hashable, Hashable]], *, t_min: float = COVARIATE_T
+                       x_groups: Sequence[tuple[Hashable, Hashable]], *, alpha: float = COVARIATE_ALPHA
                        ) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
     """The rows (a, b, y) with the part of y that a concomitant per-run measurement x predicts taken out:
     regression adjustment (analysis of covariance; in A/B testing, CUPED: Deng et al., WSDM 2013).
@@ -181,7 +185,8 @@ def covariate_adjusted(rows: Sequence[tuple[Hashable, Hashable, float]], x: Sequ
     has u = 0, so its run stays as measured). The slope is
     y's regression on x within the points measured more than once (the same (a, b): no configuration
     effect between them, so no bias from one), with its standard error; y' = y - slope * u where the
-    slope is told from 0 (COVARIATE_T), the rows unchanged otherwise. None when no point is repeated."""
+    slope is told from 0 (COVARIATE_ALPHA, COVARIATE_MIN_DOF), the rows unchanged otherwise. None when no
+    point is repeated."""
     if len(rows) != len(x) or len(rows) != len(x_groups):
         raise ValueError(f"rows, x and x_groups must have one entry per run, but got {len(rows)}, {len(x)}, "
                          f"{len(x_groups)}")
@@ -205,7 +210,9 @@ def covariate_adjusted(rows: Sequence[tuple[Hashable, Hashable, float]], x: Sequ
     slope = float(np.dot(dx, dy)) / sxx
     resid = np.asarray(dy) - slope * np.asarray(dx)
     se = math.sqrt(float(np.dot(resid, resid)) / dof / sxx)
-    applied = dof >= 3 and abs(slope) >= t_min * se
+    from scipy import stats as sps  # deferred, as in results.sequential: only a sweep's pick needs it
+
+    applied = dof >= COVARIATE_MIN_DOF and abs(slope) >= float(sps.t.ppf(1.0 - alpha / 2.0, dof)) * se
     if not applied:
         return list(rows), Covariate(slope, se, dof, False)
     expected = pooled_scores([(g[0], g[1], v) for g, v in zip(x_groups, xs)], z=0.0, shrink=0.0)

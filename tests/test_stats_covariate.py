@@ -79,7 +79,7 @@ def test_a_ttft_that_says_nothing_of_decode_leaves_the_rows_as_measured() -> Non
         rows, x, groups = _night(seed, correlation=0.0)
         adjusted, cov = covariate_adjusted(rows, x, groups)
         assert cov is not None
-        assert not cov.applied, (seed, cov)  # |slope| under 2 standard errors
+        assert not cov.applied, (seed, cov)  # the slope's t test does not reject 0 at 1%
         assert adjusted == rows
 
 
@@ -97,5 +97,10 @@ def test_nothing_to_estimate_the_slope_from() -> None:
     rows3 = [("s1", "c1", 0.1), ("s1", "c1", 0.12), ("s2", "c1", 0.2)]
     adjusted, cov = covariate_adjusted(rows3, [5.0, 4.9, 5.1], [(True, "c1")] * 3)
     assert adjusted == rows3 and cov is not None and not cov.applied  # no degree of freedom left
+    # a perfect slope on 4 degrees of freedom is not tested at all (COVARIATE_MIN_DOF)
+    few = [("s1", "c1", -0.01 * i) for i in range(3)] + [("s2", "c1", 0.2 - 0.01 * i) for i in range(3)]
+    adjusted, cov = covariate_adjusted(few, [5.0 + 0.01 * i for i in range(3)] * 2, [(True, "c1")] * 6)
+    assert cov is not None and cov.dof == 3 and cov.slope == pytest.approx(-1.0) and not cov.applied
+    assert adjusted == few
     with pytest.raises(ValueError, match="one entry per run"):
         covariate_adjusted(rows, [5.0], [(True, "c1")] * 2)

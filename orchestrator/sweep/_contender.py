@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from orchestrator.records import TrialRole
 from orchestrator.results import contrib, select, sequential
-from orchestrator.stats import Contrast
+from orchestrator.stats import COVARIATE_MIN_DOF, Contrast
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._promotion import Arms, Champion
 
@@ -63,8 +63,8 @@ def note_run_speed(ctx: Context) -> None:
     slope = f"slope {found.slope:+.2f} +- {found.se:.2f}, {found.dof} degrees of freedom among the repeated points"
     if found.applied:
         log.info("the pick takes each run's own speed out of %s: a run's TTFT moves with it (%s)", objective.metric, slope)
-    elif found.dof < 3:
+    elif found.dof < COVARIATE_MIN_DOF:
         log.info("the pick uses %s as measured: too few points run more than once to tell whether a run's TTFT "
-                 "moves with it (%d degrees of freedom, 3 needed)", objective.metric, found.dof)
+                 "moves with it (%d degrees of freedom, %d needed)", objective.metric, found.dof, COVARIATE_MIN_DOF)
     else:
         log.info("the pick uses %s as measured: the runs' TTFT does not move with it (%s)", objective.metric, slope)

@@ -387,15 +387,15 @@ def _timed(number, params, true_decode, z, ttft_ms=40.0, noise=0.04):
                         effective_env={"ok": True})
 
 
-RUNS_A = (1.2, 0.9, 1.5)
-"""A's three runs came up slow..."""
-RUNS_B = (-1.1, -1.4, -0.8)
+RUNS_A = (1.2, 0.9, 1.5, 1.1)
+"""A's four runs came up slow..."""
+RUNS_B = (-1.1, -1.4, -0.8, -1.2)
 """...and B's fast: B, truly 2% slower, measures 8% faster."""
 
 
 def test_the_pick_takes_each_runs_speed_out_of_the_decode_objective():
     outcomes = [_timed(i, POINT_A, 100.0, z) for i, z in enumerate(RUNS_A, 1)]
-    outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 4)]
+    outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 5)]
     eligible = _eligible(outcomes)
     assert max(outcomes, key=lambda o: o.metrics.decode_tok_s).params == POINT_B
     assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize").params == POINT_A
@@ -411,9 +411,9 @@ def test_the_pick_takes_each_runs_speed_out_of_the_decode_objective():
 
 def test_run_speed_leaves_other_objectives_and_untimed_runs_as_measured():
     outcomes = [_timed(i, POINT_A, 100.0, z) for i, z in enumerate(RUNS_A, 1)]
-    outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 4)]
+    outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 5)]
     ttft = [(o, o.metrics.ttft_ms_p50) for o in outcomes]
     assert run_speed_of(ttft, direction="minimize", metric="ttft_ms_p50") is None  # TTFT is not its own covariate
-    untimed = outcomes + [trial(7, 99.0, POINT_A)]  # no TTFT: SGLang's client recorded none
+    untimed = outcomes + [trial(9, 99.0, POINT_A)]  # no TTFT: SGLang's client recorded none
     assert run_speed_of(_eligible(untimed), direction="maximize", metric="decode_tok_s") is None
     assert pick_champion(untimed, metric="decode_tok_s", direction="maximize").params == POINT_B

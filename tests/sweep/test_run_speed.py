@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import optuna
+import pytest
 from e2e_helpers import demo_experiment, write_experiment
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
@@ -55,10 +56,13 @@ def test_the_refinement_ranks_adjusted_values_only_where_every_run_was_timed() -
     a = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "NCCL_PROTO": "LL"}
     b = {**a, "speculative_num_steps": 2}
     # A's runs came up 5% slow, B's 5% fast, at prefill as at decode; B is truly 2% slower.
-    measured = [(100 / 1.05, a), (100 / 1.05, a), (100 / 1.04, a), (98 / 0.95, b), (98 / 0.95, b), (98 / 0.96, b)]
-    ttft = [42.0, 42.0, 41.6, 38.0, 38.0, 38.4]
+    speed = (1.05, 1.06, 1.04, 1.03, 0.95, 0.94, 0.96, 0.97)
+    measured = [(100 / f, a) for f in speed[:4]] + [(98 / f, b) for f in speed[4:]]
+    ttft = [40.0 * f for f in speed]
     ranked = adjusted(measured, ttft)
     assert [p for _, p in ranked] == [p for _, p in measured]
-    mean = {k: sum(v for v, p in ranked if p is pt) / 3 for k, pt in (("a", a), ("b", b))}
-    assert mean["a"] / mean["b"] > 1.0  # A ahead once each run's speed is out; B ahead as measured
-    assert adjusted(measured, [*ttft[:5], None]) == measured  # a run without TTFT: as measured
+    raw = {k: sum(v for v, p in measured if p is pt) / 4 for k, pt in (("a", a), ("b", b))}
+    mean = {k: sum(v for v, p in ranked if p is pt) / 4 for k, pt in (("a", a), ("b", b))}
+    assert raw["a"] < raw["b"]  # B ahead as measured
+    assert mean["a"] / mean["b"] == pytest.approx(100 / 98)  # A ahead by its true 2% once each run's speed is out
+    assert adjusted(measured, [*ttft[:7], None]) == measured  # a run without TTFT: as measured
