@@ -169,11 +169,13 @@ COVARIATE_ALPHA = 0.01
 before the covariate adjusts anything: where the covariate does not track the run's noise, the rows stay
 as measured. A slope wrongly taken for real adds its own noise to every row; a 2-standard-error rule did
 so on 4 degrees of freedom (bench/overnight.py --prefill-correlation 0, seed 104: slope -1.29 +- 0.28)."""
-COVARIATE_MIN_DOF = 5
-"""Degrees of freedom the slope needs before it is tested at all."""
+COVARIATE_MIN_DOF = 3
+"""Degrees of freedom the slope needs before it is tested at all. 5 (tried) left the slope untested at
+most nights' pick, where 3-4 degrees of freedom are what the repeated points give: the 4% noise nights
+fell back to their unadjusted count (bench/overnight.py, docs/benchmarks.md)."""
 
 
-def covariate_adjusted(rows: Sequence[tuple[Hashable, Hashable, float]], x: Sequence[float],
+def covariate_adjusted(rows: Sequence[tuple[Hashable, Hashable, float]], x: Sequence[float | None],
                        x_groups: Sequence[tuple[Hashable, Hashable]], *, alpha: float = COVARIATE_ALPHA
                        ) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
     """The rows (a, b, y) with the part of y that a concomitant per-run measurement x predicts taken out:
@@ -185,15 +187,18 @@ def covariate_adjusted(rows: Sequence[tuple[Hashable, Hashable, float]], x: Sequ
     has u = 0, so its run stays as measured). The slope is
     y's regression on x within the points measured more than once (the same (a, b): no configuration
     effect between them, so no bias from one), with its standard error; y' = y - slope * u where the
-    slope is told from 0 (COVARIATE_ALPHA, COVARIATE_MIN_DOF), the rows unchanged otherwise. None when no
-    point is repeated."""
+    slope is told from 0 (COVARIATE_ALPHA, COVARIATE_MIN_DOF), the rows unchanged otherwise. A run whose x
+    is None or not finite (a trial recorded before its TTFT was kept) takes no part and stays as measured.
+    None when no point is repeated."""
     if len(rows) != len(x) or len(rows) != len(x_groups):
         raise ValueError(f"rows, x and x_groups must have one entry per run, but got {len(rows)}, {len(x)}, "
                          f"{len(x_groups)}")
+    timed = [i for i, v in enumerate(x) if v is not None and math.isfinite(v)]
     points: dict[tuple[Hashable, Hashable], list[int]] = {}
-    for i, r in enumerate(rows):
-        points.setdefault((r[0], r[1]), []).append(i)
-    xs = np.asarray(x, dtype=float)
+    for i in timed:
+        points.setdefault((rows[i][0], rows[i][1]), []).append(i)
+    xs = np.full(len(rows), math.nan)
+    xs[timed] = [x[i] for i in timed]
     ys = np.asarray([r[2] for r in rows], dtype=float)
     dx: list[float] = []
     dy: list[float] = []
@@ -215,6 +220,7 @@ def covariate_adjusted(rows: Sequence[tuple[Hashable, Hashable, float]], x: Sequ
     applied = dof >= COVARIATE_MIN_DOF and abs(slope) >= float(sps.t.ppf(1.0 - alpha / 2.0, dof)) * se
     if not applied:
         return list(rows), Covariate(slope, se, dof, False)
-    expected = pooled_scores([(g[0], g[1], v) for g, v in zip(x_groups, xs)], z=0.0, shrink=0.0)
-    u = xs - np.asarray([p.fitted for p in expected])
+    expected = pooled_scores([(x_groups[i][0], x_groups[i][1], float(xs[i])) for i in timed], z=0.0, shrink=0.0)
+    u = np.zeros(len(rows))
+    u[timed] = xs[timed] - np.asarray([p.fitted for p in expected])
     return [(r[0], r[1], r[2] - slope * ui) for r, ui in zip(rows, u)], Covariate(slope, se, dof, True)

@@ -97,10 +97,23 @@ def test_nothing_to_estimate_the_slope_from() -> None:
     rows3 = [("s1", "c1", 0.1), ("s1", "c1", 0.12), ("s2", "c1", 0.2)]
     adjusted, cov = covariate_adjusted(rows3, [5.0, 4.9, 5.1], [(True, "c1")] * 3)
     assert adjusted == rows3 and cov is not None and not cov.applied  # no degree of freedom left
-    # a perfect slope on 4 degrees of freedom is not tested at all (COVARIATE_MIN_DOF)
-    few = [("s1", "c1", -0.01 * i) for i in range(3)] + [("s2", "c1", 0.2 - 0.01 * i) for i in range(3)]
-    adjusted, cov = covariate_adjusted(few, [5.0 + 0.01 * i for i in range(3)] * 2, [(True, "c1")] * 6)
-    assert cov is not None and cov.dof == 3 and cov.slope == pytest.approx(-1.0) and not cov.applied
+    # a perfect slope on 2 degrees of freedom is not tested at all (COVARIATE_MIN_DOF = 3); on 3 it is
+    few = [("s1", "c1", -0.01 * i) for i in range(2)] + [("s2", "c1", 0.2 - 0.01 * i) for i in range(3)]
+    adjusted, cov = covariate_adjusted(few, [5.0, 5.01] + [5.0, 5.01, 5.02], [(True, "c1")] * 5)
+    assert cov is not None and cov.dof == 2 and cov.slope == pytest.approx(-1.0) and not cov.applied
     assert adjusted == few
+    six = few + [("s1", "c1", -0.02)]
+    adjusted, cov = covariate_adjusted(six, [5.0, 5.01, 5.0, 5.01, 5.02, 5.02], [(True, "c1")] * 6)
+    assert cov is not None and cov.dof == 3 and cov.slope == pytest.approx(-1.0) and cov.applied
+    assert adjusted != six
+    # a run without x (None, or not finite) takes no part and stays as measured; the others are adjusted
+    rows, x, groups = _night(1)
+    gaps = [None if i % 5 == 0 else v for i, v in enumerate(x)]
+    gaps[1] = math.nan
+    adjusted, cov = covariate_adjusted(rows, gaps, groups)
+    assert cov is not None and cov.applied and cov.slope == pytest.approx(-1.0, abs=1e-9)
+    assert all(adjusted[i] == rows[i] for i, v in enumerate(gaps) if v is None or math.isnan(v))
+    assert _pure_error([adjusted[i] for i, v in enumerate(gaps) if v is not None and not math.isnan(v)]) < 1e-9
+    assert covariate_adjusted(rows, [None] * len(rows), groups) == (list(rows), None)
     with pytest.raises(ValueError, match="one entry per run"):
         covariate_adjusted(rows, [5.0], [(True, "c1")] * 2)

@@ -167,11 +167,14 @@ def with_speculation_of(params: Mapping[str, ParamValue], donor: Mapping[str, Pa
 
 
 def best_speculating(outcomes: Sequence[TrialOutcome], *, metric: str, direction: Direction,
-                     constraints: Mapping[str, tuple[float | None, float | None]]) -> TrialOutcome | None:
-    """The best eligible searched trial that speculates, or None."""
+                     constraints: Mapping[str, tuple[float | None, float | None]],
+                     concurrency: int = 1) -> TrialOutcome | None:
+    """The best eligible searched trial that speculates (select.pick_champion at the trials' `concurrency`),
+    or None."""
     found = [o for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
              and speculates(o.params)]
-    return select.pick_champion(found, metric=metric, direction=direction, constraints=constraints)
+    return select.pick_champion(found, metric=metric, direction=direction, constraints=constraints,
+                                concurrency=concurrency)
 
 
 def knobs_set(params: Mapping[str, ParamValue], baseline: Mapping[str, ParamValue]) -> int:
@@ -184,17 +187,19 @@ def distance(a: Mapping[str, ParamValue], b: Mapping[str, ParamValue]) -> int:
 
 
 def runner_up(outcomes: Sequence[TrialOutcome], champion: TrialOutcome, *, metric: str, direction: Direction,
-              constraints: Mapping[str, tuple[float | None, float | None]]) -> TrialOutcome | None:
+              constraints: Mapping[str, tuple[float | None, float | None]], concurrency: int = 1
+              ) -> TrialOutcome | None:
     """The best eligible searched trial at least RUNNER_UP_DISTANCE knobs away from the champion, ranked
     as the champion pick ranks (select.PICK_Z below its pooled estimate) in the fit over every eligible
     searched trial: a point of another region is estimated from its parts as measured anywhere, as the
     champion was, not from the other region's trials alone (which left a point with a part measured
-    mostly beside the champion barely known, and the runner-up a near-copy of the champion's family)."""
+    mostly beside the champion barely known, and the runner-up a near-copy of the champion's family).
+    `concurrency`: the trials' benchmark load (select.run_speed_metric)."""
     far = {o.number for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
            and o.number != champion.number and distance(o.params, champion.params) >= RUNNER_UP_DISTANCE}
     eligible = select.eligible_values([o for o in outcomes if o.role is TrialRole.search], metric=metric,
                                       constraints=constraints)
-    fit = select.pooled_fit(eligible, direction=direction, metric=metric)
+    fit = select.pooled_fit(eligible, direction=direction, metric=select.run_speed_metric(metric, concurrency))
     if fit is None:
         return select.pick_champion([o for o, _ in eligible if o.number in far], metric=metric, direction=direction,
                                     constraints=constraints, pooled=False)
@@ -514,12 +519,14 @@ def arm_name(kind: str, level: int, main_level: int) -> str:
 
 
 def best_fixed_steps(outcomes: Sequence[TrialOutcome], *, metric: str, direction: Direction,
-                     constraints: Mapping[str, tuple[float | None, float | None]]) -> int | None:
-    """The step count of the best searched chain (top-k 1) without adaptive steps, or None."""
+                     constraints: Mapping[str, tuple[float | None, float | None]], concurrency: int = 1) -> int | None:
+    """The step count of the best searched chain (top-k 1) without adaptive steps (select.pick_champion at
+    the trials' `concurrency`), or None."""
     chains = [o for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
               and speculates(o.params) and not o.params.get("speculative_adaptive")
               and o.params.get("speculative_eagle_topk") == 1 and o.params.get("speculative_num_steps") is not None]
-    best = select.pick_champion(chains, metric=metric, direction=direction, constraints=constraints)
+    best = select.pick_champion(chains, metric=metric, direction=direction, constraints=constraints,
+                                concurrency=concurrency)
     return None if best is None else int(best.params["speculative_num_steps"] or 0)
 
 

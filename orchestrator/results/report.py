@@ -76,7 +76,8 @@ def _speedup(o: TrialOutcome, value: float | None, baselines: Sequence[tuple[flo
 def _champion(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> int | None:
     """The trial the promotion picks (the best eligible searched one), by the same rule."""
     pick = select.pick_champion([o for o in outcomes if o.role is TrialRole.search], metric=spec.objective.metric,
-                                direction=spec.objective.direction, constraints=spec.objective.bounds())
+                                direction=spec.objective.direction, constraints=spec.objective.bounds(),
+                                concurrency=spec.benchmark.concurrency)
     return None if pick is None else pick.number
 
 

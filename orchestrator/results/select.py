@@ -171,6 +171,15 @@ RUN_SPEED_METRICS = frozenset({"decode_tok_s", "output_tok_s", "itl_ms_p50", "it
 """Objectives set by the decode cycle's time, which a run's TTFT may say something of (run_speed)."""
 
 
+def run_speed_metric(metric: str, concurrency: int) -> str | None:
+    """The metric run_speed may adjust when trials are benchmarked at `concurrency`: `metric` at one stream,
+    where a request's TTFT is its prefill; None above, where a new request also waits for the running
+    batch's decode cycle to end (SGLang's scheduler prefills between decode batches), a wait the
+    speculation settings set, which run_speed's TTFT fit (records.prefill_group) does not separate from
+    the run's speed: a configuration with a slower cycle would be credited with a faster decode."""
+    return metric if metric in RUN_SPEED_METRICS and concurrency <= 1 else None
+
+
 def _log_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction,
               metric: str | None = None) -> list[tuple[Hashable, Hashable, float]] | None:
     """The pooled fit's rows: (speculation part, communication part, log value oriented so higher is
@@ -191,15 +200,13 @@ def run_speed(eligible: Sequence[tuple[TrialOutcome, float]], rows: Sequence[tup
     settings: the prefill's all-reduces), tells the decode objective's noise apart from the configuration
     (stats.covariate_adjusted; the slope is measured on the points run more than once and used only where
     it is told from 0, so on a host whose TTFT does not move with decode nothing changes). The rows as
-    they are for another metric or where a trial has no TTFT."""
+    they are for another metric; a trial without a TTFT stays as measured."""
     if metric not in RUN_SPEED_METRICS:
         return list(rows), None
-    x: list[float] = []
+    x: list[float | None] = []
     for outcome, _ in eligible:
         ttft = outcome.metrics.ttft_ms_p50 if outcome.metrics is not None else None
-        if ttft is None or not (ttft > 0 and math.isfinite(ttft)):
-            return list(rows), None
-        x.append(math.log(ttft))
+        x.append(math.log(ttft) if ttft is not None and ttft > 0 and math.isfinite(ttft) else None)
     return covariate_adjusted(rows, x, [prefill_group(outcome.params) for outcome, _ in eligible])
 
 
@@ -306,6 +313,7 @@ def pick_champion(
     direction: Direction,
     constraints: Mapping[str, tuple[float | None, float | None]] | None = None,
     pooled: bool = True,
+    concurrency: int = 1,
 ) -> TrialOutcome | None:
     """The best eligible trial by `metric`, or None when no trial is eligible.
 
@@ -317,7 +325,8 @@ def pick_champion(
     scale, so a point measured once and lucky by two sigma does not beat one whose neighbours measured it four
     times over (the winner's curse of a best-of-40 pick at 2% noise). Trials with the same score (the
     same settings) go by their own measurement; ties to the lower trial number. Without `pooled`, or
-    when a value is not positive, the best single measurement wins.
+    when a value is not positive, the best single measurement wins. `concurrency`: the search trials'
+    benchmark load, which says whether each run's own speed is taken out (run_speed_metric).
     """
     _check_direction(direction)
     _check_metric_name(metric, "objective metric")
@@ -334,7 +343,7 @@ def pick_champion(
     eligible = eligible_values(outcomes, metric=metric, constraints=constraints)
     if not eligible:
         return None
-    fit = pooled_fit(eligible, direction=direction, metric=metric) if pooled else None
+    fit = pooled_fit(eligible, direction=direction, metric=run_speed_metric(metric, concurrency)) if pooled else None
     scores = [f.score for f in fit] if fit is not None else [0.0] * len(eligible)
     best = max(range(len(eligible)),
                key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))

@@ -221,15 +221,17 @@ class StageTwoSampler(FailureAwareTPE):
 
 def adjusted(measured: list[tuple[float, dict[str, ParamValue]]], ttft: list[Any]
              ) -> list[tuple[float, dict[str, ParamValue]]]:
-    """The measured values with each run's own speed taken out where every run recorded its TTFT
-    (RUN_TTFT_ATTR) and it moves with the objective (stats.covariate_adjusted, as the pick's
-    results.select.run_speed); as measured otherwise."""
-    if not measured or not all(isinstance(x, (int, float)) and x > 0 for x in ttft) \
-            or not all(v > 0 for v, _ in measured):
+    """The measured values with each run's own speed taken out where it recorded its TTFT (RUN_TTFT_ATTR:
+    a trial of a study begun before it was kept has none and stays as measured) and the TTFT moves with
+    the objective (stats.covariate_adjusted, as the pick's results.select.run_speed); as measured otherwise."""
+    if not measured or not all(v > 0 for v, _ in measured):
         return measured
     rows = [(*split_point(p), math.log(v)) for v, p in measured]
-    out, _ = covariate_adjusted(rows, [math.log(x) for x in ttft], [prefill_group(p) for _, p in measured])
-    return [(math.exp(y), p) for (_, _, y), (_, p) in zip(out, measured)]
+    x = [math.log(t) if isinstance(t, (int, float)) and t > 0 and math.isfinite(t) else None for t in ttft]
+    out, found = covariate_adjusted(rows, x, [prefill_group(p) for _, p in measured])
+    if found is None or not found.applied:
+        return measured
+    return [(v if t is None else math.exp(y), p) for (_, _, y), (v, p), t in zip(out, measured, x)]
 
 
 def _optuna_params(space: SearchSpace, point: Mapping[str, ParamValue],

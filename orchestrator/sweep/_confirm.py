@@ -114,7 +114,7 @@ def steps_arms(spec: SweepSpec, params: Mapping[str, ParamValue], number: int, o
     if spec.sglang_version not in knobs.ADAPTIVE_VERSIONS:
         return [], "", ""
     best = contrib.best_fixed_steps(outcomes, metric=spec.objective.metric, direction=spec.objective.direction,
-                                    constraints=constraints)
+                                    constraints=constraints, concurrency=spec.benchmark.concurrency)
     found = contrib.steps_counterpart(params, best)
     if found is None or eagle.infeasible(found[1]) is not None:
         return [], "", ""

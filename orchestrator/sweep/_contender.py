@@ -39,7 +39,8 @@ def search_contrast(ctx: Context, champion: Champion, measuring: Arms) -> Contra
     spec = ctx.spec
     eligible = select.eligible_values(ctx.outcomes, metric=spec.objective.metric, constraints=spec.objective.bounds())
     return select.search_contrast(eligible, champion.trial.params, measuring.params_of("runner_up"),
-                                  direction=spec.objective.direction, metric=spec.objective.metric)
+                                  direction=spec.objective.direction,
+                                  metric=select.run_speed_metric(spec.objective.metric, spec.benchmark.concurrency))
 
 
 def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | None, direction: select.Direction) -> str:
@@ -54,11 +55,19 @@ def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | No
 
 def note_run_speed(ctx: Context) -> None:
     """Say in the log whether the pick took each run's own speed out of its measurements (select.run_speed)."""
-    objective = ctx.spec.objective
+    objective, level = ctx.spec.objective, ctx.spec.benchmark.concurrency
     eligible = select.eligible_values([o for o in ctx.outcomes if o.role is TrialRole.search],
                                       metric=objective.metric, constraints=objective.bounds())
-    found = select.run_speed_of(eligible, direction=objective.direction, metric=objective.metric)
+    adjustable = select.run_speed_metric(objective.metric, level)
+    if adjustable is None and objective.metric in select.RUN_SPEED_METRICS:
+        log.info("the pick uses %s as measured: at %d streams a request's TTFT also waits for the running batch's "
+                 "decode cycle, which the configuration sets, so it cannot tell a run's own speed", objective.metric, level)
+        return
+    found = select.run_speed_of(eligible, direction=objective.direction, metric=adjustable)
     if found is None:
+        if adjustable is not None and eligible:
+            log.info("the pick uses %s as measured: no point was run more than once with its TTFT recorded, so "
+                     "nothing tells a run's own speed from its configuration", objective.metric)
         return
     slope = f"slope {found.slope:+.2f} +- {found.se:.2f}, {found.dof} degrees of freedom among the repeated points"
     if found.applied:
@@ -66,5 +75,8 @@ def note_run_speed(ctx: Context) -> None:
     elif found.dof < COVARIATE_MIN_DOF:
         log.info("the pick uses %s as measured: too few points run more than once to tell whether a run's TTFT "
                  "moves with it (%d degrees of freedom, %d needed)", objective.metric, found.dof, COVARIATE_MIN_DOF)
+    elif not math.isfinite(found.se):
+        log.info("the pick uses %s as measured: the TTFT of the points run more than once did not vary "
+                 "(%d degrees of freedom)", objective.metric, found.dof)
     else:
         log.info("the pick uses %s as measured: the runs' TTFT does not move with it (%s)", objective.metric, slope)

@@ -205,7 +205,7 @@ def pick(ctx: Context) -> Champion | Promotion:
     metric = spec.objective.metric
     feasible = [o for o in ctx.outcomes if o.role is TrialRole.search]
     champion = select.pick_champion(feasible, metric=metric, direction=spec.objective.direction,
-                                    constraints=_constraints(ctx))
+                                    constraints=_constraints(ctx), concurrency=spec.benchmark.concurrency)
     baseline = next((o for o in reversed(ctx.outcomes)
                      if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE), None)
     if champion is None or baseline is None:
@@ -292,13 +292,13 @@ def _ablations(ctx: Context, trial: TrialOutcome, base_params: dict[str, ParamVa
         out.append(_confirm.Arm("default_communication",
                                 contrib.with_default_communication(trial.params, base_params), trial.number, level))
     elif not contrib.speculates(trial.params):
-        donor = contrib.best_speculating(ctx.outcomes, metric=spec.objective.metric,
-                                         direction=spec.objective.direction, constraints=_constraints(ctx))
+        donor = contrib.best_speculating(ctx.outcomes, metric=spec.objective.metric, direction=spec.objective.direction,
+                                         constraints=_constraints(ctx), concurrency=spec.benchmark.concurrency)
         if donor is not None:
             out.append(_confirm.Arm("with_speculation", contrib.with_speculation_of(trial.params, donor.params),
                                     trial.number, level))
     other = contrib.runner_up(ctx.outcomes, trial, metric=spec.objective.metric, direction=spec.objective.direction,
-                              constraints=_constraints(ctx))
+                              constraints=_constraints(ctx), concurrency=spec.benchmark.concurrency)
     if other is not None:
         out.append(_confirm.Arm("runner_up", dict(other.params), other.number, level))
     return out
@@ -454,7 +454,7 @@ def _by_load(ctx: Context, champion: Champion, measured: _confirm.Measured, name
     spec = ctx.spec
     direction, level = spec.objective.direction, spec.benchmark.concurrency
     found = contrib.steps_counterpart(params, contrib.best_fixed_steps(
-        ctx.outcomes, metric=spec.objective.metric, direction=direction, constraints=_constraints(ctx)))
+        ctx.outcomes, metric=spec.objective.metric, direction=direction, constraints=_constraints(ctx), concurrency=level))
     kind, fixed = (found[0], found[2]) if found is not None else ("", "")
     listed = sorted(spec.promotion.concurrency) or [level]
     levels = []

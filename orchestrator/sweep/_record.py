@@ -223,7 +223,7 @@ def _told_complete(ctx: Context, outcome: TrialOutcome, values: list[float], att
                    extra: dict[str, float]) -> None:
     p = ctx.progress
     ttft = outcome.metrics.ttft_ms_p50 if outcome.metrics is not None else None
-    if ttft is not None and ctx.spec.objective.metric in select.RUN_SPEED_METRICS:
+    if ttft is not None and select.run_speed_metric(ctx.spec.objective.metric, ctx.spec.benchmark.concurrency):
         attrs[RUN_TTFT_ATTR] = ttft
     if outcome.role is TrialRole.baseline:
         baseline_measured_at(ctx, outcome.finished_at, values[0])
@@ -305,10 +305,11 @@ def _maybe_remeasure_near_tie(ctx: Context) -> None:
         return
     objective = ctx.spec.objective
     eligible = select.eligible_values(done, metric=objective.metric, constraints=objective.bounds())
-    k = select.remeasure_interval(k, eligible, direction=objective.direction, metric=objective.metric)
+    adjustable = select.run_speed_metric(objective.metric, ctx.spec.benchmark.concurrency)
+    k = select.remeasure_interval(k, eligible, direction=objective.direction, metric=adjustable)
     if len(done) % k:
         return
-    again = select.near_tie(eligible, direction=objective.direction, metric=objective.metric)
+    again = select.near_tie(eligible, direction=objective.direction, metric=adjustable)
     if again is not None:
         ctx.study.enqueue(again.params, {"role": TrialRole.search.value, REMEASURE_ATTR: again.number})
         log.info("the next trial measures trial %d's parameters again: a near-tie with the best point "

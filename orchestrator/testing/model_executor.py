@@ -381,23 +381,31 @@ class _Trial:
     def _measurements(self, options: sim_cli.SimOptions, p: Prediction, hw: HardwareProfile, model: ModelProfile,
                       cfg: Config, bench_s: float) -> list[Metrics]:
         """The benchmark's repeats: the model's rates times the run's factors (engine.run_factors: decode's,
-        and prefill's for TTFT, the prefill of one prompt as the simulated engine times it)."""
+        and prefill's for TTFT, the prefill of one prompt as the simulated engine times it), the host's drift
+        (shared: a host that slows, slows both) and each repeat's own jitter (drawn apart for decode and
+        prefill, as the engine's Timing.factor draws one per call). Above one stream TTFT also holds the wait
+        for the running batch's cycle."""
         seed, noise, correlation = options.seed, options.noise, options.prefill_correlation
         drift, epoch = options.drift_per_hour, options.drift_epoch
         bench = self.sweep.benchmark
         base_factor, prefill_factor = run_factors(seed, noise, correlation)
         rng = random.Random(json.dumps([seed, self.spec.number, "repeats"]))
+        prefill_rng = random.Random(json.dumps([seed, self.spec.number, "prefill repeats"]))  # decode's draws as before
         ttft = prefill_ms(hw, model, cfg, bench.input_len)
+        # Above one stream a new request arrives while the running batch decodes and is prefilled when that
+        # cycle ends (simulator/engine.py's loop, SGLang's scheduler without mixed chunking): about one cycle.
+        wait = p.cycle_ms if bench.concurrency > 1 else 0.0
         out = []
         for r in range(self.spec.repeats):
             at = self.base.started_at + self._load_s + bench_s * (r + 1) / self.spec.repeats
             hours = max(0.0, at - (epoch if epoch is not None else self.base.started_at)) / 3600.0
             jitter = max(0.5, 1.0 + (noise / 8.0) * rng.gauss(0.0, 1.0)) if noise > 0 else 1.0
+            prefill_jitter = max(0.5, 1.0 + (noise / 8.0) * prefill_rng.gauss(0.0, 1.0)) if noise > 0 else 1.0
             f = base_factor * (1.0 + drift * hours) * jitter
-            fp = prefill_factor * (1.0 + drift * hours) * jitter
+            fp = prefill_factor * (1.0 + drift * hours) * prefill_jitter
             out.append(Metrics(
                 decode_tok_s=p.decode_tok_s / f, output_tok_s=p.output_tok_s / f,
-                ttft_ms_p50=ttft * fp, ttft_ms_p99=ttft * fp, itl_ms_p50=p.cycle_ms * f, itl_ms_p99=p.cycle_ms * f,
+                ttft_ms_p50=ttft * fp + wait * f, ttft_ms_p99=ttft * fp + wait * f, itl_ms_p50=p.cycle_ms * f, itl_ms_p99=p.cycle_ms * f,
                 tpot_ms_p50=1000.0 / (p.decode_tok_s / f), accept_length=p.accept_length, accept_rate=p.accept_rate,
                 verify_ms=p.verify_ms * f if p.verify_ms is not None else None, cycle_ms=p.cycle_ms * f,
                 requests_ok=bench.requests, requests_failed=0,

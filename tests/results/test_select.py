@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus
+from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus, split_point
 from orchestrator.results.select import (
     NEAR_TIE_MAX,
     GateResult,
@@ -17,6 +17,8 @@ from orchestrator.results.select import (
     promotion_gate,
     remeasure_interval,
     replicate_noise,
+    run_speed,
+    run_speed_metric,
     run_speed_of,
     search_contrast,
     speedup,
@@ -405,8 +407,21 @@ def test_the_pick_takes_each_runs_speed_out_of_the_decode_objective():
     assert raw is not None and raw.diff > 0.05
     cov = run_speed_of(eligible, direction="maximize", metric="decode_tok_s")
     assert cov is not None and cov.applied and cov.slope == pytest.approx(-1.0, abs=0.05)
-    assert replicate_noise(eligible, metric="decode_tok_s") is None or replicate_noise(eligible, metric="decode_tok_s")[0] < 1e-3
+    noise = replicate_noise(eligible, metric="decode_tok_s")
+    assert noise is not None and noise[0] < 1e-3 and noise[1] == 6  # 8 runs of 2 points: the runs' spread is gone
     assert near_tie(eligible, direction="maximize", metric="decode_tok_s") is None  # told apart
+
+
+def test_above_one_stream_the_pick_does_not_take_the_runs_speed_out():
+    # At 32 streams a request's TTFT holds the wait for the running batch's cycle, which the speculation
+    # settings set: read as the run's speed, a slower cycle would be credited with a faster decode.
+    assert run_speed_metric("decode_tok_s", 1) == "decode_tok_s"
+    assert run_speed_metric("output_tok_s", 32) is None
+    assert run_speed_metric("ttft_ms_p50", 1) is None  # TTFT is not its own covariate
+    outcomes = [_timed(i, POINT_A, 100.0, z) for i, z in enumerate(RUNS_A, 1)]
+    outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 5)]
+    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=32).params == POINT_B
+    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1).params == POINT_A
 
 
 def test_run_speed_leaves_other_objectives_and_untimed_runs_as_measured():
@@ -414,6 +429,15 @@ def test_run_speed_leaves_other_objectives_and_untimed_runs_as_measured():
     outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 5)]
     ttft = [(o, o.metrics.ttft_ms_p50) for o in outcomes]
     assert run_speed_of(ttft, direction="minimize", metric="ttft_ms_p50") is None  # TTFT is not its own covariate
-    untimed = outcomes + [trial(9, 99.0, POINT_A)]  # no TTFT: SGLang's client recorded none
-    assert run_speed_of(_eligible(untimed), direction="maximize", metric="decode_tok_s") is None
-    assert pick_champion(untimed, metric="decode_tok_s", direction="maximize").params == POINT_B
+    # A run without TTFT (SGLang's client recorded none, or a trial from before the TTFT was kept) stays as
+    # measured; the timed runs are adjusted all the same (stats.covariate_adjusted: x None takes no part).
+    untimed = outcomes + [trial(9, 99.0, POINT_A)]
+    rows = [(*split_point(o.params), float(np.log(v))) for o, v in _eligible(untimed)]
+    adjusted, cov = run_speed(_eligible(untimed), rows, "decode_tok_s")
+    assert cov is not None and cov.applied and cov.dof == 5
+    assert adjusted[-1] == rows[-1]
+    a_runs = [np.exp(y) for _, _, y in adjusted[:4]]  # A's runs at one speed: its runs' spread is gone
+    assert max(a_runs) - min(a_runs) < 1e-9 and a_runs[0] == pytest.approx(100.0, rel=2e-4)
+    assert pick_champion(untimed, metric="decode_tok_s", direction="maximize").params == POINT_A
+    none_timed = [trial(i, v, p) for i, (v, p) in enumerate(((99.0, POINT_A), (98.0, POINT_A), (97.0, POINT_B)), 1)]
+    assert run_speed_of(_eligible(none_timed), direction="maximize", metric="decode_tok_s") is None
