@@ -185,11 +185,18 @@ def _log_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Directi
     """The pooled fit's rows: (speculation part, communication part, log value oriented so higher is
     better), adjusted by run_speed for a `metric` in RUN_SPEED_METRICS; None when nothing is eligible or
     a value is not positive."""
+    found = _adjusted_rows(eligible, direction, metric)
+    return found[0] if found is not None else None
+
+
+def _adjusted_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction, metric: str | None
+                   ) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None] | None:
+    """run_speed over the eligible trials' log rows (oriented so higher is better): the rows and what it
+    found; None when nothing is eligible or a value is not positive."""
     if not eligible or not all(value > 0 and math.isfinite(value) for _, value in eligible):
         return None
     sign = 1.0 if direction == "maximize" else -1.0
-    rows = [(*split_point(o.params), sign * math.log(value)) for o, value in eligible]
-    return run_speed(eligible, rows, metric)[0]
+    return run_speed(eligible, [(*split_point(o.params), sign * math.log(v)) for o, v in eligible], metric)
 
 
 def run_speed(eligible: Sequence[tuple[TrialOutcome, float]], rows: Sequence[tuple[Hashable, Hashable, float]],
@@ -214,10 +221,8 @@ def run_speed_of(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: D
                  metric: str | None) -> Covariate | None:
     """What run_speed found in these trials (its slope, and whether it adjusted them), None where it
     does not apply or no point was run twice."""
-    if not eligible or not all(value > 0 and math.isfinite(value) for _, value in eligible):
-        return None
-    sign = 1.0 if direction == "maximize" else -1.0
-    return run_speed(eligible, [(*split_point(o.params), sign * math.log(v)) for o, v in eligible], metric)[1]
+    found = _adjusted_rows(eligible, direction, metric)
+    return found[1] if found is not None else None
 
 
 def search_contrast(eligible: Sequence[tuple[TrialOutcome, float]], first: Mapping[str, ParamValue],
