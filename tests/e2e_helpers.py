@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from mlflow_fixtures import copy_store
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = [sys.executable, "-m", "orchestrator.cli"]
@@ -219,12 +219,6 @@ def mlflow_runs(wd: Path, experiment: str) -> dict[int, list]:
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 class LoopbackCluster:
     """`ray start` head on 127.0.0.2 and one worker on 127.0.0.3, every port chosen free.
 
@@ -242,7 +236,7 @@ class LoopbackCluster:
         self.marker = uuid.uuid4().hex
         # A short temp dir: Ray's unix socket paths must stay under 107 characters.
         self.temp_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")
-        self.port = _free_port("127.0.0.2")
+        self.port = free_port("127.0.0.2")
         self.address = f"127.0.0.2:{self.port}"
         self.env = {**os.environ, MARKER: self.marker, "RAY_AUTH_MODE": "token",
                     "RAY_USAGE_STATS_ENABLED": "0"}
@@ -262,15 +256,15 @@ class LoopbackCluster:
         ip2, ip3 = "127.0.0.2", "127.0.0.3"
         self._start("head", ["--head", f"--node-ip-address={ip2}", f"--port={self.port}", "--include-dashboard=false",
                              f"--temp-dir={self.temp_dir}",
-                             f"--dashboard-agent-listen-port={_free_port(ip2)}",
-                             f"--node-manager-port={_free_port(ip2)}", f"--object-manager-port={_free_port(ip2)}",
-                             f"--metrics-export-port={_free_port(ip2)}", f"--runtime-env-agent-port={_free_port(ip2)}"])
+                             f"--dashboard-agent-listen-port={free_port(ip2)}",
+                             f"--node-manager-port={free_port(ip2)}", f"--object-manager-port={free_port(ip2)}",
+                             f"--metrics-export-port={free_port(ip2)}", f"--runtime-env-agent-port={free_port(ip2)}"])
         if not self.worker:  # a one-node cluster (bench/two_node_scaling.py compares the two)
             return
         self._start("worker", [f"--address={self.address}", f"--node-ip-address={ip3}",
-                               f"--dashboard-agent-listen-port={_free_port(ip3)}",
-                               f"--node-manager-port={_free_port(ip3)}", f"--object-manager-port={_free_port(ip3)}",
-                               f"--metrics-export-port={_free_port(ip3)}", f"--runtime-env-agent-port={_free_port(ip3)}"])
+                               f"--dashboard-agent-listen-port={free_port(ip3)}",
+                               f"--node-manager-port={free_port(ip3)}", f"--object-manager-port={free_port(ip3)}",
+                               f"--metrics-export-port={free_port(ip3)}", f"--runtime-env-agent-port={free_port(ip3)}"])
 
     def stop(self) -> dict[int, str]:
         """End every process of this cluster; return those that needed SIGKILL."""

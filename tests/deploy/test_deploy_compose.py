@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ import httpx
 import pytest
 import yaml
 from deploy_helpers import REPO
+from ports import free_port
 
 DOCKER_DIR = REPO / "docker"
 COMPOSE = DOCKER_DIR / "compose.yaml"
@@ -138,19 +138,13 @@ def test_driver_runs_inside_the_ray_head(tmp_path: Path) -> None:
     assert run()[1] == [*sweep, "--resume"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def mlflow_from_compose(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """`mlflow server` with the compose service's command and environment, but a sqlite backend, loopback
     and a free port (everything else read from the compose file, so it cannot drift)."""
     service = _compose()["services"]["mlflow"]
     command = list(service["command"])
-    port = _free_port()
+    port = free_port()
     artifacts = tmp_path / "mlartifacts"
     for flag, value in (("--host", "127.0.0.1"), ("--port", str(port)), ("--artifacts-destination", str(artifacts))):
         command[command.index(flag) + 1] = value

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from e2e_helpers import SWEEP
+from ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -25,16 +25,10 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def serving_ui(wd: Path, deadline_s: float = 180) -> Iterator[tuple[str, int, subprocess.Popen]]:
     """`sweep ui` on the sweep's store until /health answers: (base URL, port, process); stopped after."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([*SWEEP, "ui", "--workdir", str(wd), "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

@@ -18,9 +18,9 @@ from mlflow.tracking import MlflowClient
 from mlflow_fixtures import (  # noqa: F401 (fixtures are used by name)
     MlflowServer,
     copy_store,
-    free_port,
     sqlite_store_template,
 )
+from ports import free_port
 
 from orchestrator.errors import TrackingError
 from orchestrator.records import (
