@@ -7,6 +7,7 @@ folder, and cannot be mutated by whoever receives it.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -284,6 +285,14 @@ def prefill_group(params: Mapping[str, ParamValue]) -> tuple[bool, tuple[tuple[s
     model prefills too) and its communication settings (the prefill's all-reduces), not its draft steps,
     top-k or draft tokens: the groups stats.covariate_adjusted fits a run's TTFT over."""
     return params.get("speculative_algorithm") is not None, split_point(params)[1]
+
+
+def prefill_x(ttft_ms: object) -> float | None:
+    """A run's TTFT as the covariate stats.covariate_adjusted takes (its log), None where the run has no
+    usable one (not recorded, not a positive finite number): such a run stays as measured."""
+    if isinstance(ttft_ms, bool) or not isinstance(ttft_ms, (int, float)):
+        return None
+    return math.log(ttft_ms) if ttft_ms > 0 and math.isfinite(ttft_ms) else None
 
 
 def split_point(params: Mapping[str, ParamValue]) -> tuple[tuple[tuple[str, ParamValue], ...], tuple[tuple[str, ParamValue], ...]]:

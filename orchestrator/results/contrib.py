@@ -168,7 +168,7 @@ def with_speculation_of(params: Mapping[str, ParamValue], donor: Mapping[str, Pa
 
 def best_speculating(outcomes: Sequence[TrialOutcome], *, metric: str, direction: Direction,
                      constraints: Mapping[str, tuple[float | None, float | None]],
-                     concurrency: int = 1) -> TrialOutcome | None:
+                     concurrency: int) -> TrialOutcome | None:
     """The best eligible searched trial that speculates (select.pick_champion at the trials' `concurrency`),
     or None."""
     found = [o for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
@@ -187,7 +187,7 @@ def distance(a: Mapping[str, ParamValue], b: Mapping[str, ParamValue]) -> int:
 
 
 def runner_up(outcomes: Sequence[TrialOutcome], champion: TrialOutcome, *, metric: str, direction: Direction,
-              constraints: Mapping[str, tuple[float | None, float | None]], concurrency: int = 1
+              constraints: Mapping[str, tuple[float | None, float | None]], concurrency: int
               ) -> TrialOutcome | None:
     """The best eligible searched trial at least RUNNER_UP_DISTANCE knobs away from the champion, ranked
     as the champion pick ranks (select.PICK_Z below its pooled estimate) in the fit over every eligible
@@ -199,10 +199,10 @@ def runner_up(outcomes: Sequence[TrialOutcome], champion: TrialOutcome, *, metri
            and o.number != champion.number and distance(o.params, champion.params) >= RUNNER_UP_DISTANCE}
     eligible = select.eligible_values([o for o in outcomes if o.role is TrialRole.search], metric=metric,
                                       constraints=constraints)
-    fit = select.pooled_fit(eligible, direction=direction, metric=select.run_speed_metric(metric, concurrency))
+    fit = select.pooled_fit(eligible, direction=direction, adjust=select.run_speed_metric(metric, concurrency))
     if fit is None:
         return select.pick_champion([o for o, _ in eligible if o.number in far], metric=metric, direction=direction,
-                                    constraints=constraints, pooled=False)
+                                    constraints=constraints, concurrency=concurrency, pooled=False)
     sign = 1.0 if direction == "maximize" else -1.0
     scored = [(p.score, sign * value, -o.number, o) for (o, value), p in zip(eligible, fit) if o.number in far]
     return max(scored, key=lambda t: t[:3])[3] if scored else None
@@ -519,7 +519,7 @@ def arm_name(kind: str, level: int, main_level: int) -> str:
 
 
 def best_fixed_steps(outcomes: Sequence[TrialOutcome], *, metric: str, direction: Direction,
-                     constraints: Mapping[str, tuple[float | None, float | None]], concurrency: int = 1) -> int | None:
+                     constraints: Mapping[str, tuple[float | None, float | None]], concurrency: int) -> int | None:
     """The step count of the best searched chain (top-k 1) without adaptive steps (select.pick_champion at
     the trials' `concurrency`), or None."""
     chains = [o for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE

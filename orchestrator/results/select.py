@@ -21,6 +21,7 @@ from orchestrator.records import (
     TrialRole,
     TrialStatus,
     prefill_group,
+    prefill_x,
     split_point,
 )
 from orchestrator.stats import (
@@ -159,11 +160,11 @@ def eligible_values(outcomes: Sequence[TrialOutcome], *, metric: str,
 
 
 def pooled_fit(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction,
-               z: float = PICK_Z, metric: str | None = None) -> list[Pooled] | None:
+               z: float = PICK_Z, adjust: str | None = None) -> list[Pooled] | None:
     """stats.pooled_scores over the eligible trials (log of the objective, oriented so higher is better,
-    adjusted for each run's speed where `metric` is a decode-rate one: _log_rows), or None when a value
-    is not positive."""
-    rows = _log_rows(eligible, direction, metric)
+    adjusted for each run's speed where `adjust` names the objective and it is one run_speed may adjust
+    (run_speed_metric: the caller's say, from the benchmark load), or None when a value is not positive."""
+    rows = _log_rows(eligible, direction, adjust)
     return pooled_scores(rows, z=z) if rows is not None else None
 
 
@@ -181,62 +182,59 @@ def run_speed_metric(metric: str, concurrency: int) -> str | None:
 
 
 def _log_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction,
-              metric: str | None = None) -> list[tuple[Hashable, Hashable, float]] | None:
+              adjust: str | None = None) -> list[tuple[Hashable, Hashable, float]] | None:
     """The pooled fit's rows: (speculation part, communication part, log value oriented so higher is
-    better), adjusted by run_speed for a `metric` in RUN_SPEED_METRICS; None when nothing is eligible or
+    better), adjusted by run_speed for an `adjust` in RUN_SPEED_METRICS; None when nothing is eligible or
     a value is not positive."""
-    found = _adjusted_rows(eligible, direction, metric)
+    found = _adjusted_rows(eligible, direction, adjust)
     return found[0] if found is not None else None
 
 
-def _adjusted_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction, metric: str | None
+def _adjusted_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction, adjust: str | None
                    ) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None] | None:
     """run_speed over the eligible trials' log rows (oriented so higher is better): the rows and what it
     found; None when nothing is eligible or a value is not positive."""
     if not eligible or not all(value > 0 and math.isfinite(value) for _, value in eligible):
         return None
     sign = 1.0 if direction == "maximize" else -1.0
-    return run_speed(eligible, [(*split_point(o.params), sign * math.log(v)) for o, v in eligible], metric)
+    return run_speed(eligible, [(*split_point(o.params), sign * math.log(v)) for o, v in eligible], adjust)
 
 
 def run_speed(eligible: Sequence[tuple[TrialOutcome, float]], rows: Sequence[tuple[Hashable, Hashable, float]],
-              metric: str | None) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
+              adjust: str | None) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
     """`rows` (one per eligible trial) less what each run's own speed explains: a server run that came up
     slow (clocks, a neighbour on the host) is slow at prefill and at decode alike, so its TTFT, less what
     its configuration makes of TTFT (an additive fit over speculation on/off and the communication
     settings: the prefill's all-reduces), tells the decode objective's noise apart from the configuration
     (stats.covariate_adjusted; the slope is measured on the points run more than once and used only where
     it is told from 0, so on a host whose TTFT does not move with decode nothing changes). The rows as
-    they are for another metric; a trial without a TTFT stays as measured."""
-    if metric not in RUN_SPEED_METRICS:
+    they are where `adjust` is None or another metric; a trial without a TTFT stays as measured."""
+    if adjust not in RUN_SPEED_METRICS:
         return list(rows), None
-    x: list[float | None] = []
-    for outcome, _ in eligible:
-        ttft = outcome.metrics.ttft_ms_p50 if outcome.metrics is not None else None
-        x.append(math.log(ttft) if ttft is not None and ttft > 0 and math.isfinite(ttft) else None)
+    x = [prefill_x(o.metrics.ttft_ms_p50 if o.metrics is not None else None) for o, _ in eligible]
     return covariate_adjusted(rows, x, [prefill_group(outcome.params) for outcome, _ in eligible])
 
 
 def run_speed_of(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction,
-                 metric: str | None) -> Covariate | None:
+                 adjust: str | None) -> Covariate | None:
     """What run_speed found in these trials (its slope, and whether it adjusted them), None where it
     does not apply or no point was run twice."""
-    found = _adjusted_rows(eligible, direction, metric)
+    found = _adjusted_rows(eligible, direction, adjust)
     return found[1] if found is not None else None
 
 
 def search_contrast(eligible: Sequence[tuple[TrialOutcome, float]], first: Mapping[str, ParamValue],
                     second: Mapping[str, ParamValue], *, direction: Direction,
-                    metric: str | None = None) -> Contrast | None:
+                    adjust: str | None = None) -> Contrast | None:
     """What the search's measurements say of `second` against `first`: the pooled fit's (pooled_fit's
-    model over every eligible trial, `metric`'s rows) log-scale difference, oriented so that positive
+    model over every eligible trial, rows adjusted as `adjust` says) log-scale difference, oriented so that positive
     means `second` is better, with its standard error (stats.pooled_contrast); None when either point's
     parts were not measured or a value is not positive.
 
     Tried and not kept (docs/benchmarks.md): the baselines' measurements in the fit (no speculation at
     default NCCL is where the additive model fits worst - NCCL tuning pays more without speculation -
     so the residual noise, and every standard error, doubled) and a linear drift term (no night changed)."""
-    rows = _log_rows(eligible, direction, metric)
+    rows = _log_rows(eligible, direction, adjust)
     return pooled_contrast(rows, split_point(first), split_point(second)) if rows is not None else None
 
 
@@ -250,12 +248,12 @@ NEAR_TIE_MAX = 4
 
 
 def replicate_noise(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction = "maximize",
-                    metric: str | None = None) -> tuple[float, int] | None:
+                    adjust: str | None = None) -> tuple[float, int] | None:
     """The run-to-run noise (log scale) the search measured, from the points it measured more than once
     with the very same parameters (pure error: no model between them, so a misfit of the pooled fit does
-    not count as noise), on `metric`'s rows (_log_rows: what the runs' speed explains taken out), with its
+    not count as noise), on rows adjusted as `adjust` says (_log_rows: what the runs' speed explains taken out), with its
     degrees of freedom; None under 3 of them or when a value is not positive."""
-    rows = _log_rows(eligible, direction, metric)
+    rows = _log_rows(eligible, direction, adjust)
     if rows is None:
         return None
     groups: dict[tuple[Hashable, Hashable], list[float]] = {}
@@ -271,18 +269,18 @@ def replicate_noise(eligible: Sequence[tuple[TrialOutcome, float]], *, direction
 
 
 def remeasure_interval(every: int, eligible: Sequence[tuple[TrialOutcome, float]], *,
-                       direction: Direction = "maximize", metric: str | None = None) -> int:
+                       direction: Direction = "maximize", adjust: str | None = None) -> int:
     """sampler.remeasure_every scaled by the noise the search measured (replicate_noise) against the
     DEFAULT_NOISE it was chosen at: a night twice as noisy re-measures its near-ties twice as often, never
     more often than every 2nd trial; `every` itself until the noise is known or where it is lower."""
-    found = replicate_noise(eligible, direction=direction, metric=metric)
+    found = replicate_noise(eligible, direction=direction, adjust=adjust)
     if not every or found is None or found[0] <= DEFAULT_NOISE:
         return every
     return max(2, min(every, round(every * DEFAULT_NOISE / found[0])))
 
 
 def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction,
-             metric: str | None = None) -> TrialOutcome | None:
+             adjust: str | None = None) -> TrialOutcome | None:
     """The point to measure again (a trial of it), or None: the best point (the pick's own order, a
     lower bound PICK_Z standard errors below its pooled estimate) against its rival, the other point with
     the highest upper bound (RIVAL_Z above). While the rival's upper bound reaches the best one's lower
@@ -290,7 +288,7 @@ def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direc
     measured again - the LUCB rule of best-arm identification (Kalyanakrishnan et al., ICML 2012). None
     with fewer than two points, when they are told apart, or when that point has NEAR_TIE_MAX
     measurements."""
-    fit = pooled_fit(eligible, direction=direction, z=0.0, metric=metric)
+    fit = pooled_fit(eligible, direction=direction, z=0.0, adjust=adjust)
     if fit is None:
         return None
     points: dict[Hashable, tuple[TrialOutcome, Pooled]] = {}
@@ -317,8 +315,8 @@ def pick_champion(
     metric: str,
     direction: Direction,
     constraints: Mapping[str, tuple[float | None, float | None]] | None = None,
+    concurrency: int,
     pooled: bool = True,
-    concurrency: int = 1,
 ) -> TrialOutcome | None:
     """The best eligible trial by `metric`, or None when no trial is eligible.
 
@@ -348,7 +346,7 @@ def pick_champion(
     eligible = eligible_values(outcomes, metric=metric, constraints=constraints)
     if not eligible:
         return None
-    fit = pooled_fit(eligible, direction=direction, metric=run_speed_metric(metric, concurrency)) if pooled else None
+    fit = pooled_fit(eligible, direction=direction, adjust=run_speed_metric(metric, concurrency)) if pooled else None
     scores = [f.score for f in fit] if fit is not None else [0.0] * len(eligible)
     best = max(range(len(eligible)),
                key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))

@@ -28,7 +28,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.config.experiment import SearchSpace
-from orchestrator.records import ParamValue, prefill_group, split_point
+from orchestrator.records import ParamValue, prefill_group, prefill_x, split_point
 from orchestrator.search import space as sp
 from orchestrator.search.refine import Refinement
 from orchestrator.stats import covariate_adjusted
@@ -227,7 +227,7 @@ def adjusted(measured: list[tuple[float, dict[str, ParamValue]]], ttft: list[Any
     if not measured or not all(v > 0 for v, _ in measured):
         return measured
     rows = [(*split_point(p), math.log(v)) for v, p in measured]
-    x = [math.log(t) if isinstance(t, (int, float)) and t > 0 and math.isfinite(t) else None for t in ttft]
+    x = [prefill_x(t) for t in ttft]
     out, found = covariate_adjusted(rows, x, [prefill_group(p) for _, p in measured])
     if found is None or not found.applied:
         return measured

@@ -40,7 +40,7 @@ def search_contrast(ctx: Context, champion: Champion, measuring: Arms) -> Contra
     eligible = select.eligible_values(ctx.outcomes, metric=spec.objective.metric, constraints=spec.objective.bounds())
     return select.search_contrast(eligible, champion.trial.params, measuring.params_of("runner_up"),
                                   direction=spec.objective.direction,
-                                  metric=select.run_speed_metric(spec.objective.metric, spec.benchmark.concurrency))
+                                  adjust=select.run_speed_metric(spec.objective.metric, spec.benchmark.concurrency))
 
 
 def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | None, direction: select.Direction) -> str:
@@ -63,7 +63,7 @@ def note_run_speed(ctx: Context) -> None:
         log.info("the pick uses %s as measured: at %d streams a request's TTFT also waits for the running batch's "
                  "decode cycle, which the configuration sets, so it cannot tell a run's own speed", objective.metric, level)
         return
-    found = select.run_speed_of(eligible, direction=objective.direction, metric=adjustable)
+    found = select.run_speed_of(eligible, direction=objective.direction, adjust=adjustable)
     if found is None:
         if adjustable is not None and eligible:
             log.info("the pick uses %s as measured: no point was run more than once with its TTFT recorded, so "

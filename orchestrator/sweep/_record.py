@@ -306,10 +306,10 @@ def _maybe_remeasure_near_tie(ctx: Context) -> None:
     objective = ctx.spec.objective
     eligible = select.eligible_values(done, metric=objective.metric, constraints=objective.bounds())
     adjustable = select.run_speed_metric(objective.metric, ctx.spec.benchmark.concurrency)
-    k = select.remeasure_interval(k, eligible, direction=objective.direction, metric=adjustable)
+    k = select.remeasure_interval(k, eligible, direction=objective.direction, adjust=adjustable)
     if len(done) % k:
         return
-    again = select.near_tie(eligible, direction=objective.direction, metric=adjustable)
+    again = select.near_tie(eligible, direction=objective.direction, adjust=adjustable)
     if again is not None:
         ctx.study.enqueue(again.params, {"role": TrialRole.search.value, REMEASURE_ATTR: again.number})
         log.info("the next trial measures trial %d's parameters again: a near-tie with the best point "

@@ -176,10 +176,10 @@ def test_the_runner_up_is_ranked_in_the_fit_over_every_searched_trial():
     outcomes = [_searched(n, v, {**spec, **nccl}) for n, v, spec, nccl in (
         (1, 88.2, a, ring), (2, 87.2, a, ll_ring), (3, 102.4, a, ll), (4, 89.4, a, ring),
         (5, 98.5, b, ll_ctas), (6, 85.3, b, ll_ctas), (7, 97.8, b, ll_ring), (8, 95.5, c, ll_ctas))]
-    champion = select.pick_champion(outcomes, metric="decode_tok_s", direction="maximize")
+    champion = select.pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1)
     assert champion is not None and champion.number == 3
-    found = contrib.runner_up(outcomes, champion, metric="decode_tok_s", direction="maximize", constraints={})
+    found = contrib.runner_up(outcomes, champion, metric="decode_tok_s", direction="maximize", concurrency=1, constraints={})
     assert found is not None and found.number == 8
     far = [o for o in outcomes if contrib.distance(o.params, champion.params) >= contrib.RUNNER_UP_DISTANCE]
-    alone = select.pick_champion(far, metric="decode_tok_s", direction="maximize")
+    alone = select.pick_champion(far, metric="decode_tok_s", direction="maximize", concurrency=1)
     assert alone is not None and alone.number == 7  # the rule before

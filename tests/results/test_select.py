@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.records import FailureKind, Metrics, TrialOutcome, TrialRole, TrialStatus, split_point
+from orchestrator.records import (
+    FailureKind,
+    Metrics,
+    TrialOutcome,
+    TrialRole,
+    TrialStatus,
+    prefill_x,
+    split_point,
+)
 from orchestrator.results.select import (
     NEAR_TIE_MAX,
     GateResult,
@@ -24,6 +32,7 @@ from orchestrator.results.select import (
     speedup,
     speedup_pct,
 )
+from orchestrator.search.sampler import adjusted
 from orchestrator.stats import bootstrap_ci
 
 # --- bootstrap_ci ---------------------------------------------------------------------------
@@ -142,13 +151,13 @@ CHAMPION_CASES = [
 @pytest.mark.parametrize(("outcomes", "constraints", "winner"),
                          [c[1:] for c in CHAMPION_CASES], ids=[c[0] for c in CHAMPION_CASES])
 def test_pick_champion(outcomes, constraints, winner):
-    best = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", constraints=constraints)
+    best = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1, constraints=constraints)
     assert (best.number if best else None) == winner
 
 
 def test_pick_champion_minimize():
     outcomes = [outcome(1, 90.0, itl_p99=9.0), outcome(2, 95.0, itl_p99=7.5)]
-    assert pick_champion(outcomes, metric="itl_ms_p99", direction="minimize", constraints={}).number == 2
+    assert pick_champion(outcomes, metric="itl_ms_p99", direction="minimize", concurrency=1, constraints={}).number == 2
 
 
 @pytest.mark.parametrize(
@@ -162,7 +171,7 @@ def test_pick_champion_minimize():
 )
 def test_pick_champion_rejects_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        pick_champion([outcome(1, 90.0)], **kwargs)
+        pick_champion([outcome(1, 90.0)], concurrency=1, **kwargs)
 
 
 # --- promotion gate -------------------------------------------------------------------------
@@ -258,15 +267,15 @@ def test_the_pooled_pick_prefers_settings_confirmed_by_their_neighbours():
                 for n, v, ch in ((1, 100.2, 2), (2, 96.2, 4), (3, 95.8, 8), (4, 96.5, 16))]
     outcomes += [trial(n, v, {**SPEC_B, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
                  for n, v, ch in ((5, 99.2, 2), (6, 98.5, 4), (7, 98.9, 8), (8, 99.1, 16))]
-    raw = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", pooled=False)
-    pooled = pick_champion(outcomes, metric="decode_tok_s", direction="maximize")
+    raw = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1, pooled=False)
+    pooled = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1)
     assert raw.number == 1
     assert pooled.params["speculative_eagle_topk"] == 2
 
 
 def test_the_pooled_pick_falls_back_to_the_best_value_when_a_value_is_not_positive():
     outcomes = [trial(1, 0.0, {**SPEC_A}), trial(2, 5.0, {**SPEC_B})]
-    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize").number == 2
+    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1).number == 2
 
 
 # --- near_tie: the best point or its rival measured again (sampler.remeasure_every) ----------------
@@ -296,7 +305,7 @@ def test_near_tie_measures_the_best_point_when_it_is_the_less_known():
     2% (the run-to-run noise the fit measures): a lucky number is what a second measurement settles, so
     B is measured again, not A."""
     outcomes = _measured(POINT_A, (93.0, 97.0, 94.0, 96.0), 1) + _measured(POINT_B, (97.5,), 5)
-    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize").number == 5
+    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1).number == 5
     again = near_tie(_eligible(outcomes), direction="maximize")
     assert again is not None and again.number == 5
 
@@ -400,16 +409,16 @@ def test_the_pick_takes_each_runs_speed_out_of_the_decode_objective():
     outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 5)]
     eligible = _eligible(outcomes)
     assert max(outcomes, key=lambda o: o.metrics.decode_tok_s).params == POINT_B
-    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize").params == POINT_A
-    found = search_contrast(eligible, POINT_A, POINT_B, direction="maximize", metric="decode_tok_s")
+    assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1).params == POINT_A
+    found = search_contrast(eligible, POINT_A, POINT_B, direction="maximize", adjust="decode_tok_s")
     assert found is not None and found.diff == pytest.approx(np.log(0.98), abs=1e-6) and found.se < 0.006
     raw = search_contrast(eligible, POINT_A, POINT_B, direction="maximize")  # no metric named: as measured
     assert raw is not None and raw.diff > 0.05
-    cov = run_speed_of(eligible, direction="maximize", metric="decode_tok_s")
+    cov = run_speed_of(eligible, direction="maximize", adjust="decode_tok_s")
     assert cov is not None and cov.applied and cov.slope == pytest.approx(-1.0, abs=0.05)
-    noise = replicate_noise(eligible, metric="decode_tok_s")
+    noise = replicate_noise(eligible, adjust="decode_tok_s")
     assert noise is not None and noise[0] < 1e-3 and noise[1] == 6  # 8 runs of 2 points: the runs' spread is gone
-    assert near_tie(eligible, direction="maximize", metric="decode_tok_s") is None  # told apart
+    assert near_tie(eligible, direction="maximize", adjust="decode_tok_s") is None  # told apart
 
 
 def test_above_one_stream_the_pick_does_not_take_the_runs_speed_out():
@@ -428,7 +437,7 @@ def test_run_speed_leaves_other_objectives_and_untimed_runs_as_measured():
     outcomes = [_timed(i, POINT_A, 100.0, z) for i, z in enumerate(RUNS_A, 1)]
     outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 5)]
     ttft = [(o, o.metrics.ttft_ms_p50) for o in outcomes]
-    assert run_speed_of(ttft, direction="minimize", metric="ttft_ms_p50") is None  # TTFT is not its own covariate
+    assert run_speed_of(ttft, direction="minimize", adjust="ttft_ms_p50") is None  # TTFT is not its own covariate
     # A run without TTFT (SGLang's client recorded none, or a trial from before the TTFT was kept) stays as
     # measured; the timed runs are adjusted all the same (stats.covariate_adjusted: x None takes no part).
     untimed = outcomes + [trial(9, 99.0, POINT_A)]
@@ -438,6 +447,31 @@ def test_run_speed_leaves_other_objectives_and_untimed_runs_as_measured():
     assert adjusted[-1] == rows[-1]
     a_runs = [np.exp(y) for _, _, y in adjusted[:4]]  # A's runs at one speed: its runs' spread is gone
     assert max(a_runs) - min(a_runs) < 1e-9 and a_runs[0] == pytest.approx(100.0, rel=2e-4)
-    assert pick_champion(untimed, metric="decode_tok_s", direction="maximize").params == POINT_A
+    assert pick_champion(untimed, metric="decode_tok_s", direction="maximize", concurrency=1).params == POINT_A
     none_timed = [trial(i, v, p) for i, (v, p) in enumerate(((99.0, POINT_A), (98.0, POINT_A), (97.0, POINT_B)), 1)]
-    assert run_speed_of(_eligible(none_timed), direction="maximize", metric="decode_tok_s") is None
+    assert run_speed_of(_eligible(none_timed), direction="maximize", adjust="decode_tok_s") is None
+
+
+def test_the_search_and_the_pick_take_the_runs_speed_out_by_one_rule():
+    """search/sampler.adjusted (the refinement's ranking, from the study's RUN_TTFT_ATTR) and run_speed (the
+    pick's, from the trials' metrics) turn a TTFT into the covariate by one rule (records.prefill_x) and
+    adjust alike: the same runs, the same values, a run without a usable TTFT as measured in both."""
+    outcomes = [_timed(i, POINT_A, 100.0, z) for i, z in enumerate(RUNS_A, 1)]
+    outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 5)]
+    outcomes[2] = outcomes[2].model_copy(update={"metrics": outcomes[2].metrics.model_copy(
+        update={"ttft_ms_p50": 0.0})})  # a TTFT not usable (SGLang's client recorded 0)
+    outcomes.append(trial(9, 99.0, POINT_B))  # none at all
+    eligible = _eligible(outcomes)
+    rows = [(*split_point(o.params), float(np.log(v))) for o, v in eligible]
+    by_pick, cov = run_speed(eligible, rows, "decode_tok_s")
+    assert cov is not None and cov.applied
+    by_search = adjusted([(v, dict(o.params)) for o, v in eligible], [o.metrics.ttft_ms_p50 for o in outcomes])
+    assert [v for v, _ in by_search] == pytest.approx([float(np.exp(y)) for _, _, y in by_pick], rel=1e-12)
+    assert by_search[2][0] == eligible[2][1] and by_search[-1][0] == 99.0  # as measured, both
+    assert by_search[0][0] != eligible[0][1]
+
+
+def test_a_runs_ttft_as_the_covariate():
+    assert prefill_x(40.0) == pytest.approx(np.log(40.0)) and prefill_x(7) == pytest.approx(np.log(7))
+    for unusable in (None, 0.0, -3.0, float("nan"), float("inf"), "40", True):
+        assert prefill_x(unusable) is None
