@@ -8,6 +8,13 @@ promotes, rejects, stays undecided, and the mean rounds spent.
 
     .venv/bin/python bench/gate_power.py --runs 4000 --max-rounds 12 --json bench/results-gate-power.json
 
+With `--arms K`, K - 2 other arms are measured in the rounds up to min_rounds, as the confirmation measures
+the ablations and the runner-up, and the gate's bound takes the noise of all of them (sequential.evidence
+with contrib.pair_noise); `--pair-noise F` makes the pair F times noisier than the rest (the case the
+bound's "never below the pair's own spread" guards):
+
+    .venv/bin/python bench/gate_power.py --runs 4000 --arms 7 --noise 0.04 --json bench/results-gate-power-arms7-4pct.json
+
 With `--parts`, it measures the simpler-configuration rule instead (issue 21): a champion of true gain
 `--champion-gain` over the baseline, one part of which (speculation) adds a true +0%, +1%, +3% or +5% on
 top of the rest, the arm without it measured in the same rounds. Reported per part: how often the part
@@ -36,19 +43,40 @@ from orchestrator.results.sequential import RoundsPlan, Verdict, decide, round_o
 
 
 def one_confirmation(rng: np.random.Generator, true_gain: float, plan: RoundsPlan, *, noise: float,
-                     drift_per_h: float, measure_s: float, base: float = 90.0) -> tuple[Verdict, int]:
-    champion: list[float] = []
-    baseline: list[float] = []
+                     drift_per_h: float, measure_s: float, base: float = 90.0, arms: int = 2,
+                     pair_noise: float = 1.0) -> tuple[Verdict, int]:
+    """One confirmation: the pair each round until the gate decides; with `arms` > 2, the other arms
+    (levels drawn at 0.7-1.6x the baseline's) measured after the pair in the rounds up to min_rounds, as
+    sweep/_confirm.run_rounds measures the ablations and the runner-up, and the gate's bound on the noise
+    of all of them (contrib.pair_noise). The pair's noise is `pair_noise` x the others'."""
+    if arms <= 2:
+        champion: list[float] = []
+        baseline: list[float] = []
+        t = 0.0
+        for i in range(plan.max_rounds):
+            for who in round_order(i):
+                slow = 1.0 - drift_per_h * t / 3600.0
+                truth = base * (1.0 + true_gain) if who == "champion" else base
+                value = truth * slow * float(np.exp(noise * pair_noise * rng.standard_normal()))
+                (champion if who == "champion" else baseline).append(value)
+                t += measure_s
+            decision = decide(champion, baseline, plan)
+            if decision.verdict is not None:
+                return decision.verdict, i + 1
+        raise AssertionError("decide() must reach a verdict by max_rounds")
+    truth = {"champion": base * (1.0 + true_gain), "baseline": base,
+             **{f"arm{k}": base * float(rng.uniform(0.7, 1.6)) for k in range(arms - 2)}}
+    values: dict[str, dict[int, float]] = {name: {} for name in truth}
     t = 0.0
     for i in range(plan.max_rounds):
-        for who in round_order(i):
+        names = list(truth) if i < plan.min_rounds else ["champion", "baseline"]
+        for who in (names if i % 2 == 0 else list(reversed(names))):
             slow = 1.0 - drift_per_h * t / 3600.0
-            truth = base * (1.0 + true_gain) if who == "champion" else base
-            value = truth * slow * float(np.exp(noise * rng.standard_normal()))
-            (champion if who == "champion" else baseline).append(value)
+            sd = noise * (pair_noise if who in ("champion", "baseline") else 1.0)
+            values[who][i] = truth[who] * slow * float(np.exp(sd * rng.standard_normal()))
             t += measure_s
-        decision = decide(champion, baseline, plan)
-        if decision.verdict is not None:
+        decision = contrib.gate_of(values, "champion", plan, direction="maximize")
+        if decision is not None and decision.verdict is not None:
             return decision.verdict, i + 1
     raise AssertionError("decide() must reach a verdict by max_rounds")
 
@@ -138,6 +166,11 @@ def main() -> None:
     ap.add_argument("--parts", action="store_true", help="measure the simpler-configuration rule (issue 21)")
     ap.add_argument("--champion-gain", type=float, default=0.20, help="--parts: the champion's true gain")
     ap.add_argument("--margin", type=float, default=0.01, help="--parts: promotion.equivalence_margin")
+    ap.add_argument("--arms", type=int, default=2,
+                    help="arms measured in the rounds up to min_rounds (2: the pair alone); the gate's bound takes "
+                         "the noise of all of them")
+    ap.add_argument("--pair-noise", type=float, default=1.0,
+                    help="the pair's noise as a multiple of the other arms' (a pair noisier than the rest)")
     args = ap.parse_args()
     plan = RoundsPlan(args.min_rounds, args.max_rounds, args.min_gain)
     if args.parts:
@@ -145,15 +178,16 @@ def main() -> None:
         return
     rng = np.random.default_rng(args.seed)
     rows = []
-    print(f"{args.runs} confirmations per row; noise {args.noise:.1%}, drift {args.drift_per_h:.1%}/h, "
-          f"rounds {plan.min_rounds}..{plan.max_rounds}, required gain {plan.min_gain:+.1%}")
+    print(f"{args.runs} confirmations per row; noise {args.noise:.1%} (the pair's x{args.pair_noise:g}), drift "
+          f"{args.drift_per_h:.1%}/h, {args.arms} arms up to min_rounds, rounds {plan.min_rounds}..{plan.max_rounds}, "
+          f"required gain {plan.min_gain:+.1%}")
     print(f"{'true gain':>10} {'promoted':>9} {'not better':>11} {'undecided':>10} {'mean rounds':>12}")
-    for gain in (-0.05, 0.0, 0.01, 0.03, 0.05, 0.059, 0.10, 0.20):
+    for gain in (-0.05, 0.0, 0.01, 0.03, 0.05, 0.059, 0.10, 0.20, 0.60):
         counts = {v: 0 for v in Verdict}
         rounds = 0
         for _ in range(args.runs):
             verdict, n = one_confirmation(rng, gain, plan, noise=args.noise, drift_per_h=args.drift_per_h,
-                                          measure_s=args.measure_s)
+                                          measure_s=args.measure_s, arms=args.arms, pair_noise=args.pair_noise)
             counts[verdict] += 1
             rounds += n
         row = {"true_gain": gain, **{v.value: counts[v] / args.runs for v in Verdict},

@@ -375,13 +375,20 @@ def simpler_choice_before(values: Mapping[str, Mapping[int, float]], contribs: S
 def gate_of(values: Mapping[str, Mapping[int, float]], arm: str, plan: sequential.RoundsPlan, *,
             direction: Direction) -> sequential.Decision | None:
     """The gate's decision on `arm` against the baseline, from the rounds that measured both (None
-    with fewer than min_rounds of them)."""
+    with fewer than min_rounds of them), its bound on the noise of every arm in those rounds (pair_noise)."""
     if arm not in values or "baseline" not in values:
         return None
     a, b = paired(values[arm], values["baseline"])
     if len(a) < plan.min_rounds:
         return None
-    return sequential.decide(a, b, plan, direction=direction)
+    return sequential.decide(a, b, plan, direction=direction, noise=pair_noise(values, arm))
+
+
+def pair_noise(values: Mapping[str, Mapping[int, float]], arm: str = "champion",
+               against: str = "baseline") -> sequential.RoundNoise | None:
+    """The run-to-run noise of every arm measured in the rounds that measured both `arm` and `against`
+    (sequential.round_noise): what the gate's bound on that pair takes (sequential.evidence)."""
+    return sequential.round_noise(values, common_rounds(values.get(arm, {}), values.get(against, {})))
 
 
 def open_parts(checks: Sequence[PartCheck]) -> list[str]:

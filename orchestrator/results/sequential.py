@@ -15,6 +15,13 @@ equal share of the error budget (Bonferroni over the looks that can happen: `alp
 That is conservative, and `bench/gate_power.py` measures what it costs: the false promotions of a
 no-better configuration and the misses of a true +5% gain at 2% noise with drift.
 
+The bound's noise: the pair's own rounds say little of it (3 rounds: 2 degrees of freedom, and t(2) at
+99.5% is 9.9, so a +60% gain at 4% noise went undecided about one night in ten). The other arms the
+confirmation measures in the same rounds (the ablations, the runner-up, other loads) carry the same
+run-to-run noise, so the bound takes the noise of every arm in the pair's rounds (`round_noise`: arm and
+round effects taken out) with its degrees of freedom, but never less than the pair's own spread, so a
+pair noisier than the rest is not judged by the quieter arms' noise (`evidence`).
+
 Pure: numbers in, a decision out. The driver owns the measuring.
 """
 
@@ -81,6 +88,17 @@ class Evidence:
     high: float
     champion_median: float
     baseline_median: float
+    df: int = 0
+    """Degrees of freedom of the bound's t: rounds - 1 from the pair alone, more with other arms' noise."""
+    arms: int = 2
+    """How many arms' runs the bound's noise was measured on (2: the pair's own rounds)."""
+
+    @property
+    def noise_source(self) -> str:
+        """Where the bound's noise came from, in words."""
+        if self.arms <= 2:
+            return f"the pair's own noise, t on {self.df} df"
+        return f"noise of {self.arms} arms in these rounds, t on {self.df} df"
 
 
 @dataclass(frozen=True)
@@ -108,8 +126,14 @@ def log_ratios(champion: Sequence[float], baseline: Sequence[float], direction: 
 
 
 def evidence(champion: Sequence[float], baseline: Sequence[float], *, direction: Direction,
-             level: float) -> Evidence:
-    """The mean log ratio and its one-sided bounds at `level` (each side), as relative gains."""
+             level: float, noise: RoundNoise | None = None) -> Evidence:
+    """The mean log ratio and its one-sided bounds at `level` (each side), as relative gains.
+
+    Without `noise` the bound is the paired t on the pair's own rounds. With it (round_noise over every
+    arm measured in the pair's rounds, these two included) and more degrees of freedom than the pair's
+    own, one run's noise is the larger of the pooled sigma and the pair's own (its rounds' spread of log
+    ratios / sqrt 2), on the pooled degrees of freedom: the larger noise keeps a pair noisier than the
+    other arms from a bound too narrow (bench/gate_power.py --arms measures the error rates)."""
     from scipy import stats  # deferred: scipy costs ~0.3 s to import and only the confirmation needs it
 
     d = log_ratios(champion, baseline, direction)
@@ -117,23 +141,31 @@ def evidence(champion: Sequence[float], baseline: Sequence[float], *, direction:
     if n < 2:
         raise ValueError(f"an interval needs at least 2 rounds, but got {n}")
     mean = float(d.mean())
-    se = float(d.std(ddof=1)) / math.sqrt(n)
-    half = float(stats.t.ppf(level, n - 1)) * se
+    own = float(d.std(ddof=1)) / math.sqrt(2.0)
+    if noise is not None and noise.df > n - 1:
+        sigma, df, arms = max(noise.sigma, own), noise.df, noise.arms
+    else:
+        sigma, df, arms = own, n - 1, 2
+    se = sigma * math.sqrt(2.0 / n)
+    half = float(stats.t.ppf(level, df)) * se
     return Evidence(rounds=n, gain=math.exp(mean) - 1.0, low=math.exp(mean - half) - 1.0,
                     high=math.exp(mean + half) - 1.0, champion_median=float(np.median(champion)),
-                    baseline_median=float(np.median(baseline)))
+                    baseline_median=float(np.median(baseline)), df=df, arms=arms)
 
 
 def decide(champion: Sequence[float], baseline: Sequence[float], plan: RoundsPlan, *,
-           direction: Direction = "maximize") -> Decision:
-    """The verdict after the rounds measured so far, or `verdict=None` to measure another round."""
+           direction: Direction = "maximize", noise: RoundNoise | None = None) -> Decision:
+    """The verdict after the rounds measured so far, or `verdict=None` to measure another round;
+    `noise`: round_noise of the arms measured in the pair's rounds (evidence)."""
     n = len(champion)
     if n < plan.min_rounds:
         return Decision(None, None, f"{n} of at least {plan.min_rounds} rounds measured")
-    ev = evidence(champion, baseline, direction=direction, level=plan.level)
+    ev = evidence(champion, baseline, direction=direction, level=plan.level, noise=noise)
     need = plan.min_gain
     # The gate's bounds are wider than a plain 95% interval: each look spends only its share of the budget.
-    figure = f"{_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}] (gate bounds, {plan.level:.1%} each side) after {n} rounds"
+    pooled = f", {ev.noise_source}" if ev.arms > 2 else ""
+    figure = (f"{_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}] (gate bounds, {plan.level:.1%} each side{pooled}) "
+              f"after {n} rounds")
     if ev.low > need:
         return Decision(Verdict.promoted, ev, f"promoted: {figure}, above the required {_pct(need)}")
     if ev.high < need:
@@ -165,34 +197,68 @@ class RoundNoise:
     sigma: float
     """Standard deviation of one run's log value (0.04 = about 4% run to run)."""
     df: int
-    """Degrees of freedom behind it: (arms - 1) x (rounds - 1)."""
+    """Degrees of freedom behind it: runs - arms - rounds + 1 ((arms - 1) x (rounds - 1) when every arm
+    was measured in every round)."""
+    arms: int = 2
+    """How many arms were measured in these rounds."""
+    rounds: int = 0
+    """How many rounds (0: not said)."""
 
 
 def round_noise(values: Mapping[str, Mapping[int, float]], rounds: Sequence[int]) -> RoundNoise | None:
-    """The pooled run-to-run noise of the arms measured in each of `rounds` (arm name -> round -> value;
-    a two-way table arm x round on log values, additive fit, residual mean square); None with fewer
-    than 2 such arms or 2 rounds."""
-    arms = [k for k, v in values.items() if all(v.get(r, 0.0) > 0 for r in rounds)]
-    if len(rounds) < 2 or len(arms) < 2:
+    """The pooled run-to-run noise of the arms measured in `rounds` (arm name -> round -> value): an
+    additive fit of arm and round on the log values of every run in those rounds (least squares, so an
+    arm measured in some of the rounds only - the ablations stop at min_rounds while the gate's pair goes
+    on - still counts), its residual mean square; None with fewer than 2 arms measured twice, 2 rounds,
+    or no degree of freedom left."""
+    wanted = set(rounds)
+    cells = {a: {r: v for r, v in row.items() if r in wanted and v > 0} for a, row in values.items()}
+    cells = {a: row for a, row in cells.items() if len(row) >= 2}
+    used = sorted({r for row in cells.values() for r in row})
+    if len(cells) < 2 or len(used) < 2:
         return None
-    table = np.log(np.array([[values[a][r] for r in rounds] for a in arms], dtype=float))
-    resid = table - table.mean(axis=1, keepdims=True) - table.mean(axis=0, keepdims=True) + table.mean()
-    df = (len(arms) - 1) * (len(rounds) - 1)
-    return RoundNoise(sigma=math.sqrt(float((resid ** 2).sum()) / df), df=df)
+    arm_at = {a: i for i, a in enumerate(cells)}
+    round_at = {r: i for i, r in enumerate(used)}
+    runs = [(arm_at[a], round_at[r], math.log(v)) for a, row in cells.items() for r, v in row.items()]
+    x = np.zeros((len(runs), len(arm_at) + len(used) - 1))
+    for k, (a, r, _) in enumerate(runs):
+        x[k, a] = 1.0
+        if r:
+            x[k, len(arm_at) + r - 1] = 1.0
+    y = np.array([v for _, _, v in runs])
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    df = len(runs) - int(np.linalg.matrix_rank(x))
+    if df < 1:
+        return None
+    resid = y - x @ coef
+    return RoundNoise(sigma=math.sqrt(float(resid @ resid) / df), df=df, arms=len(arm_at), rounds=len(used))
+
+
+def gate_df(noise: RoundNoise, n: int, plan: RoundsPlan) -> int:
+    """The degrees of freedom the gate's bound will have at round `n` (evidence): the pair's own n - 1,
+    or, with other arms in the rounds, what they add per round up to min_rounds (they stop there) and
+    one a round after."""
+    if noise.arms <= 2 or noise.rounds < 2:
+        return n - 1
+    per_round = noise.df / (noise.rounds - 1)
+    pooled = per_round * (min(n, plan.min_rounds) - 1) + max(n - plan.min_rounds, 0)
+    return max(n - 1, int(pooled))
 
 
 def rounds_needed(gain: float, noise: RoundNoise, plan: RoundsPlan, *, power: float = POWER) -> int:
     """The fewest rounds (min_rounds to max_rounds) at which the gate reaches a verdict with chance
     `power`, were the pair's true gain `gain` (relative, as Evidence.gain) and one run's noise `noise`:
-    the one-sided t test each look makes, its power from the noncentral t (the sample spread of a
-    few rounds is itself uncertain, which is why 3 rounds at 4% noise miss a +60% gain about one time
-    in ten: t(2) at 99.5% is 9.9). max_rounds when none reaches it."""
+    the one-sided t test each look makes, its power from the noncentral t on the degrees of freedom the
+    bound will have (gate_df: the sample spread of a few rounds is itself uncertain, which is why 3
+    rounds of the pair alone at 4% noise miss a +60% gain about one time in ten: t(2) at 99.5% is 9.9).
+    max_rounds when none reaches it."""
     from scipy import stats  # deferred, as in evidence()
 
     margin = abs(math.log1p(gain) - math.log1p(plan.min_gain))
     sigma_d = max(noise.sigma, 1e-9) * math.sqrt(2.0)  # one round's log ratio: two runs
     for n in range(plan.min_rounds, plan.max_rounds + 1):
-        crit = float(stats.t.ppf(plan.level, n - 1))
-        if float(stats.nct.sf(crit, n - 1, margin * math.sqrt(n) / sigma_d)) >= power:
+        df = gate_df(noise, n, plan)
+        crit = float(stats.t.ppf(plan.level, df))
+        if float(stats.nct.sf(crit, df, margin * math.sqrt(n) / sigma_d)) >= power:
             return n
     return plan.max_rounds

@@ -247,10 +247,10 @@ def _gate_hold(ctx: Context, values: Mapping[str, Mapping[int, float]], arms: Se
     if i < 2 or i >= plan.min_rounds:
         return 0.0
     champ, base = _main(values)
-    noise = sequential.round_noise(values, contrib.common_rounds(values.get("champion", {}), values.get("baseline", {})))
+    noise = contrib.pair_noise(values)
     if noise is None or len(champ) < 2:
         return 0.0
-    gain = sequential.evidence(champ, base, direction=ctx.spec.objective.direction, level=plan.level).gain
+    gain = sequential.evidence(champ, base, direction=ctx.spec.objective.direction, level=plan.level, noise=noise).gain
     extra = sequential.rounds_needed(gain, noise, plan) - plan.min_rounds
     if extra <= 0:
         return 0.0
@@ -272,7 +272,8 @@ def _decided(ctx: Context, values: Mapping[str, Mapping[int, float]],
     champ, base = _main(values)
     if len(champ) < plan.min_rounds:
         return None
-    decision = sequential.decide(champ, base, plan, direction=ctx.spec.objective.direction)
+    decision = sequential.decide(champ, base, plan, direction=ctx.spec.objective.direction,
+                                 noise=contrib.pair_noise(values))
     return decision if decision.verdict is not None else None
 
 
@@ -329,7 +330,8 @@ def _undecided(ctx: Context, values: Mapping[str, Mapping[int, float]], plan: se
     champ, base = _main(values)
     if len(champ) < 2:
         return None
-    ev = sequential.evidence(champ, base, direction=ctx.spec.objective.direction, level=plan.level)
+    ev = sequential.evidence(champ, base, direction=ctx.spec.objective.direction, level=plan.level,
+                             noise=contrib.pair_noise(values))
     why = stopped or f"{rounds - len(champ)} of {rounds} rounds failed"
     return sequential.Decision(
         sequential.Verdict.undecided, ev,

@@ -58,18 +58,19 @@ def test_a_round_short_of_time_keeps_the_runner_up_before_the_ablations():
     assert shipped.champion_true >= 0.98 * 78.45 and shipped.wall_s <= 8 * 3600 + 3600
 
 
-def test_a_noisy_night_keeps_time_for_the_rounds_its_gate_will_need():
-    """pcie x8 at 4% noise, seed 22 (a report seed of docs/benchmarks.md, looked at in this change): the
-    search measured the optimum (trial 10) and picked it; three full confirmation rounds measured it at
-    +67% over the baseline, but three log ratios spread 0.43-0.63 leave t(2)'s 99.5% bounds at
-    [-9%, +207%], and the rounds of every other arm had used the time for a fourth: undecided, nothing
-    deployed (0.594 of the optimum). Now the third round sees 5% run-to-run noise across all the arms of
-    rounds 1-2 (results.sequential.round_noise), plans 4 rounds for the gate (rounds_needed: 99% chance
-    of a verdict) and leaves out two ablations to keep that time (sweep/_confirm._gate_hold)."""
+def test_a_noisy_nights_gate_decides_on_the_noise_of_every_arm_in_its_rounds():
+    """pcie x8 at 4% noise, seed 22 (a report seed of docs/benchmarks.md): the search measured the optimum
+    (trial 10) and picked it; three confirmation rounds measured it at +67% over the baseline, but three
+    log ratios spread 0.43-0.63 left t(2)'s 99.5% bounds at [-9%, +207%]: undecided, nothing deployed
+    (0.594 of the optimum). Then the third round planned a fourth for the gate from the noise of all the
+    arms of rounds 1-2 (sweep/_confirm._gate_hold; promoted after 4 rounds). Now the gate's bound itself
+    takes that noise (results.sequential.evidence with contrib.pair_noise: 6 arms in rounds 1-3, t on 10
+    degrees of freedom instead of 2) and promotes at the first look."""
     night = overnight.night(overnight.World("pcie-rtxpro6000-x8", noise=0.04, remeasure_every=BEFORE), "two-stage",
                             22, "plain", optimum=100.70)
     assert night.verdict == "promoted", night.verdict_text
-    assert "after 4 rounds" in night.verdict_text
+    assert "(gate bounds, 99.5% each side, noise of 6 arms in these rounds, t on 10 df) after 3 rounds" in \
+        night.verdict_text, night.verdict_text
     assert night.champion_true >= 0.98 * 100.70
     assert night.wall_s <= 8 * 3600 + 3600
 
