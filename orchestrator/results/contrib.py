@@ -222,11 +222,13 @@ def paired(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[list[float],
     return [a[i] for i in rounds], [b[i] for i in rounds]
 
 
-def compare(a: Sequence[float], b: Sequence[float], *, direction: Direction, level: float = LEVEL) -> Interval | None:
-    """A's gain over B with its two-sided interval; None with fewer than 2 paired rounds."""
+def compare(a: Sequence[float], b: Sequence[float], *, direction: Direction, level: float = LEVEL,
+            noise: sequential.RoundNoise | None = None) -> Interval | None:
+    """A's gain over B with its two-sided interval (on `noise`, the noise of every arm in their rounds,
+    where given: sequential.evidence); None with fewer than 2 paired rounds."""
     if len(a) < 2 or len(a) != len(b):
         return None
-    ev = sequential.evidence(a, b, direction=direction, level=1.0 - (1.0 - level) / 2.0)
+    ev = sequential.evidence(a, b, direction=direction, level=1.0 - (1.0 - level) / 2.0, noise=noise)
     return Interval(gain=ev.gain, low=ev.low, high=ev.high, rounds=ev.rounds, a_median=ev.champion_median,
                     b_median=ev.baseline_median)
 
@@ -253,7 +255,8 @@ def unconfirmed(champion: float, baseline: float, metric: str, direction: Direct
 def contributions(values: Mapping[str, Mapping[int, float]], *, speculation: str, sole_part: str,
                   direction: Direction) -> list[Contribution]:
     """Each part's contribution from the arms measured (champion, baseline, no_speculation,
-    default_communication, runner_up); parts whose arms were not measured are left out. `sole_part`
+    default_communication, runner_up), its interval on the noise of every arm in the pair's rounds
+    (pair_noise), as the gate's; parts whose arms were not measured are left out. `sole_part`
     names the champion's whole gain when it sets only one part."""
     spec_name = speculation or "speculation"
     parts = [("NCCL settings", "no_speculation", "baseline"),
@@ -271,7 +274,7 @@ def contributions(values: Mapping[str, Mapping[int, float]], *, speculation: str
     for part, a, b in parts:
         if a not in values or b not in values:
             continue
-        interval = compare(*paired(values[a], values[b]), direction=direction)
+        interval = compare(*paired(values[a], values[b]), direction=direction, noise=pair_noise(values, a, b))
         if interval is not None:
             out.append(Contribution(part=part, a=a, b=b, interval=interval))
     return out
@@ -333,7 +336,7 @@ def part_checks(values: Mapping[str, Mapping[int, float]], *, speculation: str, 
         a, b = paired(values["champion"], values[arm])
         if len(a) < 2:
             continue
-        ev = sequential.evidence(a, b, direction=direction, level=level)
+        ev = sequential.evidence(a, b, direction=direction, level=level, noise=pair_noise(values, "champion", arm))
         out.append(PartCheck(part=part, arm=arm, gain=ev.gain, low=ev.low, high=ev.high, rounds=ev.rounds,
                              margin=margin))
     return out
@@ -386,9 +389,12 @@ def gate_of(values: Mapping[str, Mapping[int, float]], arm: str, plan: sequentia
 
 def pair_noise(values: Mapping[str, Mapping[int, float]], arm: str = "champion",
                against: str = "baseline") -> sequential.RoundNoise | None:
-    """The run-to-run noise of every arm measured in the rounds that measured both `arm` and `against`
-    (sequential.round_noise): what the gate's bound on that pair takes (sequential.evidence)."""
-    return sequential.round_noise(values, common_rounds(values.get(arm, {}), values.get(against, {})))
+    """The run-to-run noise of every arm measured at the pair's load in the rounds that measured both `arm`
+    and `against` (sequential.round_noise; arms at another load, `name@level`, left out: their noise need
+    not be the pair's): what the gate's bound on that pair takes (sequential.evidence)."""
+    load = arm.partition("@")[2]
+    same = {k: v for k, v in values.items() if k.partition("@")[2] == load}
+    return sequential.round_noise(same, common_rounds(values.get(arm, {}), values.get(against, {})))
 
 
 def open_parts(checks: Sequence[PartCheck]) -> list[str]:

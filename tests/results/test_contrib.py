@@ -16,9 +16,11 @@ def rounds(true: float, n: int = 4, noise: float = 0.01, seed: int = 0) -> dict[
     return {i: true * float(np.exp(noise * rng.standard_normal())) for i in range(n)}
 
 
-def arms(champion: float, no_speculation: float, default_communication: float) -> dict[str, dict[int, float]]:
-    return {"baseline": rounds(60.0, seed=1), "champion": rounds(champion, seed=2),
-            "no_speculation": rounds(no_speculation, seed=3), "default_communication": rounds(default_communication, seed=4)}
+def arms(champion: float, no_speculation: float, default_communication: float,
+         noise: float = 0.01) -> dict[str, dict[int, float]]:
+    return {"baseline": rounds(60.0, noise=noise, seed=1), "champion": rounds(champion, noise=noise, seed=2),
+            "no_speculation": rounds(no_speculation, noise=noise, seed=3),
+            "default_communication": rounds(default_communication, noise=noise, seed=4)}
 
 
 def test_each_part_is_named_with_its_interval():
@@ -38,8 +40,9 @@ def checks(values: dict[str, dict[int, float]], plan: RoundsPlan, margin: float 
 
 def test_a_part_shown_to_add_less_than_the_margin_gives_the_simpler_configuration():
     plan = RoundsPlan(3, 12, 0.01)
-    values = arms(93.0, 93.0, 72.0)  # speculation on top: nothing; 1% noise over 4 rounds
-    values["no_speculation"] = {i: v * 0.998 for i, v in values["champion"].items()}  # -0.2%, noise-free
+    # Speculation on top: -0.2%, every arm at 0.2% noise over 4 rounds. (A noise-free ratio beside arms at
+    # 1% noise is no longer shown negligible: the bound takes the noise of every arm in those rounds.)
+    values = arms(93.0, 93.0 * 0.998, 72.0, noise=0.002)
     found = checks(values, plan)
     on_top = next(c for c in found if c.arm == "no_speculation")
     assert on_top.verdict is contrib.PartVerdict.negligible and "shown to add less than +1.0%" in on_top.text()
@@ -183,3 +186,19 @@ def test_the_runner_up_is_ranked_in_the_fit_over_every_searched_trial():
     far = [o for o in outcomes if contrib.distance(o.params, champion.params) >= contrib.RUNNER_UP_DISTANCE]
     alone = select.pick_champion(far, metric="decode_tok_s", direction="maximize", concurrency=1)
     assert alone is not None and alone.number == 7  # the rule before
+
+
+def test_the_parts_and_the_gate_take_the_noise_of_the_arms_at_their_load():
+    """contrib.pair_noise: every arm measured at the pair's load in the pair's rounds (here 4 arms x 4
+    rounds: 9 degrees of freedom), not the arms at another load (`name@8`), whose noise need not be the
+    pair's; the contributions' intervals and the part checks rest on it, as the gate's bound does."""
+    values = arms(93.0, 91.5, 72.0)
+    values["champion@8"] = rounds(400.0, noise=0.2, seed=5)  # far noisier: left out
+    noise = contrib.pair_noise(values)
+    assert noise is not None and (noise.arms, noise.df) == (4, 9) and noise.sigma < 0.02
+    parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
+    nccl = next(p.interval for p in parts if p.part == "NCCL settings")
+    alone = contrib.compare(*contrib.paired(values["no_speculation"], values["baseline"]), direction="maximize")
+    assert alone is not None and nccl.high - nccl.low < alone.high - alone.low  # 9 degrees of freedom, not 3
+    at8 = contrib.pair_noise({**values, "baseline@8": rounds(300.0, noise=0.2, seed=6)}, "champion@8", "baseline@8")
+    assert at8 is not None and at8.arms == 2 and at8.sigma > 0.05
