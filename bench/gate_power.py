@@ -106,9 +106,8 @@ def one_part_check(rng: np.random.Generator, champion_gain: float, part: float, 
             t += measure_s
         rounds = i + 1
         if decision is None:
-            champ, base_v = contrib.paired(values["champion"], values["baseline"])
-            d = decide(champ, base_v, plan)
-            if d.verdict is not None:
+            d = contrib.gate_of(values, "champion", plan, direction="maximize")  # as sweep/_confirm._decided
+            if d is not None and d.verdict is not None:
                 decision = d
                 parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
                 before = d.verdict is Verdict.promoted and contrib.simpler_choice_before(

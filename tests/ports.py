@@ -23,6 +23,8 @@ def _ephemeral_low() -> int:
 
 LOW, HIGH = 20000, min(32767, _ephemeral_low() - 1)
 """The band the workers share out: above Ray's default worker ports, below this kernel's ephemeral range."""
+if HIGH - LOW < 2000:  # a kernel whose ephemeral range starts low: the band under Ray's worker ports instead
+    LOW, HIGH = 2000, 9999
 
 _given: set[int] = set()
 """Every port handed out, whatever the host: some servers (Ray's agents) bind 0.0.0.0 besides the address asked."""

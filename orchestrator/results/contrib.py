@@ -409,7 +409,8 @@ def contender_open(values: Mapping[str, Mapping[int, float]], contender: str, *,
     shown equivalent either (the interval reaches past +-margin); more rounds could settle which to deploy."""
     if contender not in values or "champion" not in values:
         return False
-    interval = compare(*paired(values[contender], values["champion"]), direction=direction)
+    interval = compare(*paired(values[contender], values["champion"]), direction=direction,
+                       noise=pair_noise(values, contender, "champion"))
     if interval is None:
         return False
     tie = interval.low <= 0.0 <= interval.high
@@ -427,7 +428,8 @@ def contender_wins(values: Mapping[str, Mapping[int, float]], contender: str, *,
     when the contender is better). A few rounds at several percent of noise alone flip a near-tie often
     (3 rounds at 4%: a 3.7% gap read the wrong way about one time in eight); the search measured the two
     points' parts several times more. Without `search` the rounds alone decide."""
-    interval = compare(*paired(values.get(contender, {}), values.get("champion", {})), direction=direction)
+    interval = compare(*paired(values.get(contender, {}), values.get("champion", {})), direction=direction,
+                       noise=pair_noise(values, contender, "champion"))
     if interval is None:
         return None
     both = settled(values, contender, direction=direction, search=search)
@@ -437,20 +439,15 @@ def contender_wins(values: Mapping[str, Mapping[int, float]], contender: str, *,
 def settled(values: Mapping[str, Mapping[int, float]], contender: str, *, direction: Direction,
             search: Contrast | None) -> Contrast | None:
     """The contender's log gain over the champion from the paired rounds and, when given, the search's
-    contrast, weighted by inverse variance. The rounds' standard error takes the noise of every arm
-    measured in those rounds (sequential.round_noise) when that has at least 3 degrees of freedom, else
-    the pair's own spread. None with fewer than 2 paired rounds."""
-    rounds = common_rounds(values.get(contender, {}), values.get("champion", {}))
-    if len(rounds) < 2:
+    contrast, weighted by inverse variance. The rounds' standard error rests on the noise the gate's
+    bound takes (sequential.BoundNoise over pair_noise: every arm at the pair's load in those rounds,
+    never below the pair's own spread). None with fewer than 2 paired rounds."""
+    a, b = paired(values.get(contender, {}), values.get("champion", {}))
+    if len(a) < 2:
         return None
-    a, b = paired(values[contender], values["champion"])
     d = sequential.log_ratios(a, b, direction)
-    noise = sequential.round_noise(values, rounds)
-    if noise is not None and noise.df >= 3:
-        se = noise.sigma * math.sqrt(2.0 / d.size)
-    else:
-        se = float(d.std(ddof=1)) / math.sqrt(d.size)
-    own = Contrast(float(d.mean()), max(se, 1e-9))
+    bound = sequential.BoundNoise.of(d, pair_noise(values, contender, "champion"))
+    own = Contrast(float(d.mean()), max(bound.sigma * math.sqrt(2.0 / d.size), 1e-9))
     if search is None or not search.se > 0:
         return own
     w_own, w_search = 1.0 / own.se ** 2, 1.0 / search.se ** 2
@@ -571,5 +568,5 @@ def steps_gain(values: Mapping[str, Mapping[int, float]], level: int, main_level
     if other not in values or champion not in values:
         return None
     a, b = (other, champion) if counterpart == ADAPTIVE else (champion, other)
-    interval = compare(*paired(values[a], values[b]), direction=direction)
+    interval = compare(*paired(values[a], values[b]), direction=direction, noise=pair_noise(values, a, b))
     return None if interval is None else StepsGain(fixed=fixed, interval=interval)

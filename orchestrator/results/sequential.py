@@ -92,13 +92,37 @@ class Evidence:
     """Degrees of freedom of the bound's t: rounds - 1 from the pair alone, more with other arms' noise."""
     arms: int = 2
     """How many arms' runs the bound's noise was measured on (2: the pair's own rounds)."""
+    own_larger: bool = False
+    """The pair's own spread was larger than the pooled noise, and the bound took it (BoundNoise)."""
 
     @property
     def noise_source(self) -> str:
         """Where the bound's noise came from, in words."""
         if self.arms <= 2:
             return f"the pair's own noise, t on {self.df} df"
+        if self.own_larger:
+            return f"the pair's own spread, above the noise of {self.arms} arms in these rounds, t on {self.df} df"
         return f"noise of {self.arms} arms in these rounds, t on {self.df} df"
+
+
+@dataclass(frozen=True)
+class BoundNoise:
+    """One run's noise (log scale) a bound on a pair's mean log ratio rests on, and its degrees of freedom."""
+
+    sigma: float
+    df: int
+    arms: int
+    own_larger: bool
+
+    @classmethod
+    def of(cls, d: np.ndarray, noise: RoundNoise | None) -> BoundNoise:
+        """From the pair's log ratios `d` (one per round, at least 2) and, where given, round_noise over every
+        arm in those rounds: the pooled noise on its degrees of freedom when they are more than the pair's
+        own, never below the pair's own spread (its log ratios' spread / sqrt 2); the pair's own otherwise."""
+        own = float(d.std(ddof=1)) / math.sqrt(2.0)
+        if noise is None or noise.df <= d.size - 1:
+            return cls(own, d.size - 1, 2, False)
+        return cls(max(noise.sigma, own), noise.df, noise.arms, own > noise.sigma)
 
 
 @dataclass(frozen=True)
@@ -141,16 +165,12 @@ def evidence(champion: Sequence[float], baseline: Sequence[float], *, direction:
     if n < 2:
         raise ValueError(f"an interval needs at least 2 rounds, but got {n}")
     mean = float(d.mean())
-    own = float(d.std(ddof=1)) / math.sqrt(2.0)
-    if noise is not None and noise.df > n - 1:
-        sigma, df, arms = max(noise.sigma, own), noise.df, noise.arms
-    else:
-        sigma, df, arms = own, n - 1, 2
-    se = sigma * math.sqrt(2.0 / n)
-    half = float(stats.t.ppf(level, df)) * se
+    bound = BoundNoise.of(d, noise)
+    half = float(stats.t.ppf(level, bound.df)) * bound.sigma * math.sqrt(2.0 / n)
     return Evidence(rounds=n, gain=math.exp(mean) - 1.0, low=math.exp(mean - half) - 1.0,
                     high=math.exp(mean + half) - 1.0, champion_median=float(np.median(champion)),
-                    baseline_median=float(np.median(baseline)), df=df, arms=arms)
+                    baseline_median=float(np.median(baseline)), df=bound.df, arms=bound.arms,
+                    own_larger=bound.own_larger)
 
 
 def decide(champion: Sequence[float], baseline: Sequence[float], plan: RoundsPlan, *,
@@ -234,15 +254,14 @@ def round_noise(values: Mapping[str, Mapping[int, float]], rounds: Sequence[int]
     return RoundNoise(sigma=math.sqrt(float(resid @ resid) / df), df=df, arms=len(arm_at), rounds=len(used))
 
 
-def gate_df(noise: RoundNoise, n: int, plan: RoundsPlan) -> int:
-    """The degrees of freedom the gate's bound will have at round `n` (evidence): the pair's own n - 1,
-    or, with other arms in the rounds, what they add per round up to min_rounds (they stop there) and
-    one a round after."""
+def gate_df(noise: RoundNoise, n: int) -> int:
+    """The degrees of freedom the gate's bound can count on at round `n` (evidence): the pair's own
+    n - 1, or, with other arms in the rounds so far, theirs and one for each later round of the pair.
+    The other arms' later rounds are not counted: the time this plan holds for the gate is what they
+    give way to (sweep/_confirm._gate_hold)."""
     if noise.arms <= 2 or noise.rounds < 2:
         return n - 1
-    per_round = noise.df / (noise.rounds - 1)
-    pooled = per_round * (min(n, plan.min_rounds) - 1) + max(n - plan.min_rounds, 0)
-    return max(n - 1, int(pooled))
+    return max(n - 1, noise.df + max(n - noise.rounds, 0))
 
 
 def rounds_needed(gain: float, noise: RoundNoise, plan: RoundsPlan, *, power: float = POWER) -> int:
@@ -257,7 +276,7 @@ def rounds_needed(gain: float, noise: RoundNoise, plan: RoundsPlan, *, power: fl
     margin = abs(math.log1p(gain) - math.log1p(plan.min_gain))
     sigma_d = max(noise.sigma, 1e-9) * math.sqrt(2.0)  # one round's log ratio: two runs
     for n in range(plan.min_rounds, plan.max_rounds + 1):
-        df = gate_df(noise, n, plan)
+        df = gate_df(noise, n)
         crit = float(stats.t.ppf(plan.level, df))
         if float(stats.nct.sf(crit, df, margin * math.sqrt(n) / sigma_d)) >= power:
             return n

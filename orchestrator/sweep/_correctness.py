@@ -86,13 +86,10 @@ def _alternatives(ctx: Context, champion: Champion, measuring: Arms, values: Map
         out.append(Choice("champion", measuring.params_of("champion"), passed.figures, passed.verdict,
                           Outcome.promoted, number=number, decision=passed.decision))
     for arm, derivation in (*_DERIVATION.items(), ("runner_up", "")):
-        if arm == chosen.name or arm not in values or "baseline" not in values:
+        if arm == chosen.name:
             continue
-        a, b = contrib.paired(values[arm], values["baseline"])
-        if len(a) < plan.min_rounds:
-            continue
-        decision = sequential.decide(a, b, plan, direction=spec.objective.direction)
-        if decision.verdict is sequential.Verdict.promoted and decision.evidence is not None:
+        decision = contrib.gate_of(values, arm, plan, direction=spec.objective.direction)
+        if decision is not None and decision.verdict is sequential.Verdict.promoted and decision.evidence is not None:
             figures = contrib.confirmed(decision.evidence, spec.objective.metric, concurrency=spec.benchmark.concurrency)
             of = number if derivation else next(x.number for x in measuring.arms if x.name == arm)
             label = f"trial {of} {derivation}" if derivation else f"trial {of} (the runner-up)"

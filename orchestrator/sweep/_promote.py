@@ -485,7 +485,8 @@ def _level(ctx: Context, measured: _confirm.Measured, a_name: str, b_name: str) 
     if a_name not in measured.values or b_name not in measured.values:
         return None
     return contrib.compare(*contrib.paired(measured.values[a_name], measured.values[b_name]),
-                           direction=ctx.spec.objective.direction)
+                           direction=ctx.spec.objective.direction,
+                           noise=contrib.pair_noise(measured.values, a_name, b_name))
 
 
 def register(ctx: Context, champion: Champion, choice: Choice,

@@ -11,6 +11,7 @@ from orchestrator.results.sequential import (
     Verdict,
     decide,
     evidence,
+    gate_df,
     round_noise,
     round_order,
     rounds_needed,
@@ -228,9 +229,21 @@ def test_the_pooled_bound_never_goes_below_the_pairs_own_noise() -> None:
     assert pooled.low == pytest.approx(np.exp(d.mean() - half) - 1.0, rel=1e-9)
     assert own.low < pooled.low  # 12 degrees of freedom instead of 2, never a smaller noise
     assert (own.df, own.arms, pooled.df, pooled.arms) == (2, 2, 12, 7)
+    assert pooled.own_larger and not own.own_larger
+    decision = decide(champ, base, PLAN, noise=noise)
+    assert "(gate bounds, 99.5% each side, the pair's own spread, above the noise of 7 arms in these rounds, t on 12 df)" \
+        in decision.message
 
 
-@pytest.mark.parametrize(("pair_factor", "budget"), [(1.0, 0.05), (2.0, 0.095)])
+def test_the_plan_counts_only_the_degrees_of_freedom_the_rounds_so_far_gave():
+    """sequential.gate_df: after 2 rounds of 7 arms (6 degrees of freedom) the gate can count on those and one
+    a round of the pair after; the other arms' later rounds may give way to the time the plan holds."""
+    noise = RoundNoise(0.05, 6, arms=7, rounds=2)
+    assert [gate_df(noise, n) for n in (3, 4, 12)] == [7, 8, 16]
+    assert [gate_df(RoundNoise(0.05, 6), n) for n in (3, 4)] == [2, 3]  # the pair alone
+
+
+@pytest.mark.parametrize(("pair_factor", "budget"), [(1.0, 0.05), (2.0, 0.085)])
 def test_the_pooled_gate_keeps_its_error_budget(pair_factor: float, budget: float) -> None:
     """A champion exactly at the required gain, one look (its level is the whole 5% budget): promoted at
     most 5% of the time when the arms share their noise. Pooling assumes they do, as Dunnett's comparisons
