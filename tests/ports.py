@@ -10,8 +10,9 @@ both wrote the same sim-PORT.log). Here each xdist worker owns its own band belo
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
+
+from orchestrator.trial.server import port_is_free
 
 
 def _ephemeral_low() -> int:
@@ -41,22 +42,13 @@ def worker_band(worker: str | None = None, workers: int | None = None) -> range:
     return range(start, start + size)
 
 
-def _free_now(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     """A port on `host` nothing holds now and this process has not handed out before, on any host."""
     band = worker_band()
     start = _next[-1] if _next else band.start + os.getpid() % len(band)
     for step in range(len(band)):
         port = band.start + (start - band.start + step) % len(band)
-        if port not in _given and _free_now(host, port):
+        if port not in _given and port_is_free(host, port):
             _given.add(port)
             _next[:] = [port + 1]
             return port
