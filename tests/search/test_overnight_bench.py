@@ -65,12 +65,13 @@ def test_a_noisy_nights_gate_decides_on_the_noise_of_every_arm_in_its_rounds():
     (0.594 of the optimum). Then the third round planned a fourth for the gate from the noise of all the
     arms of rounds 1-2 (sweep/_confirm._gate_hold; promoted after 4 rounds). Now the gate's bound itself
     takes that noise (results.sequential.evidence with contrib.pair_noise: 6 arms in rounds 1-3, t on 10
-    degrees of freedom instead of 2) and promotes at the first look."""
+    degrees of freedom instead of 2) and promotes at the first look. Here the pair's own spread is the
+    larger of the two, and the bound takes it (sequential.BoundNoise's floor), on the 10 degrees of freedom."""
     night = overnight.night(overnight.World("pcie-rtxpro6000-x8", noise=0.04, remeasure_every=BEFORE), "two-stage",
                             22, "plain", optimum=100.70)
     assert night.verdict == "promoted", night.verdict_text
-    assert "(gate bounds, 99.5% each side, noise of 6 arms in these rounds, t on 10 df) after 3 rounds" in \
-        night.verdict_text, night.verdict_text
+    assert ("(gate bounds, 99.5% each side, the pair's own spread, above the noise of 6 arms in these rounds, "
+            "t on 10 df) after 3 rounds") in night.verdict_text, night.verdict_text
     assert night.champion_true >= 0.98 * 100.70
     assert night.wall_s <= 8 * 3600 + 3600
 
