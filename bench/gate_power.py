@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.results import contrib  # noqa: E402
-from orchestrator.results.sequential import RoundsPlan, Verdict, decide, round_order  # noqa: E402
+from orchestrator.results.sequential import RoundsPlan, Verdict  # noqa: E402
 
 
 def one_confirmation(rng: np.random.Generator, true_gain: float, plan: RoundsPlan, *, noise: float,
@@ -49,21 +49,6 @@ def one_confirmation(rng: np.random.Generator, true_gain: float, plan: RoundsPla
     (levels drawn at 0.7-1.6x the baseline's) measured after the pair in the rounds up to min_rounds, as
     sweep/_confirm.run_rounds measures the ablations and the runner-up, and the gate's bound on the noise
     of all of them (contrib.pair_noise). The pair's noise is `pair_noise` x the others'."""
-    if arms <= 2:
-        champion: list[float] = []
-        baseline: list[float] = []
-        t = 0.0
-        for i in range(plan.max_rounds):
-            for who in round_order(i):
-                slow = 1.0 - drift_per_h * t / 3600.0
-                truth = base * (1.0 + true_gain) if who == "champion" else base
-                value = truth * slow * float(np.exp(noise * pair_noise * rng.standard_normal()))
-                (champion if who == "champion" else baseline).append(value)
-                t += measure_s
-            decision = decide(champion, baseline, plan)
-            if decision.verdict is not None:
-                return decision.verdict, i + 1
-        raise AssertionError("decide() must reach a verdict by max_rounds")
     truth = {"champion": base * (1.0 + true_gain), "baseline": base,
              **{f"arm{k}": base * float(rng.uniform(0.7, 1.6)) for k in range(arms - 2)}}
     values: dict[str, dict[int, float]] = {name: {} for name in truth}

@@ -77,35 +77,6 @@ class RoundsPlan:
 
 
 @dataclass(frozen=True)
-class Evidence:
-    """What the rounds so far say about the champion's gain over the baseline."""
-
-    rounds: int
-    gain: float
-    """exp(mean log ratio) - 1: the champion's typical relative gain (positive = better)."""
-    low: float
-    """Lower bound of the gain at this look's level (the interval the decision used)."""
-    high: float
-    champion_median: float
-    baseline_median: float
-    df: int = 0
-    """Degrees of freedom of the bound's t: rounds - 1 from the pair alone, more with other arms' noise."""
-    arms: int = 2
-    """How many arms' runs the bound's noise was measured on (2: the pair's own rounds)."""
-    own_larger: bool = False
-    """The pair's own spread was larger than the pooled noise, and the bound took it (BoundNoise)."""
-
-    @property
-    def noise_source(self) -> str:
-        """Where the bound's noise came from, in words."""
-        if self.arms <= 2:
-            return f"the pair's own noise, t on {self.df} df"
-        if self.own_larger:
-            return f"the pair's own spread, above the noise of {self.arms} arms in these rounds, t on {self.df} df"
-        return f"noise of {self.arms} arms in these rounds, t on {self.df} df"
-
-
-@dataclass(frozen=True)
 class BoundNoise:
     """One run's noise (log scale) a bound on a pair's mean log ratio rests on, and its degrees of freedom."""
 
@@ -123,6 +94,46 @@ class BoundNoise:
         if noise is None or noise.df <= d.size - 1:
             return cls(own, d.size - 1, 2, False)
         return cls(max(noise.sigma, own), noise.df, noise.arms, own > noise.sigma)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the rounds so far say about the champion's gain over the baseline."""
+
+    rounds: int
+    gain: float
+    """exp(mean log ratio) - 1: the champion's typical relative gain (positive = better)."""
+    low: float
+    """Lower bound of the gain at this look's level (the interval the decision used)."""
+    high: float
+    champion_median: float
+    baseline_median: float
+    bound: BoundNoise
+    """The noise the bounds rest on, with its degrees of freedom."""
+
+    @property
+    def df(self) -> int:
+        """Degrees of freedom of the bound's t: rounds - 1 from the pair alone, more with other arms' noise."""
+        return self.bound.df
+
+    @property
+    def arms(self) -> int:
+        """How many arms' runs the bound's noise was measured on (2: the pair's own rounds)."""
+        return self.bound.arms
+
+    @property
+    def own_larger(self) -> bool:
+        """The pair's own spread was larger than the pooled noise, and the bound took it."""
+        return self.bound.own_larger
+
+    @property
+    def noise_source(self) -> str:
+        """Where the bound's noise came from, in words."""
+        if self.arms <= 2:
+            return f"the pair's own noise, t on {self.df} df"
+        if self.own_larger:
+            return f"the pair's own spread, above the noise of {self.arms} arms in these rounds, t on {self.df} df"
+        return f"noise of {self.arms} arms in these rounds, t on {self.df} df"
 
 
 @dataclass(frozen=True)
@@ -169,8 +180,7 @@ def evidence(champion: Sequence[float], baseline: Sequence[float], *, direction:
     half = float(stats.t.ppf(level, bound.df)) * bound.sigma * math.sqrt(2.0 / n)
     return Evidence(rounds=n, gain=math.exp(mean) - 1.0, low=math.exp(mean - half) - 1.0,
                     high=math.exp(mean + half) - 1.0, champion_median=float(np.median(champion)),
-                    baseline_median=float(np.median(baseline)), df=bound.df, arms=bound.arms,
-                    own_larger=bound.own_larger)
+                    baseline_median=float(np.median(baseline)), bound=bound)
 
 
 def decide(champion: Sequence[float], baseline: Sequence[float], plan: RoundsPlan, *,

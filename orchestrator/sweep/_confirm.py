@@ -269,12 +269,8 @@ def _gate_hold(ctx: Context, values: Mapping[str, Mapping[int, float]], arms: Se
 def _decided(ctx: Context, values: Mapping[str, Mapping[int, float]],
              plan: sequential.RoundsPlan) -> sequential.Decision | None:
     """The gate's decision once min_rounds are in and it reaches a verdict; None to measure on."""
-    champ, base = _main(values)
-    if len(champ) < plan.min_rounds:
-        return None
-    decision = sequential.decide(champ, base, plan, direction=ctx.spec.objective.direction,
-                                 noise=contrib.pair_noise(values))
-    return decision if decision.verdict is not None else None
+    decision = contrib.gate_of(values, "champion", plan, direction=ctx.spec.objective.direction)
+    return decision if decision is not None and decision.verdict is not None else None
 
 
 @dataclass(frozen=True)
