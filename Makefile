@@ -35,10 +35,12 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 	  || { echo "could not install chromium: run 'apt-get install -y chromium' as root"; exit 1; } )
 
-# Types and lint first: mypy (pinned in the test extra, configured in pyproject) must report zero errors.
+# Types, lint and format first: mypy (pinned in the test extra, configured in pyproject) must report zero
+# errors, and `ruff format --check` fails on any file `ruff format` would change.
 check: install
 	$(BIN)/mypy
 	$(BIN)/ruff check orchestrator tests bench scripts
+	$(BIN)/ruff format --check orchestrator tests bench scripts
 
 # Two pytest-xdist workers, a test file each at a time (--dist loadfile keeps a file's module fixtures in one
 # process): most tests wait on servers and processes they start, so two workers halve the wall time on a

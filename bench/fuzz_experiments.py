@@ -48,9 +48,16 @@ def run_one(m: Mutation, folder: Path, command: str, python: str, root: Path) ->
     exp = materialize(m, folder)
     start = time.monotonic()
     try:
-        proc = subprocess.run([python, "-m", "orchestrator.cli", command, str(exp)], cwd=root, capture_output=True,
-                              text=True, errors="replace", timeout=TIME_LIMIT_S, preexec_fn=_limits,
-                              env={**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"})
+        proc = subprocess.run(
+            [python, "-m", "orchestrator.cli", command, str(exp)],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=TIME_LIMIT_S,
+            preexec_fn=_limits,
+            env={**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"},
+        )
         rc, output = proc.returncode, proc.stderr + proc.stdout
     except subprocess.TimeoutExpired:
         rc, output = None, ""
@@ -73,8 +80,10 @@ def main() -> None:
     bad: list[str] = []
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
         for command in ("validate", "plan"):
-            futures = [(m, pool.submit(run_one, m, Path(tmp) / command / str(i), command, args.python, args.root))
-                       for i, m in enumerate(cases)]
+            futures = [
+                (m, pool.submit(run_one, m, Path(tmp) / command / str(i), command, args.python, args.root))
+                for i, m in enumerate(cases)
+            ]
             counts: Counter[str] = Counter()
             for m, f in futures:
                 kind, _ = f.result()

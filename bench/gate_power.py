@@ -42,20 +42,32 @@ from orchestrator.results import contrib  # noqa: E402
 from orchestrator.results.sequential import RoundsPlan, Verdict  # noqa: E402
 
 
-def one_confirmation(rng: np.random.Generator, true_gain: float, plan: RoundsPlan, *, noise: float,
-                     drift_per_h: float, measure_s: float, base: float = 90.0, arms: int = 2,
-                     pair_noise: float = 1.0) -> tuple[Verdict, int]:
+def one_confirmation(
+    rng: np.random.Generator,
+    true_gain: float,
+    plan: RoundsPlan,
+    *,
+    noise: float,
+    drift_per_h: float,
+    measure_s: float,
+    base: float = 90.0,
+    arms: int = 2,
+    pair_noise: float = 1.0,
+) -> tuple[Verdict, int]:
     """One confirmation: the pair each round until the gate decides; with `arms` > 2, the other arms
     (levels drawn at 0.7-1.6x the baseline's) measured after the pair in the rounds up to min_rounds, as
     sweep/_confirm.run_rounds measures the ablations and the runner-up, and the gate's bound on the noise
     of all of them (contrib.pair_noise). The pair's noise is `pair_noise` x the others'."""
-    truth = {"champion": base * (1.0 + true_gain), "baseline": base,
-             **{f"arm{k}": base * float(rng.uniform(0.7, 1.6)) for k in range(arms - 2)}}
+    truth = {
+        "champion": base * (1.0 + true_gain),
+        "baseline": base,
+        **{f"arm{k}": base * float(rng.uniform(0.7, 1.6)) for k in range(arms - 2)},
+    }
     values: dict[str, dict[int, float]] = {name: {} for name in truth}
     t = 0.0
     for i in range(plan.max_rounds):
         names = list(truth) if i < plan.min_rounds else ["champion", "baseline"]
-        for who in (names if i % 2 == 0 else list(reversed(names))):
+        for who in names if i % 2 == 0 else list(reversed(names)):
             slow = 1.0 - drift_per_h * t / 3600.0
             sd = noise * (pair_noise if who in ("champion", "baseline") else 1.0)
             values[who][i] = truth[who] * slow * float(np.exp(sd * rng.standard_normal()))
@@ -66,13 +78,26 @@ def one_confirmation(rng: np.random.Generator, true_gain: float, plan: RoundsPla
     raise AssertionError("decide() must reach a verdict by max_rounds")
 
 
-def one_part_check(rng: np.random.Generator, champion_gain: float, part: float, plan: RoundsPlan, *, noise: float,
-                   drift_per_h: float, measure_s: float, margin: float, base: float = 90.0) -> tuple[bool, bool, int]:
+def one_part_check(
+    rng: np.random.Generator,
+    champion_gain: float,
+    part: float,
+    plan: RoundsPlan,
+    *,
+    noise: float,
+    drift_per_h: float,
+    measure_s: float,
+    margin: float,
+    base: float = 90.0,
+) -> tuple[bool, bool, int]:
     """One confirmation with the arm without the part: (dropped by the rule before, dropped after, rounds
     the rule after measured). The main pair goes on until the gate decides; the arm for min_rounds
     rounds, then (after, once promoted) with the pair while its part is open, up to max_rounds."""
-    truth = {"champion": base * (1.0 + champion_gain), "baseline": base,
-             "no_speculation": base * (1.0 + champion_gain) / (1.0 + part)}
+    truth = {
+        "champion": base * (1.0 + champion_gain),
+        "baseline": base,
+        "no_speculation": base * (1.0 + champion_gain) / (1.0 + part),
+    }
     values: dict[str, dict[int, float]] = {name: {} for name in truth}
     t = 0.0
     decision = None
@@ -85,7 +110,7 @@ def one_part_check(rng: np.random.Generator, champion_gain: float, part: float, 
             if decision.verdict is not Verdict.promoted or not contrib.open_parts(_checks(values, plan, margin)):
                 break
             arms = ["champion", "baseline", "no_speculation"]
-        for who in (arms if i % 2 == 0 else list(reversed(arms))):
+        for who in arms if i % 2 == 0 else list(reversed(arms)):
             slow = 1.0 - drift_per_h * t / 3600.0
             values[who][i] = truth[who] * slow * float(np.exp(noise * rng.standard_normal()))
             t += measure_s
@@ -95,10 +120,15 @@ def one_part_check(rng: np.random.Generator, champion_gain: float, part: float, 
             if d is not None and d.verdict is not None:
                 decision = d
                 parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
-                before = d.verdict is Verdict.promoted and contrib.simpler_choice_before(
-                    values, parts, plan, direction="maximize") is not None
-    after = decision is not None and decision.verdict is Verdict.promoted and contrib.simpler_choice(
-        values, _checks(values, plan, margin), plan, direction="maximize") is not None
+                before = (
+                    d.verdict is Verdict.promoted
+                    and contrib.simpler_choice_before(values, parts, plan, direction="maximize") is not None
+                )
+    after = (
+        decision is not None
+        and decision.verdict is Verdict.promoted
+        and contrib.simpler_choice(values, _checks(values, plan, margin), plan, direction="maximize") is not None
+    )
     return bool(before), after, rounds
 
 
@@ -109,31 +139,52 @@ def _checks(values: dict[str, dict[int, float]], plan: RoundsPlan, margin: float
 def parts_main(args: argparse.Namespace, plan: RoundsPlan) -> None:
     rng = np.random.default_rng(args.seed)
     rows = []
-    print(f"{args.runs} confirmations per row; champion {args.champion_gain:+.0%} over the baseline; noise "
-          f"{args.noise:.1%}, drift {args.drift_per_h:.1%}/h, rounds {plan.min_rounds}..{plan.max_rounds}, "
-          f"required gain {plan.min_gain:+.1%}, equivalence margin {args.margin:+.1%}")
+    print(
+        f"{args.runs} confirmations per row; champion {args.champion_gain:+.0%} over the baseline; noise "
+        f"{args.noise:.1%}, drift {args.drift_per_h:.1%}/h, rounds {plan.min_rounds}..{plan.max_rounds}, "
+        f"required gain {plan.min_gain:+.1%}, equivalence margin {args.margin:+.1%}"
+    )
     print(f"{'part adds':>10} {'dropped before':>15} {'dropped after':>14} {'mean rounds after':>18}")
     for part in (0.0, 0.01, 0.03, 0.05):
         before = after = rounds = 0
         for _ in range(args.runs):
-            b, a, n = one_part_check(rng, args.champion_gain, part, plan, noise=args.noise,
-                                     drift_per_h=args.drift_per_h, measure_s=args.measure_s, margin=args.margin)
+            b, a, n = one_part_check(
+                rng,
+                args.champion_gain,
+                part,
+                plan,
+                noise=args.noise,
+                drift_per_h=args.drift_per_h,
+                measure_s=args.measure_s,
+                margin=args.margin,
+            )
             before += b
             after += a
             rounds += n
-        row = {"part_gain": part, "dropped_before": before / args.runs, "dropped_after": after / args.runs,
-               "mean_rounds_after": rounds / args.runs}
+        row = {
+            "part_gain": part,
+            "dropped_before": before / args.runs,
+            "dropped_after": after / args.runs,
+            "mean_rounds_after": rounds / args.runs,
+        }
         rows.append(row)
-        print(f"{part:>+10.1%} {row['dropped_before']:>15.1%} {row['dropped_after']:>14.1%} "
-              f"{row['mean_rounds_after']:>18.2f}")
+        print(
+            f"{part:>+10.1%} {row['dropped_before']:>15.1%} {row['dropped_after']:>14.1%} "
+            f"{row['mean_rounds_after']:>18.2f}"
+        )
     _write(args, rows)
 
 
 def _write(args: argparse.Namespace, rows: list[dict]) -> None:
     """The rows, the command and its settings as JSON where --json names a file."""
     if args.json:
-        args.json.write_text(json.dumps({"command": " ".join(sys.argv), "settings": vars(args) | {"json": str(args.json)},
-                                         "rows": rows}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {"command": " ".join(sys.argv), "settings": vars(args) | {"json": str(args.json)}, "rows": rows},
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 def main() -> None:
@@ -150,11 +201,19 @@ def main() -> None:
     ap.add_argument("--parts", action="store_true", help="measure the simpler-configuration rule (issue 21)")
     ap.add_argument("--champion-gain", type=float, default=0.20, help="--parts: the champion's true gain")
     ap.add_argument("--margin", type=float, default=0.01, help="--parts: promotion.equivalence_margin")
-    ap.add_argument("--arms", type=int, default=2,
-                    help="arms measured in the rounds up to min_rounds (2: the pair alone); the gate's bound takes "
-                         "the noise of all of them")
-    ap.add_argument("--pair-noise", type=float, default=1.0,
-                    help="the pair's noise as a multiple of the other arms' (a pair noisier than the rest)")
+    ap.add_argument(
+        "--arms",
+        type=int,
+        default=2,
+        help="arms measured in the rounds up to min_rounds (2: the pair alone); the gate's bound takes "
+        "the noise of all of them",
+    )
+    ap.add_argument(
+        "--pair-noise",
+        type=float,
+        default=1.0,
+        help="the pair's noise as a multiple of the other arms' (a pair noisier than the rest)",
+    )
     args = ap.parse_args()
     plan = RoundsPlan(args.min_rounds, args.max_rounds, args.min_gain)
     if args.parts:
@@ -162,23 +221,38 @@ def main() -> None:
         return
     rng = np.random.default_rng(args.seed)
     rows = []
-    print(f"{args.runs} confirmations per row; noise {args.noise:.1%} (the pair's x{args.pair_noise:g}), drift "
-          f"{args.drift_per_h:.1%}/h, {args.arms} arms up to min_rounds, rounds {plan.min_rounds}..{plan.max_rounds}, "
-          f"required gain {plan.min_gain:+.1%}")
+    print(
+        f"{args.runs} confirmations per row; noise {args.noise:.1%} (the pair's x{args.pair_noise:g}), drift "
+        f"{args.drift_per_h:.1%}/h, {args.arms} arms up to min_rounds, rounds {plan.min_rounds}..{plan.max_rounds}, "
+        f"required gain {plan.min_gain:+.1%}"
+    )
     print(f"{'true gain':>10} {'promoted':>9} {'not better':>11} {'undecided':>10} {'mean rounds':>12}")
     for gain in (-0.05, 0.0, 0.01, 0.03, 0.05, 0.059, 0.10, 0.20, 0.60):
         counts = {v: 0 for v in Verdict}
         rounds = 0
         for _ in range(args.runs):
-            verdict, n = one_confirmation(rng, gain, plan, noise=args.noise, drift_per_h=args.drift_per_h,
-                                          measure_s=args.measure_s, arms=args.arms, pair_noise=args.pair_noise)
+            verdict, n = one_confirmation(
+                rng,
+                gain,
+                plan,
+                noise=args.noise,
+                drift_per_h=args.drift_per_h,
+                measure_s=args.measure_s,
+                arms=args.arms,
+                pair_noise=args.pair_noise,
+            )
             counts[verdict] += 1
             rounds += n
-        row = {"true_gain": gain, **{v.value: counts[v] / args.runs for v in Verdict},
-               "mean_rounds": rounds / args.runs}
+        row = {
+            "true_gain": gain,
+            **{v.value: counts[v] / args.runs for v in Verdict},
+            "mean_rounds": rounds / args.runs,
+        }
         rows.append(row)
-        print(f"{gain:>+10.1%} {row['promoted']:>9.1%} {row['not_better']:>11.1%} {row['undecided']:>10.1%} "
-              f"{row['mean_rounds']:>12.2f}")
+        print(
+            f"{gain:>+10.1%} {row['promoted']:>9.1%} {row['not_better']:>11.1%} {row['undecided']:>10.1%} "
+            f"{row['mean_rounds']:>12.2f}"
+        )
     _write(args, rows)
 
 

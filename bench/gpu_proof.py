@@ -31,10 +31,15 @@ sys.path.insert(0, str(REPO))
 
 from orchestrator.trial import observe  # noqa: E402
 
-REQUESTED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "4", "NCCL_BUFFSIZE": "4194304",
-             "NCCL_NTHREADS": "256"}
+REQUESTED = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_MAX_NCHANNELS": "4",
+    "NCCL_BUFFSIZE": "4194304",
+    "NCCL_NTHREADS": "256",
+}
 
-RANK = r'''
+RANK = r"""
 import os, sys, time, torch, torch.distributed as dist
 rank, world, port, hold = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 torch.cuda.set_device(rank)
@@ -55,9 +60,9 @@ print("ALLREDUCE_US", rank, res, flush=True)
 open(os.environ["READY_FILE"] + f".{rank}", "w").write("ok")
 time.sleep(hold)
 dist.destroy_process_group()
-'''
+"""
 
-SERVER = r'''
+SERVER = r"""
 import os, subprocess, sys, time
 world, port, drop = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 procs = []
@@ -69,17 +74,29 @@ for r in range(world):
                                   env=env))
 for p in procs:
     p.wait()
-'''
+"""
 
 
 def one_run(out: Path, name: str, world: int, port: int, drop: str = "") -> dict:
     log_path = out / f"{name}.log"
     ready = out / f"{name}.ready"
-    env = {**os.environ, **REQUESTED, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING",
-           "NCCL_NVLS_ENABLE": "0", "RANK_CODE": RANK, "READY_FILE": str(ready)}
+    env = {
+        **os.environ,
+        **REQUESTED,
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING",
+        "NCCL_NVLS_ENABLE": "0",
+        "RANK_CODE": RANK,
+        "READY_FILE": str(ready),
+    }
     with open(log_path, "w") as log:
-        server = subprocess.Popen([sys.executable, "-c", SERVER, str(world), str(port), drop], env=env,
-                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(
+            [sys.executable, "-c", SERVER, str(world), str(port), drop],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.time() + 240
     while time.time() < deadline and not all(Path(f"{ready}.{r}").exists() for r in range(world)):
         if server.poll() is not None:
@@ -92,9 +109,16 @@ def one_run(out: Path, name: str, world: int, port: int, drop: str = "") -> dict
     timings = [line for line in text.splitlines() if line.startswith("ALLREDUCE_US")]
     os.killpg(server.pid, 15)
     server.wait(timeout=60)
-    return {"name": name, "dropped": drop or None, "world": world, "env_applied": ok, "reason": reason,
-            "observation": observation.model_dump(mode="json"),
-            "nccl": {r: i.model_dump(mode="json") for r, i in nccl.items()}, "allreduce_us": timings}
+    return {
+        "name": name,
+        "dropped": drop or None,
+        "world": world,
+        "env_applied": ok,
+        "reason": reason,
+        "observation": observation.model_dump(mode="json"),
+        "nccl": {r: i.model_dump(mode="json") for r, i in nccl.items()},
+        "allreduce_us": timings,
+    }
 
 
 def main() -> None:
@@ -109,12 +133,19 @@ def main() -> None:
     world = torch.cuda.device_count()
     runs = [one_run(args.out, "applied", world, 29517), one_run(args.out, "dropped", world, 29518, "NCCL_PROTO")]
     fp = observe.fingerprint(nccl_log=(args.out / "applied.log").read_text(errors="replace"))
-    proof = {"gpus": world, "fingerprint_hash": observe.fingerprint_hash(fp), "nccl_version": fp.get("nccl"),
-             "requested": REQUESTED, "runs": runs}
+    proof = {
+        "gpus": world,
+        "fingerprint_hash": observe.fingerprint_hash(fp),
+        "nccl_version": fp.get("nccl"),
+        "requested": REQUESTED,
+        "runs": runs,
+    }
     (args.out / "proof.json").write_text(json.dumps(proof, indent=2, default=str))
     for r in runs:
-        print(f"{r['name']}: env_applied={r['env_applied']} reason={r['reason']!r} "
-              f"nccl ranks={list(r['nccl'])} {r['allreduce_us']}")
+        print(
+            f"{r['name']}: env_applied={r['env_applied']} reason={r['reason']!r} "
+            f"nccl ranks={list(r['nccl'])} {r['allreduce_us']}"
+        )
     print("fingerprint:", {k: fp.get(k) for k in ("gpu_count", "gpu_names", "driver", "cuda", "nccl", "torch")})
 
 

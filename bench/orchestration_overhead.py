@@ -31,8 +31,11 @@ WORKER_PARTS = ("observe", "shutdown")
 
 def run_sweep(trials: int, workdir: Path) -> None:
     exp = write_demo_experiment(workdir.parent / "overhead.yaml", "overhead", trials)
-    subprocess.run([str(Path(sys.executable).parent / "sweep"), "run", str(exp), "--workdir", str(workdir)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(Path(sys.executable).parent / "sweep"), "run", str(exp), "--workdir", str(workdir)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def main() -> None:
@@ -53,8 +56,10 @@ def main() -> None:
         row["driver_total"] = sum(row[p] for p in DRIVER_PARTS)
         row["total"] = row["driver_total"] + sum(row[p] for p in WORKER_PARTS)
         per_trial.append(row)
-    med = {k: statistics.median(r[k] for r in per_trial)
-           for k in (*DRIVER_PARTS, *WORKER_PARTS, "driver_total", "total", "server_start", "bench")}
+    med = {
+        k: statistics.median(r[k] for r in per_trial)
+        for k in (*DRIVER_PARTS, *WORKER_PARTS, "driver_total", "total", "server_start", "bench")
+    }
     print(f"{len(per_trial)} trials from {wd}")
     print("median seconds per trial:")
     for k in (*DRIVER_PARTS, "driver_total", *WORKER_PARTS, "total"):

@@ -101,9 +101,14 @@ def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Pat
     data["engine"] = "simulator"
     data["server"].update(model="moonshotai/Kimi-K2.5", draft_model="lightseekorg/kimi-k2.5-eagle3")
     data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
-    data["simulator"] = {"hardware_profile": world.profile, "model_profile": "kimi-k2.5", "noise": world.noise,
-                         "drift_per_hour": DRIFT_PER_HOUR, "time_scale": 1.0,
-                         "noise_prefill_correlation": world.prefill_correlation}
+    data["simulator"] = {
+        "hardware_profile": world.profile,
+        "model_profile": "kimi-k2.5",
+        "noise": world.noise,
+        "drift_per_hour": DRIFT_PER_HOUR,
+        "time_scale": 1.0,
+        "noise_prefill_correlation": world.prefill_correlation,
+    }
     data["sampler"] = {**data["sampler"], "kind": "random" if policy == "random" else "tpe", "seed": seed}
     if world.remeasure_every is not None:
         data["sampler"]["remeasure_every"] = world.remeasure_every
@@ -132,6 +137,7 @@ def hidden_failure(params: Mapping[str, ParamValue]) -> tuple[FailureKind, str] 
 
 # ---------------------------------------------------------------- the true optimum (cached)
 
+
 def _key(world: World) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         spec = experiment(world, "tpe", 0, "plain", Path(tmp))
@@ -148,7 +154,10 @@ def _optimum_of(world: World) -> dict[str, Any]:
     best_any = best  # corrupting points included: what the optimum would be without the correctness gate
     # The old NCCL-only space (issue 19): the NCCL knobs searched, everything else as the baseline runs
     # (no speculation, SGLang's own all-reduce choice) or with the model's default EAGLE-3 speculation.
-    fixed = {"baseline": sp.baseline_params(spec.space), "default_eagle3": speculation_start(spec, sp.baseline_params(spec.space))}
+    fixed = {
+        "baseline": sp.baseline_params(spec.space),
+        "default_eagle3": speculation_start(spec, sp.baseline_params(spec.space)),
+    }
     old = dict.fromkeys(fixed, 0.0)
     for p in truth.feasible_points(spec):
         v = value(p)
@@ -163,9 +172,16 @@ def _optimum_of(world: World) -> dict[str, Any]:
         for name, rest in fixed.items():
             if v > old[name] and all(p.get(k) == x for k, x in rest.items() if not k.startswith("NCCL_")):
                 old[name] = v
-    return {"plain": best[0], "plain_params": best[1], "hidden": best_hidden[0], "hidden_params": best_hidden[1],
-            "nccl_only_baseline": old["baseline"], "nccl_only_default_eagle3": old["default_eagle3"],
-            "with_corrupting": best_any[0], "with_corrupting_params": best_any[1]}
+    return {
+        "plain": best[0],
+        "plain_params": best[1],
+        "hidden": best_hidden[0],
+        "hidden_params": best_hidden[1],
+        "nccl_only_baseline": old["baseline"],
+        "nccl_only_default_eagle3": old["default_eagle3"],
+        "with_corrupting": best_any[0],
+        "with_corrupting_params": best_any[1],
+    }
 
 
 def optima(worlds: list[World], jobs: int) -> dict[str, dict[str, Any]]:
@@ -174,7 +190,9 @@ def optima(worlds: list[World], jobs: int) -> dict[str, dict[str, Any]]:
     todo = sorted({w for w in worlds if keys[w] not in cached}, key=lambda w: keys[w])
     todo = list({keys[w]: w for w in todo}.values())
     if todo:
-        print(f"computing the true optimum of {len(todo)} world(s) (every feasible point; cached afterwards)", flush=True)
+        print(
+            f"computing the true optimum of {len(todo)} world(s) (every feasible point; cached afterwards)", flush=True
+        )
         with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as pool:
             for w, found in zip(todo, pool.map(_optimum_of, todo)):
                 cached[keys[w]] = found
@@ -183,6 +201,7 @@ def optima(worlds: list[World], jobs: int) -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------- one night
+
 
 @dataclass
 class Night:
@@ -260,18 +279,29 @@ def _night(world: World, policy: str, seed: int, scenario: str, optimum: float) 
         wd = Path(tmp) / "wd"
         wd.mkdir()
         shutil.copyfile(_store_template(), wd / "mlflow.db")
-        executor = ModelExecutor(spec.budget.concurrent_trials,
-                                 failures=hidden_failure if scenario == "hidden" else None)
+        executor = ModelExecutor(
+            spec.budget.concurrent_trials, failures=hidden_failure if scenario == "hidden" else None
+        )
         epoch = executor.clock.time()
         summary = Sweep(spec, wd, executor=executor).run()
         true_value, corrupts = truth.evaluator(spec), truth.changes_outputs(spec)
 
         def value(params: Mapping[str, Any]) -> float:  # what deploying it is worth: nothing if its outputs change
             return 0.0 if corrupts(params) else true_value(params)
-        result = Night(world, policy, seed, scenario, optimum, launches=executor.launched,
-                       wall_s=executor.clock.monotonic(), verdict=summary.outcome.value if summary.outcome else "",
-                       promoted_config=summary.promoted_config or "", stop_reason=summary.stop_reason,
-                       verdict_text=(summary.verdict or "")[:400])
+
+        result = Night(
+            world,
+            policy,
+            seed,
+            scenario,
+            optimum,
+            launches=executor.launched,
+            wall_s=executor.clock.monotonic(),
+            verdict=summary.outcome.value if summary.outcome else "",
+            promoted_config=summary.promoted_config or "",
+            stop_reason=summary.stop_reason,
+            verdict_text=(summary.verdict or "")[:400],
+        )
         if (wd / PROBE_FILE).exists():
             probe = read_probe(wd / PROBE_FILE)
             result.probe_s = cost_mod.probe_seconds(spec, len(probe.settings))
@@ -280,15 +310,19 @@ def _night(world: World, policy: str, seed: int, scenario: str, optimum: float) 
         searched = [o for o in _outcomes(wd) if o.role in (TrialRole.search, TrialRole.baseline)]
         result.trials = len(searched)
         result.failed = sum(o.status is TrialStatus.FAILED for o in searched)
-        result.failed_in_region = sum(o.status is TrialStatus.FAILED and hidden_failure(o.params) is not None
-                                      for o in searched) if scenario == "hidden" else 0
+        result.failed_in_region = (
+            sum(o.status is TrialStatus.FAILED and hidden_failure(o.params) is not None for o in searched)
+            if scenario == "hidden"
+            else 0
+        )
         last = max((o.finished_at for o in searched), default=epoch)
         result.search_s = last - epoch - result.probe_s
         result.confirm_s = result.wall_s - result.probe_s - result.search_s
         metric = spec.objective.metric
         best: float | None = None
-        for o in sorted((o for o in searched if o.role is TrialRole.search and o.metrics is not None),
-                        key=lambda o: o.finished_at):
+        for o in sorted(
+            (o for o in searched if o.role is TrialRole.search and o.metrics is not None), key=lambda o: o.finished_at
+        ):
             measured = float(getattr(o.metrics, metric))
             if best is None or measured > best:
                 best = measured
@@ -303,7 +337,8 @@ def _night(world: World, policy: str, seed: int, scenario: str, optimum: float) 
             result.candidate_true = value(summary.champion["params"])
         if summary.promoted:
             deployed = Tracker(f"sqlite:///{wd / 'mlflow.db'}", spec.name, outbox_dir=wd).resolve(
-                spec.promotion.model_name, spec.promotion.alias)
+                spec.promotion.model_name, spec.promotion.alias
+            )
             result.champion_true = value(deployed.params)
         return result
 
@@ -313,6 +348,7 @@ def _run(task: tuple[World, str, int, str, float]) -> Night:
 
 
 # ---------------------------------------------------------------- report
+
 
 def _median(values: list[float | None]) -> float | None:
     finite = [v if v is not None else math.inf for v in values]
@@ -369,46 +405,73 @@ def main() -> int:
     ap.add_argument("--noise", type=float, default=NOISE)
     ap.add_argument("--hours", type=float, default=HOURS)
     ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="decode@1")
-    ap.add_argument("--remeasure-every", type=int, default=None,
-                    help="sampler.remeasure_every of every night (default: as the kimi experiment ships it)")
-    ap.add_argument("--prefill-correlation", type=float, default=1.0,
-                    help="how far a run's TTFT shares its decode noise (simulator.noise_prefill_correlation; "
-                         "default 1: one speed for the run; 0: TTFT says nothing of it)")
+    ap.add_argument(
+        "--remeasure-every",
+        type=int,
+        default=None,
+        help="sampler.remeasure_every of every night (default: as the kimi experiment ships it)",
+    )
+    ap.add_argument(
+        "--prefill-correlation",
+        type=float,
+        default=1.0,
+        help="how far a run's TTFT shares its decode noise (simulator.noise_prefill_correlation; "
+        "default 1: one speed for the run; 0: TTFT says nothing of it)",
+    )
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results-overnight.json")
     args = ap.parse_args()
     started = time.time()
-    worlds = [World(p, args.noise, args.hours, args.objective, args.remeasure_every, args.prefill_correlation)
-              for p in args.profiles.split(",")]
+    worlds = [
+        World(p, args.noise, args.hours, args.objective, args.remeasure_every, args.prefill_correlation)
+        for p in args.profiles.split(",")
+    ]
     best = optima(worlds, args.jobs)
     keys = {w: _key(w) for w in worlds}
-    tasks = [(w, policy, seed, scenario, best[keys[w]][scenario])
-             for scenario in args.scenarios.split(",") for w in worlds
-             for policy in args.policies.split(",") for seed in range(args.first_seed, args.first_seed + args.seeds)]
+    tasks = [
+        (w, policy, seed, scenario, best[keys[w]][scenario])
+        for scenario in args.scenarios.split(",")
+        for w in worlds
+        for policy in args.policies.split(",")
+        for seed in range(args.first_seed, args.first_seed + args.seeds)
+    ]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         nights = list(pool.map(_run, tasks))
     table = summarize(nights)
     for w in worlds:
         o = best[keys[w]]
-        print(f"{world_name(w)}: optimum {o['plain']:.1f}; the old NCCL-only space reaches "
-              f"{o['nccl_only_baseline'] / o['plain']:.3f} of it without speculation, "
-              f"{o['nccl_only_default_eagle3'] / o['plain']:.3f} with the default EAGLE-3")
+        print(
+            f"{world_name(w)}: optimum {o['plain']:.1f}; the old NCCL-only space reaches "
+            f"{o['nccl_only_baseline'] / o['plain']:.3f} of it without speculation, "
+            f"{o['nccl_only_default_eagle3'] / o['plain']:.3f} with the default EAGLE-3"
+        )
     for scenario, by_world in table.items():
         for world, by_policy in by_world.items():
             print(f"\n{scenario} / {world}")
             for policy, row in by_policy.items():
-                print(f"  {policy:9s} deployed>=98%: {row['champion_at_98pct']}/{row['seeds']} "
-                      f"(median {row['champion_ratio_median']:.3f}, worst {row['champion_ratio_min']:.3f}); "
-                      f"GPU-h to 98%: {row['gpu_hours_to_98pct_median']} ({row['reached_98pct']} reached); "
-                      f"trials {row['trials_median']}, launches {row['launches_median']}; wall h median "
-                      f"{row['wall_hours_median']} max {row['wall_hours_max']} (search {row['search_hours_median']}, "
-                      f"confirmation {row['confirm_hours_median']}); promoted {row['promoted_configs']}")
-    args.out.write_text(json.dumps({
-        "command": "bench/overnight.py " + " ".join(sys.argv[1:]),
-        "driver": "the real sweep.Sweep on orchestrator.testing.ModelExecutor (virtual clock)",
-        "drift_per_hour": DRIFT_PER_HOUR, "target": TARGET,
-        "optima": {world_name(w): best[keys[w]] for w in worlds}, "summary": table,
-        "nights": [asdict(n) for n in nights], "seconds": round(time.time() - started, 1)}, indent=1))
+                print(
+                    f"  {policy:9s} deployed>=98%: {row['champion_at_98pct']}/{row['seeds']} "
+                    f"(median {row['champion_ratio_median']:.3f}, worst {row['champion_ratio_min']:.3f}); "
+                    f"GPU-h to 98%: {row['gpu_hours_to_98pct_median']} ({row['reached_98pct']} reached); "
+                    f"trials {row['trials_median']}, launches {row['launches_median']}; wall h median "
+                    f"{row['wall_hours_median']} max {row['wall_hours_max']} (search {row['search_hours_median']}, "
+                    f"confirmation {row['confirm_hours_median']}); promoted {row['promoted_configs']}"
+                )
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": "bench/overnight.py " + " ".join(sys.argv[1:]),
+                "driver": "the real sweep.Sweep on orchestrator.testing.ModelExecutor (virtual clock)",
+                "drift_per_hour": DRIFT_PER_HOUR,
+                "target": TARGET,
+                "optima": {world_name(w): best[keys[w]] for w in worlds},
+                "summary": table,
+                "nights": [asdict(n) for n in nights],
+                "seconds": round(time.time() - started, 1),
+            },
+            indent=1,
+        )
+    )
     print(f"\nwrote {args.out} in {time.time() - started:.0f} s")
     return 0
 

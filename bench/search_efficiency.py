@@ -41,8 +41,9 @@ def experiment(space_file: Path, sampler: str, seed: int) -> spec_mod.SweepSpec:
         return spec_mod.load(tmp)
 
 
-def run_one(space_file: Path, sampler: str, seed: int, target: float, max_trials: int, noise: float,
-            value_of) -> tuple[int | None, float]:
+def run_one(
+    space_file: Path, sampler: str, seed: int, target: float, max_trials: int, noise: float, value_of
+) -> tuple[int | None, float]:
     spec = experiment(space_file, sampler, seed)
     study = Study(IN_MEMORY, "bench", spec.space, spec.sampler, ["maximize"])
     study.open()
@@ -86,8 +87,10 @@ def main() -> None:
     t = truth.compute(base)
     value_of = truth.evaluator(base)
     target = args.fraction * t.optimum
-    print(f"space {args.space.name}: {len(t.values)} feasible points, true optimum {t.optimum:.2f} tok/s, "
-          f"target {args.fraction:.0%} = {target:.2f} (truth in {time.time() - t0:.1f}s)")
+    print(
+        f"space {args.space.name}: {len(t.values)} feasible points, true optimum {t.optimum:.2f} tok/s, "
+        f"target {args.fraction:.0%} = {target:.2f} (truth in {time.time() - t0:.1f}s)"
+    )
     results: dict[str, list] = {}
     for sampler in args.samplers.split(","):
         rows = []
@@ -98,13 +101,25 @@ def main() -> None:
         reached = [r["trials_to_target"] for r in rows if r["trials_to_target"] is not None]
         med = statistics.median([r["trials_to_target"] or args.max_trials + 1 for r in rows])
         results[sampler] = rows
-        print(f"{sampler:>6}: median trials to {args.fraction:.0%} of the optimum = {med:g} "
-              f"(reached in {len(reached)}/{len(rows)} seeds within {args.max_trials}; per seed "
-              f"{[r['trials_to_target'] for r in rows]}) [{time.time() - t0:.0f}s]")
+        print(
+            f"{sampler:>6}: median trials to {args.fraction:.0%} of the optimum = {med:g} "
+            f"(reached in {len(reached)}/{len(rows)} seeds within {args.max_trials}; per seed "
+            f"{[r['trials_to_target'] for r in rows]}) [{time.time() - t0:.0f}s]"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"space": str(args.space), "feasible": len(t.values),
-                                         "optimum": t.optimum, "fraction": args.fraction, "noise": args.noise,
-                                         "results": results}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "space": str(args.space),
+                    "feasible": len(t.values),
+                    "optimum": t.optimum,
+                    "fraction": args.fraction,
+                    "noise": args.noise,
+                    "results": results,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

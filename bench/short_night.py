@@ -51,8 +51,14 @@ from orchestrator.sweep.driver import Sweep  # noqa: E402
 from orchestrator.testing import ModelExecutor  # noqa: E402
 from orchestrator.tracking.tracker import Tracker  # noqa: E402
 
-FIELD_ENV = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": 16,
-             "NCCL_BUFFSIZE": 16777216, "NCCL_NTHREADS": 512}
+FIELD_ENV = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": 16,
+    "NCCL_BUFFSIZE": 16777216,
+    "NCCL_NTHREADS": 512,
+}
 """The field report's hand-found NCCL environment (seed-calibration.md)."""
 CACHE = Path(tempfile.gettempdir()) / "sglang-sweep-short-night-reference.json"
 
@@ -62,8 +68,13 @@ def experiment(policy: str, seed: int, launches: int, rounds: int, workdir: Path
     data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
     data["sampler"] = {**data["sampler"], "seed": seed}
     data["budget"] = {**data["budget"], "trials": launches - 2 * rounds, "wall_time": "24h", "concurrent_trials": 1}
-    data["promotion"] = {**data["promotion"], "min_rounds": rounds, "max_rounds": rounds, "explain": False,
-                         "concurrency": [1]}
+    data["promotion"] = {
+        **data["promotion"],
+        "min_rounds": rounds,
+        "max_rounds": rounds,
+        "explain": False,
+        "concurrency": [1],
+    }
     data["probe"] = {**data.get("probe", {}), "enabled": policy == "two-stage"}
     data["tracking"] = {"experiment": f"short-{seed}"}
     path = workdir / "exp.yaml"
@@ -79,8 +90,9 @@ def experiment(policy: str, seed: int, launches: int, rounds: int, workdir: Path
 def reference(spec: spec_mod.SweepSpec) -> dict[str, Any]:
     """The true optimum (outputs-changing points left out), and the peer tuner's point: the field report's
     NCCL environment with the model's default EAGLE-3 choice. Cached in the temp directory by the world."""
-    key = hashlib.sha256((spec.space.model_dump_json() + spec.simulator.model_dump_json()
-                          + spec.benchmark.model_dump_json()).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        (spec.space.model_dump_json() + spec.simulator.model_dump_json() + spec.benchmark.model_dump_json()).encode()
+    ).hexdigest()[:16]
     cached = json.loads(CACHE.read_text()) if CACHE.exists() else {}
     if key not in cached:
         cached[key] = _reference(spec)
@@ -97,8 +109,14 @@ def _reference(spec: spec_mod.SweepSpec) -> dict[str, Any]:
         if v > best and not corrupts(p):
             best, best_params = v, p
     peer = {**speculation_start(spec, sp.baseline_params(spec.space)), **FIELD_ENV}
-    return {"optimum": best, "optimum_params": best_params, "peer": value(peer), "peer_params": peer,
-            "peer_ratio": value(peer) / best, "peer_changes_outputs": corrupts(peer)}
+    return {
+        "optimum": best,
+        "optimum_params": best_params,
+        "peer": value(peer),
+        "peer_params": peer,
+        "peer_ratio": value(peer) / best,
+        "peer_changes_outputs": corrupts(peer),
+    }
 
 
 @dataclass
@@ -130,12 +148,20 @@ def night(task: tuple[str, int, int, int, float]) -> Night:
         deployed = worth(sp.baseline_params(spec.space))
         if summary.promoted:
             config = Tracker(f"sqlite:///{wd / 'mlflow.db'}", spec.name, outbox_dir=wd).resolve(
-                spec.promotion.model_name, spec.promotion.alias)
+                spec.promotion.model_name, spec.promotion.alias
+            )
             deployed = worth(dict(config.params))
         candidate = worth(summary.champion["params"]) if summary.champion else 0.0
-        return Night(policy, seed, executor.launched, summary.outcome.value if summary.outcome else "",
-                     round(deployed / optimum, 4), round(candidate / optimum, 4), summary.promoted_config or "",
-                     (summary.verdict or "")[:300])
+        return Night(
+            policy,
+            seed,
+            executor.launched,
+            summary.outcome.value if summary.outcome else "",
+            round(deployed / optimum, 4),
+            round(candidate / optimum, 4),
+            summary.promoted_config or "",
+            (summary.verdict or "")[:300],
+        )
 
 
 def main() -> int:
@@ -151,10 +177,16 @@ def main() -> int:
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         ref = reference(experiment("tpe", 0, args.launches, args.rounds, Path(tmp)))
-    print(f"true optimum {ref['optimum']:.2f}; the peer tuner's point (field report NCCL + default EAGLE-3) "
-          f"{ref['peer']:.2f} = {ref['peer_ratio'] * 100:.1f}% of it", flush=True)
-    tasks = [(p, s, args.launches, args.rounds, ref["optimum"]) for p in args.policies.split(",")
-             for s in range(args.first_seed, args.first_seed + args.seeds)]
+    print(
+        f"true optimum {ref['optimum']:.2f}; the peer tuner's point (field report NCCL + default EAGLE-3) "
+        f"{ref['peer']:.2f} = {ref['peer_ratio'] * 100:.1f}% of it",
+        flush=True,
+    )
+    tasks = [
+        (p, s, args.launches, args.rounds, ref["optimum"])
+        for p in args.policies.split(",")
+        for s in range(args.first_seed, args.first_seed + args.seeds)
+    ]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         nights = list(pool.map(night, tasks))
     summary: dict[str, Any] = {}
@@ -162,21 +194,35 @@ def main() -> int:
         group = [n for n in nights if n.policy == policy]
         ratios = [n.deployed_ratio for n in group]
         summary[policy] = {
-            "nights": len(group), "at_or_above_peer": sum(r >= ref["peer_ratio"] for r in ratios),
-            "deployed_ratio_median": statistics.median(ratios), "deployed_ratio_min": min(ratios),
+            "nights": len(group),
+            "at_or_above_peer": sum(r >= ref["peer_ratio"] for r in ratios),
+            "deployed_ratio_median": statistics.median(ratios),
+            "deployed_ratio_min": min(ratios),
             "candidate_ratio_median": statistics.median(n.candidate_ratio for n in group),
             "launches_max": max(n.launches for n in group),
-            "verdicts": {v: sum(n.verdict == v for n in group) for v in sorted({n.verdict for n in group})}}
+            "verdicts": {v: sum(n.verdict == v for n in group) for v in sorted({n.verdict for n in group})},
+        }
         row = summary[policy]
-        print(f"{policy:9s} >= peer ({ref['peer_ratio'] * 100:.1f}%): {row['at_or_above_peer']}/{row['nights']}; "
-              f"deployed median {row['deployed_ratio_median'] * 100:.1f}% (worst {row['deployed_ratio_min'] * 100:.1f}%), "
-              f"search's pick {row['candidate_ratio_median'] * 100:.1f}%; launches <= {row['launches_max']}; "
-              f"verdicts {row['verdicts']}")
-    args.out.write_text(json.dumps({
-        "command": "bench/short_night.py " + " ".join(sys.argv[1:]),
-        "driver": "the real sweep.Sweep on orchestrator.testing.ModelExecutor (virtual clock)",
-        "reference": ref, "summary": summary, "nights": [asdict(n) for n in nights],
-        "seconds": round(time.time() - started, 1)}, indent=1, default=str))
+        print(
+            f"{policy:9s} >= peer ({ref['peer_ratio'] * 100:.1f}%): {row['at_or_above_peer']}/{row['nights']}; "
+            f"deployed median {row['deployed_ratio_median'] * 100:.1f}% (worst {row['deployed_ratio_min'] * 100:.1f}%), "
+            f"search's pick {row['candidate_ratio_median'] * 100:.1f}%; launches <= {row['launches_max']}; "
+            f"verdicts {row['verdicts']}"
+        )
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": "bench/short_night.py " + " ".join(sys.argv[1:]),
+                "driver": "the real sweep.Sweep on orchestrator.testing.ModelExecutor (virtual clock)",
+                "reference": ref,
+                "summary": summary,
+                "nights": [asdict(n) for n in nights],
+                "seconds": round(time.time() - started, 1),
+            },
+            indent=1,
+            default=str,
+        )
+    )
     print(f"wrote {args.out} in {time.time() - started:.0f} s")
     return 0
 

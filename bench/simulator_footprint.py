@@ -47,9 +47,26 @@ def _mib(pid: int, which: str) -> float:
 def one_run(tp: int) -> dict[str, float]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "orchestrator.simulator", "--model-path", "kimi-k2.5", "--tp-size", str(tp),
-            "--port", str(port), "--enable-metrics", "--speculative-algorithm", "EAGLE3",
-            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    argv = [
+        sys.executable,
+        "-m",
+        "orchestrator.simulator",
+        "--model-path",
+        "kimi-k2.5",
+        "--tp-size",
+        str(tp),
+        "--port",
+        str(port),
+        "--enable-metrics",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -63,8 +80,11 @@ def one_run(tp: int) -> dict[str, float]:
                 pass
             time.sleep(0.01)
         ready_s = time.monotonic() - t0
-        httpx.post(url + "/generate", json={"text": "hello", "sampling_params": {"max_new_tokens": 64},
-                                            "stream": True}, timeout=30)
+        httpx.post(
+            url + "/generate",
+            json={"text": "hello", "sampling_params": {"max_new_tokens": 64}, "stream": True},
+            timeout=30,
+        )
         pids = [proc.pid, *procs.descendants(proc.pid)]
         rss = sum(_mib(p, "rss") for p in pids)
         pss = sum(_mib(p, "pss") for p in pids)
@@ -82,12 +102,16 @@ def main() -> None:
     args = ap.parse_args()
     runs = [one_run(args.tp) for _ in range(args.runs)]
     for i, r in enumerate(runs):
-        print(f"run {i + 1}: ready in {r['ready_s']:.2f} s, {r['processes']:.0f} processes, "
-              f"RSS {r['rss_mb']:.1f} MB (server {r['server_rss_mb']:.1f} MB), PSS {r['pss_mb']:.1f} MB")
-    print(f"median: ready {statistics.median(r['ready_s'] for r in runs):.2f} s, "
-          f"RSS {statistics.median(r['rss_mb'] for r in runs):.1f} MB, "
-          f"PSS {statistics.median(r['pss_mb'] for r in runs):.1f} MB "
-          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+        print(
+            f"run {i + 1}: ready in {r['ready_s']:.2f} s, {r['processes']:.0f} processes, "
+            f"RSS {r['rss_mb']:.1f} MB (server {r['server_rss_mb']:.1f} MB), PSS {r['pss_mb']:.1f} MB"
+        )
+    print(
+        f"median: ready {statistics.median(r['ready_s'] for r in runs):.2f} s, "
+        f"RSS {statistics.median(r['rss_mb'] for r in runs):.1f} MB, "
+        f"PSS {statistics.median(r['pss_mb'] for r in runs):.1f} MB "
+        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
 
 
 if __name__ == "__main__":

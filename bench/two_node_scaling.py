@@ -56,22 +56,30 @@ def main() -> None:
         try:
             exp = experiment(tmp, args.trials)
             t0 = time.time()
-            proc = subprocess.run([str(BIN / "sweep"), "run", str(exp), "--workdir", str(tmp / "wd"),
-                                   "--ray-address", address], env=env, capture_output=True, text=True, timeout=1800)
+            proc = subprocess.run(
+                [str(BIN / "sweep"), "run", str(exp), "--workdir", str(tmp / "wd"), "--ray-address", address],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
             wall = time.time() - t0
             if proc.returncode != 0:
                 raise SystemExit(f"sweep failed on {nodes} node(s):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
             tph, n, node_ids = trials_per_hour(tmp / "wd")
             results[nodes] = {"trials_per_hour": tph, "trials": n, "nodes_used": node_ids, "wall_s": wall}
-            print(f"{nodes} node(s): {n} trials, {tph:.0f} trials/hour (sweep wall {wall:.0f}s), "
-                  f"ran on {len(node_ids)} node(s)")
+            print(
+                f"{nodes} node(s): {n} trials, {tph:.0f} trials/hour (sweep wall {wall:.0f}s), "
+                f"ran on {len(node_ids)} node(s)"
+            )
         finally:
             cluster.stop()
             shutil.rmtree(tmp, ignore_errors=True)
     ratio = results[2]["trials_per_hour"] / results[1]["trials_per_hour"]
     print(f"scaling 1 -> 2 nodes: {ratio:.2f}x")
-    (REPO / "bench" / "results-two-node-scaling.json").write_text(json.dumps({"results": results, "ratio": ratio},
-                                                                              indent=2))
+    (REPO / "bench" / "results-two-node-scaling.json").write_text(
+        json.dumps({"results": results, "ratio": ratio}, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -41,34 +41,54 @@ from pydantic import Field
 
 from orchestrator.records import Frozen
 
-__all__ = ["NOT_ECHOED", "TUNER_MASKED", "DeviceLog", "NcclCall", "NcclChoice", "TunerLoad", "choice_for",
-           "env_problems", "parse_nccl_log", "release", "tuner_masked", "tuner_problems", "version_mismatch",
-           "version_of"]
+__all__ = [
+    "NOT_ECHOED",
+    "TUNER_MASKED",
+    "DeviceLog",
+    "NcclCall",
+    "NcclChoice",
+    "TunerLoad",
+    "choice_for",
+    "env_problems",
+    "parse_nccl_log",
+    "release",
+    "tuner_masked",
+    "tuner_problems",
+    "version_mismatch",
+    "version_of",
+]
 
 # NCCL's ncclAlgo/ncclProto enums (src/include/device.h), for the numeric form of the TUNING line.
 _ALGORITHMS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
 _PROTOCOLS = ("LL", "LL128", "SIMPLE")
 
-_LINE = re.compile(r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<device>\d+)\] NCCL INFO "
-                   r"(?P<message>.*?)\s*$")
+_LINE = re.compile(
+    r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<device>\d+)\] NCCL INFO "
+    r"(?P<message>.*?)\s*$"
+)
 _VERSION = re.compile(r"^NCCL version (?P<version>\S+)")
 _SET = re.compile(r"^(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*)$")
-_CHOICE = re.compile(r"^(?P<op>[A-Za-z]+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\S+) proto (?P<proto>\S+)"
-                     r"(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
+_CHOICE = re.compile(
+    r"^(?P<op>[A-Za-z]+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\S+) proto (?P<proto>\S+)"
+    r"(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
+)
 _TUNER_PLUGIN_VAR = "NCCL_TUNER_PLUGIN"
 _TUNER_DEFAULT = "libnccl-tuner.so"
 """The library NCCL looks for when NCCL_TUNER_PLUGIN is unset."""
 _TUNER_REQUESTED = re.compile(r"^TUNER/Plugin: NCCL_TUNER_PLUGIN set to (?P<name>.+)$")
-_TUNER_OPENED = re.compile(r"^(?:TUNER/Plugin: Plugin name set by env to|Successfully loaded external tuner plugin) "
-                           r"(?P<path>.+)$")
+_TUNER_OPENED = re.compile(
+    r"^(?:TUNER/Plugin: Plugin name set by env to|Successfully loaded external tuner plugin) "
+    r"(?P<path>.+)$"
+)
 _TUNER_INTERNAL = re.compile(r"^TUNER/Plugin: (?:.*Using internal tuner plugin\.?|.*using internal tuner instead\.?)$")
 _TUNER_NOT_FOUND = re.compile(r"^TUNER/Plugin: Could not find:\s*(?P<names>.*?)(?:\. Using internal tuner plugin\.?)?$")
 _TUNER_USING = re.compile(r"^TUNER/Plugin: Using (?:tuner plugin (?P<old>.+)|(?P<name>.+?) \(v(?P<version>\d+)\))$")
 _TUNER_UNSUPPORTED = re.compile(r"^External tuner plugin (?P<name>.+) is unsupported$")
 _TUNER_RULES = re.compile(r"^TUNER/ExamplePlugin: Loaded (?P<n>\d+) tuning configurations from (?P<file>.+)$")
 
-NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TUNER_PLUGIN",
-                        "NCCL_TUNER_CONFIG_FILE"})
+NOT_ECHOED = frozenset(
+    {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"}
+)
 """Variables not held to a `... set by environment to ...` line: NCCL does not echo them, so their absence
 from its log proves nothing. NCCL 2.28.9 does echo NCCL_TUNER_PLUGIN (TunerLoad.requested), older NCCL does
 not; the tuner plugin is proven by the TUNER/Plugin lines instead (tuner_problems)."""
@@ -86,10 +106,12 @@ def tuner_masked(env: Mapping[str, str]) -> str | None:
     if not masking:
         return None
     shown = ", ".join(f"{n}={env[n]}" if env[n] != "" else n for n in masking)
-    return (f"NCCL_TUNER_PLUGIN loads a tuner plugin, but {shown} {'is' if len(masking) == 1 else 'are'} set too: "
-            f"NCCL_ALGO / NCCL_PROTO mask the plugin (NCCL offers it only what they allow), so its rule file does "
-            f"not decide what runs; remove them from server.env and the space (sweep export --tuner-file leaves "
-            f"them out)")
+    return (
+        f"NCCL_TUNER_PLUGIN loads a tuner plugin, but {shown} {'is' if len(masking) == 1 else 'are'} set too: "
+        f"NCCL_ALGO / NCCL_PROTO mask the plugin (NCCL offers it only what they allow), so its rule file does "
+        f"not decide what runs; remove them from server.env and the space (sweep export --tuner-file leaves "
+        f"them out)"
+    )
 
 
 class NcclChoice(Frozen):
@@ -184,8 +206,9 @@ def _tuner_load(tuner: dict[str, str]) -> TunerLoad:
     libnccl-tuner.so and says `Could not find: libnccl-tuner.so` when it is absent (2.28.9; older NCCL adds
     `. Using internal tuner plugin.`): no plugin was asked for and none failed, so that is not recorded."""
     if "requested" not in tuner and tuner.get("not_found") == _TUNER_DEFAULT:
-        tuner = {k: v for k, v in tuner.items()
-                 if k != "not_found" and not (k == "internal" and _TUNER_NOT_FOUND.match(v))}
+        tuner = {
+            k: v for k, v in tuner.items() if k != "not_found" and not (k == "internal" and _TUNER_NOT_FOUND.match(v))
+        }
     return TunerLoad(**tuner)
 
 
@@ -197,8 +220,19 @@ def parse_nccl_log(text: str) -> dict[int, DeviceLog]:
         if not m:
             continue
         device, message = int(m["device"]), m["message"]
-        info = acc.setdefault(device, {"hosts": set(), "pids": set(), "version": None, "env": {}, "collectives": {},
-                                       "max_bytes": {}, "calls": {}, "tuner": {}})
+        info = acc.setdefault(
+            device,
+            {
+                "hosts": set(),
+                "pids": set(),
+                "version": None,
+                "env": {},
+                "collectives": {},
+                "max_bytes": {},
+                "calls": {},
+                "tuner": {},
+            },
+        )
         if m["host"] is not None:
             info["hosts"].add(m["host"])
             info["pids"].add(int(m["pid"]))
@@ -212,8 +246,11 @@ def parse_nccl_log(text: str) -> dict[int, DeviceLog]:
             if s["name"] == _TUNER_PLUGIN_VAR:  # NCCL 2.28 echoes it before opening the library
                 info["tuner"].setdefault("requested", value)
         elif c := _CHOICE.match(message):
-            choice = NcclChoice(algorithm=_name(c["algo"], _ALGORITHMS), protocol=_name(c["proto"], _PROTOCOLS),
-                                channels=int(c["hi"]) - int(c["lo"]) + 1 if c["lo"] is not None else None)
+            choice = NcclChoice(
+                algorithm=_name(c["algo"], _ALGORITHMS),
+                protocol=_name(c["proto"], _PROTOCOLS),
+                channels=int(c["hi"]) - int(c["lo"]) + 1 if c["lo"] is not None else None,
+            )
             nbytes = int(c["bytes"])
             key = f"{c['op']} {choice.algorithm}/{choice.protocol}"
             info["collectives"][key] = info["collectives"].get(key, 0) + 1
@@ -222,9 +259,17 @@ def parse_nccl_log(text: str) -> dict[int, DeviceLog]:
         else:
             _tuner_line(info["tuner"], message)
     return {
-        device: DeviceLog(device=device, hosts=tuple(sorted(i["hosts"])), pids=tuple(sorted(i["pids"])),
-                          version=i["version"], env=i["env"], collectives=i["collectives"], max_bytes=i["max_bytes"],
-                          calls=tuple(i["calls"].values()), tuner=_tuner_load(i["tuner"]))
+        device: DeviceLog(
+            device=device,
+            hosts=tuple(sorted(i["hosts"])),
+            pids=tuple(sorted(i["pids"])),
+            version=i["version"],
+            env=i["env"],
+            collectives=i["collectives"],
+            max_bytes=i["max_bytes"],
+            calls=tuple(i["calls"].values()),
+            tuner=_tuner_load(i["tuner"]),
+        )
         for device, i in sorted(acc.items())
     }
 
@@ -260,10 +305,12 @@ def env_problems(requested: Mapping[str, str], logs: Mapping[int, DeviceLog], de
             continue
         lacking = [d for d in devices if d not in seen]
         if lacking:
-            problems.append(f"NCCL did not report {name} on device(s) {_devices(lacking)} "
-                            f"(reported on {_devices(sorted(seen))})")
-        problems += [f"NCCL on device {d} took {name}={v!r}, requested {str(want)!r}"
-                     for d, v in seen.items() if v != str(want)]
+            problems.append(
+                f"NCCL did not report {name} on device(s) {_devices(lacking)} (reported on {_devices(sorted(seen))})"
+            )
+        problems += [
+            f"NCCL on device {d} took {name}={v!r}, requested {str(want)!r}" for d, v in seen.items() if v != str(want)
+        ]
     return problems
 
 
@@ -277,14 +324,15 @@ def tuner_problems(plugin: str, logs: Mapping[int, DeviceLog], devices: Iterable
         tuner = log.tuner if log else TunerLoad()
         where = f"device {device}"
         if tuner.internal or tuner.not_found:
-            why = (f"NCCL could not open {tuner.not_found}" if tuner.not_found
-                   else f"NCCL said {tuner.internal!r}")
+            why = f"NCCL could not open {tuner.not_found}" if tuner.not_found else f"NCCL said {tuner.internal!r}"
             used = f"used {tuner.plugin} instead" if tuner.plugin else "used its internal tuner"
             problems.append(f"NCCL_TUNER_PLUGIN={plugin} was not loaded on {where}: {why} and {used}")
         elif tuner.plugin is None:
-            problems.append(f"NCCL_TUNER_PLUGIN={plugin}: {where} logged no 'TUNER/Plugin: Using <name>' line "
-                            f"(NCCL_DEBUG=INFO with INIT or TUNING in NCCL_DEBUG_SUBSYS prints it), so nothing "
-                            f"proves the plugin loaded there")
+            problems.append(
+                f"NCCL_TUNER_PLUGIN={plugin}: {where} logged no 'TUNER/Plugin: Using <name>' line "
+                f"(NCCL_DEBUG=INFO with INIT or TUNING in NCCL_DEBUG_SUBSYS prints it), so nothing "
+                f"proves the plugin loaded there"
+            )
     return problems
 
 
@@ -294,7 +342,9 @@ def release(version: str) -> str:
     return version.strip().split("+", 1)[0]
 
 
-def version_mismatch(probe: str | None, servers: Mapping[str, str | None], *, probe_where: str = "the probe") -> list[str]:
+def version_mismatch(
+    probe: str | None, servers: Mapping[str, str | None], *, probe_where: str = "the probe"
+) -> list[str]:
     """Warnings where the NCCL the probe measured is not the one the server loads: `probe` is the probe's
     version (probe.json's nccl_version, or the NCCL wheel of the probe's interpreter), `servers` maps where
     a server's NCCL was read (`trial 3`, `server.python /opt/venv/bin/python`) to what it loaded (a
@@ -305,8 +355,10 @@ def version_mismatch(probe: str | None, servers: Mapping[str, str | None], *, pr
     for where, loaded in servers.items():
         versions = sorted({release(v) for v in (loaded or "").split(",") if v.strip()})
         if len(versions) > 1:
-            problems.append(f"{where}: its ranks loaded different NCCL versions ({', '.join(versions)}); every rank "
-                            f"of a server must load one NCCL (one torch in the server's environment)")
+            problems.append(
+                f"{where}: its ranks loaded different NCCL versions ({', '.join(versions)}); every rank "
+                f"of a server must load one NCCL (one torch in the server's environment)"
+            )
         for v in versions:
             by_version.setdefault(v, []).append(where)
     if probe is None or not probe.strip():
@@ -315,8 +367,10 @@ def version_mismatch(probe: str | None, servers: Mapping[str, str | None], *, pr
     for version, places in sorted(by_version.items()):
         if version != measured:
             shown = ", ".join(places[:5]) + (f" and {len(places) - 5} more" if len(places) > 5 else "")
-            problems.append(f"{probe_where} measured NCCL {measured} but {shown} loaded NCCL {version}: the probe's "
-                            f"ranking of NCCL settings may not hold for the server; install one torch (one NCCL) "
-                            f"for both (pyproject's probe and sglang extras pin torch 2.14.1, NCCL 2.30.7) and "
-                            f"probe again")
+            problems.append(
+                f"{probe_where} measured NCCL {measured} but {shown} loaded NCCL {version}: the probe's "
+                f"ranking of NCCL settings may not hold for the server; install one torch (one NCCL) "
+                f"for both (pyproject's probe and sglang extras pin torch 2.14.1, NCCL 2.30.7) and "
+                f"probe again"
+            )
     return problems

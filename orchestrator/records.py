@@ -44,9 +44,9 @@ class FailureKind(str, enum.Enum):
 
 
 class TrialRole(str, enum.Enum):
-    search = "search"        # proposed by the sampler
-    baseline = "baseline"    # no speculation, no NCCL variables
-    confirm = "confirm"      # promotion gate re-measure
+    search = "search"  # proposed by the sampler
+    baseline = "baseline"  # no speculation, no NCCL variables
+    confirm = "confirm"  # promotion gate re-measure
 
 
 class LaunchPlan(Frozen):
@@ -295,7 +295,9 @@ def prefill_x(ttft_ms: object) -> float | None:
     return math.log(ttft_ms) if ttft_ms > 0 and math.isfinite(ttft_ms) else None
 
 
-def split_point(params: Mapping[str, ParamValue]) -> tuple[tuple[tuple[str, ParamValue], ...], tuple[tuple[str, ParamValue], ...]]:
+def split_point(
+    params: Mapping[str, ParamValue],
+) -> tuple[tuple[tuple[str, ParamValue], ...], tuple[tuple[str, ParamValue], ...]]:
     """(the point's speculation knobs, its other knobs) as hashable, sorted items, unset ones left out:
     the two groups stats.pooled_scores pools measurements over."""
     items = sorted((k, v) for k, v in params.items() if v is not None)

@@ -36,17 +36,50 @@ from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
 
-SECRET_WORDS = frozenset({
-    "TOKEN", "KEY", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS", "PWD",
-    "CREDENTIAL", "CREDENTIALS", "CREDS", "AUTH", "OAUTH", "SESSION", "COOKIE", "COOKIES",
-    "PRIVATE", "APIKEY", "SIGNATURE",
-})
+SECRET_WORDS = frozenset(
+    {
+        "TOKEN",
+        "KEY",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWORDS",
+        "PASSWD",
+        "PASS",
+        "PWD",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "CREDS",
+        "AUTH",
+        "OAUTH",
+        "SESSION",
+        "COOKIE",
+        "COOKIES",
+        "PRIVATE",
+        "APIKEY",
+        "SIGNATURE",
+    }
+)
 _COMPOUND_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "ACCESSKEY", "PRIVATEKEY")
 SAFE_PREFIXES = ("NCCL_", "CUDA_", "XDG_")
-REFERENCE_SUFFIXES = frozenset({
-    "PATH", "FILE", "DIR", "SOCK", "SOCKET", "MAP", "TYPE", "NAME", "TIMEOUT", "TTL",
-    "ENABLE", "ENABLED", "MODE", "SIZE",
-})
+REFERENCE_SUFFIXES = frozenset(
+    {
+        "PATH",
+        "FILE",
+        "DIR",
+        "SOCK",
+        "SOCKET",
+        "MAP",
+        "TYPE",
+        "NAME",
+        "TIMEOUT",
+        "TTL",
+        "ENABLE",
+        "ENABLED",
+        "MODE",
+        "SIZE",
+    }
+)
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SPLIT = re.compile(r"[^A-Za-z0-9]+")
@@ -94,7 +127,9 @@ _ASSIGN = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>=)(?P<value>\
 _JSON_PAIR = re.compile(r"\"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)\"(?P<sep>\s*:\s*)\"(?P<value>(?:[^\"\\]|\\.)*)\"")
 _FLAG = re.compile(r"(?P<name>--[A-Za-z0-9][A-Za-z0-9-]*)(?P<sep>\s+)(?P<value>[^\s-][^\s]*)")
 # An argv list serialised as JSON or a Python repr: "--api-key", "value"
-_LISTED_FLAG = re.compile(r"(?P<q>[\"'])(?P<name>--[A-Za-z0-9][A-Za-z0-9-]*)(?P=q)(?P<sep>\s*,\s*)(?P<q2>[\"'])(?P<value>(?:(?!(?P=q2))[^\\]|\\.)*)(?P=q2)")
+_LISTED_FLAG = re.compile(
+    r"(?P<q>[\"'])(?P<name>--[A-Za-z0-9][A-Za-z0-9-]*)(?P=q)(?P<sep>\s*,\s*)(?P<q2>[\"'])(?P<value>(?:(?!(?P=q2))[^\\]|\\.)*)(?P=q2)"
+)
 _NOT_A_VALUE = frozenset({"", "None", "null", "''", '""', MASK, f"'{MASK}'", f'"{MASK}"'})
 
 
@@ -109,7 +144,7 @@ def _mask_named(m: re.Match[str]) -> str:
 def _mask_json(m: re.Match[str]) -> str:
     if not is_secret_name(m.group("name")) or m.group("value") in _NOT_A_VALUE:
         return m.group(0)
-    return f"\"{m.group('name')}\"{m.group('sep')}\"{MASK}\""
+    return f'"{m.group("name")}"{m.group("sep")}"{MASK}"'
 
 
 def _mask_listed(m: re.Match[str]) -> str:
@@ -172,8 +207,12 @@ def _redact_tree(tree: Any, values: list[str]) -> Any:
     if isinstance(tree, Mapping):
         out = {}
         for key, value in tree.items():
-            if isinstance(key, str) and is_secret_name(key) and value not in (None, "") \
-                    and not isinstance(value, (Mapping, list, tuple, bool)):
+            if (
+                isinstance(key, str)
+                and is_secret_name(key)
+                and value not in (None, "")
+                and not isinstance(value, (Mapping, list, tuple, bool))
+            ):
                 out[key] = MASK
             else:
                 out[key] = _redact_tree(value, values)

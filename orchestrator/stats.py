@@ -77,11 +77,17 @@ def _residual_noise(resid: np.ndarray, params: int, floor: float) -> float:
     """The additive fit's run-to-run noise: the residuals' root mean square over their degrees of freedom
     (rows less the `params` the fit estimates), at least `floor`; DEFAULT_NOISE under 3 of them."""
     dof = resid.size - params
-    return max(floor, float(np.sqrt(np.sum(resid ** 2) / dof))) if dof >= 3 else DEFAULT_NOISE
+    return max(floor, float(np.sqrt(np.sum(resid**2) / dof))) if dof >= 3 else DEFAULT_NOISE
 
 
-def pooled_scores(rows: Sequence[tuple[Hashable, Hashable, float]], *, z: float = 1.0, shrink: float = 1.0,
-                  floor: float = 0.005, sweeps: int = 60) -> list[Pooled]:
+def pooled_scores(
+    rows: Sequence[tuple[Hashable, Hashable, float]],
+    *,
+    z: float = 1.0,
+    shrink: float = 1.0,
+    floor: float = 0.005,
+    sweeps: int = 60,
+) -> list[Pooled]:
     """Pool noisy measurements of points made of two nearly independent parts.
 
     `rows` are (group_a, group_b, y) with y = log(value), higher better: in a sweep, group a is a
@@ -121,8 +127,14 @@ class Contrast:
     se: float
 
 
-def pooled_contrast(rows: Sequence[tuple[Hashable, Hashable, float]], first: tuple[Hashable, Hashable],
-                    second: tuple[Hashable, Hashable], *, shrink: float = 1.0, floor: float = 0.005) -> Contrast | None:
+def pooled_contrast(
+    rows: Sequence[tuple[Hashable, Hashable, float]],
+    first: tuple[Hashable, Hashable],
+    second: tuple[Hashable, Hashable],
+    *,
+    shrink: float = 1.0,
+    floor: float = 0.005,
+) -> Contrast | None:
     """`second` minus `first` under the additive model of pooled_scores (the same rows, the b effects
     shrunk by `shrink` pseudo-observations), with its standard error: the ridge solution's posterior
     spread, sigma^2 c'(X'X + shrink I_b)^-1 c, the noise taken from the residuals as pooled_scores takes it.
@@ -175,9 +187,13 @@ most nights' pick, where 3-4 degrees of freedom are what the repeated points giv
 fell back to their unadjusted count (bench/overnight.py, docs/benchmarks.md)."""
 
 
-def covariate_adjusted(rows: Sequence[tuple[Hashable, Hashable, float]], x: Sequence[float | None],
-                       x_groups: Sequence[tuple[Hashable, Hashable]], *, alpha: float = COVARIATE_ALPHA
-                       ) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
+def covariate_adjusted(
+    rows: Sequence[tuple[Hashable, Hashable, float]],
+    x: Sequence[float | None],
+    x_groups: Sequence[tuple[Hashable, Hashable]],
+    *,
+    alpha: float = COVARIATE_ALPHA,
+) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
     """The rows (a, b, y) with the part of y that a concomitant per-run measurement x predicts taken out:
     regression adjustment (analysis of covariance; in A/B testing, CUPED: Deng et al., WSDM 2013).
 
@@ -191,8 +207,9 @@ def covariate_adjusted(rows: Sequence[tuple[Hashable, Hashable, float]], x: Sequ
     is None or not finite (a trial recorded before its TTFT was kept) takes no part and stays as measured.
     None when no point is repeated."""
     if len(rows) != len(x) or len(rows) != len(x_groups):
-        raise ValueError(f"rows, x and x_groups must have one entry per run, but got {len(rows)}, {len(x)}, "
-                         f"{len(x_groups)}")
+        raise ValueError(
+            f"rows, x and x_groups must have one entry per run, but got {len(rows)}, {len(x)}, {len(x_groups)}"
+        )
     timed = [i for i, v in enumerate(x) if v is not None and math.isfinite(v)]
     points: dict[tuple[Hashable, Hashable], list[int]] = {}
     for i in timed:

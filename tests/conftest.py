@@ -8,15 +8,27 @@ import pytest
 from e2e_helpers import served_experiment, sweep, write_experiment
 
 HEAVY_FIRST = (
-    "tests/e2e/test_resume.py", "tests/e2e/test_interrupt.py",
-    "tests/e2e/test_browse.py", "tests/e2e/test_e2e.py", "tests/e2e/test_ui.py",
-    "tests/hardening/test_failed_start.py", "tests/results/test_truth_outputs.py",
-    "tests/hardening/test_disk_full.py", "tests/sweep/test_confirm_adaptive.py",
-    "tests/simulator/test_sim_outputs.py", "tests/search/test_overnight_bench.py",
-    "tests/e2e/test_mlflow_outage.py", "tests/hardening/test_workdir_fuzz.py",
-    "tests/hardening/test_mlflow_db_resume.py", "tests/e2e/test_verdict.py", "tests/e2e/test_failures.py",
-    "tests/sweep/test_roundtrip.py", "tests/e2e/test_ray_cluster.py", "tests/sweep/test_loop.py",
-    "tests/hardening/test_environment_failures.py", "tests/config/test_fuzz_hypothesis.py",
+    "tests/e2e/test_resume.py",
+    "tests/e2e/test_interrupt.py",
+    "tests/e2e/test_browse.py",
+    "tests/e2e/test_e2e.py",
+    "tests/e2e/test_ui.py",
+    "tests/hardening/test_failed_start.py",
+    "tests/results/test_truth_outputs.py",
+    "tests/hardening/test_disk_full.py",
+    "tests/sweep/test_confirm_adaptive.py",
+    "tests/simulator/test_sim_outputs.py",
+    "tests/search/test_overnight_bench.py",
+    "tests/e2e/test_mlflow_outage.py",
+    "tests/hardening/test_workdir_fuzz.py",
+    "tests/hardening/test_mlflow_db_resume.py",
+    "tests/e2e/test_verdict.py",
+    "tests/e2e/test_failures.py",
+    "tests/sweep/test_roundtrip.py",
+    "tests/e2e/test_ray_cluster.py",
+    "tests/sweep/test_loop.py",
+    "tests/hardening/test_environment_failures.py",
+    "tests/config/test_fuzz_hypothesis.py",
 )
 """The files that take a worker longest (pytest --durations, docs/testing.md), about the heaviest first. `make
 test` hands whole files to two workers in collection order (--dist loadfile --no-loadscope-reorder), and these

@@ -63,23 +63,37 @@ def served_experiment(**overrides: Any) -> dict[str, Any]:
 def short_sweep(tmp_path: Path, name: str, trials: int) -> Path:
     """The demo experiment as a sweep of `trials` trials, two at a time, written under tmp_path. Two repeats
     per trial give the promotion gate its samples without separate confirmation runs."""
-    return write_experiment(tmp_path, served_experiment(
-        name=name, budget={"trials": trials, "concurrent_trials": 2}, benchmark={"repeats": 2},
-        promotion={"max_rounds": 0, "min_gain": 0.0}))
+    return write_experiment(
+        tmp_path,
+        served_experiment(
+            name=name,
+            budget={"trials": trials, "concurrent_trials": 2},
+            benchmark={"repeats": 2},
+            promotion={"max_rounds": 0, "min_gain": 0.0},
+        ),
+    )
 
 
 def nccl_space(tmp_path: Path, algos: list[str]) -> Path:
     """A two-knob space under tmp_path: NCCL_PROTO (engine default, LL, LL128, Simple), NCCL_ALGO (default, `algos`)."""
     path = tmp_path / "nccl-small.yaml"
-    path.write_text(yaml.safe_dump({"name": "nccl-small", "params": {
-        "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
-        "NCCL_ALGO": {"choices": [None, *algos]},
-    }}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "nccl-small",
+                "params": {
+                    "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
+                    "NCCL_ALGO": {"choices": [None, *algos]},
+                },
+            }
+        )
+    )
     return path
 
 
-def run_to_the_end(tmp_path: Path, template: Path, data: dict[str, Any]
-                   ) -> tuple[subprocess.CompletedProcess, Path, list]:
+def run_to_the_end(
+    tmp_path: Path, template: Path, data: dict[str, Any]
+) -> tuple[subprocess.CompletedProcess, Path, list]:
     """`sweep run` of the experiment `data` in a new work directory, to its end: (the process, the work
     directory, the study's trials)."""
     from orchestrator.search.study import read_only  # imports Optuna: only the tests that read a study
@@ -92,8 +106,13 @@ def run_to_the_end(tmp_path: Path, template: Path, data: dict[str, Any]
 
 def measured(trials: list) -> list:
     """The trials the budget counts: launched (not settled without a launch), finished, not interrupted."""
-    return [t for t in trials if t.state in ("COMPLETE", "FAIL") and not t.attrs.get("skipped")
-            and t.attrs.get("failure_kind") != "interrupted"]
+    return [
+        t
+        for t in trials
+        if t.state in ("COMPLETE", "FAIL")
+        and not t.attrs.get("skipped")
+        and t.attrs.get("failure_kind") != "interrupted"
+    ]
 
 
 def ended_cleanly(proc: subprocess.CompletedProcess) -> bool:
@@ -128,13 +147,20 @@ def write_experiment(tmp_path: Path, data: dict[str, Any], name: str = "exp.yaml
     return path
 
 
-def sweep(*args: str, cwd: Path | None = None, timeout: float = 1500, env: dict | None = None
-          ) -> subprocess.CompletedProcess:
+def sweep(
+    *args: str, cwd: Path | None = None, timeout: float = 1500, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run the `sweep` CLI as a real process (argv list, output captured). `timeout` is a hang guard, not a
     speed check: with six CPU burners beside the suite on 2 cores, the 6-trial e2e sweep (conftest.py
     finished_sweep) ran past the 600 s it had (its 7 tests errored), so it sits under pytest-timeout's 1800."""
-    return subprocess.run([*SWEEP, *args], cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {}), "COLUMNS": "200"})
+    return subprocess.run(
+        [*SWEEP, *args],
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {}), "COLUMNS": "200"},
+    )
 
 
 MARKER = "SWEEP_TEST_MARKER"
@@ -173,9 +199,14 @@ def new_workdir(tmp_path: Path, template: Path) -> Path:
 def start_sweep(exp: Path, wd: Path, marker: str, log: Path, *extra: str) -> subprocess.Popen:
     """`sweep run` as a real process in its own session (so a test can signal it like a terminal)."""
     with open(log, "w") as out:
-        return subprocess.Popen([*SWEEP, "run", str(exp), "--workdir", str(wd), *extra], cwd=REPO,
-                                env={**os.environ, "COLUMNS": "200", MARKER: marker}, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [*SWEEP, "run", str(exp), "--workdir", str(wd), *extra],
+            cwd=REPO,
+            env={**os.environ, "COLUMNS": "200", MARKER: marker},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def trial_files(wd: Path) -> tuple[dict[int, dict], set[int]]:
@@ -195,7 +226,7 @@ def trial_files(wd: Path) -> tuple[dict[int, dict], set[int]]:
 def wait_for(condition, proc: subprocess.Popen, log: Path, timeout_s: float = 120.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if (value := condition()):
+        if value := condition():
             return value
         if proc.poll() is not None:
             pytest.fail(f"the sweep ended early ({proc.returncode}):\n{log.read_text()[-3000:]}")
@@ -238,33 +269,63 @@ class LoopbackCluster:
         self.temp_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")
         self.port = free_port("127.0.0.2")
         self.address = f"127.0.0.2:{self.port}"
-        self.env = {**os.environ, MARKER: self.marker, "RAY_AUTH_MODE": "token",
-                    "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env = {**os.environ, MARKER: self.marker, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
 
     def _start(self, name: str, args: list[str]) -> None:
         nice = self.niceness[0 if name == "head" else 1]
         env = {**self.env, **({} if nice is None else {"RAY_worker_niceness": str(nice)})}
         with open(self.root / f"ray-{name}.log", "w") as log:
-            proc = subprocess.run([RAY, "start", *args, "--num-gpus=8", "--num-cpus=1",
-                                   "--object-store-memory", "200000000", "--disable-usage-stats"],
-                                  env=env, stdout=log, stderr=subprocess.STDOUT, timeout=120,
-                                  start_new_session=True)
+            proc = subprocess.run(
+                [
+                    RAY,
+                    "start",
+                    *args,
+                    "--num-gpus=8",
+                    "--num-cpus=1",
+                    "--object-store-memory",
+                    "200000000",
+                    "--disable-usage-stats",
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=120,
+                start_new_session=True,
+            )
         if proc.returncode != 0:
             raise RuntimeError(f"ray start ({name}) failed:\n{(self.root / f'ray-{name}.log').read_text()[-3000:]}")
 
     def start(self) -> None:
         ip2, ip3 = "127.0.0.2", "127.0.0.3"
-        self._start("head", ["--head", f"--node-ip-address={ip2}", f"--port={self.port}", "--include-dashboard=false",
-                             f"--temp-dir={self.temp_dir}",
-                             f"--dashboard-agent-listen-port={free_port(ip2)}",
-                             f"--node-manager-port={free_port(ip2)}", f"--object-manager-port={free_port(ip2)}",
-                             f"--metrics-export-port={free_port(ip2)}", f"--runtime-env-agent-port={free_port(ip2)}"])
+        self._start(
+            "head",
+            [
+                "--head",
+                f"--node-ip-address={ip2}",
+                f"--port={self.port}",
+                "--include-dashboard=false",
+                f"--temp-dir={self.temp_dir}",
+                f"--dashboard-agent-listen-port={free_port(ip2)}",
+                f"--node-manager-port={free_port(ip2)}",
+                f"--object-manager-port={free_port(ip2)}",
+                f"--metrics-export-port={free_port(ip2)}",
+                f"--runtime-env-agent-port={free_port(ip2)}",
+            ],
+        )
         if not self.worker:  # a one-node cluster (bench/two_node_scaling.py compares the two)
             return
-        self._start("worker", [f"--address={self.address}", f"--node-ip-address={ip3}",
-                               f"--dashboard-agent-listen-port={free_port(ip3)}",
-                               f"--node-manager-port={free_port(ip3)}", f"--object-manager-port={free_port(ip3)}",
-                               f"--metrics-export-port={free_port(ip3)}", f"--runtime-env-agent-port={free_port(ip3)}"])
+        self._start(
+            "worker",
+            [
+                f"--address={self.address}",
+                f"--node-ip-address={ip3}",
+                f"--dashboard-agent-listen-port={free_port(ip3)}",
+                f"--node-manager-port={free_port(ip3)}",
+                f"--object-manager-port={free_port(ip3)}",
+                f"--metrics-export-port={free_port(ip3)}",
+                f"--runtime-env-agent-port={free_port(ip3)}",
+            ],
+        )
 
     def stop(self) -> dict[int, str]:
         """End every process of this cluster; return those that needed SIGKILL."""
@@ -299,15 +360,27 @@ def chain_experiment(tmp_path: Path, name: str, *, objective: dict, promotion: d
     On that host a 3-step chain is the best fixed count at one stream and still beats no speculation at
     eight; adaptive runs the best of 1, 3, 7 steps at each load, 3% slower (the model's stated cost)."""
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump({"name": "chain", "params": {
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [3], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-    }}))
-    data = demo_experiment(name=name, budget={"trials": 2, "concurrent_trials": 2},
-                           sampler={"kind": "grid", "seed": 0}, server={"tp": 2, "env": {}},
-                           simulator={"hardware_profile": "h200-nvlink", "noise": 0.005},
-                           objective={"constraints": {}, **objective}, benchmark={"output_len": 96},
-                           promotion=promotion)
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "chain",
+                "params": {
+                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                    "speculative_num_steps": {"choices": [3], "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+                },
+            }
+        )
+    )
+    data = demo_experiment(
+        name=name,
+        budget={"trials": 2, "concurrent_trials": 2},
+        sampler={"kind": "grid", "seed": 0},
+        server={"tp": 2, "env": {}},
+        simulator={"hardware_profile": "h200-nvlink", "noise": 0.005},
+        objective={"constraints": {}, **objective},
+        benchmark={"output_len": 96},
+        promotion=promotion,
+    )
     data["search_space"] = [str(space)]
     return data

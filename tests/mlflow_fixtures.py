@@ -52,17 +52,28 @@ class MlflowServer:
         if self.store_template is not None and not (self.root / "mlflow.db").exists():
             copy_store(self.store_template, self.root)  # skips the schema migration (seconds)
         argv = [
-            sys.executable, "-m", "mlflow", "server",
-            "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
-            "--artifacts-destination", str(self.root / "mlartifacts"),
-            "--host", self.host, "--port", str(self.port), "--workers", "1",
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{self.root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(self.root / "mlartifacts"),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
         ]
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         self.starts += 1
         log = open(self.root / f"server-{self.starts}.log", "wb")  # noqa: SIM115 (owned by Popen)
         try:
-            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         finally:
             log.close()
 
@@ -72,8 +83,7 @@ class MlflowServer:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with {self.proc.returncode}:\n"
-                                   f"{self.log_tail()}")
+                raise RuntimeError(f"mlflow server exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(f"{self.uri}/health", timeout=1) as response:
                     if response.status == 200:

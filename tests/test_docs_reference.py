@@ -38,11 +38,19 @@ def test_generated_reference_matches_the_code(tmp_path):
         old = committed.read_text(encoding="utf-8") if committed.exists() else ""
         new = fresh.read_text(encoding="utf-8")
         if old != new:
-            diff = difflib.unified_diff(old.splitlines(), new.splitlines(), f"docs/{fresh.name} (committed)",
-                                        f"docs/{fresh.name} (from the code)", lineterm="", n=0)
+            diff = difflib.unified_diff(
+                old.splitlines(),
+                new.splitlines(),
+                f"docs/{fresh.name} (committed)",
+                f"docs/{fresh.name} (from the code)",
+                lineterm="",
+                n=0,
+            )
             stale.append(f"docs/{fresh.name}:\n" + "\n".join(list(diff)[:20]))
-    assert not stale, ("the reference pages differ from what the code says; run `python scripts/gen_reference.py` "
-                       "(.venv/bin/python scripts/gen_reference.py) and commit docs/\n\n" + "\n\n".join(stale))
+    assert not stale, (
+        "the reference pages differ from what the code says; run `python scripts/gen_reference.py` "
+        "(.venv/bin/python scripts/gen_reference.py) and commit docs/\n\n" + "\n\n".join(stale)
+    )
 
 
 def test_generated_reference_names_every_field_and_knob():
@@ -85,22 +93,34 @@ def anchors(text: str) -> set[str]:
     return {anchor(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*\s*$", _FENCE.sub("", text), re.MULTILINE)}
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("see [the fields](docs/experiment-fields.md) and ![shot](docs/a.png)", ["docs/experiment-fields.md", "docs/a.png"]),
-    ("[web](https://example.com) [here](#usage) [t](knobs.md \"title\")", ["https://example.com", "#usage", "knobs.md"]),
-    ("`[not](a-link.md)` in code", []),
-    ("```\n[not](a-link.md)\n```\n[yes](b.md)", ["b.md"]),
-    ("    indented [not](a-link.md)\n[yes](c.md#part)", ["c.md#part"]),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "see [the fields](docs/experiment-fields.md) and ![shot](docs/a.png)",
+            ["docs/experiment-fields.md", "docs/a.png"],
+        ),
+        (
+            '[web](https://example.com) [here](#usage) [t](knobs.md "title")',
+            ["https://example.com", "#usage", "knobs.md"],
+        ),
+        ("`[not](a-link.md)` in code", []),
+        ("```\n[not](a-link.md)\n```\n[yes](b.md)", ["b.md"]),
+        ("    indented [not](a-link.md)\n[yes](c.md#part)", ["c.md#part"]),
+    ],
+)
 def test_links_are_read_from_prose_only(text, expected):
     assert links(text) == expected
 
 
-@pytest.mark.parametrize(("heading", "expected"), [
-    ("`server` (ServerSpec)", "server-serverspec"),
-    ("`objective.constraints.<key>` (Bound)", "objectiveconstraintskey-bound"),
-    ("The verdict: sequential confirmation", "the-verdict-sequential-confirmation"),
-])
+@pytest.mark.parametrize(
+    ("heading", "expected"),
+    [
+        ("`server` (ServerSpec)", "server-serverspec"),
+        ("`objective.constraints.<key>` (Bound)", "objectiveconstraintskey-bound"),
+        ("The verdict: sequential confirmation", "the-verdict-sequential-confirmation"),
+    ],
+)
 def test_anchor_is_githubs(heading, expected):
     assert anchor(heading) == expected
 

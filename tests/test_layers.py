@@ -41,18 +41,34 @@ ALLOWED: dict[str, frozenset[str]] = {
 ONE_ROOM = {"optuna": "search", "optuna_dashboard": "search", "ray": "execute", "mlflow": "tracking"}
 """Third-party packages that only one room may import."""
 
-HEAVY = frozenset({"ray", "mlflow", "torch", "pandas", "matplotlib", "scipy", "optuna", "optuna_dashboard",
-                   "plotly", "numpy", "nbformat", "nbclient", "psycopg2", "sglang"})
+HEAVY = frozenset(
+    {
+        "ray",
+        "mlflow",
+        "torch",
+        "pandas",
+        "matplotlib",
+        "scipy",
+        "optuna",
+        "optuna_dashboard",
+        "plotly",
+        "numpy",
+        "nbformat",
+        "nbclient",
+        "psycopg2",
+        "sglang",
+    }
+)
 """Third-party packages slow enough to import that deferring them into a function is worth it."""
 
 
 @dataclass(frozen=True)
 class Import:
-    module: str          # importing module, dotted
-    target: str          # imported module, dotted (a project module, or a top-level third-party name)
+    module: str  # importing module, dotted
+    target: str  # imported module, dotted (a project module, or a top-level third-party name)
     line: int
-    local: bool          # inside a function
-    commented: bool      # a comment on the line or the line above
+    local: bool  # inside a function
+    commented: bool  # a comment on the line or the line above
 
 
 def _module_name(path: Path) -> str:
@@ -106,8 +122,9 @@ def _imports(path: Path, modules: dict[str, Path]) -> list[Import]:
                     if mod in modules and mod != me:
                         found.append(Import(me, mod, child.lineno, local, commented(child)))
                     for alias in child.names:
-                        found.append(Import(me, _resolve(f"{mod}.{alias.name}", modules), child.lineno, local,
-                                            commented(child)))
+                        found.append(
+                            Import(me, _resolve(f"{mod}.{alias.name}", modules), child.lineno, local, commented(child))
+                        )
                 elif mod != "__future__":
                     found.append(Import(me, mod, child.lineno, local, commented(child)))
             visit(child, inner)
@@ -171,8 +188,7 @@ def test_each_room_imports_only_the_rooms_below_it(room: str) -> None:
 
 @pytest.mark.parametrize("package, room", sorted(ONE_ROOM.items()))
 def test_third_party_boundaries_have_one_room(package: str, room: str) -> None:
-    outside = [_where(imp) for imp in IMPORTS
-               if imp.target.split(".")[0] == package and _room(imp.module) != room]
+    outside = [_where(imp) for imp in IMPORTS if imp.target.split(".")[0] == package and _room(imp.module) != room]
     assert not outside, f"{package} is imported only in {room}/:\n" + "\n".join(outside)
 
 
@@ -206,9 +222,16 @@ def test_rooms_stay_readable_no_hub_class_no_huge_module() -> None:
         source = path.read_text(encoding="utf-8")
         lines = len(source.splitlines())
         if lines > MAX_MODULE_LINES and name not in BIG_BY_NATURE:
-            too_big.append(f"{path.relative_to(PACKAGE.parent)}: {lines} lines (> {MAX_MODULE_LINES}): split it by verb")
+            too_big.append(
+                f"{path.relative_to(PACKAGE.parent)}: {lines} lines (> {MAX_MODULE_LINES}): split it by verb"
+            )
         for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ClassDef) and (size := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_CLASS_LINES:
-                too_big.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} class {node.name}: {size} lines "
-                               f"(> {MAX_CLASS_LINES}): keep the class thin over verb modules")
+            if (
+                isinstance(node, ast.ClassDef)
+                and (size := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_CLASS_LINES
+            ):
+                too_big.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{node.lineno} class {node.name}: {size} lines "
+                    f"(> {MAX_CLASS_LINES}): keep the class thin over verb modules"
+                )
     assert not too_big, "\n".join(too_big)

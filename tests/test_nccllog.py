@@ -25,8 +25,9 @@ from orchestrator.nccllog import (
 
 def _measurement_lines() -> list[str]:
     """The lines the H200 measurement's note quotes from its NCCL_DEBUG=INFO log (rank prefix as NCCL writes it)."""
-    data = json.loads(resources.files("orchestrator.reference").joinpath(
-        "measurements/h200x2-nvlink-allreduce.json").read_text())
+    data = json.loads(
+        resources.files("orchestrator.reference").joinpath("measurements/h200x2-nvlink-allreduce.json").read_text()
+    )
     notes = json.dumps(data)
     return [f"h200:1:1 [0] {line}" for line in re.findall(r"'(NCCL INFO [^']*)'", notes)]
 
@@ -60,28 +61,36 @@ def test_the_measurement_notes_lines():
     assert choice_for(logs, 14336) == NcclChoice(algorithm="RING", protocol="LL", channels=1)
 
 
-@pytest.mark.parametrize("line,expected", [
-    ("AllReduce: 14336 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}", ("AllReduce", 14336, "RING", "LL", 1)),
-    ("AllReduce: 57344 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}", ("AllReduce", 57344, "RING", "LL", 2)),
-    ("AllGather: 1048576 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={2..5}",
-     ("AllGather", 1048576, "RING", "SIMPLE", 4)),
-    ("AllReduce: 458752 Bytes -> Algo 1 proto 2", ("AllReduce", 458752, "RING", "SIMPLE", None)),  # numeric form
-    ("AllReduce: 458752 Bytes -> Algo 0 proto 1 channel{Lo..Hi}={0..3}", ("AllReduce", 458752, "TREE", "LL128", 4)),
-])
+@pytest.mark.parametrize(
+    "line,expected",
+    [
+        ("AllReduce: 14336 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}", ("AllReduce", 14336, "RING", "LL", 1)),
+        ("AllReduce: 57344 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}", ("AllReduce", 57344, "RING", "LL", 2)),
+        (
+            "AllGather: 1048576 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={2..5}",
+            ("AllGather", 1048576, "RING", "SIMPLE", 4),
+        ),
+        ("AllReduce: 458752 Bytes -> Algo 1 proto 2", ("AllReduce", 458752, "RING", "SIMPLE", None)),  # numeric form
+        ("AllReduce: 458752 Bytes -> Algo 0 proto 1 channel{Lo..Hi}={0..3}", ("AllReduce", 458752, "TREE", "LL128", 4)),
+    ],
+)
 def test_tuning_lines(line, expected):
     logs = parse_nccl_log(f"host:9:9 [3] NCCL INFO {line}")
     op, nbytes, algo, proto, channels = expected
     assert choice_for(logs, nbytes, op) == NcclChoice(algorithm=algo, protocol=proto, channels=channels)
 
 
-@pytest.mark.parametrize("line,name,value", [
-    ("NCCL_PROTO set by environment to LL", "NCCL_PROTO", "LL"),
-    ("NCCL_MAX_NCHANNELS set by environment to 4.", "NCCL_MAX_NCHANNELS", "4"),
-    ("NCCL_NVLS_ENABLE set by environment to 0.", "NCCL_NVLS_ENABLE", "0"),
-    ("NCCL_P2P_LEVEL set by environment to SYS", "NCCL_P2P_LEVEL", "SYS"),
-    ("NCCL_ALGO set by environment to ^Tree", "NCCL_ALGO", "^Tree"),
-    ("NCCL_BUFFSIZE set by environment to 16777216.", "NCCL_BUFFSIZE", "16777216"),
-])
+@pytest.mark.parametrize(
+    "line,name,value",
+    [
+        ("NCCL_PROTO set by environment to LL", "NCCL_PROTO", "LL"),
+        ("NCCL_MAX_NCHANNELS set by environment to 4.", "NCCL_MAX_NCHANNELS", "4"),
+        ("NCCL_NVLS_ENABLE set by environment to 0.", "NCCL_NVLS_ENABLE", "0"),
+        ("NCCL_P2P_LEVEL set by environment to SYS", "NCCL_P2P_LEVEL", "SYS"),
+        ("NCCL_ALGO set by environment to ^Tree", "NCCL_ALGO", "^Tree"),
+        ("NCCL_BUFFSIZE set by environment to 16777216.", "NCCL_BUFFSIZE", "16777216"),
+    ],
+)
 def test_set_by_environment_lines(line, name, value):
     assert parse_nccl_log(f"h:1:1 [0] NCCL INFO {line}")[0].env == {name: value}
 
@@ -96,11 +105,22 @@ def test_a_captured_two_rank_log():
     assert env_problems({"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "4", "NCCL_DEBUG": "INFO"}, logs, range(2)) == []
 
 
-@pytest.mark.parametrize("edit,problem", [
-    (("[1] NCCL INFO NCCL_PROTO set by environment to LL\n", ""), "NCCL did not report NCCL_PROTO on device(s) 1 (reported on 0)"),
-    (("[1] NCCL INFO NCCL_MAX_NCHANNELS set by environment to 4.", "[1] NCCL INFO NCCL_MAX_NCHANNELS set by environment to 2."),
-     "NCCL on device 1 took NCCL_MAX_NCHANNELS='2', requested '4'"),
-])
+@pytest.mark.parametrize(
+    "edit,problem",
+    [
+        (
+            ("[1] NCCL INFO NCCL_PROTO set by environment to LL\n", ""),
+            "NCCL did not report NCCL_PROTO on device(s) 1 (reported on 0)",
+        ),
+        (
+            (
+                "[1] NCCL INFO NCCL_MAX_NCHANNELS set by environment to 4.",
+                "[1] NCCL INFO NCCL_MAX_NCHANNELS set by environment to 2.",
+            ),
+            "NCCL on device 1 took NCCL_MAX_NCHANNELS='2', requested '4'",
+        ),
+    ],
+)
 def test_env_problems_name_the_device_and_the_value(edit, problem):
     logs = parse_nccl_log(CAPTURED.replace(*edit))
     assert env_problems({"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "4"}, logs, range(2)) == [problem]
@@ -126,7 +146,8 @@ def test_per_device_summary_of_a_server_log():
 def test_a_device_that_printed_nothing_is_named_when_the_world_is_given():
     one = parse_nccl_log("\n".join(line for line in CAPTURED.splitlines() if "[1]" not in line))
     assert env_problems({"NCCL_PROTO": "LL"}, one, range(2)) == [
-        "NCCL did not report NCCL_PROTO on device(s) 1 (reported on 0)"]
+        "NCCL did not report NCCL_PROTO on device(s) 1 (reported on 0)"
+    ]
     assert env_problems({"NCCL_PROTO": "LL"}, one, one) == []
 
 
@@ -136,26 +157,56 @@ SO = "/opt/nccl/libnccl-tuner-example.so"
 CSV = "/srv/nccl-tuner.csv"
 
 TUNER_CASES = [
-    ("2.2x loaded", [f"TUNER/Plugin: Plugin name set by env to {SO}", "TUNER/Plugin: Using Example (v5)",
-                     "TUNER/ExamplePlugin: Initializing tuner for 1 nodes, 2 ranks, 0 NVL domains",
-                     f"TUNER/ExamplePlugin: Loaded 6 tuning configurations from {CSV}"],
-     TunerLoad(opened=SO, plugin="Example (v5)", rules=f"6 from {CSV}")),
-    ("2.2x not found", [f"TUNER/Plugin: Could not find: {SO} libnccl-tuner-{SO}.so. Using internal tuner plugin."],
-     TunerLoad(not_found=f"{SO} libnccl-tuner-{SO}.so",
-               internal=f"TUNER/Plugin: Could not find: {SO} libnccl-tuner-{SO}.so. Using internal tuner plugin.")),
+    (
+        "2.2x loaded",
+        [
+            f"TUNER/Plugin: Plugin name set by env to {SO}",
+            "TUNER/Plugin: Using Example (v5)",
+            "TUNER/ExamplePlugin: Initializing tuner for 1 nodes, 2 ranks, 0 NVL domains",
+            f"TUNER/ExamplePlugin: Loaded 6 tuning configurations from {CSV}",
+        ],
+        TunerLoad(opened=SO, plugin="Example (v5)", rules=f"6 from {CSV}"),
+    ),
+    (
+        "2.2x not found",
+        [f"TUNER/Plugin: Could not find: {SO} libnccl-tuner-{SO}.so. Using internal tuner plugin."],
+        TunerLoad(
+            not_found=f"{SO} libnccl-tuner-{SO}.so",
+            internal=f"TUNER/Plugin: Could not find: {SO} libnccl-tuner-{SO}.so. Using internal tuner plugin.",
+        ),
+    ),
     ("2.19 loaded", ["TUNER/Plugin: Using tuner plugin Example"], TunerLoad(plugin="Example")),
-    ("2.19 no symbol", ["TUNER/Plugin: Failed to find ncclTunerPlugin_v3 symbol.",
-                        "TUNER/Plugin: Failed to find ncclTunerPlugin_v2 symbol, using internal tuner instead."],
-     TunerLoad(internal="TUNER/Plugin: Failed to find ncclTunerPlugin_v2 symbol, using internal tuner instead.")),
+    (
+        "2.19 no symbol",
+        [
+            "TUNER/Plugin: Failed to find ncclTunerPlugin_v3 symbol.",
+            "TUNER/Plugin: Failed to find ncclTunerPlugin_v2 symbol, using internal tuner instead.",
+        ],
+        TunerLoad(internal="TUNER/Plugin: Failed to find ncclTunerPlugin_v2 symbol, using internal tuner instead."),
+    ),
     # NCCL_TUNER_PLUGIN unset: NCCL's search for its default libnccl-tuner.so is no failed load
-    ("net plugin's tuner instead", ["TUNER/Plugin: Could not find: libnccl-tuner.so. Using internal tuner plugin.",
-                                    "TUNER/Plugin: Using nccl_ofi_tuner (v3)"],
-     TunerLoad(plugin="nccl_ofi_tuner (v3)")),
-    ("2.28 unsupported", [f"External tuner plugin {SO} is unsupported"],
-     TunerLoad(internal=f"External tuner plugin {SO} is unsupported")),
-    ("2.2x requested, loaded", [f"TUNER/Plugin: NCCL_TUNER_PLUGIN set to {SO}",
-                                f"TUNER/Plugin: Plugin name set by env to {SO}", "TUNER/Plugin: Using Example (v4)"],
-     TunerLoad(requested=SO, opened=SO, plugin="Example (v4)")),
+    (
+        "net plugin's tuner instead",
+        [
+            "TUNER/Plugin: Could not find: libnccl-tuner.so. Using internal tuner plugin.",
+            "TUNER/Plugin: Using nccl_ofi_tuner (v3)",
+        ],
+        TunerLoad(plugin="nccl_ofi_tuner (v3)"),
+    ),
+    (
+        "2.28 unsupported",
+        [f"External tuner plugin {SO} is unsupported"],
+        TunerLoad(internal=f"External tuner plugin {SO} is unsupported"),
+    ),
+    (
+        "2.2x requested, loaded",
+        [
+            f"TUNER/Plugin: NCCL_TUNER_PLUGIN set to {SO}",
+            f"TUNER/Plugin: Plugin name set by env to {SO}",
+            "TUNER/Plugin: Using Example (v4)",
+        ],
+        TunerLoad(requested=SO, opened=SO, plugin="Example (v4)"),
+    ),
 ]
 
 
@@ -170,21 +221,38 @@ def _two_devices(*lines: str, on: tuple[int, ...] = (0, 1)) -> str:
 
 
 TUNER_PROBLEMS = [
-    ("every device uses it", _two_devices(f"TUNER/Plugin: Plugin name set by env to {SO}",
-                                          "TUNER/Plugin: Using Example (v5)"), []),
-    ("one device fell back", _two_devices(f"TUNER/Plugin: Plugin name set by env to {SO}",
-                                          "TUNER/Plugin: Using Example (v5)", on=(0,))
-     + _two_devices(f"TUNER/Plugin: Could not find: {SO}. Using internal tuner plugin.", on=(1,)),
-     [f"NCCL_TUNER_PLUGIN={SO} was not loaded on device 1: NCCL could not open {SO} and used its internal tuner"]),
-    ("a net plugin's tuner is not the requested one",
-     _two_devices(f"TUNER/Plugin: Could not find: {SO}. Using internal tuner plugin.",
-                  "TUNER/Plugin: Using nccl_ofi_tuner (v3)", on=(0,))
-     + _two_devices("TUNER/Plugin: Using Example (v5)", on=(1,)),
-     [f"NCCL_TUNER_PLUGIN={SO} was not loaded on device 0: NCCL could not open {SO} and used nccl_ofi_tuner (v3) "
-      f"instead"]),
-    ("no TUNER line on one device", _two_devices("TUNER/Plugin: Using Example (v5)", on=(1,)),
-     [f"NCCL_TUNER_PLUGIN={SO}: device 0 logged no 'TUNER/Plugin: Using <name>' line (NCCL_DEBUG=INFO with INIT or "
-      f"TUNING in NCCL_DEBUG_SUBSYS prints it), so nothing proves the plugin loaded there"]),
+    (
+        "every device uses it",
+        _two_devices(f"TUNER/Plugin: Plugin name set by env to {SO}", "TUNER/Plugin: Using Example (v5)"),
+        [],
+    ),
+    (
+        "one device fell back",
+        _two_devices(f"TUNER/Plugin: Plugin name set by env to {SO}", "TUNER/Plugin: Using Example (v5)", on=(0,))
+        + _two_devices(f"TUNER/Plugin: Could not find: {SO}. Using internal tuner plugin.", on=(1,)),
+        [f"NCCL_TUNER_PLUGIN={SO} was not loaded on device 1: NCCL could not open {SO} and used its internal tuner"],
+    ),
+    (
+        "a net plugin's tuner is not the requested one",
+        _two_devices(
+            f"TUNER/Plugin: Could not find: {SO}. Using internal tuner plugin.",
+            "TUNER/Plugin: Using nccl_ofi_tuner (v3)",
+            on=(0,),
+        )
+        + _two_devices("TUNER/Plugin: Using Example (v5)", on=(1,)),
+        [
+            f"NCCL_TUNER_PLUGIN={SO} was not loaded on device 0: NCCL could not open {SO} and used nccl_ofi_tuner (v3) "
+            f"instead"
+        ],
+    ),
+    (
+        "no TUNER line on one device",
+        _two_devices("TUNER/Plugin: Using Example (v5)", on=(1,)),
+        [
+            f"NCCL_TUNER_PLUGIN={SO}: device 0 logged no 'TUNER/Plugin: Using <name>' line (NCCL_DEBUG=INFO with INIT or "
+            f"TUNING in NCCL_DEBUG_SUBSYS prints it), so nothing proves the plugin loaded there"
+        ],
+    ),
 ]
 
 
@@ -225,7 +293,8 @@ def test_the_h200_tuner_plugin_logs():
     assert missing[0].tuner == TunerLoad(requested="/nonexistent/libx.so", not_found="/nonexistent/libx.so")
     assert tuner_problems("/nonexistent/libx.so", missing, [0]) == [
         "NCCL_TUNER_PLUGIN=/nonexistent/libx.so was not loaded on device 0: NCCL could not open "
-        "/nonexistent/libx.so and used its internal tuner"]
+        "/nonexistent/libx.so and used its internal tuner"
+    ]
 
     # NCCL still looks for its default libnccl-tuner.so and says it could not find it: no plugin asked for
     assert "TUNER/Plugin: Could not find: libnccl-tuner.so" in (H200_TUNER_LOGS / "c.log").read_text()
@@ -237,11 +306,14 @@ def test_the_h200_library_that_is_no_tuner():
     said = f"External tuner plugin {NOSYM_SO} is unsupported"
     assert logs[0].tuner == TunerLoad(requested=NOSYM_SO, internal=said)
     assert tuner_problems(NOSYM_SO, logs, [0]) == [
-        f"NCCL_TUNER_PLUGIN={NOSYM_SO} was not loaded on device 0: NCCL said {said!r} and used its internal tuner"]
+        f"NCCL_TUNER_PLUGIN={NOSYM_SO} was not loaded on device 0: NCCL said {said!r} and used its internal tuner"
+    ]
 
 
 def test_a_requested_default_name_that_is_not_found_is_kept():
     """Only the default search with NCCL_TUNER_PLUGIN unset is dropped: asked for by name, a miss counts."""
-    logs = parse_nccl_log("vm:1:1 [0] NCCL INFO NCCL_TUNER_PLUGIN set by environment to libnccl-tuner.so\n"
-                          "vm:1:1 [0] NCCL INFO TUNER/Plugin: Could not find: libnccl-tuner.so\n")
+    logs = parse_nccl_log(
+        "vm:1:1 [0] NCCL INFO NCCL_TUNER_PLUGIN set by environment to libnccl-tuner.so\n"
+        "vm:1:1 [0] NCCL INFO TUNER/Plugin: Could not find: libnccl-tuner.so\n"
+    )
     assert logs[0].tuner == TunerLoad(requested="libnccl-tuner.so", not_found="libnccl-tuner.so")

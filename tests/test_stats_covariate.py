@@ -27,7 +27,7 @@ def _night(seed: int, *, noise: float = 0.04, correlation: float = 1.0, repeats:
             for _ in range(repeats):
                 z, own = rng.gauss(0, 1), rng.gauss(0, 1)
                 rows.append((s, c, a + b - noise * z))
-                x.append(PREFILL[c] + noise * (correlation * z + math.sqrt(1 - correlation ** 2) * own))
+                x.append(PREFILL[c] + noise * (correlation * z + math.sqrt(1 - correlation**2) * own))
                 groups.append((True, c))
     return rows, x, groups
 

@@ -28,8 +28,12 @@ if TYPE_CHECKING:  # the tracker imports MLflow: `status`, `validate` and `plan`
 P = ParamSpec("P")
 R = TypeVar("R")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Find the fastest way to serve a model with SGLang: NCCL and speculative-decoding sweeps.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Find the fastest way to serve a model with SGLang: NCCL and speculative-decoding sweeps.",
+)
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
@@ -40,8 +44,10 @@ def workdir_path(value: str | Path) -> Path:
     if isinstance(value, Path):
         return value
     if not value.strip():
-        raise ValueError("an empty path, which would mean the current directory; pass --workdir . for "
-                         "that, or the directory `sweep run` used")
+        raise ValueError(
+            "an empty path, which would mean the current directory; pass --workdir . for "
+            "that, or the directory `sweep run` used"
+        )
     return Path(value)
 
 
@@ -67,9 +73,16 @@ def guard(fn: Callable[P, R]) -> Callable[P, R]:
             raise fail("interrupted", 130) from None
         except OSError as exc:  # the environment (disk full, permissions, a path in the way), not a bug of ours
             where = f"{exc.filename}: " if exc.filename else ""
-            fix = ("; free space on that disk and run the command again (`sweep run` with --resume: "
-                   "what was measured is kept)") if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+            fix = (
+                (
+                    "; free space on that disk and run the command again (`sweep run` with --resume: "
+                    "what was measured is kept)"
+                )
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                else ""
+            )
             raise fail(f"{where}{exc.strerror or exc}{fix}", 1) from None
+
     return wrapper
 
 
@@ -85,15 +98,21 @@ def load_experiment(path: Path, *, here: bool = False) -> spec_mod.SweepSpec:
 def check_on_this_machine(spec: spec_mod.SweepSpec, where: str) -> None:
     """SpecError when server.python or benchmark.client_python is no executable here, or when the trial
     servers could not listen on server.host here (not an address of this machine)."""
-    for field, python in (("server.python", spec.server.python), ("benchmark.client_python",
-                                                                  spec.benchmark.client_python)):
+    for field, python in (
+        ("server.python", spec.server.python),
+        ("benchmark.client_python", spec.benchmark.client_python),
+    ):
         if python is not None and shutil.which(python) is None:
             what = "is not executable" if Path(python).exists() else "does not exist"
-            raise SpecError(f"{where}: {field}: {python} {what} on this machine; give the interpreter that has "
-                            f"SGLang installed (e.g. /opt/venv/bin/python), at the same path on every GPU host")
+            raise SpecError(
+                f"{where}: {field}: {python} {what} on this machine; give the interpreter that has "
+                f"SGLang installed (e.g. /opt/venv/bin/python), at the same path on every GPU host"
+            )
     if problem := _host_problem(spec.server.host):
-        raise SpecError(f"{where}: server.host: {spec.server.host} {problem}; keep 127.0.0.1 (the benchmark "
-                        f"runs beside the server), or give 0.0.0.0 or one of this machine's interface addresses")
+        raise SpecError(
+            f"{where}: server.host: {spec.server.host} {problem}; keep 127.0.0.1 (the benchmark "
+            f"runs beside the server), or give 0.0.0.0 or one of this machine's interface addresses"
+        )
 
 
 def _host_problem(host: str) -> str | None:
@@ -119,12 +138,15 @@ def resolve_workdir(workdir: Path | None, experiment: spec_mod.SweepSpec | None 
             return workdir
         if experiment is None:  # status, sync, ui, export: the sweep must be there
             what = "is a file" if workdir.is_file() else "does not exist"
-            raise UserError(f"--workdir {workdir}: {what}, not a sweep's work directory; pass the --workdir "
-                            f"`sweep run` used")
+            raise UserError(
+                f"--workdir {workdir}: {what}, not a sweep's work directory; pass the --workdir `sweep run` used"
+            )
         existing = next(p for p in (workdir, *workdir.parents) if p.exists() or p == p.parent)
         if existing.exists() and not existing.is_dir():
-            raise UserError(f"--workdir {workdir}: {existing} is a file, not a directory; pass a directory "
-                            f"path, e.g. --workdir runs/{experiment.name}")
+            raise UserError(
+                f"--workdir {workdir}: {existing} is a file, not a directory; pass a directory "
+                f"path, e.g. --workdir runs/{experiment.name}"
+            )
         return workdir
     if experiment is not None:
         return Path("runs") / experiment.name
@@ -151,21 +173,25 @@ def open_tracker(uri: str, experiment: str, outbox_dir: Path) -> Tracker:
 # ---------------------------------------------------------------------------- validate / plan
 
 
-
 def require_free_port(host: str, port: int) -> None:
     """UserError when `host:port` is taken: a URL printed for it would show another server."""
     with socket.socket() as probe:
         try:
             probe.bind((host, port))
         except (socket.gaierror, UnicodeError):
-            raise UserError(f"--host {host}: not an address of this machine; keep 127.0.0.1, or give one of "
-                            f"its interface addresses") from None
+            raise UserError(
+                f"--host {host}: not an address of this machine; keep 127.0.0.1, or give one of its interface addresses"
+            ) from None
         except OSError as exc:
             if exc.errno == errno.EADDRNOTAVAIL:
-                raise UserError(f"--host {host}: not an address of this machine; keep 127.0.0.1, or give one of "
-                                f"its interface addresses") from None
-            raise UserError(f"--port {port}: {host}:{port} is not free ({exc.strerror}); another server (an earlier "
-                            f"`sweep ui`?) listens there. Fix: stop it, or pass --port with a free port") from None
+                raise UserError(
+                    f"--host {host}: not an address of this machine; keep 127.0.0.1, or give one of "
+                    f"its interface addresses"
+                ) from None
+            raise UserError(
+                f"--port {port}: {host}:{port} is not free ({exc.strerror}); another server (an earlier "
+                f"`sweep ui`?) listens there. Fix: stop it, or pass --port with a free port"
+            ) from None
 
 
 def check_output(output: Path, example: str = "champion.env") -> None:
@@ -177,8 +203,10 @@ def check_output(output: Path, example: str = "champion.env") -> None:
     if not folder.is_dir():
         above = next((p for p in folder.parents if p.exists()), None) if not folder.exists() else folder
         if above is not None and above.exists() and not above.is_dir():
-            raise UserError(f"-o {output}: {above} is a file, not a folder; name a file in a folder, e.g. "
-                            f"-o {above.parent / output.name}")
+            raise UserError(
+                f"-o {output}: {above} is a file, not a folder; name a file in a folder, e.g. "
+                f"-o {above.parent / output.name}"
+            )
         raise UserError(f"-o {output}: the folder {folder} does not exist; create it or write elsewhere")
     if not os.access(folder, os.W_OK) or (output.exists() and not output.is_file()):
         raise UserError(f"-o {output}: cannot write there; name a regular file in a folder you can write to")
@@ -195,7 +223,10 @@ def publish_report(wd: Path, storage: str | None) -> None:
         return
     except OSError as exc:  # a full disk: the sweep's result stands, only its page is missing
         where = f"{exc.filename}: " if exc.filename else ""
-        err.print(f"[yellow]warning:[/] report not written ({where}{exc.strerror or exc}); free space and run "
-                  f"`sweep report --workdir {wd}`", soft_wrap=True)
+        err.print(
+            f"[yellow]warning:[/] report not written ({where}{exc.strerror or exc}); free space and run "
+            f"`sweep report --workdir {wd}`",
+            soft_wrap=True,
+        )
         return
     out.print(f"report: [bold]{path}[/]  (also on the parent MLflow run)")

@@ -1,6 +1,5 @@
 """`sweep ui`, `sweep dashboard` and `sweep report`: looking at the results."""
 
-
 from __future__ import annotations
 
 import os
@@ -64,8 +63,20 @@ def ui(
         return
     require_free_port(host, port)
     mlflow_bin = _installed("mlflow")
-    argv = [mlflow_bin, "server", "--backend-store-uri", uri, "--default-artifact-root",
-            (wd / "mlartifacts").as_uri(), "--host", host, "--port", str(port), "--workers", "1"]
+    argv = [
+        mlflow_bin,
+        "server",
+        "--backend-store-uri",
+        uri,
+        "--default-artifact-root",
+        (wd / "mlartifacts").as_uri(),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     out.print(f"MLflow UI: [bold]http://{host}:{port}/{view}[/]  (trials ranked; Ctrl-C stops it)")
     _serve(argv, {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
 
@@ -76,8 +87,12 @@ def dashboard(
     workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR),
     port: int = typer.Option(8080, "--port", min=1, max=65535),
     host: str = _HOST,
-    storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
-                                       help="the Optuna RDB URL the sweep used, when not its sqlite file"),
+    storage: str | None = typer.Option(
+        None,
+        "--storage",
+        envvar="SWEEP_OPTUNA_STORAGE",
+        help="the Optuna RDB URL the sweep used, when not its sqlite file",
+    ),
 ) -> None:
     """Start optuna-dashboard on the sweep's study and print its URL."""
     wd = resolve_workdir(workdir).resolve()
@@ -87,7 +102,9 @@ def dashboard(
         raise UserError("the sweep's Optuna storage needs a password that is never written down; pass --storage URL")
     binary = _installed("optuna-dashboard")
     require_free_port(host, port)
-    out.print(f"optuna-dashboard: [bold]http://{host}:{port}/dashboard/[/]  (study {state.experiment}; Ctrl-C stops it)")
+    out.print(
+        f"optuna-dashboard: [bold]http://{host}:{port}/dashboard/[/]  (study {state.experiment}; Ctrl-C stops it)"
+    )
     _serve([binary, url, "--host", host, "--port", str(port)])
 
 
@@ -96,11 +113,16 @@ def dashboard(
 def report(
     output: Path | None = typer.Option(None, "-o", "--output", help="default <workdir>/report.html"),
     workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="the sweep's work directory"),
-    storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
-                                       help="the Optuna RDB URL the sweep used, when not its sqlite file"),
+    storage: str | None = typer.Option(
+        None,
+        "--storage",
+        envvar="SWEEP_OPTUNA_STORAGE",
+        help="the Optuna RDB URL the sweep used, when not its sqlite file",
+    ),
     mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="also put it on the parent MLflow run"),
-    truth: bool = typer.Option(False, "--truth", help="simulator: rank the champion against the true optimum "
-                                                      "(evaluates every feasible point)"),
+    truth: bool = typer.Option(
+        False, "--truth", help="simulator: rank the champion against the true optimum (evaluates every feasible point)"
+    ),
 ) -> None:
     """One self-contained HTML page: which configuration won, by how much, and why."""
     from orchestrator.sweep import publish  # deferred: plotly, and MLflow with --mlflow

@@ -1,6 +1,5 @@
 """`sweep validate`, `sweep plan` and `sweep truth`: what an experiment means, before anything runs."""
 
-
 from __future__ import annotations
 
 import importlib.metadata
@@ -39,9 +38,11 @@ def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> 
     """Check an experiment and its search spaces; print what it would sweep."""
     s = load_experiment(experiment, here=True)
     total, feasible, _ = sp.census(s.space)
-    out.print(f"[green]OK[/] {experiment}: experiment [bold]{s.name}[/], engine {s.engine}, "
-              f"sglang {s.sglang_version}, tp {s.server.tp}, {len(s.space.params)} knobs "
-              f"({', '.join(s.space.params)}), {total} distinct combinations of which {feasible} feasible")
+    out.print(
+        f"[green]OK[/] {experiment}: experiment [bold]{s.name}[/], engine {s.engine}, "
+        f"sglang {s.sglang_version}, tp {s.server.tp}, {len(s.space.params)} knobs "
+        f"({', '.join(s.space.params)}), {total} distinct combinations of which {feasible} feasible"
+    )
     for warning in knobs.deprecation_warnings(s.space.params):
         out.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
 
@@ -52,12 +53,20 @@ def plan(
     experiment: Path = typer.Argument(..., help="experiment YAML"),
     limit: int = typer.Option(5, "--limit", min=0, help="how many launch commands to show"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of {params, argv, env}"),
-    host: str | None = typer.Option(None, "--host", help="the host to plan for: a hardware profile name "
-                                    "(h200-nvlink-x8, pcie-rtxpro6000-x8, pcie-rtxpro6000-x8-turin) or a "
-                                    "profile file; default: the simulator's profile (engine: simulator)"),
-    arch: str | None = typer.Option(None, "--arch", help="the model's architecture (config.json "
-                                    "architectures[0]); default: the model directory's config.json, else the "
-                                    "simulator's model profile"),
+    host: str | None = typer.Option(
+        None,
+        "--host",
+        help="the host to plan for: a hardware profile name "
+        "(h200-nvlink-x8, pcie-rtxpro6000-x8, pcie-rtxpro6000-x8-turin) or a "
+        "profile file; default: the simulator's profile (engine: simulator)",
+    ),
+    arch: str | None = typer.Option(
+        None,
+        "--arch",
+        help="the model's architecture (config.json "
+        "architectures[0]); default: the model directory's config.json, else the "
+        "simulator's model profile",
+    ),
 ) -> None:
     """Dry run: space size, infeasible combinations and why, the all-reduce path per message class, the
     first launch commands. Starts nothing."""
@@ -75,8 +84,9 @@ def plan(
     points = points[:limit]
     plans = [planner.make(s, p, port=s.server.port_range[0] + i, seed=i) for i, p in enumerate(points)]
     if as_json:
-        print(json.dumps([{"params": p, "argv": list(lp.argv), "env": lp.env} for p, lp in zip(points, plans)],
-                         indent=2))
+        print(
+            json.dumps([{"params": p, "argv": list(lp.argv), "env": lp.env} for p, lp in zip(points, plans)], indent=2)
+        )
         return
     ctx = comm_context(s, host, arch)
     total, feasible, reasons = sp.census(s.space, ctx)
@@ -90,15 +100,23 @@ def plan(
     _print_cost(s, host)
     swept_env = {n: "" for n in s.space.params if n.startswith(("NCCL_", "SGLANG_"))}
     hardware = ctx.host.interconnect if ctx is not None else planner.hardware(s)
-    if hardware is None and ctx is None:  # a GPU host: its own topology tells NVLink from PCIe (sweep plan runs on the head)
+    if (
+        hardware is None and ctx is None
+    ):  # a GPU host: its own topology tells NVLink from PCIe (sweep plan runs on the head)
         hardware = observe.fingerprint().get("topology")
         if hardware is None and swept_env:
-            out.print("[dim]note: no nvidia-smi here, so the interconnect is unknown; on NVLink hosts SGLang's custom "
-                      "all-reduce carries decode/verify all-reduces and NCCL variables only matter with "
-                      "all_reduce_path: nccl (--disable-custom-all-reduce)[/]", soft_wrap=True)
+            out.print(
+                "[dim]note: no nvidia-smi here, so the interconnect is unknown; on NVLink hosts SGLang's custom "
+                "all-reduce carries decode/verify all-reduces and NCCL variables only matter with "
+                "all_reduce_path: nccl (--disable-custom-all-reduce)[/]",
+                soft_wrap=True,
+            )
     # With the host described, the all-reduce paragraph above says who carries what (the fusion included).
-    seen_warnings: set[str] = set(observe.plan_warnings(swept_env, {**s.server.flags, "tp-size": s.server.tp},
-                                                        hardware, path_known=ctx is not None))
+    seen_warnings: set[str] = set(
+        observe.plan_warnings(
+            swept_env, {**s.server.flags, "tp-size": s.server.tp}, hardware, path_known=ctx is not None
+        )
+    )
     seen_warnings.update(_nccl_mismatch(s))
     for w in sorted(seen_warnings):
         out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
@@ -109,7 +127,9 @@ def plan(
                 out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     for i, (p, lp) in enumerate(zip(points, plans)):
         label = "baseline" if i == 0 else f"example {i}"
-        out.print(f"\n[bold]{label}[/]: {', '.join(f'{k}={v}' for k, v in p.items() if v is not None) or 'engine defaults'}")
+        out.print(
+            f"\n[bold]{label}[/]: {', '.join(f'{k}={v}' for k, v in p.items() if v is not None) or 'engine defaults'}"
+        )
         out.print(planner.launch_command(lp), soft_wrap=True)
 
 
@@ -156,8 +176,12 @@ def _print_comm(s: spec_mod.SweepSpec, ctx: CommContext) -> None:
         out.print(line, soft_wrap=True, highlight=False, markup=False)
     inert = comm.collapsed(s, ctx, cp)
     if inert.backend is not None:  # the NCCL knobs' line is in commplan.lines already
-        out.print(f"  {inert.backend.line.removeprefix('communication path: ')}", soft_wrap=True, highlight=False,
-                  markup=False)
+        out.print(
+            f"  {inert.backend.line.removeprefix('communication path: ')}",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
     if inert:
         total, feasible, _ = sp.census(sp.collapse_all(s.space, inert), ctx)
         out.print(f"  collapsed search space: {total} distinct combinations, {feasible} feasible", soft_wrap=True)
@@ -170,8 +194,9 @@ def _print_cost(s: spec_mod.SweepSpec, host: str | None = None) -> None:
     if host is not None:
         s = s.model_copy(update={"simulator": s.simulator.model_copy(update={"hardware_profile": host})})
     profile_named = "model_profile" in s.simulator.model_fields_set
-    for line in cost.plan_lines(s, sp.baseline_params(s.space), probe_settings=planned_settings(s),
-                                profile_named=profile_named):
+    for line in cost.plan_lines(
+        s, sp.baseline_params(s.space), probe_settings=planned_settings(s), profile_named=profile_named
+    ):
         out.print(line, soft_wrap=True)
     if s.engine == "sglang" and not profile_named:
         return  # no model profile: the cost of a trial is unknown, and so is the schedule
@@ -179,9 +204,11 @@ def _print_cost(s: spec_mod.SweepSpec, host: str | None = None) -> None:
     for line in night.lines():
         out.print(line, soft_wrap=True, highlight=False, markup=False)
     if not night.fits:
-        raise UserError(f"{s.source or 'the experiment'}: the night's minimum does not fit budget.wall_time "
-                        f"({s.budget.wall_time / 3600:.2f} h): lower promotion.min_rounds, promotion.concurrency "
-                        f"or benchmark.requests / repeats, or raise budget.wall_time")
+        raise UserError(
+            f"{s.source or 'the experiment'}: the night's minimum does not fit budget.wall_time "
+            f"({s.budget.wall_time / 3600:.2f} h): lower promotion.min_rounds, promotion.concurrency "
+            f"or benchmark.requests / repeats, or raise budget.wall_time"
+        )
 
 
 # ---------------------------------------------------------------------------- probe
@@ -199,24 +226,33 @@ def truth(
     if s.engine != "simulator":
         raise UserError(f"{experiment}: `sweep truth` needs engine: simulator (the model is the simulator's)")
     if s.objective.metric not in truth_mod.MODELLED:
-        raise UserError(f"{experiment}: objective.metric {s.objective.metric} is not predicted by the simulator's "
-                        f"noise-free model; `sweep truth` ranks by {', '.join(truth_mod.MODELLED)}")
+        raise UserError(
+            f"{experiment}: objective.metric {s.objective.metric} is not predicted by the simulator's "
+            f"noise-free model; `sweep truth` ranks by {', '.join(truth_mod.MODELLED)}"
+        )
     with err.status("evaluating every feasible point of the space..."):
         check_enumerable(s.space, "sweep truth")
         t = truth_mod.compute(s)
-    table = Table(title=f"{s.name}: {len(t.values)} feasible points on {s.simulator.hardware_profile} "
-                        f"(noise-free {s.objective.metric})")
+    table = Table(
+        title=f"{s.name}: {len(t.values)} feasible points on {s.simulator.hardware_profile} "
+        f"(noise-free {s.objective.metric})"
+    )
     table.add_column("rank", justify="right")
     table.add_column(s.objective.metric, justify="right")
     table.add_column("configuration")
     for i, (value, params) in enumerate(zip(t.values[:top], t.points[:top]), 1):
-        table.add_row(str(i), f"{value:.2f}",
-                      ", ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "engine defaults")
+        table.add_row(
+            str(i),
+            f"{value:.2f}",
+            ", ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "engine defaults",
+        )
     out.print(table)
     if workdir is not None:
         best = status_report(workdir).best
         if best:
             value = truth_mod.evaluator(s)(sp.complete(s.space, best.params))
             ratio = value / t.optimum if t.maximize else t.optimum / value
-            out.print(f"sweep best (trial {best.number}): true {s.objective.metric} {value:.2f} = "
-                      f"{ratio * 100:.1f}% of the optimum, rank {t.rank_of_value(value)} of {len(t.values)}")
+            out.print(
+                f"sweep best (trial {best.number}): true {s.objective.metric} {value:.2f} = "
+                f"{ratio * 100:.1f}% of the optimum, rank {t.rank_of_value(value)} of {len(t.values)}"
+            )

@@ -1,6 +1,5 @@
 """`sweep export`: the champion in the form the place that loads it reads."""
 
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,14 +20,22 @@ from orchestrator.sweep.status import read_state
 @guard
 def export(
     output: Path = typer.Option(..., "-o", "--output", help="file to write (atomically)"),
-    fmt: str = typer.Option("env", "--format", help="env | docker-env | k8s | json | sglang-args | nccl-tuner "
-                                                    "(rules from the work directory's probe.json)"),
+    fmt: str = typer.Option(
+        "env",
+        "--format",
+        help="env | docker-env | k8s | json | sglang-args | nccl-tuner (rules from the work directory's probe.json)",
+    ),
     tuner_file: str | None = typer.Option(
-        None, "--tuner-file", help="the nccl-tuner rule file the server loads: sets NCCL_TUNER_CONFIG_FILE and "
-                                   "leaves out NCCL_ALGO / NCCL_PROTO, which mask the plugin"),
+        None,
+        "--tuner-file",
+        help="the nccl-tuner rule file the server loads: sets NCCL_TUNER_CONFIG_FILE and "
+        "leaves out NCCL_ALGO / NCCL_PROTO, which mask the plugin",
+    ),
     keep_observation: bool = typer.Option(
-        False, "--keep-observation",
-        help="keep what the sweep set only to observe (NCCL_DEBUG*, the device timer, --enable-metrics)"),
+        False,
+        "--keep-observation",
+        help="keep what the sweep set only to observe (NCCL_DEBUG*, the device timer, --enable-metrics)",
+    ),
     workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="the sweep's work directory"),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (instead of --workdir)"),
     model: str | None = typer.Option(None, "--model", help="registered model name (with --tracking-uri)"),
@@ -56,9 +63,11 @@ def export(
         model = model or state.model_name
         if not state.tracking_uri or not model:
             missing = " and ".join(n for n, v in (("tracking_uri", state.tracking_uri), ("model_name", model)) if not v)
-            raise UserError(f"{wd / 'sweep.json'} names no {missing}, so there is no registry to export from: it "
-                            f"was overwritten or written before the sweep opened MLflow; pass --tracking-uri URI "
-                            f"--model NAME, or `sweep run EXPERIMENT --resume` writes it again")
+            raise UserError(
+                f"{wd / 'sweep.json'} names no {missing}, so there is no registry to export from: it "
+                f"was overwritten or written before the sweep opened MLflow; pass --tracking-uri URI "
+                f"--model NAME, or `sweep run EXPERIMENT --resume` writes it again"
+            )
         tracker = open_tracker(state.tracking_uri, state.experiment_in_mlflow, wd)
     try:
         config = tracker.resolve(model, alias)
@@ -74,10 +83,10 @@ def export(
     try:
         fsio.write_atomic(output, text)
     except OSError as exc:
-        raise UserError(f"-o {output}: cannot write it ({exc.strerror or exc}); name a regular file in a folder "
-                        f"you can write to") from None
-    out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.trial_number}, "
-              f"run {config.run_id}")
+        raise UserError(
+            f"-o {output}: cannot write it ({exc.strerror or exc}); name a regular file in a folder you can write to"
+        ) from None
+    out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.trial_number}, run {config.run_id}")
 
 
 def _export_tuner(output: Path, workdir: Path | None) -> None:
@@ -85,9 +94,12 @@ def _export_tuner(output: Path, workdir: Path | None) -> None:
     text, path = tuner_file_from(workdir or resolve_workdir(None))
     fsio.write_atomic(output, text)
     rules = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-    out.print(f"wrote {output} (nccl-tuner, {rules} rules from {path}); load it with "
-              f"NCCL_TUNER_PLUGIN=<libnccl-tuner-example.so> NCCL_TUNER_CONFIG_FILE={output} and NCCL_ALGO / "
-              f"NCCL_PROTO unset (sweep export --tuner-file {output} writes such an env file)", soft_wrap=True)
+    out.print(
+        f"wrote {output} (nccl-tuner, {rules} rules from {path}); load it with "
+        f"NCCL_TUNER_PLUGIN=<libnccl-tuner-example.so> NCCL_TUNER_CONFIG_FILE={output} and NCCL_ALGO / "
+        f"NCCL_PROTO unset (sweep export --tuner-file {output} writes such an env file)",
+        soft_wrap=True,
+    )
 
 
 def _last_verdict(wd: Path) -> str | None:
@@ -99,4 +111,4 @@ def _last_verdict(wd: Path) -> str | None:
     if summary.promoted:
         return None
     outcome = summary.outcome.value.replace("_", " ") if summary.outcome else "no verdict"
-    return (f"the last sweep finished without a champion ({outcome}): {summary.verdict or summary.stop_reason}")
+    return f"the last sweep finished without a champion ({outcome}): {summary.verdict or summary.stop_reason}"

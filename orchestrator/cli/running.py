@@ -1,6 +1,5 @@
 """`sweep probe`, `sweep run`, `sweep status` and `sweep sync`: the night itself and how it is going."""
 
-
 from __future__ import annotations
 
 import logging
@@ -40,11 +39,15 @@ from orchestrator.tracking import probe_run
 @guard
 def probe(
     experiment: Path = typer.Argument(..., help="experiment YAML"),
-    workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="where probe.json goes (default runs/<name>)"),
-    budget: int | None = typer.Option(None, "--budget", min=1, help="NCCL settings to probe (default probe.budget, "
-                                                                    "else 48)"),
-    keep_within: float | None = typer.Option(None, "--keep-within", help="keep settings within this ratio of the "
-                                                                         "best latency (default probe.keep_within)"),
+    workdir: Path | None = typer.Option(
+        None, "--workdir", parser=WORKDIR, help="where probe.json goes (default runs/<name>)"
+    ),
+    budget: int | None = typer.Option(
+        None, "--budget", min=1, help="NCCL settings to probe (default probe.budget, else 48)"
+    ),
+    keep_within: float | None = typer.Option(
+        None, "--keep-within", help="keep settings within this ratio of the best latency (default probe.keep_within)"
+    ),
     top: int = typer.Option(15, "--top", min=1, help="rows of the ranking to print"),
     no_mlflow: bool = typer.Option(False, "--no-mlflow", help="do not log the probe to MLflow"),
 ) -> None:
@@ -55,33 +58,45 @@ def probe(
     if not ratio >= 1.0:
         raise UserError(f"--keep-within is a ratio to the best latency and must be >= 1.0, but got {ratio}")
     if not nccl_dimensions(s):
-        raise UserError(f"{experiment}: the search space has no NCCL variable to probe (add e.g. "
-                        f"search_spaces/nccl.yaml to search_space)")
+        raise UserError(
+            f"{experiment}: the search space has no NCCL variable to probe (add e.g. "
+            f"search_spaces/nccl.yaml to search_space)"
+        )
     wd = resolve_workdir(workdir, s)
     result = run_probe(s, wd, budget=budget or s.probe.budget)
     if result.skipped:
         raise SweepError(f"probe on {result.host}: {result.skipped} (wrote {wd / 'probe.json'})")
     ranked = rank_settings(result, keep_within=ratio)
-    table = Table(title=f"{s.name}: {len(result.settings)} of {result.space_settings} NCCL settings on "
-                        f"{result.host} (tp {result.tp}, NCCL {result.nccl_version or '?'})")
+    table = Table(
+        title=f"{s.name}: {len(result.settings)} of {result.space_settings} NCCL settings on "
+        f"{result.host} (tp {result.tp}, NCCL {result.nccl_version or '?'})"
+    )
     for col in ("rank", "us", "x best", "kept", "setting"):
         table.add_column(col, justify="right" if col in ("rank", "us", "x best") else "left")
     for r in ranked[:top]:
-        table.add_row(str(r.rank), f"{r.score_us:.1f}" if r.score_us is not None else "failed",
-                      f"{r.relative:.2f}" if r.relative is not None else "-", "yes" if r.kept else "",
-                      escape(r.setting))
+        table.add_row(
+            str(r.rank),
+            f"{r.score_us:.1f}" if r.score_us is not None else "failed",
+            f"{r.relative:.2f}" if r.relative is not None else "-",
+            "yes" if r.kept else "",
+            escape(r.setting),
+        )
     out.print(table)
     for line in backend_lines(result, keep_within=ratio):  # the other backends at the same sizes (issue 19)
         out.print(line, soft_wrap=True, highlight=False, markup=False)
     kept = sum(r.kept for r in ranked)
-    out.print(f"{kept} setting(s) within {ratio:g}x of the best (NCCL defaults always kept); score: mean latency at "
-              f"the verify sizes; {result.seconds:.1f} s, {result.seconds_per_setting:.3f} s per setting; "
-              f"wrote {wd / 'probe.json'}", soft_wrap=True)
+    out.print(
+        f"{kept} setting(s) within {ratio:g}x of the best (NCCL defaults always kept); score: mean latency at "
+        f"the verify sizes; {result.seconds:.1f} s, {result.seconds_per_setting:.3f} s per setting; "
+        f"wrote {wd / 'probe.json'}",
+        soft_wrap=True,
+    )
     if not no_mlflow:
         uri = s.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(wd / 'mlflow.db').resolve()}"
         try:
-            run_id = probe_run.log_probe(uri, s.tracking.experiment or s.name,
-                                         probe_log(result, ranked, keep_within=ratio))
+            run_id = probe_run.log_probe(
+                uri, s.tracking.experiment or s.name, probe_log(result, ranked, keep_within=ratio)
+            )
         except SweepToolError as exc:
             err.print(f"[yellow]warning:[/] {escape(str(exc))}; probe.json holds the result", soft_wrap=True)
         else:
@@ -91,8 +106,9 @@ def probe(
 # ---------------------------------------------------------------------------- run
 
 
-def _progress_printer(live: LiveProgress | None = None, line: Status | None = None, *,
-                      objective: str = "decode_tok_s") -> Callable[[st.Event], None]:
+def _progress_printer(
+    live: LiveProgress | None = None, line: Status | None = None, *, objective: str = "decode_tok_s"
+) -> Callable[[st.Event], None]:
     """Print each event; with `live` and `line` (a terminal), keep the live line (trials in flight, best so
     far, ETA, phase) under the printed ones. A finished trial shows the `objective` metric, the one its
     percentage against the baseline is of."""
@@ -108,8 +124,9 @@ def _progress_printer(live: LiveProgress | None = None, line: Status | None = No
         elif isinstance(event, st.ProbeStage):
             out.print(f"[bold]◆ {escape(event.text)}[/]", soft_wrap=True)
         elif isinstance(event, st.ArmDropped):
-            out.print(f"[yellow]· confirmation: {escape(event.name)} not measured: {escape(event.why)}[/]",
-                      soft_wrap=True)
+            out.print(
+                f"[yellow]· confirmation: {escape(event.name)} not measured: {escape(event.why)}[/]", soft_wrap=True
+            )
         elif isinstance(event, st.TrialLaunched):
             knobs = ", ".join(f"{k}={v}" for k, v in event.params.items() if v is not None) or "engine defaults"
             out.print(f"[cyan]▶ trial {event.number:>3}[/] {event.role:<8} {knobs}", soft_wrap=True)
@@ -122,22 +139,30 @@ def _progress_printer(live: LiveProgress | None = None, line: Status | None = No
                 sp_txt = f" ({(event.speedup - 1) * 100:+.1f}% vs baseline)" if event.speedup else ""
                 al = f", accept len {o.metrics.accept_length:.2f}" if o.metrics.accept_length else ""
                 value = getattr(o.metrics, objective)
-                shown = f"{value:7.1f} tok/s" if objective == "decode_tok_s" else (
-                    f"{objective} {value:.2f}" if value is not None else f"{objective} not measured")
-                out.print(f"[green]✔ trial {o.number:>3}[/] {shown}{sp_txt}{al}"
-                          f"  [dim]took {took:4.0f}s[/]")
+                shown = (
+                    f"{value:7.1f} tok/s"
+                    if objective == "decode_tok_s"
+                    else (f"{objective} {value:.2f}" if value is not None else f"{objective} not measured")
+                )
+                out.print(f"[green]✔ trial {o.number:>3}[/] {shown}{sp_txt}{al}  [dim]took {took:4.0f}s[/]")
             else:
                 kind_txt = o.failure_kind.value if o.failure_kind else o.status.value
-                out.print(f"[red]✘ trial {o.number:>3}[/] {kind_txt}: {o.reason}  [dim]took {took:.0f}s[/]",
-                          soft_wrap=True)
+                out.print(
+                    f"[red]✘ trial {o.number:>3}[/] {kind_txt}: {o.reason}  [dim]took {took:.0f}s[/]", soft_wrap=True
+                )
         elif isinstance(event, st.TrackingWait):
-            out.print(f"[yellow]MLflow unreachable: {event.pending} result(s) in the outbox; waiting up to "
-                      f"{event.wait_s:.0f}s before promoting (`sweep sync` sends them later)[/]")
+            out.print(
+                f"[yellow]MLflow unreachable: {event.pending} result(s) in the outbox; waiting up to "
+                f"{event.wait_s:.0f}s before promoting (`sweep sync` sends them later)[/]"
+            )
         elif isinstance(event, st.ConfirmationRun):
             out.print(f"[magenta]⇄ confirmation {event.round}/{event.of}: {event.who}[/]")
         elif isinstance(event, st.Interrupted):
-            msg = ("stopping after the trials in flight (Ctrl-C again to abort them)" if event.press == 1
-                   else "aborting the trials in flight")
+            msg = (
+                "stopping after the trials in flight (Ctrl-C again to abort them)"
+                if event.press == 1
+                else "aborting the trials in flight"
+            )
             out.print(f"[yellow]{msg}[/]")
 
     return on_event
@@ -151,8 +176,12 @@ def run(
     timeout: str | None = typer.Option(None, "--timeout", help="wall-time budget, e.g. 8h, 90m"),
     workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="default runs/<experiment name>/"),
     ray_address: str | None = typer.Option(None, "--ray-address", help="existing Ray cluster, e.g. auto"),
-    storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
-                                          help="Optuna RDB URL (e.g. postgresql://...); default sqlite in the work directory"),
+    storage: str | None = typer.Option(
+        None,
+        "--storage",
+        envvar="SWEEP_OPTUNA_STORAGE",
+        help="Optuna RDB URL (e.g. postgresql://...); default sqlite in the work directory",
+    ),
     resume: bool = typer.Option(False, "--resume", help="continue the sweep in the work directory"),
 ) -> None:
     """Run (or resume) a sweep: trials on Ray, Optuna proposing, MLflow recording, champion promoted."""
@@ -179,9 +208,15 @@ def run(
         raise UserError(f"--timeout: {exc}") from None
     wd = resolve_workdir(workdir, s)
     line = out.status("starting...") if out.is_terminal else None
-    printer = _progress_printer(LiveProgress(budget=n_trials or s.budget.trials, objective=s.objective.metric,
-                                             maximize=s.objective.direction == "maximize"), line,
-                                objective=s.objective.metric)
+    printer = _progress_printer(
+        LiveProgress(
+            budget=n_trials or s.budget.trials,
+            objective=s.objective.metric,
+            maximize=s.objective.direction == "maximize",
+        ),
+        line,
+        objective=s.objective.metric,
+    )
     banner: list[str] = []
 
     def on_event(event: st.Event) -> None:
@@ -191,10 +226,20 @@ def run(
             out.print(banner.pop())
         printer(event)
 
-    sweep = Sweep(s, wd, executor=RayExecutor.for_sweep(s, ray_address), storage=storage, resume=resume,
-                  n_trials=n_trials, timeout_s=timeout_s, on_event=on_event)
-    banner.append(f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
-                  f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}")
+    sweep = Sweep(
+        s,
+        wd,
+        executor=RayExecutor.for_sweep(s, ray_address),
+        storage=storage,
+        resume=resume,
+        n_trials=n_trials,
+        timeout_s=timeout_s,
+        on_event=on_event,
+    )
+    banner.append(
+        f"[bold]sweep {s.name}[/] ({s.engine}) in {wd}: up to {sweep.budget_trials} trials, "
+        f"{s.budget.concurrent_trials} at a time, objective {s.objective.direction} {s.objective.metric}"
+    )
     try:
         summary = sweep.run()
     finally:
@@ -213,21 +258,26 @@ def _check_ray_address(address: str) -> None:
     if "://" in address:
         scheme = address.split("://", 1)[0]
         what = "Ray Client addresses" if scheme == "ray" else f"{scheme}:// addresses"
-        raise UserError(f"--ray-address {address}: {what} are not supported (the driver runs on a node of the "
-                        f"cluster); run sweep on a cluster node with --ray-address auto, or give the head's GCS "
-                        f"address as HOST:PORT, e.g. 10.0.0.1:6379")
+        raise UserError(
+            f"--ray-address {address}: {what} are not supported (the driver runs on a node of the "
+            f"cluster); run sweep on a cluster node with --ray-address auto, or give the head's GCS "
+            f"address as HOST:PORT, e.g. 10.0.0.1:6379"
+        )
     host, sep, port = address.rpartition(":")
     if address != "auto" and not (sep and host and port.isdigit() and 0 < int(port) < 65536):
-        raise UserError(f"--ray-address {address!r}: must be auto or the head's GCS address HOST:PORT, "
-                        f"e.g. 10.0.0.1:6379")
+        raise UserError(
+            f"--ray-address {address!r}: must be auto or the head's GCS address HOST:PORT, e.g. 10.0.0.1:6379"
+        )
 
 
 def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) -> None:
     out.rule("summary")
     out.print(f"stopped: {summary.stop_reason or 'done'}")
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.failures.items()))
-    out.print(f"trials: {summary.complete} complete, {summary.failed} failed"
-              f"{f' ({kinds})' if kinds else ''}, {summary.skipped} proposals skipped (infeasible or repeated)")
+    out.print(
+        f"trials: {summary.complete} complete, {summary.failed} failed"
+        f"{f' ({kinds})' if kinds else ''}, {summary.skipped} proposals skipped (infeasible or repeated)"
+    )
     drift = summary.baseline_drift
     if drift.flagged and drift.max_relative_change is not None:
         out.print(f"[yellow]baseline drifted by {drift.max_relative_change * 100:.1f}% during the sweep[/]")
@@ -236,8 +286,9 @@ def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) ->
         knobs = "\n".join(f"    {k} = {v}" for k, v in champ["params"].items()) or "    (engine defaults)"
         out.print(f"champion: trial {champ['number']}\n{knobs}")
         if summary.search_value is not None:
-            out.print(f"  search phase (one measurement, the best of many): {s.objective.metric} "
-                      f"{summary.search_value:.2f}")
+            out.print(
+                f"  search phase (one measurement, the best of many): {s.objective.metric} {summary.search_value:.2f}"
+            )
     deployed = summary.deployed
     if deployed and summary.promoted_config != "champion":  # another configuration than the search's pick
         knobs = "\n".join(f"    {k} = {v}" for k, v in deployed["params"].items()) or "    (engine defaults)"
@@ -257,8 +308,11 @@ def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) ->
         label = " [yellow]UNCONFIRMED[/]" if summary.outcome is st.Outcome.unconfirmed else ""
         # The figures are above; the verdict's words matter when a simpler configuration or no gate was used.
         said = "" if summary.promoted_config == "champion" else f": {escape(summary.verdict or '')}"
-        out.print(f"[green]promoted[/]{label} {s.promotion.model_name}@{s.promotion.alias} "
-                  f"(version {summary.model_version}){said}", soft_wrap=True)
+        out.print(
+            f"[green]promoted[/]{label} {s.promotion.model_name}@{s.promotion.alias} "
+            f"(version {summary.model_version}){said}",
+            soft_wrap=True,
+        )
         out.print(f"env file: [bold]{summary.env_file}[/]")
     elif summary.verdict:
         out.print(f"[yellow]not promoted ({outcome.replace('_', ' ')})[/]: {escape(summary.verdict)}", soft_wrap=True)
@@ -280,26 +334,39 @@ def _print_schedule(lines: list[str]) -> None:
 @guard
 def status(
     workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR, help="the sweep's work directory"),
-    storage: str | None = typer.Option(None, "--storage", envvar="SWEEP_OPTUNA_STORAGE",
-                                          help="the Optuna RDB URL the sweep used, when not its sqlite file"),
+    storage: str | None = typer.Option(
+        None,
+        "--storage",
+        envvar="SWEEP_OPTUNA_STORAGE",
+        help="the Optuna RDB URL the sweep used, when not its sqlite file",
+    ),
 ) -> None:
     """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage."""
     wd = resolve_workdir(workdir)
     rep = status_report(wd, storage)
     if (line := moved_from(wd)) is not None:
         out.print(f"note: {line}", soft_wrap=True, highlight=False, markup=False)
-    out.print(f"[bold]{rep.experiment}[/] in {wd}: {rep.status}"
-              + ("" if rep.driver_alive or rep.status != "running" else " [red](driver not running: "
-                 "resume with `sweep run EXP --resume`)[/]"))
-    out.print(f"progress: {rep.launched}/{rep.budget_trials} trials launched, {rep.complete} complete, "
-              f"{rep.failed} failed, {rep.running} running, {rep.skipped} proposals skipped")
+    out.print(
+        f"[bold]{rep.experiment}[/] in {wd}: {rep.status}"
+        + (
+            ""
+            if rep.driver_alive or rep.status != "running"
+            else " [red](driver not running: resume with `sweep run EXP --resume`)[/]"
+        )
+    )
+    out.print(
+        f"progress: {rep.launched}/{rep.budget_trials} trials launched, {rep.complete} complete, "
+        f"{rep.failed} failed, {rep.running} running, {rep.skipped} proposals skipped"
+    )
     out.print(f"phase: {rep.phase}")
     if rep.eta_s is not None:
         out.print(f"elapsed {rep.elapsed_s / 60:.1f} min, ETA {rep.eta_s / 60:.1f} min")
     if rep.remaining is not None:
         r = rep.remaining
-        out.print(f"measured per trial: start-up {r.startup_s:.0f} s + benchmark {r.bench_s:.0f} s (median of "
-                  f"{r.measured}); about {r.trials} more fit the wall time left")
+        out.print(
+            f"measured per trial: start-up {r.startup_s:.0f} s + benchmark {r.bench_s:.0f} s (median of "
+            f"{r.measured}); about {r.trials} more fit the wall time left"
+        )
     _print_schedule(rep.schedule if rep.status == "running" else [])
     if rep.failures:
         out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.failures.items())))
@@ -313,8 +380,10 @@ def status(
     if rep.baseline is not None:
         out.print(f"baseline: {rep.baseline:.2f} ({len(rep.baselines)} measurement(s))")
     for node, hashes in rep.fingerprints.items():
-        out.print(f"[yellow]warning: the fingerprint of {node or 'the host'} changed during the sweep "
-                  f"({', '.join(hashes)}): compare fingerprint.json of its trials[/]")
+        out.print(
+            f"[yellow]warning: the fingerprint of {node or 'the host'} changed during the sweep "
+            f"({', '.join(hashes)}): compare fingerprint.json of its trials[/]"
+        )
     if rep.stop_reason:
         out.print(f"stop reason: {rep.stop_reason}")
     try:
@@ -324,8 +393,9 @@ def status(
     if summary is not None and summary.outcome is not None and rep.status != "running":  # not a resumed run's old one
         if summary.confirmed:
             out.print(f"champion {escape(summary.confirmed.text())}", soft_wrap=True)
-        out.print(f"verdict ({summary.outcome.value.replace('_', ' ')}): {escape(summary.verdict or '')}",
-                  soft_wrap=True)
+        out.print(
+            f"verdict ({summary.outcome.value.replace('_', ' ')}): {escape(summary.verdict or '')}", soft_wrap=True
+        )
     if rep.env_file:
         out.print(f"env file: [bold]{rep.env_file}[/]")
 

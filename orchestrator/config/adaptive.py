@@ -29,8 +29,14 @@ from typing import Any
 DEFAULT_SLOTS: Mapping[int, tuple[int, ...]] = {1: (1, 3, 5, 7), 8: (0, 1, 3), 32: (0, 1), 64: (0,)}
 """0.5.23 `DEFAULT_ADAPTIVE_CONFIG`: batch size -> candidate_steps."""
 
-SLOT_DEFAULTS: Mapping[str, float] = {"ema_alpha": 0.2, "update_interval": 5, "warmup_batches": 10,
-                                      "down_hysteresis": -0.25, "up_hysteresis": 0.0, "ceiling_coeff": 0}
+SLOT_DEFAULTS: Mapping[str, float] = {
+    "ema_alpha": 0.2,
+    "update_interval": 5,
+    "warmup_batches": 10,
+    "down_hysteresis": -0.25,
+    "up_hysteresis": 0.0,
+    "ceiling_coeff": 0,
+}
 """0.5.23 `AdaptiveStepSlot.__init__`'s defaults for the knobs a config leaves out."""
 
 
@@ -84,22 +90,32 @@ def _slot(key: str, entry: Any, shared: Mapping[str, Any]) -> Slot:
     if not isinstance(steps, list) or not steps or not all(isinstance(s, int) and s >= 0 for s in steps):
         raise ValueError(f"BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}")
     knobs = {**SLOT_DEFAULTS, **{k: v for k, v in {**shared, **entry}.items() if k in SLOT_DEFAULTS}}
-    return Slot(int(key), tuple(sorted({int(s) for s in steps})), float(knobs["ema_alpha"]),
-                int(knobs["update_interval"]), int(knobs["warmup_batches"]), float(knobs["down_hysteresis"]),
-                float(knobs["up_hysteresis"]))
+    return Slot(
+        int(key),
+        tuple(sorted({int(s) for s in steps})),
+        float(knobs["ema_alpha"]),
+        int(knobs["update_interval"]),
+        int(knobs["warmup_batches"]),
+        float(knobs["down_hysteresis"]),
+        float(knobs["up_hysteresis"]),
+    )
 
 
 def parse(data: Any) -> AdaptiveConfig:
     """An adaptive config from its JSON value; ValueError with 0.5.23's message where it refuses it."""
     if not isinstance(data, Mapping):
         # 0.5.23 calls cfg.items() and fails with AttributeError; said here as what to write instead.
-        raise ValueError(f"the adaptive config must be a JSON object of batch-size slots, e.g. "
-                         f'{{"1": {{"candidate_steps": [1,3,7]}}}}, got {type(data).__name__}')
+        raise ValueError(
+            f"the adaptive config must be a JSON object of batch-size slots, e.g. "
+            f'{{"1": {{"candidate_steps": [1,3,7]}}}}, got {type(data).__name__}'
+        )
     shared = {k: v for k, v in data.items() if not str(k).isdigit()}
     slots = [_slot(key, entry, shared) for key, entry in data.items() if str(key).isdigit()]
     if not slots:
-        raise ValueError("speculative_adaptive_config must contain at least one integer-string BS key, e.g. "
-                         f'{{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(data.keys())}')
+        raise ValueError(
+            "speculative_adaptive_config must contain at least one integer-string BS key, e.g. "
+            f'{{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(data.keys())}'
+        )
     return AdaptiveConfig(tuple(sorted(slots, key=lambda s: s.batch_size)))
 
 

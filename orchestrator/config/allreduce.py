@@ -72,14 +72,29 @@ class Backend(str, enum.Enum):
 BACKEND_CHOICES = ("auto", *(b.value for b in Backend))
 """The values of the all_reduce_backend knob: auto is SGLang's own choice."""
 
-FUSION_ARCHS = frozenset({
-    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GptOssForCausalLM",
-    "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "MistralLarge3ForCausalLM",
-    "Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration", "Qwen3NextForCausalLM",
-    "Qwen4ExpForConditionalGeneration", "KimiK25ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-    "InternS2PreviewForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "NemotronHForCausalLM",
-    "NemotronHPuzzleForCausalLM", "NemotronH_Omni_Reasoning_V3",
-})
+FUSION_ARCHS = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "DeepseekV4ForCausalLM",
+        "GptOssForCausalLM",
+        "GlmMoeDsaForCausalLM",
+        "Glm4MoeForCausalLM",
+        "Glm4MoeLiteForCausalLM",
+        "MistralLarge3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "Qwen3VLMoeForConditionalGeneration",
+        "Qwen3NextForCausalLM",
+        "Qwen4ExpForConditionalGeneration",
+        "KimiK25ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM",
+        "NemotronH_Omni_Reasoning_V3",
+    }
+)
 """0.5.23 `arg_groups/overrides.py` `_FLASHINFER_ALLREDUCE_FUSION_ARCHS` (MiMo's cutedsl case left out)."""
 
 FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048
@@ -90,8 +105,10 @@ PCIE_IPC_WORLD_SIZES = (2, 4, 8)
 """0.5.23 `pcie_ipc_ar.py` `_SUPPORTED_WORLD_SIZES`."""
 PCIE_IPC_FALLBACK_ROWS = 64
 """0.5.23 `pcie_ipc_ar.py` `_FALLBACK_DECODE_WIDTH`: the workspace's rows without CUDA graphs."""
-TORCH_SYMM_MEM_MAX_BYTES = {9: {2: 64 << 20, 4: 64 << 20, 6: 128 << 20, 8: 128 << 20},
-                            10: {2: 64 << 20, 4: 64 << 20, 6: 128 << 20, 8: 128 << 20}}
+TORCH_SYMM_MEM_MAX_BYTES = {
+    9: {2: 64 << 20, 4: 64 << 20, 6: 128 << 20, 8: 128 << 20},
+    10: {2: 64 << 20, 4: 64 << 20, 6: 128 << 20, 8: 128 << 20},
+}
 """0.5.23 `device_communicators/all_reduce_utils.py` TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES (cc major -> world size)."""
 MSCCLPP_WORLD_SIZES = (4, 8, 16, 32, 64)
 """0.5.23 `device_communicators/pymscclpp.py` `_SUPPORTED_WORLD_SIZES`."""
@@ -218,12 +235,16 @@ def _custom(host: Host, tp: int, flags: Mapping[str, Any], env: Mapping[str, Any
     if host.nodes > 1:
         return False, "CustomAllreduce is disabled because this process group spans across nodes."
     if tp not in CUSTOM_AR_WORLD_SIZES:
-        return False, (f"CustomAllreduce is disabled due to an unsupported world size: {tp}. Supported world sizes: "
-                       f"{list(CUSTOM_AR_WORLD_SIZES)}. To silence this warning, specify disable_custom_all_reduce=True "
-                       f"explicitly.")
+        return False, (
+            f"CustomAllreduce is disabled due to an unsupported world size: {tp}. Supported world sizes: "
+            f"{list(CUSTOM_AR_WORLD_SIZES)}. To silence this warning, specify disable_custom_all_reduce=True "
+            f"explicitly."
+        )
     if tp > 2 and host.interconnect != "nvlink":
-        return False, ("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. "
-                       "To silence this warning, specify disable_custom_all_reduce=True explicitly.")
+        return False, (
+            "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. "
+            "To silence this warning, specify disable_custom_all_reduce=True explicitly."
+        )
     return True, ""
 
 
@@ -232,7 +253,8 @@ def _fusion(model: ModelFacts, host: Host, tp: int, flags: Mapping[str, Any]) ->
     `_enforce_disable_allreduce_fusion`; add_norm.py `flashinfer_ar_fusion_applies` needs SM90 or SM100."""
     lines: list[str] = []
     explicit = flags.get("flashinfer_allreduce_fusion_backend") or (
-        "auto" if _on(flags, "enable_flashinfer_allreduce_fusion") else None)
+        "auto" if _on(flags, "enable_flashinfer_allreduce_fusion") else None
+    )
     sm_ok = host.sm in (9, 10)
     single = host.nodes == 1 or host.sm == 10
     attn_dp = _on(flags, "enable_dp_attention")
@@ -243,21 +265,41 @@ def _fusion(model: ModelFacts, host: Host, tp: int, flags: Mapping[str, Any]) ->
         lines.append(f"Auto-enabling FlashInfer AllReduce Fusion (auto) for {model.arch}")
     if _on(flags, "enforce_disable_flashinfer_allreduce_fusion"):
         if on:
-            lines.append("FlashInfer allreduce fusion is forcibly disabled via "
-                         "--enforce-disable-flashinfer-allreduce-fusion.")
+            lines.append(
+                "FlashInfer allreduce fusion is forcibly disabled via --enforce-disable-flashinfer-allreduce-fusion."
+            )
         return False, "--enforce-disable-flashinfer-allreduce-fusion", lines
     if not on:
-        why = (f"{model.arch} is not among 0.5.23's fusion architectures" if model.arch not in FUSION_ARCHS else
-               "it needs SM90 or SM100 GPUs" if not sm_ok else "TP 1" if tp <= 1 else
-               "attention DP is on" if attn_dp else "multi-node needs SM100" if not single else
-               "--moe-a2a-backend is not none")
+        why = (
+            f"{model.arch} is not among 0.5.23's fusion architectures"
+            if model.arch not in FUSION_ARCHS
+            else "it needs SM90 or SM100 GPUs"
+            if not sm_ok
+            else "TP 1"
+            if tp <= 1
+            else "attention DP is on"
+            if attn_dp
+            else "multi-node needs SM100"
+            if not single
+            else "--moe-a2a-backend is not none"
+        )
         return False, why, lines
     if not sm_ok:
         sm = f"SM{host.sm}x" if host.sm is not None else "an unknown compute capability"
-        return False, (f"--flashinfer-allreduce-fusion-backend requires SM90 or SM10X NVIDIA GPUs, this host is {sm} "
-                       f"(flashinfer_ar_fusion_applies never applies)"), lines
+        return (
+            False,
+            (
+                f"--flashinfer-allreduce-fusion-backend requires SM90 or SM10X NVIDIA GPUs, this host is {sm} "
+                f"(flashinfer_ar_fusion_applies never applies)"
+            ),
+            lines,
+        )
     if attn_dp:
-        return False, "FlashInfer all-reduce fusion does not apply with attention DP (flashinfer_ar_fusion_applies)", lines
+        return (
+            False,
+            "FlashInfer all-reduce fusion does not apply with attention DP (flashinfer_ar_fusion_applies)",
+            lines,
+        )
     return True, "", lines
 
 
@@ -272,54 +314,110 @@ def _decode_rows(flags: Mapping[str, Any], host: Host, draft_tokens: int) -> int
     return bs * max(1, draft_tokens)
 
 
-def _pcie_ipc(model: ModelFacts, host: Host, tp: int, f: Mapping[str, Any], env: Mapping[str, Any], draft_tokens: int,
-              bands: list[Band], refusals: list[Refusal], lines: list[str]) -> None:
+def _pcie_ipc(
+    model: ModelFacts,
+    host: Host,
+    tp: int,
+    f: Mapping[str, Any],
+    env: Mapping[str, Any],
+    draft_tokens: int,
+    bands: list[Band],
+    refusals: list[Refusal],
+    lines: list[str],
+) -> None:
     """pcie_ipc_ar.py `eligible_group`, `PcieIpcCommunicator.__init__` and `_ensure_workspace`."""
-    deterministic = (_on(f, "enable_deterministic_inference")
-                     or _env_on(env, "SGLANG_ENABLE_DETERMINISTIC_INFERENCE"))
+    deterministic = _on(f, "enable_deterministic_inference") or _env_on(env, "SGLANG_ENABLE_DETERMINISTIC_INFERENCE")
     if deterministic:
-        refusals.append(Refusal(Backend.pcie_ipc, (
-            "Deterministic inference is on; leaving PCIe-IPC all-reduce off. Its kernels pick a tactic per "
-            "shape, so the reduction order would follow the batch shape.")))
+        refusals.append(
+            Refusal(
+                Backend.pcie_ipc,
+                (
+                    "Deterministic inference is on; leaving PCIe-IPC all-reduce off. Its kernels pick a tactic per "
+                    "shape, so the reduction order would follow the batch shape."
+                ),
+            )
+        )
     elif tp not in PCIE_IPC_WORLD_SIZES:
-        refusals.append(Refusal(Backend.pcie_ipc, (
-            f"FlashInfer PCIe-IPC all-reduce skipped: unsupported world size {tp} "
-            f"(pcie_ipc_ar.py supports {', '.join(map(str, PCIE_IPC_WORLD_SIZES))})")))
+        refusals.append(
+            Refusal(
+                Backend.pcie_ipc,
+                (
+                    f"FlashInfer PCIe-IPC all-reduce skipped: unsupported world size {tp} "
+                    f"(pcie_ipc_ar.py supports {', '.join(map(str, PCIE_IPC_WORLD_SIZES))})"
+                ),
+            )
+        )
     elif not host.flashinfer_pcie_ipc:
-        refusals.append(Refusal(Backend.pcie_ipc, (
-            "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm; "
-            "falling back to NCCL all-reduce."), at_launch=False))
+        refusals.append(
+            Refusal(
+                Backend.pcie_ipc,
+                (
+                    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm; "
+                    "falling back to NCCL all-reduce."
+                ),
+                at_launch=False,
+            )
+        )
     else:
         override = _env_int(env, "SGLANG_PCIE_IPC_MAX_NUMEL", 0)
         rows = override // model.hidden_size if override else _decode_rows(f, host, draft_tokens)
-        bands.append(Band(Backend.pcie_ipc, rows, "SGLANG_PCIE_IPC_MAX_NUMEL" if override else
-                          "the decode-sized workspace (largest captured batch x draft tokens)"))
-        lines += [f"FlashInfer PCIe-IPC all-reduce enabled (world={tp}, workspace sized on first reduction)",
-                  f"FlashInfer PCIe-IPC workspace built (world={tp}, max_numel={rows * model.hidden_size}, "
-                  f"hidden={model.hidden_size})"]
+        bands.append(
+            Band(
+                Backend.pcie_ipc,
+                rows,
+                "SGLANG_PCIE_IPC_MAX_NUMEL"
+                if override
+                else "the decode-sized workspace (largest captured batch x draft tokens)",
+            )
+        )
+        lines += [
+            f"FlashInfer PCIe-IPC all-reduce enabled (world={tp}, workspace sized on first reduction)",
+            f"FlashInfer PCIe-IPC workspace built (world={tp}, max_numel={rows * model.hidden_size}, "
+            f"hidden={model.hidden_size})",
+        ]
 
 
 def _torch_symm_mem(model: ModelFacts, host: Host, tp: int, bands: list[Band], refusals: list[Refusal]) -> None:
     """torch_symm_mem.py `TorchSymmMemCommunicator.__init__`."""
     sizes = TORCH_SYMM_MEM_MAX_BYTES.get(host.sm or 0)
     if sizes is None:
-        refusals.append(Refusal(Backend.torch_symm_mem, (
-            f"TorchSymmMemCommunicator: Device capability {host.sm} not supported, communicator is not "
-            f"available.")))
+        refusals.append(
+            Refusal(
+                Backend.torch_symm_mem,
+                (
+                    f"TorchSymmMemCommunicator: Device capability {host.sm} not supported, communicator is not "
+                    f"available."
+                ),
+            )
+        )
     elif tp not in sizes:
-        refusals.append(Refusal(Backend.torch_symm_mem, (
-            f"TorchSymmMemCommunicator: World size {tp} not supported, communicator is not available.")))
+        refusals.append(
+            Refusal(
+                Backend.torch_symm_mem,
+                (f"TorchSymmMemCommunicator: World size {tp} not supported, communicator is not available."),
+            )
+        )
     elif not host.nvlink_multicast:
-        refusals.append(Refusal(Backend.torch_symm_mem, (
-            "TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported."),
-            at_launch=False))
+        refusals.append(
+            Refusal(
+                Backend.torch_symm_mem,
+                ("TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported."),
+                at_launch=False,
+            )
+        )
     else:
-        bands.append(Band(Backend.torch_symm_mem, (sizes[tp] - 1) // model.token_bytes,
-                          f"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES ({sizes[tp] >> 20} MiB)"))
+        bands.append(
+            Band(
+                Backend.torch_symm_mem,
+                (sizes[tp] - 1) // model.token_bytes,
+                f"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES ({sizes[tp] >> 20} MiB)",
+            )
+        )
 
 
-def resolve_path(model: ModelFacts, host: Host, tp: int, flags: Mapping[str, Any], env: Mapping[str, Any], *,
-                 draft_tokens: int = 1) -> CommPath:
+def resolve_path(
+    model: ModelFacts, host: Host, tp: int, flags: Mapping[str, Any], env: Mapping[str, Any], *, draft_tokens: int = 1
+) -> CommPath:
     """The communication path SGLang 0.5.23 takes for one launch (`flags` in any spelling, `env` the
     server's environment; `draft_tokens` the verify width per request, 1 without speculation)."""
     f = _flags(flags)
@@ -332,20 +430,31 @@ def resolve_path(model: ModelFacts, host: Host, tp: int, flags: Mapping[str, Any
     fusion, fusion_why, fusion_lines = _fusion(model, host, tp, f)
     lines += fusion_lines
     if fusion:
-        bands.append(Band(Backend.flashinfer_fusion, FUSE_ALLREDUCE_MAX_BATCH_SIZE,
-                          "FUSE_ALLREDUCE_MAX_BATCH_SIZE (2048 tokens)"))
-        lines.append(f"FlashInfer AllReduce Fusion enabled and workspace initialized: "
-                     f"backend={'mnnvl' if host.sm == 10 else 'trtllm'}, rank=0, world_size={tp}, "
-                     f"max_token_num={FUSE_ALLREDUCE_MAX_BATCH_SIZE}, hidden_dim={model.hidden_size}")
+        bands.append(
+            Band(
+                Backend.flashinfer_fusion, FUSE_ALLREDUCE_MAX_BATCH_SIZE, "FUSE_ALLREDUCE_MAX_BATCH_SIZE (2048 tokens)"
+            )
+        )
+        lines.append(
+            f"FlashInfer AllReduce Fusion enabled and workspace initialized: "
+            f"backend={'mnnvl' if host.sm == 10 else 'trtllm'}, rank=0, world_size={tp}, "
+            f"max_token_num={FUSE_ALLREDUCE_MAX_BATCH_SIZE}, hidden_dim={model.hidden_size}"
+        )
     elif f.get("flashinfer_allreduce_fusion_backend") or _on(f, "enable_flashinfer_allreduce_fusion"):
         refusals.append(Refusal(Backend.flashinfer_fusion, fusion_why))
     if _on(f, "enable_mscclpp"):
         if tp in MSCCLPP_WORLD_SIZES:
             bands.append(Band(Backend.mscclpp, (4 << 30) // token, "MSCCL++'s tuned configs (up to 4 GiB)"))
         else:
-            refusals.append(Refusal(Backend.mscclpp, (
-                f"PyMscclpp is disabled due to an unsupported world size: {tp}. Supported world sizes: "
-                f"{list(MSCCLPP_WORLD_SIZES)}. To silence this warning, specify disable_mscclpp=True explicitly.")))
+            refusals.append(
+                Refusal(
+                    Backend.mscclpp,
+                    (
+                        f"PyMscclpp is disabled due to an unsupported world size: {tp}. Supported world sizes: "
+                        f"{list(MSCCLPP_WORLD_SIZES)}. To silence this warning, specify disable_mscclpp=True explicitly."
+                    ),
+                )
+            )
     custom, custom_why = _custom(host, tp, f, env)
     if custom:
         cap = _env_int(env, "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB", CUSTOM_V2_MAX_BYTES // 1024) * 1024
@@ -357,8 +466,13 @@ def resolve_path(model: ModelFacts, host: Host, tp: int, flags: Mapping[str, Any
     if _on(f, "enable_torch_symm_mem"):
         _torch_symm_mem(model, host, tp, bands, refusals)
     bands.append(Band(Backend.nccl, None, "everything the others leave"))
-    return CommPath(tp=tp, bands=tuple(bands), refusals=tuple(refusals), log_lines=tuple(lines),
-                    enabled=frozenset(b.backend for b in bands))
+    return CommPath(
+        tp=tp,
+        bands=tuple(bands),
+        refusals=tuple(refusals),
+        log_lines=tuple(lines),
+        enabled=frozenset(b.backend for b in bands),
+    )
 
 
 def backend_flags(backend: str | None) -> tuple[dict[str, str | bool], dict[str, str]]:
@@ -382,8 +496,14 @@ def backend_flags(backend: str | None) -> tuple[dict[str, str | bool], dict[str,
     return dict(flags), dict(env)
 
 
-def backend_refusal(backend: str | None, model: ModelFacts | None, host: Host | None, tp: int,
-                    flags: Mapping[str, Any], env: Mapping[str, Any]) -> Refusal | None:
+def backend_refusal(
+    backend: str | None,
+    model: ModelFacts | None,
+    host: Host | None,
+    tp: int,
+    flags: Mapping[str, Any],
+    env: Mapping[str, Any],
+) -> Refusal | None:
     """Why SGLang 0.5.23 would not carry decode messages on `backend` on this host (known before launch),
     or None. Without a model or host description nothing can be said (None)."""
     if backend in (None, "auto", "nccl") or model is None or host is None:
@@ -419,8 +539,11 @@ class Carried:
         def kib(t: int) -> str:
             b = t * token_bytes
             return f"{b / (1 << 20):.1f} MiB" if b >= 1 << 20 else f"{b / 1024:.0f} KiB"
-        parts = [f"{b.value} ({lo}-{hi} tokens, {kib(lo)}-{kib(hi)})" if lo != hi else f"{b.value} ({lo} tokens, {kib(lo)})"
-                 for b, lo, hi in self.backends]
+
+        parts = [
+            f"{b.value} ({lo}-{hi} tokens, {kib(lo)}-{kib(hi)})" if lo != hi else f"{b.value} ({lo} tokens, {kib(lo)})"
+            for b, lo, hi in self.backends
+        ]
         return f"{self.message}: " + ", ".join(parts)
 
 
@@ -441,9 +564,16 @@ def carried(path: CommPath, message: MessageClassName, lo: int, hi: int) -> Carr
 
 
 OBJECTIVE_CLASSES: Mapping[str, tuple[MessageClassName, ...]] = {
-    "decode_tok_s": ("decode", "verify"), "tpot_ms_p50": ("decode", "verify"), "itl_ms_p50": ("decode", "verify"),
-    "itl_ms_p99": ("decode", "verify"), "verify_ms": ("verify",), "cycle_ms": ("decode", "verify"),
-    "accept_length": (), "accept_rate": (), "ttft_ms_p50": ("prefill",), "ttft_ms_p99": ("prefill",),
+    "decode_tok_s": ("decode", "verify"),
+    "tpot_ms_p50": ("decode", "verify"),
+    "itl_ms_p50": ("decode", "verify"),
+    "itl_ms_p99": ("decode", "verify"),
+    "verify_ms": ("verify",),
+    "cycle_ms": ("decode", "verify"),
+    "accept_length": (),
+    "accept_rate": (),
+    "ttft_ms_p50": ("prefill",),
+    "ttft_ms_p99": ("prefill",),
     "output_tok_s": ("decode", "verify", "prefill"),
 }
 """The message classes each metric depends on (the draft's collectives ride with decode/verify)."""
@@ -453,8 +583,6 @@ def nccl_matters(classes: Iterable[Carried], depends_on: Iterable[str]) -> bool:
     """Whether NCCL carries some message of a class the objective (and its constraints) depend on."""
     wanted = set(depends_on)
     return any(c.message in wanted and any(b is Backend.nccl for b, _, _ in c.backends) for c in classes)
-
-
 
 
 @dataclass(frozen=True)
@@ -477,8 +605,9 @@ class CommContext:
         for name, value in params.items():
             if name.startswith("SGLANG_") and value is not None:
                 env[name] = str(value)
-        return resolve_path(self.model, self.host, self.tp, {**self.flags, **flags}, {**self.env, **env},
-                            draft_tokens=draft_tokens)
+        return resolve_path(
+            self.model, self.host, self.tp, {**self.flags, **flags}, {**self.env, **env}, draft_tokens=draft_tokens
+        )
 
     def refusal(self, params: Mapping[str, Any]) -> Refusal | None:
         """Why SGLang 0.5.23 would not run the point's all_reduce_backend here (known before launch)."""
@@ -486,5 +615,6 @@ class CommContext:
         if backend is None:
             return None
         flags, env = backend_flags(str(backend))
-        return backend_refusal(str(backend), self.model, self.host, self.tp, {**self.flags, **flags},
-                               {**self.env, **env})
+        return backend_refusal(
+            str(backend), self.model, self.host, self.tp, {**self.flags, **flags}, {**self.env, **env}
+        )

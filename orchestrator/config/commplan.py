@@ -122,8 +122,10 @@ def plan(spec: SweepSpec, ctx: CommContext) -> CommPlan:
 
 def lines(cp: CommPlan, ctx: CommContext) -> list[str]:
     """`sweep plan`'s paragraph: the host, per backend value the carriers, then the inert knobs."""
-    out = [f"all-reduce path (SGLang 0.5.23's resolution, read from its code) on {ctx.host.describe()}, "
-           f"{ctx.model.arch}, tp {ctx.tp}:"]
+    out = [
+        f"all-reduce path (SGLang 0.5.23's resolution, read from its code) on {ctx.host.describe()}, "
+        f"{ctx.model.arch}, tp {ctx.tp}:"
+    ]
     for arm in cp.arms:
         label = "engine default" if arm.value is None else f"{arm.knob} {arm.value}"
         out.append(f"  {label}:")
@@ -136,12 +138,16 @@ def lines(cp: CommPlan, ctx: CommContext) -> list[str]:
             out.append(f"    {arm.value}: {parts}")
     if cp.nccl_knobs:
         if cp.inert:
-            out.append(f"  inert for {' and '.join(cp.depends_on) or 'the objective'}: {', '.join(cp.nccl_knobs)} "
-                       f"(NCCL carries none of those messages with any backend this space can choose; "
-                       f"the search space collapses them)")
+            out.append(
+                f"  inert for {' and '.join(cp.depends_on) or 'the objective'}: {', '.join(cp.nccl_knobs)} "
+                f"(NCCL carries none of those messages with any backend this space can choose; "
+                f"the search space collapses them)"
+            )
         elif (when := cp.active_when()) is not None:
-            out.append(f"  {', '.join(cp.nccl_knobs)} matter only at {when[0]} "
-                       f"{', '.join(str(v) for v in when[1])}: searched only there")
+            out.append(
+                f"  {', '.join(cp.nccl_knobs)} matter only at {when[0]} "
+                f"{', '.join(str(v) for v in when[1])}: searched only there"
+            )
     return out
 
 

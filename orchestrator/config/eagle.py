@@ -30,8 +30,13 @@ from orchestrator.config.allreduce import CommContext
 from orchestrator.records import ParamValue
 
 EAGLE_KNOBS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
-RULE_KNOBS = ("speculative_algorithm", *EAGLE_KNOBS, "speculative_adaptive", "speculative_adaptive_config",
-              "all_reduce_backend")
+RULE_KNOBS = (
+    "speculative_algorithm",
+    *EAGLE_KNOBS,
+    "speculative_adaptive",
+    "speculative_adaptive_config",
+    "all_reduce_backend",
+)
 """The knobs feasibility depends on; every other knob is free."""
 
 
@@ -66,8 +71,12 @@ def effective(params: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
     value is filled in here, for the launch plan and the model alike."""
     out = dict(params)
     steps = out.get("speculative_num_steps")
-    if (out.get("speculative_algorithm") is not None and out.get("speculative_eagle_topk") == 1
-            and steps is not None and out.get("speculative_num_draft_tokens") is None):
+    if (
+        out.get("speculative_algorithm") is not None
+        and out.get("speculative_eagle_topk") == 1
+        and steps is not None
+        and out.get("speculative_num_draft_tokens") is None
+    ):
         out["speculative_num_draft_tokens"] = int(steps) + 1
     return out
 
@@ -76,8 +85,10 @@ def infeasible(params: Mapping[str, ParamValue], comm: CommContext | None = None
     """The rule a point breaks, or None when SGLang would run it as asked. With `comm` (the host and
     model known) an all_reduce_backend SGLang would not run there breaks rule 5."""
     if comm is not None and (refusal := comm.refusal(params)) is not None:
-        return Infeasible(Rule.backend_unavailable, f"all_reduce_backend {params.get('all_reduce_backend')} on "
-                                                    f"{comm.host.describe()}: {refusal.reason}")
+        return Infeasible(
+            Rule.backend_unavailable,
+            f"all_reduce_backend {params.get('all_reduce_backend')} on {comm.host.describe()}: {refusal.reason}",
+        )
     params = effective(params)
     eagle = {k: params.get(k) for k in EAGLE_KNOBS}
     given = [k for k, v in eagle.items() if v is not None]
@@ -89,28 +100,43 @@ def infeasible(params: Mapping[str, ParamValue], comm: CommContext | None = None
             return Infeasible(Rule.without_algorithm, f"{named} set without speculative_algorithm")
         return None
     if params.get("speculative_adaptive_config") is not None and not adaptive:
-        return Infeasible(Rule.adaptive_config_alone, "speculative_adaptive_config set without speculative_adaptive: "
-                                                      "SGLang 0.5.23 reads the file only with --speculative-adaptive")
+        return Infeasible(
+            Rule.adaptive_config_alone,
+            "speculative_adaptive_config set without speculative_adaptive: "
+            "SGLang 0.5.23 reads the file only with --speculative-adaptive",
+        )
     if adaptive:
         return _adaptive(eagle, params.get("speculative_adaptive_config"))
     if not given:
         return None  # SGLang chooses steps, top-k and draft tokens for the model itself
     if len(given) != 3:
         missing = [k for k in EAGLE_KNOBS if eagle[k] is None]
-        return Infeasible(Rule.all_or_none, f"EAGLE needs steps, top-k and draft tokens all together or none "
-                                            f"(SGLang asserts); missing {', '.join(missing)}")
+        return Infeasible(
+            Rule.all_or_none,
+            f"EAGLE needs steps, top-k and draft tokens all together or none "
+            f"(SGLang asserts); missing {', '.join(missing)}",
+        )
     steps, topk, ndt = (int(v) for v in eagle.values() if v is not None)
     if steps == 0:  # the tool's rule: a fixed chain of no draft steps is not speculation
-        return Infeasible(Rule.zero_steps, "speculative_num_steps 0 drafts nothing: it exists only as a slot's "
-                                           "step of speculative_adaptive (SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG); "
-                                           "for no drafting leave speculative_algorithm unset")
+        return Infeasible(
+            Rule.zero_steps,
+            "speculative_num_steps 0 drafts nothing: it exists only as a slot's "
+            "step of speculative_adaptive (SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG); "
+            "for no drafting leave speculative_algorithm unset",
+        )
     if topk == 1 and ndt != steps + 1:
-        return Infeasible(Rule.topk_one, f"top-k 1 forces draft tokens = steps + 1 = {steps + 1}, but got {ndt} "
-                                         f"(SGLang would silently run {steps + 1})")
+        return Infeasible(
+            Rule.topk_one,
+            f"top-k 1 forces draft tokens = steps + 1 = {steps + 1}, but got {ndt} "
+            f"(SGLang would silently run {steps + 1})",
+        )
     capacity = topk + (steps - 1) * topk * topk
     if ndt - 1 > capacity:
-        return Infeasible(Rule.tree_capacity, f"draft tokens - 1 <= topk + (steps - 1) * topk^2 must hold, but got "
-                                              f"{ndt} - 1 > {topk} + {steps - 1}*{topk}^2 = {capacity}")
+        return Infeasible(
+            Rule.tree_capacity,
+            f"draft tokens - 1 <= topk + (steps - 1) * topk^2 must hold, but got "
+            f"{ndt} - 1 > {topk} + {steps - 1}*{topk}^2 = {capacity}",
+        )
     return None
 
 
@@ -124,12 +150,21 @@ def _adaptive(eagle: Mapping[str, ParamValue], config: ParamValue) -> Infeasible
         return Infeasible(Rule.adaptive_steps, f"speculative_adaptive_config: {exc}")
     candidates = ", ".join(map(str, union))
     if topk is not None and int(topk) != 1:
-        return Infeasible(Rule.adaptive_chain, f"speculative_adaptive runs a chain (top-k 1, draft tokens = steps + 1), "
-                                               f"but got speculative_eagle_topk {topk}")
+        return Infeasible(
+            Rule.adaptive_chain,
+            f"speculative_adaptive runs a chain (top-k 1, draft tokens = steps + 1), "
+            f"but got speculative_eagle_topk {topk}",
+        )
     if steps is not None and int(steps) not in union:
-        return Infeasible(Rule.adaptive_steps, f"--speculative-num-steps={steps} is not in the adaptive config "
-                                               f"candidate_steps [{candidates}] (SGLang 0.5.23 raises ValueError)")
+        return Infeasible(
+            Rule.adaptive_steps,
+            f"--speculative-num-steps={steps} is not in the adaptive config "
+            f"candidate_steps [{candidates}] (SGLang 0.5.23 raises ValueError)",
+        )
     if steps is not None and ndt is not None and int(ndt) != int(steps) + 1:
-        return Infeasible(Rule.topk_one, f"top-k 1 forces draft tokens = steps + 1 = {int(steps) + 1}, but got {ndt} "
-                                         f"(SGLang would silently run {int(steps) + 1})")
+        return Infeasible(
+            Rule.topk_one,
+            f"top-k 1 forces draft tokens = steps + 1 = {int(steps) + 1}, but got {ndt} "
+            f"(SGLang would silently run {int(steps) + 1})",
+        )
     return None

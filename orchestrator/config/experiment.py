@@ -42,6 +42,7 @@ Port = Annotated[int, Int(1024, 65535)]
 Positive = Seconds
 """A duration in seconds: > 0, finite, at most fields.MAX_SECONDS."""
 
+
 class ServerSpec(Strict):
     model: Text
     """Model path (a local directory on the GPU hosts) or, for the simulator, a model name."""
@@ -147,12 +148,30 @@ class BenchmarkSpec(Strict):
 
 
 METRIC_NAMES = (
-    "decode_tok_s", "output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99",
-    "tpot_ms_p50", "accept_length", "accept_rate", "verify_ms", "cycle_ms",
+    "decode_tok_s",
+    "output_tok_s",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "itl_ms_p50",
+    "itl_ms_p99",
+    "tpot_ms_p50",
+    "accept_length",
+    "accept_rate",
+    "verify_ms",
+    "cycle_ms",
 )
 MetricName = Literal[
-    "decode_tok_s", "output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99",
-    "tpot_ms_p50", "accept_length", "accept_rate", "verify_ms", "cycle_ms",
+    "decode_tok_s",
+    "output_tok_s",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "itl_ms_p50",
+    "itl_ms_p99",
+    "tpot_ms_p50",
+    "accept_length",
+    "accept_rate",
+    "verify_ms",
+    "cycle_ms",
 ]
 
 
@@ -282,14 +301,17 @@ class PromotionSpec(correctness.Gated):
             raise ValueError(
                 "`confirm_repeats` was replaced by sequential confirmation: interleaved rounds until the "
                 "evidence decides. Write `min_rounds: 3` and `max_rounds: 12` (at most that many rounds) "
-                "instead, or `max_rounds: 0` to promote the search-phase champion unconfirmed")
+                "instead, or `max_rounds: 0` to promote the search-phase champion unconfirmed"
+            )
         return data
 
     @model_validator(mode="after")
     def _can_decide(self) -> PromotionSpec:
         if self.max_rounds and self.max_rounds < self.min_rounds:
-            raise ValueError(f"`min_rounds <= max_rounds` must hold (or max_rounds: 0 for no gate), but got "
-                             f"(min_rounds={self.min_rounds}, max_rounds={self.max_rounds})")
+            raise ValueError(
+                f"`min_rounds <= max_rounds` must hold (or max_rounds: 0 for no gate), but got "
+                f"(min_rounds={self.min_rounds}, max_rounds={self.max_rounds})"
+            )
         if len(set(self.concurrency)) != len(self.concurrency):
             raise ValueError(f"`concurrency` lists a level twice: {list(self.concurrency)}")
         return self
@@ -332,8 +354,10 @@ class SweepSpec(Strict):
     @classmethod
     def _known_version(cls, v: str) -> str:
         if v not in knobs.SGLANG_VERSIONS:
-            raise ValueError(f"must be one of {', '.join(knobs.SGLANG_VERSIONS)} (the versions whose flag names "
-                             f"this tool knows), but got {v!r}; set the version installed on the GPU hosts")
+            raise ValueError(
+                f"must be one of {', '.join(knobs.SGLANG_VERSIONS)} (the versions whose flag names "
+                f"this tool knows), but got {v!r}; set the version installed on the GPU hosts"
+            )
         return v
 
 
@@ -354,12 +378,16 @@ def _check_space_knobs(space: SearchSpace, where: str) -> None:
         at = f"{where}: params.{name}"
         knob = knobs.KNOBS.get(name)
         if knob is None:
-            raise SpecError(f"{at}: unknown knob; {did_you_mean(name, list(knobs.KNOBS), 'known knobs')} "
-                            f"(the catalogue is orchestrator/config/knobs.py)")
+            raise SpecError(
+                f"{at}: unknown knob; {did_you_mean(name, list(knobs.KNOBS), 'known knobs')} "
+                f"(the catalogue is orchestrator/config/knobs.py)"
+            )
         if param.choices is None:
             if knob.kind != "int":
-                raise SpecError(f"{at}: a low/high range needs an integer knob, but {name} is {knob.kind}; "
-                                f"list its values with `choices:` ({knob.doc})")
+                raise SpecError(
+                    f"{at}: a low/high range needs an integer knob, but {name} is {knob.kind}; "
+                    f"list its values with `choices:` ({knob.doc})"
+                )
             for end in ("low", "high"):
                 if problem := knob.check(getattr(param, end)):
                     raise SpecError(f"{at}.{end}: {name} {problem}; fix the bound ({name}: {knob.doc})")
@@ -369,8 +397,10 @@ def _check_space_knobs(space: SearchSpace, where: str) -> None:
                     raise SpecError(f"{at}.choices: {name} {problem}; fix or remove that value ({name}: {knob.doc})")
         if not param.when and (param.choices is None or None not in param.choices):
             example = ", ".join(map(str, param.values()[:3]))
-            raise SpecError(f"{at}: the baseline (engine defaults, nothing set) must be a point of the space; "
-                            f"add null (= not set) to its choices, e.g. choices: [null, {example}]")
+            raise SpecError(
+                f"{at}: the baseline (engine defaults, nothing set) must be a point of the space; "
+                f"add null (= not set) to its choices, e.g. choices: [null, {example}]"
+            )
         for dep in param.when:
             if dep not in knobs.KNOBS:
                 raise SpecError(f"{at}.when.{dep}: unknown knob; {did_you_mean(dep, list(knobs.KNOBS), 'known knobs')}")
@@ -393,27 +423,38 @@ def _check_links(space: SearchSpace, origin: dict[str, str], where: str) -> None
         for dep, wanted in param.when.items():
             at = f"{origin[name]}: params.{name}.when.{dep}"
             if dep not in space.params:
-                raise SpecError(f"{at}: the condition refers to knob {dep}, which no search space of {where} "
-                                f"defines; add {dep} to a search space or drop the condition")
+                raise SpecError(
+                    f"{at}: the condition refers to knob {dep}, which no search space of {where} "
+                    f"defines; add {dep} to a search space or drop the condition"
+                )
             values = space.params[dep].values()
             for w in wanted if isinstance(wanted, list) else [wanted]:
                 if w not in values:
-                    shown = (f"{values[0]} to {values[-1]}" if isinstance(values, range)
-                             else yamlfile.shorten(", ".join(map(str, values)), 200))
-                    raise SpecError(f"{at}: {dep} never takes the value {yamlfile.shorten(repr(w))} (its values: "
-                                    f"{shown}), so {name} would never be swept; fix the value")
+                    shown = (
+                        f"{values[0]} to {values[-1]}"
+                        if isinstance(values, range)
+                        else yamlfile.shorten(", ".join(map(str, values)), 200)
+                    )
+                    raise SpecError(
+                        f"{at}: {dep} never takes the value {yamlfile.shorten(repr(w))} (its values: "
+                        f"{shown}), so {name} would never be swept; fix the value"
+                    )
     mode = space.params.get("speculative_attention_mode")
     algo_when = mode.when.get("speculative_algorithm") if mode is not None else None
     if mode is not None and (algo_when is None or None in (algo_when if isinstance(algo_when, list) else [algo_when])):
-        raise SpecError(f"{origin['speculative_attention_mode']}: params.speculative_attention_mode: passed to SGLang "
-                        f"only with speculative decoding, so without it every value would be the same server "
-                        f"counted twice; add `when: {{speculative_algorithm: EAGLE3}}`")
+        raise SpecError(
+            f"{origin['speculative_attention_mode']}: params.speculative_attention_mode: passed to SGLang "
+            f"only with speculative decoding, so without it every value would be the same server "
+            f"counted twice; add `when: {{speculative_algorithm: EAGLE3}}`"
+        )
     try:
         when_order(space)
     except graphlib.CycleError as cycle:
         todo = [n for n in space.params if n in set(cycle.args[1])]
-        raise SpecError(f"{origin[todo[0]]}: params.{todo[0]}.when: the `when` conditions of "
-                        f"{', '.join(todo)} depend on each other in a cycle; break the cycle") from None
+        raise SpecError(
+            f"{origin[todo[0]]}: params.{todo[0]}.when: the `when` conditions of "
+            f"{', '.join(todo)} depend on each other in a cycle; break the cycle"
+        ) from None
 
 
 # Metrics the baseline (no speculation) cannot have: an objective must be defined for every trial.
@@ -426,10 +467,12 @@ def _objective_load(spec: SweepSpec, where: str) -> SweepSpec:
     if level is None or level == spec.benchmark.concurrency and spec.benchmark.requests >= level:
         return spec
     if "concurrency" in spec.benchmark.model_fields_set and spec.benchmark.concurrency != level:
-        raise SpecError(f"{where}: benchmark.concurrency: {spec.benchmark.concurrency} conflicts with "
-                        f"objective.concurrency: {level}, the load the objective is judged at (the search "
-                        f"trials and the promotion gate run there); remove benchmark.concurrency, or set "
-                        f"objective.concurrency to {spec.benchmark.concurrency}")
+        raise SpecError(
+            f"{where}: benchmark.concurrency: {spec.benchmark.concurrency} conflicts with "
+            f"objective.concurrency: {level}, the load the objective is judged at (the search "
+            f"trials and the promotion gate run there); remove benchmark.concurrency, or set "
+            f"objective.concurrency to {spec.benchmark.concurrency}"
+        )
     bench = spec.benchmark.model_copy(update={"concurrency": level, "requests": max(spec.benchmark.requests, level)})
     return spec.model_copy(update={"benchmark": bench})
 
@@ -438,37 +481,47 @@ def _check_adaptive(spec: SweepSpec, origin: dict[str, str], where: str) -> None
     param = spec.space.params.get("speculative_adaptive")
     if param is None or spec.sglang_version in knobs.ADAPTIVE_VERSIONS or not any(param.values()):
         return
-    raise SpecError(f"{origin['speculative_adaptive']}: params.speculative_adaptive: --speculative-adaptive is "
-                    f"known in sglang {', '.join(knobs.ADAPTIVE_VERSIONS)}, not in sglang_version "
-                    f"{spec.sglang_version} of {where}; remove the knob or set sglang_version: "
-                    f"\"{knobs.ADAPTIVE_VERSIONS[-1]}\"")
+    raise SpecError(
+        f"{origin['speculative_adaptive']}: params.speculative_adaptive: --speculative-adaptive is "
+        f"known in sglang {', '.join(knobs.ADAPTIVE_VERSIONS)}, not in sglang_version "
+        f"{spec.sglang_version} of {where}; remove the knob or set sglang_version: "
+        f'"{knobs.ADAPTIVE_VERSIONS[-1]}"'
+    )
 
 
 def _check_objective(spec: SweepSpec, where: str) -> None:
     for field in ("metric", "secondary"):
         name = getattr(spec.objective, field)
         if name in _SPECULATION_ONLY:
-            raise SpecError(f"{where}: objective.{field}: {name} exists only with speculative decoding, but the "
-                            f"baseline runs without it; use cycle_ms (one decode iteration, defined for every "
-                            f"trial), decode_tok_s, or a latency percentile")
+            raise SpecError(
+                f"{where}: objective.{field}: {name} exists only with speculative decoding, but the "
+                f"baseline runs without it; use cycle_ms (one decode iteration, defined for every "
+                f"trial), decode_tok_s, or a latency percentile"
+            )
 
 
 def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
     algo = spec.space.params.get("speculative_algorithm")
     if algo is not None and any(v is not None for v in algo.values()) and not spec.server.draft_model:
-        raise SpecError(f"{where}: server.draft_model: required field is missing: the search space turns "
-                        f"speculative decoding on (speculative_algorithm in {origin['speculative_algorithm']}); "
-                        f"add the EAGLE-3 draft model path")
+        raise SpecError(
+            f"{where}: server.draft_model: required field is missing: the search space turns "
+            f"speculative decoding on (speculative_algorithm in {origin['speculative_algorithm']}); "
+            f"add the EAGLE-3 draft model path"
+        )
     for i, fault in enumerate(spec.simulator.faults):
         for knob in getattr(fault, "when", {}):
             if knob not in spec.space.params:
-                raise SpecError(f"{where}: simulator.faults.{i}.when.{knob}: not a knob of the search space, so "
-                                f"the fault would never fire; "
-                                f"{did_you_mean(knob, list(spec.space.params), 'knobs of the space')}")
+                raise SpecError(
+                    f"{where}: simulator.faults.{i}.when.{knob}: not a knob of the search space, so "
+                    f"the fault would never fire; "
+                    f"{did_you_mean(knob, list(spec.space.params), 'knobs of the space')}"
+                )
     for name in spec.server.env:
         if name in spec.space.params:
-            raise SpecError(f"{where}: server.env.{name}: also swept by the search space ({origin[name]}), so the "
-                            f"baseline would not run the engine defaults; remove it from server.env")
+            raise SpecError(
+                f"{where}: server.env.{name}: also swept by the search space ({origin[name]}), so the "
+                f"baseline would not run the engine defaults; remove it from server.env"
+            )
     _check_dashes(spec, where)
     known = flags.known_flags(spec.sglang_version)
     by_knob = flags.knob_flags(spec.sglang_version)
@@ -476,26 +529,34 @@ def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
         flag = "--" + name.lstrip("-")
         at = f"{where}: server.flags.{name}"
         if redact.is_secret_name(name.lstrip("-").replace("-", "_")):
-            raise SpecError(f"{at}: looks like a secret, and experiments, launch plans, MLflow and the exported "
-                            f"env file are all written to disk; pass it to the server through its deployment "
-                            f"environment instead")
+            raise SpecError(
+                f"{at}: looks like a secret, and experiments, launch plans, MLflow and the exported "
+                f"env file are all written to disk; pass it to the server through its deployment "
+                f"environment instead"
+            )
         if flag in flags.MANAGED_FLAGS:
-            raise SpecError(f"{at}: set by the sweep itself from {flags.MANAGED_FLAGS[flag]}; "
-                            f"remove it from server.flags")
+            raise SpecError(
+                f"{at}: set by the sweep itself from {flags.MANAGED_FLAGS[flag]}; remove it from server.flags"
+            )
         if known is not None and flag not in known:
-            raise SpecError(f"{at}: not a flag of sglang {spec.sglang_version} (launch_server --help); "
-                            f"{_flag_hint(flag, known)}")
+            raise SpecError(
+                f"{at}: not a flag of sglang {spec.sglang_version} (launch_server --help); {_flag_hint(flag, known)}"
+            )
         if problem := flags.value_problem(flag, spec.server.flags[name]):
             raise SpecError(f"{at}: {problem}")
         if by_knob.get(flag) in spec.space.params:
             knob = by_knob[flag]
-            raise SpecError(f"{at}: the search space sweeps {knob} ({origin[knob]}), which sets this flag; "
-                            f"remove it from server.flags or {knob} from the space")
+            raise SpecError(
+                f"{at}: the search space sweeps {knob} ({origin[knob]}), which sets this flag; "
+                f"remove it from server.flags or {knob} from the space"
+            )
         for knob in flags.OVERRIDING_FLAGS.get(flag, ()):
             if knob in spec.space.params:
-                raise SpecError(f"{at}: SGLang lets this flag win over the swept knob {knob} ({origin[knob]}), so "
-                                f"every value of {knob} would run the same server; remove it from server.flags "
-                                f"or {knob} from the space")
+                raise SpecError(
+                    f"{at}: SGLang lets this flag win over the swept knob {knob} ({origin[knob]}), so "
+                    f"every value of {knob} would run the same server; remove it from server.flags "
+                    f"or {knob} from the space"
+                )
     _check_backend_flags(spec, origin, where)
 
 
@@ -523,18 +584,25 @@ def _check_cpu_device(spec: SweepSpec, origin: dict[str, str], where: str) -> No
     """server.device cpu: what SGLang 0.5.23's CPU engine needs, and what cannot run there."""
     at = f"{where}: server.device"
     if spec.engine == "simulator":
-        raise SpecError(f"{at}: cpu: the simulator models GPU hosts only; use engine: sglang for SGLang's CPU "
-                        f"engine, or remove server.device")
+        raise SpecError(
+            f"{at}: cpu: the simulator models GPU hosts only; use engine: sglang for SGLang's CPU "
+            f"engine, or remove server.device"
+        )
     if spec.server.env.get("SGLANG_USE_CPU_ENGINE") != "1":
-        raise SpecError(f"{at}: cpu: SGLang 0.5.23 takes its CPU paths only with SGLANG_USE_CPU_ENGINE=1 "
-                        f"(sglang/srt/utils/common.py::is_cpu); add server.env.SGLANG_USE_CPU_ENGINE: \"1\"")
+        raise SpecError(
+            f"{at}: cpu: SGLang 0.5.23 takes its CPU paths only with SGLANG_USE_CPU_ENGINE=1 "
+            f'(sglang/srt/utils/common.py::is_cpu); add server.env.SGLANG_USE_CPU_ENGINE: "1"'
+        )
     timer = spec.server.env.get(_DEVICE_TIMER) == "1" or any(
-        str(v) == "1" for v in (spec.space.params[_DEVICE_TIMER].values() if _DEVICE_TIMER in spec.space.params else ()))
+        str(v) == "1" for v in (spec.space.params[_DEVICE_TIMER].values() if _DEVICE_TIMER in spec.space.params else ())
+    )
     if timer:
         src = origin.get(_DEVICE_TIMER, "server.env")
-        raise SpecError(f"{at}: cpu: {_DEVICE_TIMER}=1 ({src}) times forward passes with CUDA events, and SGLang "
-                        f"exits at start-up without a GPU (\"Found no NVIDIA driver\"); remove it (verify_ms then "
-                        f"comes from the log and the request timings)")
+        raise SpecError(
+            f"{at}: cpu: {_DEVICE_TIMER}=1 ({src}) times forward passes with CUDA events, and SGLang "
+            f'exits at start-up without a GPU ("Found no NVIDIA driver"); remove it (verify_ms then '
+            f"comes from the log and the request timings)"
+        )
 
 
 def _flag_hint(flag: str, known: frozenset[str]) -> str:
@@ -566,8 +634,10 @@ def _load(path: Path) -> SweepSpec:
         spaces = [spaces]
     if not isinstance(spaces, list) or not spaces or not all(isinstance(s, str) for s in spaces):
         got = "nothing" if spaces is None else repr(spaces)
-        raise SpecError(f"{where}: search_space: must be a list of search-space files, but got {got}; "
-                        f"e.g. search_space: [../search_spaces/nccl.yaml]")
+        raise SpecError(
+            f"{where}: search_space: must be a list of search-space files, but got {got}; "
+            f"e.g. search_space: [../search_spaces/nccl.yaml]"
+        )
     params: dict[str, ParamSpec] = {}
     origin: dict[str, str] = {}
     for rel in spaces:
@@ -575,12 +645,18 @@ def _load(path: Path) -> SweepSpec:
         sp = load_space(file, named_in=where)
         for name, p in sp.params.items():
             if name in params:
-                raise SpecError(f"{where}: search_space: knob {name} is defined in both {origin[name]} and "
-                                f"{file}; keep it in one of them")
+                raise SpecError(
+                    f"{where}: search_space: knob {name} is defined in both {origin[name]} and "
+                    f"{file}; keep it in one of them"
+                )
             params[name] = p
             origin[name] = str(file)
-    data = {**data, "search_space": spaces, "source": where,
-            "space": {"name": "+".join(Path(s).stem for s in spaces), "params": params}}
+    data = {
+        **data,
+        "search_space": spaces,
+        "source": where,
+        "space": {"name": "+".join(Path(s).stem for s in spaces), "params": params},
+    }
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:

@@ -35,8 +35,10 @@ def _named(char: str) -> str:
 def no_control(value: str) -> str:
     """`value` unchanged, or ValueError naming the first control character (newline, NUL, ...)."""
     if m := _CONTROL.search(value):
-        raise ValueError(f"must not contain control characters (it reaches a command line or an environment), "
-                         f"but got {_named(m.group())} at position {m.start()}; remove it")
+        raise ValueError(
+            f"must not contain control characters (it reaches a command line or an environment), "
+            f"but got {_named(m.group())} at position {m.start()}; remove it"
+        )
     return value
 
 
@@ -67,8 +69,10 @@ def finite_scalar(value: object) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number, but got {value}"
     if isinstance(value, str) and (m := _CONTROL.search(value)):
-        return (f"must not contain control characters (it becomes a command-line argument), but got "
-                f"{_named(m.group())} at position {m.start()}; remove it")
+        return (
+            f"must not contain control characters (it becomes a command-line argument), but got "
+            f"{_named(m.group())} at position {m.start()}; remove it"
+        )
     return None
 
 
@@ -83,9 +87,11 @@ def tracking_uri_problem(uri: str) -> str | None:
     if not sep and uri.startswith("file:"):
         return None
     if not sep or scheme not in TRACKING_SCHEMES or not rest:
-        return (f"must be an MLflow tracking URI ({', '.join(s + '://...' for s in TRACKING_SCHEMES[:4])}, a "
-                f"database URL), but got {uri!r}; e.g. http://127.0.0.1:5000, or leave it out for the work "
-                f"directory's sqlite store")
+        return (
+            f"must be an MLflow tracking URI ({', '.join(s + '://...' for s in TRACKING_SCHEMES[:4])}, a "
+            f"database URL), but got {uri!r}; e.g. http://127.0.0.1:5000, or leave it out for the work "
+            f"directory's sqlite store"
+        )
     return None
 
 
@@ -102,9 +108,15 @@ TrackingUri = Annotated[Text, AfterValidator(_tracking_uri)]
 
 # What orchestrator/simulator/faults.py parses: name -> the argument it takes (None: no argument).
 FAULTS: dict[str, str | None] = {
-    "never_ready": None, "env_drop": None, "nccl_hang": None, "draft_wiring_broken": None,
-    "slow_start": "seconds", "crash_after_tokens": "count", "hang_after_tokens": "count",
-    "oom_above_draft_tokens": "count", "nccl_hang_when": "VAR:VALUE[,VAR:VALUE...]",
+    "never_ready": None,
+    "env_drop": None,
+    "nccl_hang": None,
+    "draft_wiring_broken": None,
+    "slow_start": "seconds",
+    "crash_after_tokens": "count",
+    "hang_after_tokens": "count",
+    "oom_above_draft_tokens": "count",
+    "nccl_hang_when": "VAR:VALUE[,VAR:VALUE...]",
 }
 
 
@@ -173,6 +185,7 @@ def _profile(kind: str) -> AfterValidator:
         if problem := profile_problem(value, kind):
             raise ValueError(problem)
         return value
+
     return AfterValidator(check)
 
 

@@ -24,7 +24,7 @@ MANAGED_FLAGS: Mapping[str, str] = {
     "--speculative-num-draft-tokens": "the speculative_num_draft_tokens knob",
     "--speculative-adaptive": "the speculative_adaptive knob (its rules are checked before each launch)",
     "--speculative-adaptive-config": "the speculative_adaptive_config knob (a JSON file checked at load as "
-                                     "SGLang 0.5.23 checks it; steps are checked against its slots' union)",
+    "SGLang 0.5.23 checks it; steps are checked against its slots' union)",
 }
 """Flag -> where its value comes from."""
 
@@ -39,20 +39,26 @@ With the knob swept, every trial would run the same server under different names
 BACKEND_CONFLICTS: Mapping[str, tuple[tuple[str, ...], str]] = {
     "--disable-custom-all-reduce": (("custom",), "custom all-reduce is never built with it"),
     "--enforce-disable-flashinfer-allreduce-fusion": (
-        ("flashinfer_fusion",), "it wins over the fusion, asked for or auto-enabled (overrides.py "
-                                "_enforce_disable_allreduce_fusion)"),
+        ("flashinfer_fusion",),
+        "it wins over the fusion, asked for or auto-enabled (overrides.py _enforce_disable_allreduce_fusion)",
+    ),
     "--flashinfer-allreduce-fusion-backend": (
         ("nccl", "custom", "pcie_ipc", "torch_symm_mem", "mscclpp"),
-        "those values pass --enforce-disable-flashinfer-allreduce-fusion, which wins over it"),
+        "those values pass --enforce-disable-flashinfer-allreduce-fusion, which wins over it",
+    ),
     "--enable-flashinfer-allreduce-fusion": (
         ("nccl", "custom", "pcie_ipc", "torch_symm_mem", "mscclpp"),
-        "those values pass --enforce-disable-flashinfer-allreduce-fusion, which wins over it"),
+        "those values pass --enforce-disable-flashinfer-allreduce-fusion, which wins over it",
+    ),
     "--enable-mscclpp": (
         ("nccl", "custom", "pcie_ipc", "torch_symm_mem"),
-        "MSCCL++ comes first in GroupCoordinator.all_reduce and takes every message up to 4 GiB"),
+        "MSCCL++ comes first in GroupCoordinator.all_reduce and takes every message up to 4 GiB",
+    ),
     "--enable-torch-symm-mem": (("nccl",), "torch symmetric memory then carries what fits its buffer, not NCCL"),
     "--enable-deterministic-inference": (
-        ("custom", "pcie_ipc"), "deterministic inference turns custom all-reduce and PCIe-IPC off"),
+        ("custom", "pcie_ipc"),
+        "deterministic inference turns custom all-reduce and PCIe-IPC off",
+    ),
 }
 """Fixed flags that defeat values of the all_reduce_backend knob in SGLang 0.5.23 (config/allreduce.py's
 resolution, read from its code): flag -> (the values, why). Swept beside them, those trials would run
@@ -65,9 +71,11 @@ def backend_conflict(flag: str, swept: Iterable[object]) -> str | None:
     hit = [str(v) for v in swept if str(v) in values]
     if not hit:
         return None
-    return (f"defeats all_reduce_backend {', '.join(hit)} of the search space in SGLang 0.5.23 ({why}), so "
-            f"{'that trial' if len(hit) == 1 else 'those trials'} would run another backend than named; remove "
-            f"it from server.flags or {'that value' if len(hit) == 1 else 'those values'} from the space")
+    return (
+        f"defeats all_reduce_backend {', '.join(hit)} of the search space in SGLang 0.5.23 ({why}), so "
+        f"{'that trial' if len(hit) == 1 else 'those trials'} would run another backend than named; remove "
+        f"it from server.flags or {'that value' if len(hit) == 1 else 'those values'} from the space"
+    )
 
 
 _HELP_FILES = {"0.5.23": "sglang_0_5_23/launch_server_help.txt"}
@@ -99,8 +107,10 @@ def cuda_graph_config_problem(text: str) -> str | None:
 
 
 _VALUE_RULES: Mapping[str, tuple[Callable[[str], str | None], str]] = {
-    "--cuda-graph-config": (cuda_graph_config_problem, "a JSON object of phases (decode, prefill), each an "
-                                                       f"object of settings, e.g. '{CUDA_GRAPH_CONFIG_EXAMPLE}'"),
+    "--cuda-graph-config": (
+        cuda_graph_config_problem,
+        f"a JSON object of phases (decode, prefill), each an object of settings, e.g. '{CUDA_GRAPH_CONFIG_EXAMPLE}'",
+    ),
 }
 """Flag -> (why SGLang's parser refuses a value, what it takes) for the fixed flags whose value SGLang
 checks before start-up beyond a number; a bad one would fail every trial alike."""
@@ -119,12 +129,19 @@ def dash_problem(value: str | int | float | bool | None) -> str | None:
     is a negative number, holds a space or is '-' alone. Checked against an argparse parser of SGLang's
     flags in tests/hardening/test_validation_gaps.py.
     """
-    if (not isinstance(value, str) or not value.startswith("-") or value == "-" or _NEGATIVE_NUMBER.match(value)
-            or " " in value):
+    if (
+        not isinstance(value, str)
+        or not value.startswith("-")
+        or value == "-"
+        or _NEGATIVE_NUMBER.match(value)
+        or " " in value
+    ):
         return None
-    return (f"the value {value!r} starts with '-', so SGLang's parser (argparse) would read it as another option "
-            f"and refuse the command (\"expected one argument\"), failing every trial alike; fix the value "
-            f"(no SGLang flag takes one that starts with '-', except a negative number)")
+    return (
+        f"the value {value!r} starts with '-', so SGLang's parser (argparse) would read it as another option "
+        f'and refuse the command ("expected one argument"), failing every trial alike; fix the value '
+        f"(no SGLang flag takes one that starts with '-', except a negative number)"
+    )
 
 
 def value_problem(flag: str, value: str | int | float | bool | None) -> str | None:
@@ -139,8 +156,10 @@ def value_problem(flag: str, value: str | int | float | bool | None) -> str | No
     why = "true passes no value" if value is True else problem(str(value))
     if why is None:
         return None
-    return (f"SGLang's {flag} takes {takes}, but got {value!r}: {why}; SGLang would refuse it when it reads "
-            f"its command line, so every trial would fail; fix the value (one quoted YAML string)")
+    return (
+        f"SGLang's {flag} takes {takes}, but got {value!r}: {why}; SGLang would refuse it when it reads "
+        f"its command line, so every trial would fail; fix the value (one quoted YAML string)"
+    )
 
 
 def parse_help(text: str) -> frozenset[str]:

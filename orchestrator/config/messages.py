@@ -17,10 +17,18 @@ from orchestrator.config import yamlfile
 _UNION_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|tuple\[.*\]|dict\[.*\]|[a-z-]+\[.*\])$")
 
 _TYPE_WORDS = {
-    "string_type": "a string", "int_type": "an integer", "int_parsing": "an integer",
-    "int_from_float": "an integer", "float_type": "a number", "float_parsing": "a number",
-    "bool_type": "true or false", "bool_parsing": "true or false", "list_type": "a list",
-    "tuple_type": "a list", "dict_type": "a mapping (key: value)", "model_type": "a mapping (key: value)",
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping (key: value)",
+    "model_type": "a mapping (key: value)",
     "model_attributes_type": "a mapping (key: value)",
 }
 
@@ -94,8 +102,12 @@ def _message(e: ErrorDetails, model: type[BaseModel], loc: tuple[Any, ...]) -> s
         return f"required field is missing; add `{loc[-1]}:`" + (f" under `{parent}:`" if parent else "")
     if kind in _TYPE_WORDS:
         return f"must be {_TYPE_WORDS[kind]}, but got {_shown(value)}"
-    bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
-              "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
+    bounds = {
+        "greater_than_equal": (">=", "ge"),
+        "greater_than": (">", "gt"),
+        "less_than_equal": ("<=", "le"),
+        "less_than": ("<", "lt"),
+    }
     if kind in bounds:
         op, k = bounds[kind]
         return f"must be {op} {ctx.get(k)}, but got {_shown(value)}"
@@ -104,11 +116,14 @@ def _message(e: ErrorDetails, model: type[BaseModel], loc: tuple[Any, ...]) -> s
     if kind == "literal_error":
         options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         hint = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
-        return (f"must be one of {', '.join(options)}, but got {_shown(value)}"
-                + (f"; did you mean {hint[0]!r}?" if hint else ""))
+        return f"must be one of {', '.join(options)}, but got {_shown(value)}" + (
+            f"; did you mean {hint[0]!r}?" if hint else ""
+        )
     if kind == "string_pattern_mismatch":
-        return (f"must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit, "
-                f"but got {_shown(value)}")
+        return (
+            f"must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit, "
+            f"but got {_shown(value)}"
+        )
     if kind in ("too_long", "too_short"):
         want = ctx.get("max_length") if kind == "too_long" else ctx.get("min_length")
         if kind == "too_long" and isinstance(want, int) and want > 8:  # a cap on a list, not a pair's size
@@ -131,7 +146,7 @@ def format_errors(err: ValidationError, model: type[BaseModel], where: str) -> s
     # A union member that did not fit (`must be a string`) is noise when another member's fields
     # were checked deeper down: the user wrote that member.
     for loc in list(by_path):
-        if any(len(other) > len(loc) and other[:len(loc)] == loc for other in by_path):
+        if any(len(other) > len(loc) and other[: len(loc)] == loc for other in by_path):
             by_path[loc] = [(e, k) for e, k in by_path[loc] if e["type"] not in _TYPE_WORDS]
         # Likewise when one member's own rule fired (a fault string of the wrong syntax is not "not a mapping").
         elif any(e["type"] not in _TYPE_WORDS for e, _ in by_path[loc]):

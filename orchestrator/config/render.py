@@ -74,8 +74,14 @@ def fixed_flags(spec: SweepSpec) -> Flags:
 
 def launch_flags(spec: SweepSpec, params: Mapping[str, ParamValue], *, port: int) -> Flags:
     """Every SGLang flag of one launch: model, parallelism and address, the fixed flags, the tuned ones."""
-    return {"--model-path": spec.server.model, "--tp-size": str(spec.server.tp), "--host": spec.server.host,
-            "--port": str(port), **fixed_flags(spec), **tuned_flags(spec, params)}
+    return {
+        "--model-path": spec.server.model,
+        "--tp-size": str(spec.server.tp),
+        "--host": spec.server.host,
+        "--port": str(port),
+        **fixed_flags(spec),
+        **tuned_flags(spec, params),
+    }
 
 
 def serving_args(spec: SweepSpec, params: Mapping[str, ParamValue]) -> list[str]:

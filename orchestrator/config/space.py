@@ -129,8 +129,9 @@ def _classes(space: SearchSpace, name: str, keep: Collection[str]) -> list[tuple
     if name in keep:
         return [(v, 1) for v in values]
     # Sets: membership as `is_active` tests it (1 == 1.0 == True hash alike), without a scan per value.
-    wanted = [set(w) if isinstance(w, list) else {w} for p in space.params.values() for d, w in p.when.items()
-              if d == name]
+    wanted = [
+        set(w) if isinstance(w, list) else {w} for p in space.params.values() for d, w in p.when.items() if d == name
+    ]
     if not wanted:
         return [(values[0], len(values))]
     if isinstance(values, range):  # only the values a condition names, each once; the rest is one class
@@ -164,9 +165,11 @@ def weighted_points(space: SearchSpace, keep: Collection[str] = ()) -> Iterator[
         if i == len(names):
             walked += 1
             if walked > MAX_CLASSES:
-                raise SpecError(f"space {space.name}: its `when` conditions split it into more than "
-                                f"{MAX_CLASSES:,} cases, too many to count; condition fewer knobs on "
-                                f"fewer distinct values")
+                raise SpecError(
+                    f"space {space.name}: its `when` conditions split it into more than "
+                    f"{MAX_CLASSES:,} cases, too many to count; condition fewer knobs on "
+                    f"fewer distinct values"
+                )
             yield complete(space, chosen), weight
             return
         name = names[i]
@@ -188,5 +191,7 @@ def check_enumerable(space: SearchSpace, what: str) -> None:
     """SpecError when walking every point (`what`: a grid, the simulator's truth) would exceed MAX_ENUMERATED."""
     n = size(space)
     if n > MAX_ENUMERATED:
-        raise SpecError(f"{what} walks every point of the space, but it has {n:.3g} points, more than "
-                         f"{MAX_ENUMERATED:,}; narrow the ranges (larger `step`, fewer choices) or use a sampler")
+        raise SpecError(
+            f"{what} walks every point of the space, but it has {n:.3g} points, more than "
+            f"{MAX_ENUMERATED:,}; narrow the ranges (larger `step`, fewer choices) or use a sampler"
+        )

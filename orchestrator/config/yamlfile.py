@@ -29,8 +29,9 @@ MAX_NODES = 100_000
 def bounded(message: str, token: int = 200) -> str:
     """`message` with every run of more than `token` non-blank characters cut (a 5000-character value
     quoted back, a key of a megabyte), so what reaches the terminal stays readable."""
-    return re.sub(r"\S{%d,}" % (token + 1), lambda m: f"{m.group()[:token // 2]}...({len(m.group())} characters)",
-                  message)
+    return re.sub(
+        r"\S{%d,}" % (token + 1), lambda m: f"{m.group()[: token // 2]}...({len(m.group())} characters)", message
+    )
 
 
 def shorten(text: str, limit: int = 80) -> str:
@@ -43,19 +44,25 @@ def read_text(path: Path, what: str, *, named_in: str | None = None) -> str:
     try:
         info = path.stat()
     except FileNotFoundError:
-        fix = (f"check `search_space` in {named_in} (relative paths start at the experiment's folder)"
-               if named_in else "check the path")
+        fix = (
+            f"check `search_space` in {named_in} (relative paths start at the experiment's folder)"
+            if named_in
+            else "check the path"
+        )
         raise SpecError(f"{path}: {what} file not found; {fix}") from None
     except (OSError, ValueError) as exc:  # ENOTDIR (a path under a file), ELOOP, ENAMETOOLONG, NUL in the path
-        raise SpecError(f"{path}: cannot read the {what} file: {getattr(exc, 'strerror', None) or exc}; "
-                        f"check the path") from None
+        raise SpecError(
+            f"{path}: cannot read the {what} file: {getattr(exc, 'strerror', None) or exc}; check the path"
+        ) from None
     if stat.S_ISDIR(info.st_mode):
         raise SpecError(f"{path}: is a directory, not a {what} file; name the YAML file")
     if not stat.S_ISREG(info.st_mode):
         raise SpecError(f"{path}: is a device, FIFO or socket, not a YAML file; name the {what} file")
     if info.st_size > MAX_BYTES:
-        raise SpecError(f"{path}: the {what} file is {info.st_size} bytes, more than the {MAX_BYTES} a "
-                        f"{what} may have; name the right file")
+        raise SpecError(
+            f"{path}: the {what} file is {info.st_size} bytes, more than the {MAX_BYTES} a "
+            f"{what} may have; name the right file"
+        )
     try:
         # O_NONBLOCK: should the file be swapped for a FIFO after the check, open() must not wait for a writer.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -66,8 +73,9 @@ def read_text(path: Path, what: str, *, named_in: str | None = None) -> str:
     except OSError as exc:
         raise SpecError(f"{path}: cannot read the {what} file: {exc.strerror or exc}") from None
     if len(raw) > MAX_BYTES:
-        raise SpecError(f"{path}: the {what} file is larger than the {MAX_BYTES} bytes a {what} may have; "
-                        f"name the right file")
+        raise SpecError(
+            f"{path}: the {what} file is larger than the {MAX_BYTES} bytes a {what} may have; name the right file"
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -108,18 +116,25 @@ class BoundedLoader(yaml.SafeLoader):
 _SEXAGESIMAL = {
     # PyYAML's YAML 1.1 patterns without the base-60 forms, which read `wall_time: 1:30` as the integer 90
     # (YAML 1.2 dropped them): such a value stays text, and the field that gets it says what it takes.
-    "tag:yaml.org,2002:int": re.compile(r"""^(?:[-+]?0b[0-1_]+
+    "tag:yaml.org,2002:int": re.compile(
+        r"""^(?:[-+]?0b[0-1_]+
                     |[-+]?0[0-7_]+
                     |[-+]?(?:0|[1-9][0-9_]*)
-                    |[-+]?0x[0-9a-fA-F_]+)$""", re.X),
-    "tag:yaml.org,2002:float": re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?0x[0-9a-fA-F_]+)$""",
+        re.X,
+    ),
+    "tag:yaml.org,2002:float": re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
                     |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
                     |[-+]?\.(?:inf|Inf|INF)
-                    |\.(?:nan|NaN|NAN))$""", re.X),
+                    |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
 }
 BoundedLoader.yaml_implicit_resolvers = {
     first: [(tag, _SEXAGESIMAL.get(tag, pattern)) for tag, pattern in resolvers]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def _check(root: Node) -> None:
@@ -141,8 +156,11 @@ def _check(root: Node) -> None:
             for k, v in node.value:
                 if isinstance(k, ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
                     if (k.tag, k.value) in seen:
-                        raise _Refused(f"duplicate key {shorten(repr(k.value), 40)} (the later one would "
-                                       f"silently win); keep one of them", k.start_mark)
+                        raise _Refused(
+                            f"duplicate key {shorten(repr(k.value), 40)} (the later one would "
+                            f"silently win); keep one of them",
+                            k.start_mark,
+                        )
                     seen.add((k.tag, k.value))
                 total += size(k) + size(v)
                 if total > MAX_NODES:
@@ -154,8 +172,10 @@ def _check(root: Node) -> None:
                     break
         busy.discard(key)
         if total > MAX_NODES:
-            raise _Refused(f"expands to more than {MAX_NODES} values through its aliases (&anchor/*alias); "
-                           f"write the values out", node.start_mark)
+            raise _Refused(
+                f"expands to more than {MAX_NODES} values through its aliases (&anchor/*alias); write the values out",
+                node.start_mark,
+            )
         sizes[key] = total
         return total
 
@@ -173,6 +193,8 @@ def parse(text: str, where: str) -> Any:
         if isinstance(exc, _Refused):  # the problem names its own fix
             raise SpecError(f"{where}{at}: {problem}") from None
         line = f"line {mark.line + 1}" if mark else "the file"
-        raise SpecError(f"{where}{at}: not valid YAML: {shorten(str(problem), 200)}; fix the syntax at {line}") from None
+        raise SpecError(
+            f"{where}{at}: not valid YAML: {shorten(str(problem), 200)}; fix the syntax at {line}"
+        ) from None
     except RecursionError:  # a guard behind MAX_DEPTH, should a construction path recurse further
         raise SpecError(f"{where}: nested too deeply; flatten it") from None

@@ -73,8 +73,16 @@ class Executor(Protocol):
 
 def made_outcome(spec: TrialSpec, kind: FailureKind, reason: str, finished_at: float) -> TrialOutcome:
     """The outcome of a trial whose worker never returned one."""
-    return TrialOutcome(number=spec.number, params=spec.params, role=spec.role, status=TrialStatus.FAILED,
-                        failure_kind=kind, reason=reason, trial_dir=spec.trial_dir, finished_at=finished_at)
+    return TrialOutcome(
+        number=spec.number,
+        params=spec.params,
+        role=spec.role,
+        status=TrialStatus.FAILED,
+        failure_kind=kind,
+        reason=reason,
+        trial_dir=spec.trial_dir,
+        finished_at=finished_at,
+    )
 
 
 def last_line(text: str) -> str:

@@ -59,9 +59,17 @@ class InlineExecutor:
         except Exception as exc:  # noqa: BLE001 - a bug in the trial code becomes its outcome, as on Ray
             text = traceback.format_exc()
             log.error("trial %d raised:\n%s", spec.number, text)
-            finished = Finished(handle, spec, made_outcome(
-                spec, FailureKind.internal_error,
-                f"the trial raised {last_line(text)} (traceback in sweep.log)", time.time()), lost=repr(exc))
+            finished = Finished(
+                handle,
+                spec,
+                made_outcome(
+                    spec,
+                    FailureKind.internal_error,
+                    f"the trial raised {last_line(text)} (traceback in sweep.log)",
+                    time.time(),
+                ),
+                lost=repr(exc),
+            )
         self._done.put(finished)
 
     def wait(self, timeout_s: float) -> list[Finished]:

@@ -66,8 +66,15 @@ def valid_records(data: object) -> list[dict[str, Any]] | None:
         if not isinstance(r, dict):
             return None
         pid, start, cmd = r.get("pid"), r.get("start"), r.get("cmd")
-        if (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or not isinstance(start, int)
-                or isinstance(start, bool) or not isinstance(cmd, str) or not cmd.strip()):
+        if (
+            not isinstance(pid, int)
+            or isinstance(pid, bool)
+            or pid <= 1
+            or not isinstance(start, int)
+            or isinstance(start, bool)
+            or not isinstance(cmd, str)
+            or not cmd.strip()
+        ):
             return None
         out.append({"pid": pid, "start": start, "cmd": cmd})
     return out

@@ -67,7 +67,8 @@ def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: in
         raise RayStartError(
             f"the private Ray instance on {node_ip} did not start ({type(exc).__name__}: {first}); check free "
             "memory and space in Ray's temporary folder (/tmp/ray, or RAY_TMPDIR), then run the same command "
-            "again") from None
+            "again"
+        ) from None
     private_token_file()  # one Ray has just generated
     return {"address": _address(ctx), "node_ip": node_ip}
 
@@ -85,12 +86,13 @@ def private_token_file() -> None:
         info = path.stat()
         if info.st_uid == os.getuid() and info.st_mode & 0o077 and path.is_file():
             os.chmod(path, 0o600)
-            log.info("%s: made 0600 (it was %o): the token guards the private Ray instance's ports", path,
-                     info.st_mode & 0o777)
+            log.info(
+                "%s: made 0600 (it was %o): the token guards the private Ray instance's ports",
+                path,
+                info.st_mode & 0o777,
+            )
     except OSError as exc:  # no token (authentication off), or a file we may not change: Ray decides
         log.debug("Ray token file %s left as it is: %s", path, exc)
-
-
 
 
 def connect(address: str) -> dict[str, Any]:
@@ -118,9 +120,12 @@ def connect(address: str) -> dict[str, Any]:
             raise ClusterUnreachable(
                 f"the Ray cluster at {address} uses token authentication and this process has no token: "
                 f"1) export RAY_AUTH_MODE=token, and 2) make the cluster's token available "
-                f"(~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN)") from None
-        raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: {exc}; check that "
-                                 f"`ray start --head` runs there and the address is HOST:PORT (or `auto`)") from None
+                f"(~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN)"
+            ) from None
+        raise ClusterUnreachable(
+            f"cannot join the Ray cluster at {address}: {exc}; check that "
+            f"`ray start --head` runs there and the address is HOST:PORT (or `auto`)"
+        ) from None
     return {"address": _address(ctx)}
 
 
@@ -133,8 +138,10 @@ def _require_reachable(address: str, timeout_s: float = 5.0) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
             pass
     except OSError as exc:
-        raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: nothing answers there ({exc}); check "
-                                 f"that `ray start --head` runs there and the address is HOST:PORT (or `auto`)") from None
+        raise ClusterUnreachable(
+            f"cannot join the Ray cluster at {address}: nothing answers there ({exc}); check "
+            f"that `ray start --head` runs there and the address is HOST:PORT (or `auto`)"
+        ) from None
 
 
 def _address(ctx: Any) -> str | None:
@@ -159,9 +166,13 @@ class TrialActor:
         self._watching = False
 
     def where(self) -> dict[str, Any]:
-        return {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
-                "ip": ray.util.get_node_ip_address(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "pid": os.getpid()}
+        return {
+            "node": ray.get_runtime_context().get_node_id(),
+            "host": socket.gethostname(),
+            "ip": ray.util.get_node_ip_address(),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "pid": os.getpid(),
+        }
 
     def run(self, spec: TrialSpec) -> tuple[TrialOutcome, dict[str, bytes]]:
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
@@ -248,8 +259,15 @@ class RayExecutor:
     gives it GPUs that need no hardware (the simulator).
     """
 
-    def __init__(self, *, tp: int, concurrent: int, address: str | None = None,
-                 logical_gpus: int | None = None, gpus_per_trial: int | None = None):
+    def __init__(
+        self,
+        *,
+        tp: int,
+        concurrent: int,
+        address: str | None = None,
+        logical_gpus: int | None = None,
+        gpus_per_trial: int | None = None,
+    ):
         self.tp = tp
         self.concurrent = concurrent
         self.address = address
@@ -275,9 +293,11 @@ class RayExecutor:
         gpus = float(ray.cluster_resources().get("GPU", 0.0))
         need = self.gpus_per_trial
         if gpus < need:
-            raise ClusterUnreachable(f"the Ray cluster has {gpus:g} GPUs but one trial needs server.tp={self.tp}; "
-                                     f"add GPUs/hosts or lower server.tp (or set server.device: cpu for SGLang's "
-                                     f"CPU engine)")
+            raise ClusterUnreachable(
+                f"the Ray cluster has {gpus:g} GPUs but one trial needs server.tp={self.tp}; "
+                f"add GPUs/hosts or lower server.tp (or set server.device: cpu for SGLang's "
+                f"CPU engine)"
+            )
         slots = min(self.concurrent, int(gpus // need)) if need else self.concurrent
         self._idle = [self._new_actor() for _ in range(slots)]
         # A local instance is this process's children; a cluster's processes are not ours to end.
@@ -311,17 +331,32 @@ class RayExecutor:
             # A bug in the trial code, not a lost machine: keep the traceback, keep the actor.
             log.error("trial %d raised inside its worker:\n%s", spec.number, exc)
             self._idle.append(actor)
-            return Finished(handle, spec, made_outcome(
-                spec, FailureKind.internal_error,
-                f"the trial raised {last_line(str(exc))} (traceback in sweep.log)", time.time()),
-                lost=str(exc))
+            return Finished(
+                handle,
+                spec,
+                made_outcome(
+                    spec,
+                    FailureKind.internal_error,
+                    f"the trial raised {last_line(str(exc))} (traceback in sweep.log)",
+                    time.time(),
+                ),
+                lost=str(exc),
+            )
         except ray.exceptions.RayError as exc:
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
             self._idle.append(self._new_actor())
-            return Finished(handle, spec, made_outcome(
-                spec, FailureKind.worker_lost,
-                f"the Ray worker running this trial was lost: {type(exc).__name__}", time.time()), lost=str(exc))
+            return Finished(
+                handle,
+                spec,
+                made_outcome(
+                    spec,
+                    FailureKind.worker_lost,
+                    f"the Ray worker running this trial was lost: {type(exc).__name__}",
+                    time.time(),
+                ),
+                lost=str(exc),
+            )
         self._idle.append(actor)
         return Finished(handle, spec, outcome, files)
 

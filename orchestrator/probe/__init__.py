@@ -48,10 +48,34 @@ from orchestrator.probe.sizes import ProbeSize
 from orchestrator.probe.tuner import TunerRule, parse_tuner_config, render_tuner_config, tuner_rules
 
 __all__ = [
-    "DEFAULTS_LABEL", "DEFAULT_BUDGET", "PROBE_FILE", "BackendRecord", "GpuHost", "NcclChoice", "NcclSetting", "ProbeProgress",
-    "ProbeResult", "ProbeRow", "ProbeSize", "ProbeUnavailable", "RankedSetting", "SettingRecord", "SettingSearch",
-    "SimulatedHost", "TunerRule", "default_speculation", "nccl_dimensions", "parse_nccl_log", "parse_tuner_config", "rank_settings",
-    "rank_with_backends", "read_probe", "render_tuner_config", "run_probe", "tuner_rules", "write_probe",
+    "DEFAULTS_LABEL",
+    "DEFAULT_BUDGET",
+    "PROBE_FILE",
+    "BackendRecord",
+    "GpuHost",
+    "NcclChoice",
+    "NcclSetting",
+    "ProbeProgress",
+    "ProbeResult",
+    "ProbeRow",
+    "ProbeSize",
+    "ProbeUnavailable",
+    "RankedSetting",
+    "SettingRecord",
+    "SettingSearch",
+    "SimulatedHost",
+    "TunerRule",
+    "default_speculation",
+    "nccl_dimensions",
+    "parse_nccl_log",
+    "parse_tuner_config",
+    "rank_settings",
+    "rank_with_backends",
+    "read_probe",
+    "render_tuner_config",
+    "run_probe",
+    "tuner_rules",
+    "write_probe",
 ]
 
 
@@ -80,8 +104,13 @@ def with_backends(result: ProbeResult, spec: SweepSpec, workdir: Path) -> ProbeR
     return result
 
 
-def run_probe(spec: SweepSpec, workdir: Path, *, budget: int | None = None,
-              progress: Callable[[ProbeProgress], None] | None = None) -> ProbeResult:
+def run_probe(
+    spec: SweepSpec,
+    workdir: Path,
+    *,
+    budget: int | None = None,
+    progress: Callable[[ProbeProgress], None] | None = None,
+) -> ProbeResult:
     """Probe `spec`'s NCCL settings on its engine and write `workdir/probe.json`.
 
     On `engine: simulator` the hardware profile's model answers; on `engine: sglang` this host's
@@ -107,8 +136,20 @@ def run_probe(spec: SweepSpec, workdir: Path, *, budget: int | None = None,
         partial = read_probe(path).model_copy(update={"skipped": reason})
         write_probe(partial, path)
         return partial
-    skipped = ProbeResult(experiment=spec.name, engine=spec.engine, host="this host", tp=spec.server.tp,
-                          nccl_version=None, base_env=base_env(spec), sizes=sizes, settings=(), rows=(),
-                          space_settings=0, searched=False, seconds=0.0, skipped=reason)
+    skipped = ProbeResult(
+        experiment=spec.name,
+        engine=spec.engine,
+        host="this host",
+        tp=spec.server.tp,
+        nccl_version=None,
+        base_env=base_env(spec),
+        sizes=sizes,
+        settings=(),
+        rows=(),
+        space_settings=0,
+        searched=False,
+        seconds=0.0,
+        skipped=reason,
+    )
     write_probe(skipped, workdir / PROBE_FILE)
     return skipped

@@ -69,13 +69,22 @@ def _measure(torch: Any, dist: Any, job: dict[str, Any], device: Any, cuda: bool
                 graph.replay()
                 samples = _per_call_us(torch, graph.replay, iters, repeats, cuda)
             else:
+
                 def eager(x: Any = x) -> None:
                     for _ in range(iters):
                         dist.all_reduce(x)
+
                 eager()
                 samples = _per_call_us(torch, eager, iters, repeats, cuda)
-            rows.append({"size": size["label"], "nbytes": size["nbytes"], "mode": mode,
-                         "median_us": round(statistics.median(samples), 3), "repeats": repeats})
+            rows.append(
+                {
+                    "size": size["label"],
+                    "nbytes": size["nbytes"],
+                    "mode": mode,
+                    "median_us": round(statistics.median(samples), 3),
+                    "repeats": repeats,
+                }
+            )
     return rows
 
 

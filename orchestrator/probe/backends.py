@@ -68,20 +68,37 @@ def gpu_skips(backends: Sequence[str]) -> tuple[BackendRecord, ...]:
     out = []
     for backend in backends:
         missing = [m for m in COMMUNICATORS.get(backend, ()) if not _importable(m)]
-        why = (f"{', '.join(missing)} does not import in the probe's environment ({sys.executable}); install "
-               f"sglang 0.5.23 there (pip install -e '.[sglang,probe]') to compare it" if missing else
-               "its communicator imports, but measuring it through SGLang's communicator is not implemented yet "
-               "(never run on a GPU)")
+        why = (
+            f"{', '.join(missing)} does not import in the probe's environment ({sys.executable}); install "
+            f"sglang 0.5.23 there (pip install -e '.[sglang,probe]') to compare it"
+            if missing
+            else "its communicator imports, but measuring it through SGLang's communicator is not implemented yet "
+            "(never run on a GPU)"
+        )
         out.append(BackendRecord(backend=backend, status="skipped", reason=why))
     return tuple(out)
 
 
-def _backend_rows(spec: SweepSpec, backend: str, sizes: Sequence[ProbeSize], base_env: Mapping[str, str],
-                  modes: Sequence[Mode], repeats: int) -> list[ProbeRow] | str:
+def _backend_rows(
+    spec: SweepSpec,
+    backend: str,
+    sizes: Sequence[ProbeSize],
+    base_env: Mapping[str, str],
+    modes: Sequence[Mode],
+    repeats: int,
+) -> list[ProbeRow] | str:
     hw, md = load_hardware(spec.simulator.hardware_profile), load_model(spec.simulator.model_profile)
     steps, topk, draft = md.default_spec  # the workspace PCIe-IPC sizes follows the verify width
-    speculation = ({"speculative_algorithm": "EAGLE3", "speculative_num_steps": steps, "speculative_eagle_topk": topk,
-                    "speculative_num_draft_tokens": draft} if "eagle3" in md.drafters else {})
+    speculation = (
+        {
+            "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": steps,
+            "speculative_eagle_topk": topk,
+            "speculative_num_draft_tokens": draft,
+        }
+        if "eagle3" in md.drafters
+        else {}
+    )
     cfg = resolve_model({"all_reduce_backend": backend, **speculation, **base_env}, hw, md, tp=spec.server.tp)
     if isinstance(cfg, str):
         return cfg
@@ -90,20 +107,36 @@ def _backend_rows(spec: SweepSpec, backend: str, sizes: Sequence[ProbeSize], bas
     rows = []
     for size in sizes:
         for mode in modes:
-            ar = carried_all_reduce(hw, nccl, cfg.comm, cfg.tp, max(1, size.nbytes // token_bytes), token_bytes,
-                                    mode == "graph")
+            ar = carried_all_reduce(
+                hw, nccl, cfg.comm, cfg.tp, max(1, size.nbytes // token_bytes), token_bytes, mode == "graph"
+            )
             noise = spec.simulator.noise * (1.0 if mode == "graph" else EAGER_NOISE_FACTOR)
             rng = random.Random(f"{spec.sampler.seed}:{backend_label(backend)}:{size.label}:{mode}")
             samples = [ar.us * max(0.1, rng.gauss(1.0, noise)) for _ in range(repeats)]
-            rows.append(ProbeRow(setting=backend_label(backend), env=dict(base_env), size=size.label,
-                                 nbytes=size.nbytes, mode=mode, median_us=round(statistics.median(samples), 3),
-                                 repeats=repeats, backend=ar.path))
+            rows.append(
+                ProbeRow(
+                    setting=backend_label(backend),
+                    env=dict(base_env),
+                    size=size.label,
+                    nbytes=size.nbytes,
+                    mode=mode,
+                    median_us=round(statistics.median(samples), 3),
+                    repeats=repeats,
+                    backend=ar.path,
+                )
+            )
     return rows
 
 
-def simulated(spec: SweepSpec, backends: Sequence[str], sizes: Sequence[ProbeSize], base_env: Mapping[str, str], *,
-              modes: Sequence[Mode] = ("graph", "eager"), repeats: int = 5
-              ) -> tuple[tuple[BackendRecord, ...], tuple[ProbeRow, ...]]:
+def simulated(
+    spec: SweepSpec,
+    backends: Sequence[str],
+    sizes: Sequence[ProbeSize],
+    base_env: Mapping[str, str],
+    *,
+    modes: Sequence[Mode] = ("graph", "eager"),
+    repeats: int = 5,
+) -> tuple[tuple[BackendRecord, ...], tuple[ProbeRow, ...]]:
     """`engine: simulator`: each backend measured at `sizes` on the hardware profile's model."""
     records, rows = [], []
     for backend in backends:

@@ -29,11 +29,17 @@ __all__ = ["Collapsed", "Inert", "ProfileError", "collapsed", "comm_context", "h
 def host_from_profile(name_or_path: str) -> Host:
     """The host a hardware profile describes, as the all-reduce resolution needs it (ProfileError when unknown)."""
     hw = load_hardware(name_or_path)
-    return Host(name=hw.name, gpu_name=hw.gpu_name, compute_capability=hw.compute_capability
-                if hw.compute_capability != (0, 0) else None,
-                interconnect="nvlink" if hw.interconnect == "nvlink" else "pcie" if hw.interconnect == "pcie" else None,
-                gpus=hw.gpus, nodes=hw.nodes, nvlink_multicast=hw.nvlink_multicast,
-                flashinfer_pcie_ipc=hw.pcie_ipc is not None, default_cuda_graph_max_bs=hw.default_cuda_graph_max_bs)
+    return Host(
+        name=hw.name,
+        gpu_name=hw.gpu_name,
+        compute_capability=hw.compute_capability if hw.compute_capability != (0, 0) else None,
+        interconnect="nvlink" if hw.interconnect == "nvlink" else "pcie" if hw.interconnect == "pcie" else None,
+        gpus=hw.gpus,
+        nodes=hw.nodes,
+        nvlink_multicast=hw.nvlink_multicast,
+        flashinfer_pcie_ipc=hw.pcie_ipc is not None,
+        default_cuda_graph_max_bs=hw.default_cuda_graph_max_bs,
+    )
 
 
 def model_facts(s: SweepSpec, arch: str | None) -> tuple[ModelFacts, str]:
@@ -48,7 +54,8 @@ def model_facts(s: SweepSpec, arch: str | None) -> tuple[ModelFacts, str]:
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         md = load_model(s.simulator.model_profile)
         return ModelFacts(arch or md.architectures[0], md.hidden_size, md.dtype_bytes), (
-            f"the simulator's model profile {s.simulator.model_profile} ({config} not readable here)")
+            f"the simulator's model profile {s.simulator.model_profile} ({config} not readable here)"
+        )
 
 
 def comm_context(s: SweepSpec, host: str | None, arch: str | None) -> CommContext | None:
@@ -109,12 +116,16 @@ def _nccl(ctx: CommContext, cp: commplan.CommPlan) -> Inert | None:
         return None
     knobs = ", ".join(cp.nccl_knobs)
     if not when:
-        line = (f"communication path: NCCL carries none of {', '.join(cp.depends_on)} on {ctx.host.name}, so "
-                f"{knobs} are not searched")
+        line = (
+            f"communication path: NCCL carries none of {', '.join(cp.depends_on)} on {ctx.host.name}, so "
+            f"{knobs} are not searched"
+        )
     else:
-        (knob, values), = when.items()
-        line = (f"communication path: NCCL carries {', '.join(cp.depends_on)} on {ctx.host.name} only with "
-                f"{knob} in {list(values)}, so {knobs} are searched only there")
+        ((knob, values),) = when.items()
+        line = (
+            f"communication path: NCCL carries {', '.join(cp.depends_on)} on {ctx.host.name} only with "
+            f"{knob} in {list(values)}, so {knobs} are searched only there"
+        )
     return Inert(tuple(cp.nccl_knobs), when, line)
 
 
@@ -125,6 +136,8 @@ def _backend(s: SweepSpec, ctx: CommContext, cp: commplan.CommPlan) -> Inert | N
     values = ", ".join("engine default" if v is None else str(v) for v in s.space.params[knob].values())
     carriers = "; ".join(c.describe(ctx.model.token_bytes) for c in cp.arms[0].classes if c.message in cp.depends_on)
     classes = ", ".join(cp.depends_on) or "nothing the objective depends on"
-    line = (f"communication path: {knob} ({values}) puts {classes} on the same carriers on {ctx.host.name} "
-            f"({carriers or 'none'}), so {knob} is not searched (the engine default is launched)")
+    line = (
+        f"communication path: {knob} ({values}) puts {classes} on the same carriers on {ctx.host.name} "
+        f"({carriers or 'none'}), so {knob} is not searched (the engine default is launched)"
+    )
     return Inert((knob,), {}, line)

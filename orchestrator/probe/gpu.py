@@ -81,9 +81,15 @@ class _Rank:
         self.log = log
         self._stderr = open(log, "ab")
         # The worker runs as a script (stdlib + torch): importing the package would add seconds per rank.
-        self.proc = subprocess.Popen([sys.executable, str(_WORKER), str(rank), str(world), backend],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     env=dict(env), start_new_session=True, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(_WORKER), str(rank), str(world), backend],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=dict(env),
+            start_new_session=True,
+            text=True,
+        )
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
 
@@ -124,9 +130,21 @@ class GpuHost:
     stops them.
     """
 
-    def __init__(self, sizes: Sequence[ProbeSize], folder: Path, *, tp: int, unset: Sequence[str] = (),
-                 backend: str = "nccl", repeats: int = 5, iters: int = 20, modes: Sequence[Mode] = ("graph", "eager"),
-                 deadline_s: float = 60.0, start_timeout_s: float = 180.0, env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        sizes: Sequence[ProbeSize],
+        folder: Path,
+        *,
+        tp: int,
+        unset: Sequence[str] = (),
+        backend: str = "nccl",
+        repeats: int = 5,
+        iters: int = 20,
+        modes: Sequence[Mode] = ("graph", "eager"),
+        deadline_s: float = 60.0,
+        start_timeout_s: float = 180.0,
+        env: Mapping[str, str] | None = None,
+    ):
         self.sizes, self.folder, self.tp, self.unset, self.backend = tuple(sizes), folder, tp, tuple(unset), backend
         self.repeats, self.iters, self.modes, self.deadline_s = repeats, iters, tuple(modes), deadline_s
         self.start_timeout_s = start_timeout_s
@@ -142,23 +160,28 @@ class GpuHost:
 
     def __enter__(self) -> GpuHost:
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.ranks = [_Rank(r, self.tp, self.backend, self.env, self.folder / f"worker-{r}.log") for r in range(self.tp)]
+        self.ranks = [
+            _Rank(r, self.tp, self.backend, self.env, self.folder / f"worker-{r}.log") for r in range(self.tp)
+        ]
         deadline = time.monotonic() + self.start_timeout_s
         for rank in self.ranks:
             hello = rank.next(deadline)
             if hello is None or not hello.get("ready"):
                 self.close()
                 tail = rank.log.read_text(errors="replace")[-2000:]
-                raise ProbeUnavailable(f"rank worker {rank.rank} did not start within {self.start_timeout_s:g} s: "
-                                       f"{hello or 'no answer'}\n{tail}")
+                raise ProbeUnavailable(
+                    f"rank worker {rank.rank} did not start within {self.start_timeout_s:g} s: "
+                    f"{hello or 'no answer'}\n{tail}"
+                )
             self.devices = int(hello.get("cuda_devices", 0))
         if self.backend == "nccl" and self.devices < self.tp:
             self.close()
             raise ProbeUnavailable(f"tp {self.tp} needs {self.tp} CUDA devices, but this host has {self.devices}")
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -172,10 +195,22 @@ class GpuHost:
         self._count += 1
         env = {**base_env, **setting.as_env(), **NCCL_LOGGING}
         unset = [n for n in self.unset if n not in env]
-        job = {"env": env, "unset": unset, "port": _free_port(), "iters": self.iters, "repeats": self.repeats,
-               "modes": list(self.modes), "sizes": [{"label": s.label, "nbytes": s.nbytes} for s in self.sizes]}
-        files = [(self.folder / f"setting-{self._count}.rank-{r.rank}.json",
-                  self.folder / f"setting-{self._count}.rank-{r.rank}.log") for r in self.ranks]
+        job = {
+            "env": env,
+            "unset": unset,
+            "port": _free_port(),
+            "iters": self.iters,
+            "repeats": self.repeats,
+            "modes": list(self.modes),
+            "sizes": [{"label": s.label, "nbytes": s.nbytes} for s in self.sizes],
+        }
+        files = [
+            (
+                self.folder / f"setting-{self._count}.rank-{r.rank}.json",
+                self.folder / f"setting-{self._count}.rank-{r.rank}.log",
+            )
+            for r in self.ranks
+        ]
         gone = [r.rank for r in self.ranks if r.proc.poll() is not None]
         if gone:
             raise ProbeUnavailable(f"rank worker(s) {', '.join(map(str, gone))} exited; see {self.folder}/worker-*.log")
@@ -210,8 +245,9 @@ class GpuHost:
                 exits[rank.rank] = int(message.get("exited", _GONE)) if message else _GONE
         return self._collect(setting, env, files, hung, time.monotonic() - started)
 
-    def _collect(self, setting: NcclSetting, env: Mapping[str, str], files: list[tuple[Path, Path]], hung: bool,
-                 seconds: float) -> tuple[SettingRecord, tuple[ProbeRow, ...]]:
+    def _collect(
+        self, setting: NcclSetting, env: Mapping[str, str], files: list[tuple[Path, Path]], hung: bool, seconds: float
+    ) -> tuple[SettingRecord, tuple[ProbeRow, ...]]:
         results = [json.loads(p.read_text()) if p.exists() else None for p, _ in files]
         text = "".join(log.read_text(errors="replace") for _, log in files if log.exists())
         logs = parse_nccl_log(text)
@@ -224,10 +260,13 @@ class GpuHost:
             if res is None:
                 continue
             seen = res.get("env", {})
-            problems += [f"rank {r} has {k}={seen.get(k)!r}, requested {v!r}" for k, v in requested.items()
-                         if seen.get(k) != v]
+            problems += [
+                f"rank {r} has {k}={seen.get(k)!r}, requested {v!r}" for k, v in requested.items() if seen.get(k) != v
+            ]
         if self.backend == "nccl":
-            problems += env_problems({k: v for k, v in requested.items() if k not in NCCL_LOGGING}, logs, range(self.tp))
+            problems += env_problems(
+                {k: v for k, v in requested.items() if k not in NCCL_LOGGING}, logs, range(self.tp)
+            )
         if hung:
             status, reason = "hang", f"not every rank finished within the {self.deadline_s:g} s deadline; killed"
         elif any(res is None or res.get("error") for res in results):
@@ -236,25 +275,57 @@ class GpuHost:
         elif problems:
             status, reason = "error", "environment not applied: " + "; ".join(problems)
         rows = self._rows(setting, results, logs, status, reason)
-        checked = (f"{len(requested)} variable(s) in os.environ of all {self.tp} ranks"
-                   + (f"; NCCL echoed {len(logs)} device(s)" if logs else "")) if status == "ok" else ""
-        record = SettingRecord(setting=setting.label, env=setting.as_env(), status=status, reason=reason,
-                               seconds=round(seconds, 3), env_checked=checked)
+        checked = (
+            (
+                f"{len(requested)} variable(s) in os.environ of all {self.tp} ranks"
+                + (f"; NCCL echoed {len(logs)} device(s)" if logs else "")
+            )
+            if status == "ok"
+            else ""
+        )
+        record = SettingRecord(
+            setting=setting.label,
+            env=setting.as_env(),
+            status=status,
+            reason=reason,
+            seconds=round(seconds, 3),
+            env_checked=checked,
+        )
         return record, rows
 
-    def _rows(self, setting: NcclSetting, results: list[dict[str, Any] | None], logs: Mapping[int, DeviceLog],
-              status: Status, reason: str) -> tuple[ProbeRow, ...]:
+    def _rows(
+        self,
+        setting: NcclSetting,
+        results: list[dict[str, Any] | None],
+        logs: Mapping[int, DeviceLog],
+        status: Status,
+        reason: str,
+    ) -> tuple[ProbeRow, ...]:
         rows = []
         modes = [m for m in self.modes if self.backend == "nccl" or m == "eager"]
         for size in self.sizes:
             for mode in modes:
-                medians = [row["median_us"] for res in results if res for row in res.get("rows", [])
-                           if row["size"] == size.label and row["mode"] == mode]
+                medians = [
+                    row["median_us"]
+                    for res in results
+                    if res
+                    for row in res.get("rows", [])
+                    if row["size"] == size.label and row["mode"] == mode
+                ]
                 ok = status == "ok" and len(medians) == len(results)
                 # A collective ends when its slowest rank does: the largest of the ranks' medians.
-                rows.append(ProbeRow(setting=setting.label, env=setting.as_env(), size=size.label, nbytes=size.nbytes,
-                                     mode=mode, median_us=max(medians) if ok else None,
-                                     repeats=self.repeats if ok else 0, nccl_choice=choice_for(logs, size.nbytes),
-                                     status=status if status != "ok" or ok else "error",
-                                     reason=reason if status != "ok" else ("" if ok else "a rank measured nothing")))
+                rows.append(
+                    ProbeRow(
+                        setting=setting.label,
+                        env=setting.as_env(),
+                        size=size.label,
+                        nbytes=size.nbytes,
+                        mode=mode,
+                        median_us=max(medians) if ok else None,
+                        repeats=self.repeats if ok else 0,
+                        nccl_choice=choice_for(logs, size.nbytes),
+                        status=status if status != "ok" or ok else "error",
+                        reason=reason if status != "ok" else ("" if ok else "a rank measured nothing"),
+                    )
+                )
         return tuple(rows)

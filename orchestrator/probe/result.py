@@ -164,8 +164,9 @@ class RankedSetting(Frozen):
     plain decoding (high concurrency, no speculation) is kept even when its verify sizes are slow."""
 
 
-def rank_settings(result: ProbeResult, *, keep_within: float | None = None,
-                  keep_decode: bool = False) -> tuple[RankedSetting, ...]:
+def rank_settings(
+    result: ProbeResult, *, keep_within: float | None = None, keep_decode: bool = False
+) -> tuple[RankedSetting, ...]:
     """Every probed setting, fastest first (failed ones last), marked kept when within `keep_within`
     of the best score (all working ones when None); with `keep_decode` (an objective judged at several
     streams, where decoding without speculation can win) also when within it of the best decode-size
@@ -189,9 +190,19 @@ def rank_settings(result: ProbeResult, *, keep_within: float | None = None,
         decode_relative = d / best_decode if d is not None and best_decode else None
         ratios = (relative, decode_relative) if keep_decode else (relative,)
         kept = record.setting == DEFAULTS_LABEL or any(
-            r is not None and (keep_within is None or r <= keep_within) for r in ratios)
-        out.append(RankedSetting(rank=i + 1, setting=record.setting, env=record.env, score_us=score,
-                                 relative=relative, kept=kept, decode_relative=decode_relative))
+            r is not None and (keep_within is None or r <= keep_within) for r in ratios
+        )
+        out.append(
+            RankedSetting(
+                rank=i + 1,
+                setting=record.setting,
+                env=record.env,
+                score_us=score,
+                relative=relative,
+                kept=kept,
+                decode_relative=decode_relative,
+            )
+        )
     return tuple(out)
 
 
@@ -200,7 +211,8 @@ def rank_with_backends(result: ProbeResult, *, keep_within: float | None = 1.1) 
     verify sizes, graph mode where measured): which carries the messages fastest on this host. `kept` is
     rank_settings' for NCCL settings, within keep_within of the best for a backend."""
     scored: list[tuple[str, dict[str, str], float | None, bool]] = [
-        (r.setting, r.env, r.score_us, r.kept) for r in rank_settings(result, keep_within=keep_within)]
+        (r.setting, r.env, r.score_us, r.kept) for r in rank_settings(result, keep_within=keep_within)
+    ]
     for record in result.backends:
         if record.status != "ok":
             continue
@@ -211,10 +223,16 @@ def rank_with_backends(result: ProbeResult, *, keep_within: float | None = 1.1) 
     out = []
     for i, (label, env, score, kept) in enumerate(scored):
         relative = score / best if score is not None and best else None
-        backend_kept = label.startswith("all_reduce_backend=") and relative is not None and (
-            keep_within is None or relative <= keep_within)
-        out.append(RankedSetting(rank=i + 1, setting=label, env=env, score_us=score, relative=relative,
-                                 kept=kept or backend_kept))
+        backend_kept = (
+            label.startswith("all_reduce_backend=")
+            and relative is not None
+            and (keep_within is None or relative <= keep_within)
+        )
+        out.append(
+            RankedSetting(
+                rank=i + 1, setting=label, env=env, score_us=score, relative=relative, kept=kept or backend_kept
+            )
+        )
     return tuple(out)
 
 
@@ -226,8 +244,10 @@ def backend_lines(result: ProbeResult, *, keep_within: float | None = 1.1) -> li
     for record in result.backends:
         r = ranked.get(record.label)
         if record.status == "ok" and r is not None and r.score_us is not None and r.relative is not None:
-            lines.append(f"{record.label}: {r.score_us:.1f} us at the verify sizes, {r.relative:.2f}x the fastest "
-                         f"(rank {r.rank} of {len(ranked)} backends and NCCL settings)")
+            lines.append(
+                f"{record.label}: {r.score_us:.1f} us at the verify sizes, {r.relative:.2f}x the fastest "
+                f"(rank {r.rank} of {len(ranked)} backends and NCCL settings)"
+            )
         else:
             lines.append(f"{record.label}: {record.status}: {record.reason}")
     return lines

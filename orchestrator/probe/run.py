@@ -30,8 +30,9 @@ class Host(Protocol):
     @property
     def nccl_version(self) -> str | None: ...
 
-    def measure(self, setting: NcclSetting, base_env: Mapping[str, str]) -> tuple[SettingRecord, tuple[ProbeRow, ...]]:
-        ...
+    def measure(
+        self, setting: NcclSetting, base_env: Mapping[str, str]
+    ) -> tuple[SettingRecord, tuple[ProbeRow, ...]]: ...
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,15 @@ def base_env(spec: SweepSpec) -> dict[str, str]:
     return {k: str(v) for k, v in spec.server.env.items() if k.startswith("NCCL_") and k not in _DEBUG_ENV}
 
 
-def probe_on(host: Host, spec: SweepSpec, sizes: Sequence[ProbeSize], workdir: Path, *, budget: int | None = None,
-             progress: Callable[[ProbeProgress], None] | None = None) -> ProbeResult:
+def probe_on(
+    host: Host,
+    spec: SweepSpec,
+    sizes: Sequence[ProbeSize],
+    workdir: Path,
+    *,
+    budget: int | None = None,
+    progress: Callable[[ProbeProgress], None] | None = None,
+) -> ProbeResult:
     """Search the NCCL part of `spec`'s space on `host`; probe.json in `workdir` is rewritten as settings
     finish, so an interrupted probe keeps what it measured."""
     started = time.monotonic()
@@ -83,11 +91,20 @@ def probe_on(host: Host, spec: SweepSpec, sizes: Sequence[ProbeSize], workdir: P
         records.append(record)
         rows.extend(measured)
         result = ProbeResult(
-            experiment=spec.name, engine=spec.engine, host=host.host, tp=spec.server.tp,
+            experiment=spec.name,
+            engine=spec.engine,
+            host=host.host,
+            tp=spec.server.tp,
             machine=socket.gethostname() if spec.engine == "sglang" else "",
-            nccl_version=host.nccl_version, base_env=fixed, sizes=tuple(sizes), settings=tuple(records),
-            rows=tuple(rows), space_settings=space_size(dims), searched=not search.enumerates,
-            seconds=round(time.monotonic() - started, 3))
+            nccl_version=host.nccl_version,
+            base_env=fixed,
+            sizes=tuple(sizes),
+            settings=tuple(records),
+            rows=tuple(rows),
+            space_settings=space_size(dims),
+            searched=not search.enumerates,
+            seconds=round(time.monotonic() - started, 3),
+        )
         if time.monotonic() - written >= _WRITE_EVERY_S:
             write_probe(result, workdir / PROBE_FILE)
             written = time.monotonic()

@@ -113,8 +113,12 @@ class SettingSearch:
             names = list(self.dims)
             every = [NcclSetting.of(dict(zip(names, combo))) for combo in itertools.product(*self.dims.values())]
             return first + [s for s in every if s not in first]
-        main_effects = [NcclSetting.of({**defaults, name: value})
-                        for name, values in self.dims.items() for value in values if value is not None]
+        main_effects = [
+            NcclSetting.of({**defaults, name: value})
+            for name, values in self.dims.items()
+            for value in values
+            if value is not None
+        ]
         random.Random(self.seed).shuffle(main_effects)  # a budget smaller than the main effects samples them
         return first + main_effects
 

@@ -43,8 +43,14 @@ def _hang_faults(spec: SweepSpec, env: Mapping[str, str]) -> Faults:
 class SimulatedHost:
     """Measures settings against the hardware profile named by the experiment."""
 
-    def __init__(self, spec: SweepSpec, sizes: Sequence[ProbeSize], *, repeats: int = 5,
-                 modes: Sequence[Mode] = ("graph", "eager")):
+    def __init__(
+        self,
+        spec: SweepSpec,
+        sizes: Sequence[ProbeSize],
+        *,
+        repeats: int = 5,
+        modes: Sequence[Mode] = ("graph", "eager"),
+    ):
         self.spec, self.sizes, self.repeats, self.modes = spec, tuple(sizes), repeats, tuple(modes)
         self.hardware: HardwareProfile = load_hardware(spec.simulator.hardware_profile)
 
@@ -67,28 +73,60 @@ class SimulatedHost:
         if _hang_faults(self.spec, env).hangs(env):
             status, reason = "hang", "no result within the deadline (simulated NCCL hang for this setting)"
         elif nccl.unsupported_algorithm is not None:
-            status, reason = "error", (f"NCCL error: no algorithm/protocol available for AllReduce "
-                                       f"(NCCL_ALGO={nccl.unsupported_algorithm} on {self.hardware.name})")
+            status, reason = (
+                "error",
+                (
+                    f"NCCL error: no algorithm/protocol available for AllReduce "
+                    f"(NCCL_ALGO={nccl.unsupported_algorithm} on {self.hardware.name})"
+                ),
+            )
         elif tp > self.hardware.gpus:
             status, reason = "error", f"tp {tp} needs more GPUs than {self.hardware.name} has ({self.hardware.gpus})"
         rows = []
         for size in self.sizes:
             for mode in self.modes:
                 if status != "ok":
-                    rows.append(ProbeRow(setting=setting.label, env=setting.as_env(), size=size.label,
-                                         nbytes=size.nbytes, mode=mode, median_us=None, repeats=0, status=status,
-                                         reason=reason))
+                    rows.append(
+                        ProbeRow(
+                            setting=setting.label,
+                            env=setting.as_env(),
+                            size=size.label,
+                            nbytes=size.nbytes,
+                            mode=mode,
+                            median_us=None,
+                            repeats=0,
+                            status=status,
+                            reason=reason,
+                        )
+                    )
                     continue
                 ar = nccl_all_reduce(self.hardware, nccl, tp, size.nbytes, mode == "graph")
                 noise = self.spec.simulator.noise * (1.0 if mode == "graph" else EAGER_NOISE_FACTOR)
                 rng = random.Random(f"{self.spec.sampler.seed}:{setting.label}:{size.label}:{mode}")
                 samples = [ar.us * max(0.1, rng.gauss(1.0, noise)) for _ in range(self.repeats)]
-                choice = NcclChoice(algorithm=ar.algorithm.upper(), protocol=ar.protocol.upper(),
-                                    channels=ar.channels) if ar.path == "nccl" else None
-                rows.append(ProbeRow(setting=setting.label, env=setting.as_env(), size=size.label,
-                                     nbytes=size.nbytes, mode=mode, median_us=round(statistics.median(samples), 3),
-                                     repeats=self.repeats, nccl_choice=choice))
-        record = SettingRecord(setting=setting.label, env=setting.as_env(), status=status, reason=reason,
-                               seconds=round(time.perf_counter() - started, 6),
-                               env_checked="simulated: the NCCL model reads the setting's environment itself")
+                choice = (
+                    NcclChoice(algorithm=ar.algorithm.upper(), protocol=ar.protocol.upper(), channels=ar.channels)
+                    if ar.path == "nccl"
+                    else None
+                )
+                rows.append(
+                    ProbeRow(
+                        setting=setting.label,
+                        env=setting.as_env(),
+                        size=size.label,
+                        nbytes=size.nbytes,
+                        mode=mode,
+                        median_us=round(statistics.median(samples), 3),
+                        repeats=self.repeats,
+                        nccl_choice=choice,
+                    )
+                )
+        record = SettingRecord(
+            setting=setting.label,
+            env=setting.as_env(),
+            status=status,
+            reason=reason,
+            seconds=round(time.perf_counter() - started, 6),
+            env_checked="simulated: the NCCL model reads the setting's environment itself",
+        )
         return record, tuple(rows)

@@ -33,24 +33,39 @@ class ProbeSize(Frozen):
     nbytes: int
 
 
-def message_sizes(hidden_size: int, dtype_bytes: int, *, draft_tokens: Iterable[int] = (), concurrency: int = 1,
-                  prefill_tokens: int = 0, large: Iterable[int] = LARGE_BYTES) -> tuple[ProbeSize, ...]:
+def message_sizes(
+    hidden_size: int,
+    dtype_bytes: int,
+    *,
+    draft_tokens: Iterable[int] = (),
+    concurrency: int = 1,
+    prefill_tokens: int = 0,
+    large: Iterable[int] = LARGE_BYTES,
+) -> tuple[ProbeSize, ...]:
     """Decode, verify, prefill and large sizes, smallest first within each kind, without duplicates.
 
     `concurrency` requests decode together, so decode and verify messages carry that many times the
     tokens. Draft-token values outside 1..16 are left out.
     """
     if hidden_size < 1 or dtype_bytes < 1 or concurrency < 1:
-        raise ValueError(f"hidden_size, dtype_bytes and concurrency must be >= 1, but got "
-                         f"({hidden_size}, {dtype_bytes}, {concurrency})")
+        raise ValueError(
+            f"hidden_size, dtype_bytes and concurrency must be >= 1, but got "
+            f"({hidden_size}, {dtype_bytes}, {concurrency})"
+        )
     token_bytes = hidden_size * dtype_bytes
     sizes = [ProbeSize(label="decode", kind="decode", tokens=concurrency, nbytes=concurrency * token_bytes)]
     for n in sorted({int(n) for n in draft_tokens if 1 <= int(n) <= MAX_VERIFY_TOKENS}):
         tokens = n * concurrency
         sizes.append(ProbeSize(label=f"verify-{n}", kind="verify", tokens=tokens, nbytes=tokens * token_bytes))
     if prefill_tokens > 0:
-        sizes.append(ProbeSize(label=f"prefill-{prefill_tokens}", kind="prefill", tokens=prefill_tokens,
-                               nbytes=prefill_tokens * token_bytes))
+        sizes.append(
+            ProbeSize(
+                label=f"prefill-{prefill_tokens}",
+                kind="prefill",
+                tokens=prefill_tokens,
+                nbytes=prefill_tokens * token_bytes,
+            )
+        )
     for nbytes in sorted(set(large)):
         sizes.append(ProbeSize(label=f"large-{nbytes / (1 << 20):g}MiB", kind="large", tokens=None, nbytes=nbytes))
     return tuple(sizes)
@@ -68,8 +83,13 @@ def sizes_for(spec: SweepSpec, hidden_size: int, dtype_bytes: int, default_draft
     """The sizes to probe for an experiment: its draft-token values, its benchmark's concurrency, a
     prefill chunk of its prompt length (at most the chunked-prefill size)."""
     chunk = spec.server.flags.get("chunked-prefill-size")
-    chunk_tokens = int(chunk) if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0 \
-        else DEFAULT_PREFILL_CHUNK
-    return message_sizes(hidden_size, dtype_bytes, draft_tokens=draft_token_values(spec, default_draft_tokens),
-                         concurrency=spec.benchmark.concurrency,
-                         prefill_tokens=min(spec.benchmark.input_len, chunk_tokens))
+    chunk_tokens = (
+        int(chunk) if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0 else DEFAULT_PREFILL_CHUNK
+    )
+    return message_sizes(
+        hidden_size,
+        dtype_bytes,
+        draft_tokens=draft_token_values(spec, default_draft_tokens),
+        concurrency=spec.benchmark.concurrency,
+        prefill_tokens=min(spec.benchmark.input_len, chunk_tokens),
+    )

@@ -46,8 +46,16 @@ class TunerRule:
     reg_buff: int | None = None
 
     def line(self) -> str:
-        fields = [self.collective, self.min_bytes, self.max_bytes, self.algorithm, self.protocol, self.channels,
-                  self.n_nodes, self.n_ranks]
+        fields = [
+            self.collective,
+            self.min_bytes,
+            self.max_bytes,
+            self.algorithm,
+            self.protocol,
+            self.channels,
+            self.n_nodes,
+            self.n_ranks,
+        ]
         if self.num_pipe_ops is not None or self.reg_buff is not None:
             fields.append(-1 if self.num_pipe_ops is None else self.num_pipe_ops)
         if self.reg_buff is not None:
@@ -56,16 +64,23 @@ class TunerRule:
 
 
 def _winner(rows: list[ProbeRow]) -> ProbeRow | None:
-    ok = [r for r in rows if r.status == "ok" and r.median_us is not None and r.nccl_choice is not None
-          and r.nccl_choice.channels is not None]
+    ok = [
+        r
+        for r in rows
+        if r.status == "ok"
+        and r.median_us is not None
+        and r.nccl_choice is not None
+        and r.nccl_choice.channels is not None
+    ]
     graph = [r for r in ok if r.mode == "graph"]
     return min(graph or ok, key=lambda r: (r.median_us, r.setting), default=None)
 
 
 def _rule(collective: str, lo: int, hi: int, choice: NcclChoice, tp: int) -> TunerRule:
     assert choice.channels is not None  # _winner keeps only choices with channels
-    return TunerRule(collective, lo, hi, choice.algorithm.lower(), choice.protocol.lower(), choice.channels,
-                     n_nodes=1, n_ranks=tp)
+    return TunerRule(
+        collective, lo, hi, choice.algorithm.lower(), choice.protocol.lower(), choice.channels, n_nodes=1, n_ranks=tp
+    )
 
 
 def tuner_rules(result: ProbeResult) -> tuple[TunerRule, ...]:
@@ -79,8 +94,10 @@ def tuner_rules(result: ProbeResult) -> tuple[TunerRule, ...]:
         by_size.setdefault(row.nbytes, []).append(row)
     winners = [(n, w.nccl_choice) for n in sorted(by_size) if (w := _winner(by_size[n])) and w.nccl_choice]
     if not winners:
-        raise ValueError("the probe recorded no NCCL choice (algorithm, protocol, channels) for any size; run it "
-                         "with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING (sweep probe sets it) and again")
+        raise ValueError(
+            "the probe recorded no NCCL choice (algorithm, protocol, channels) for any size; run it "
+            "with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING (sweep probe sets it) and again"
+        )
     rules: list[TunerRule] = []
     lo = 0
     for i, (nbytes, choice) in enumerate(winners):
@@ -129,19 +146,36 @@ def parse_tuner_config(text: str) -> tuple[TunerRule, ...]:
         if not 8 <= len(fields) <= 10:
             raise ValueError(f"{where}: a rule has 8 to 10 comma-separated fields, but got {len(fields)}: {line!r}")
         collective, algorithm, protocol = fields[0].lower(), fields[3].lower(), fields[4].lower()
-        for value, known, what in ((collective, COLLECTIVES, "collective"), (algorithm, ALGORITHMS, "algorithm"),
-                                   (protocol, PROTOCOLS, "protocol")):
+        for value, known, what in (
+            (collective, COLLECTIVES, "collective"),
+            (algorithm, ALGORITHMS, "algorithm"),
+            (protocol, PROTOCOLS, "protocol"),
+        ):
             if value not in known:
                 raise ValueError(f"{where}: {what} must be one of {', '.join(known)}, but got {value!r}")
-        numbers = [_int(f, name, where) for f, name in
-                   zip(fields[1:3] + fields[5:], ("min_bytes", "max_bytes", "channels", "nNodes", "nRanks",
-                                                   "numPipeOps", "regBuff"))]
+        numbers = [
+            _int(f, name, where)
+            for f, name in zip(
+                fields[1:3] + fields[5:],
+                ("min_bytes", "max_bytes", "channels", "nNodes", "nRanks", "numPipeOps", "regBuff"),
+            )
+        ]
         if numbers[0] > numbers[1]:
             raise ValueError(f"{where}: min_bytes <= max_bytes must hold, but got ({numbers[0]}, {numbers[1]})")
-        rules.append(TunerRule(collective, numbers[0], numbers[1], algorithm, protocol, channels=numbers[2],
-                               n_nodes=numbers[3], n_ranks=numbers[4],
-                               num_pipe_ops=numbers[5] if len(numbers) > 5 else None,
-                               reg_buff=numbers[6] if len(numbers) > 6 else None))
+        rules.append(
+            TunerRule(
+                collective,
+                numbers[0],
+                numbers[1],
+                algorithm,
+                protocol,
+                channels=numbers[2],
+                n_nodes=numbers[3],
+                n_ranks=numbers[4],
+                num_pipe_ops=numbers[5] if len(numbers) > 5 else None,
+                reg_buff=numbers[6] if len(numbers) > 6 else None,
+            )
+        )
     return tuple(rules)
 
 
@@ -150,8 +184,10 @@ def tuner_file_from(workdir: Path) -> tuple[str, Path]:
     message with what to do) when there is nothing to derive rules from."""
     path = workdir / PROBE_FILE
     if not path.exists():
-        raise UserError(f"{path} does not exist: run `sweep probe EXPERIMENT --workdir {workdir}` (or a sweep with "
-                        f"probe.enabled) first")
+        raise UserError(
+            f"{path} does not exist: run `sweep probe EXPERIMENT --workdir {workdir}` (or a sweep with "
+            f"probe.enabled) first"
+        )
     try:
         result = read_probe(path)
     except ValueError as exc:

@@ -71,19 +71,29 @@ class Confirmed(Frozen):
     def text(self) -> str:
         at = f" at {streams(self.concurrency)}" if self.concurrency is not None else ""
         if self.label == "unconfirmed":
-            return (f"UNCONFIRMED (search phase, one measurement{at}): {self.metric} {self.champion_median:.2f} vs "
-                    f"baseline {self.baseline_median:.2f}, {_pct(self.gain)}")
-        interval = (f" [{_pct(self.low)}, {_pct(self.high)}] (the gate's bounds)"
-                    if self.low is not None and self.high is not None else "")
-        return (f"confirmed over {self.rounds} interleaved rounds{at}: {self.metric} median "
-                f"{self.champion_median:.2f} vs baseline {self.baseline_median:.2f}, {_pct(self.gain)}{interval}")
+            return (
+                f"UNCONFIRMED (search phase, one measurement{at}): {self.metric} {self.champion_median:.2f} vs "
+                f"baseline {self.baseline_median:.2f}, {_pct(self.gain)}"
+            )
+        interval = (
+            f" [{_pct(self.low)}, {_pct(self.high)}] (the gate's bounds)"
+            if self.low is not None and self.high is not None
+            else ""
+        )
+        return (
+            f"confirmed over {self.rounds} interleaved rounds{at}: {self.metric} median "
+            f"{self.champion_median:.2f} vs baseline {self.baseline_median:.2f}, {_pct(self.gain)}{interval}"
+        )
 
     def metrics(self) -> dict[str, float]:
         """The figures as serving-config metrics (the env file header and the registry show them)."""
         prefix = self.label
-        out = {f"{prefix}_{self.metric}": self.champion_median,
-               f"{prefix}_baseline_{self.metric}": self.baseline_median,
-               f"{prefix}_gain": self.gain, f"{prefix}_rounds": float(self.rounds)}
+        out = {
+            f"{prefix}_{self.metric}": self.champion_median,
+            f"{prefix}_baseline_{self.metric}": self.baseline_median,
+            f"{prefix}_gain": self.gain,
+            f"{prefix}_rounds": float(self.rounds),
+        }
         if self.concurrency is not None:
             out[f"{prefix}_concurrency"] = float(self.concurrency)
         if self.low is not None and self.high is not None:
@@ -114,9 +124,12 @@ class StepsGain(Frozen):
 
     def text(self, concurrency: int) -> str:
         iv = self.interval
-        who = ("adaptive wins" if iv.low > 0.0 else f"{self.fixed} wins" if iv.high < 0.0
-               else "no significant difference")
-        return f"x{1 + iv.gain:.2f} [x{1 + iv.low:.2f}, x{1 + iv.high:.2f}] at {streams(concurrency, short=True)} ({who})"
+        who = (
+            "adaptive wins" if iv.low > 0.0 else f"{self.fixed} wins" if iv.high < 0.0 else "no significant difference"
+        )
+        return (
+            f"x{1 + iv.gain:.2f} [x{1 + iv.low:.2f}, x{1 + iv.high:.2f}] at {streams(concurrency, short=True)} ({who})"
+        )
 
 
 class LevelGain(Frozen):
@@ -154,8 +167,9 @@ def without_speculation(params: Mapping[str, ParamValue], baseline: Mapping[str,
     return {k: (baseline.get(k) if speculation_knob(k) else v) for k, v in params.items()}
 
 
-def with_default_communication(params: Mapping[str, ParamValue],
-                               baseline: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
+def with_default_communication(
+    params: Mapping[str, ParamValue], baseline: Mapping[str, ParamValue]
+) -> dict[str, ParamValue]:
     """The champion's speculation with NCCL and the all-reduce path at their baseline values."""
     return {k: (v if speculation_knob(k) else baseline.get(k)) for k, v in params.items()}
 
@@ -166,15 +180,22 @@ def with_speculation_of(params: Mapping[str, ParamValue], donor: Mapping[str, Pa
     return {k: (donor.get(k) if speculation_knob(k) else params.get(k)) for k in {*params, *donor}}
 
 
-def best_speculating(outcomes: Sequence[TrialOutcome], *, metric: str, direction: Direction,
-                     constraints: Mapping[str, tuple[float | None, float | None]],
-                     concurrency: int) -> TrialOutcome | None:
+def best_speculating(
+    outcomes: Sequence[TrialOutcome],
+    *,
+    metric: str,
+    direction: Direction,
+    constraints: Mapping[str, tuple[float | None, float | None]],
+    concurrency: int,
+) -> TrialOutcome | None:
     """The best eligible searched trial that speculates (select.pick_champion at the trials' `concurrency`),
     or None."""
-    found = [o for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
-             and speculates(o.params)]
-    return select.pick_champion(found, metric=metric, direction=direction, constraints=constraints,
-                                concurrency=concurrency)
+    found = [
+        o for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE and speculates(o.params)
+    ]
+    return select.pick_champion(
+        found, metric=metric, direction=direction, constraints=constraints, concurrency=concurrency
+    )
 
 
 def knobs_set(params: Mapping[str, ParamValue], baseline: Mapping[str, ParamValue]) -> int:
@@ -186,23 +207,42 @@ def distance(a: Mapping[str, ParamValue], b: Mapping[str, ParamValue]) -> int:
     return sum(1 for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def runner_up(outcomes: Sequence[TrialOutcome], champion: TrialOutcome, *, metric: str, direction: Direction,
-              constraints: Mapping[str, tuple[float | None, float | None]], concurrency: int
-              ) -> TrialOutcome | None:
+def runner_up(
+    outcomes: Sequence[TrialOutcome],
+    champion: TrialOutcome,
+    *,
+    metric: str,
+    direction: Direction,
+    constraints: Mapping[str, tuple[float | None, float | None]],
+    concurrency: int,
+) -> TrialOutcome | None:
     """The best eligible searched trial at least RUNNER_UP_DISTANCE knobs away from the champion, ranked
     as the champion pick ranks (select.PICK_Z below its pooled estimate) in the fit over every eligible
     searched trial: a point of another region is estimated from its parts as measured anywhere, as the
     champion was, not from the other region's trials alone (which left a point with a part measured
     mostly beside the champion barely known, and the runner-up a near-copy of the champion's family).
     `concurrency`: the trials' benchmark load (select.run_speed_metric)."""
-    far = {o.number for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
-           and o.number != champion.number and distance(o.params, champion.params) >= RUNNER_UP_DISTANCE}
-    eligible = select.eligible_values([o for o in outcomes if o.role is TrialRole.search], metric=metric,
-                                      constraints=constraints)
+    far = {
+        o.number
+        for o in outcomes
+        if o.role is TrialRole.search
+        and o.status is TrialStatus.COMPLETE
+        and o.number != champion.number
+        and distance(o.params, champion.params) >= RUNNER_UP_DISTANCE
+    }
+    eligible = select.eligible_values(
+        [o for o in outcomes if o.role is TrialRole.search], metric=metric, constraints=constraints
+    )
     fit = select.pooled_fit(eligible, direction=direction, adjust=select.run_speed_metric(metric, concurrency))
     if fit is None:
-        return select.pick_champion([o for o, _ in eligible if o.number in far], metric=metric, direction=direction,
-                                    constraints=constraints, concurrency=concurrency, pooled=False)
+        return select.pick_champion(
+            [o for o, _ in eligible if o.number in far],
+            metric=metric,
+            direction=direction,
+            constraints=constraints,
+            concurrency=concurrency,
+            pooled=False,
+        )
     sign = 1.0 if direction == "maximize" else -1.0
     scored = [(p.score, sign * value, -o.number, o) for (o, value), p in zip(eligible, fit) if o.number in far]
     return max(scored, key=lambda t: t[:3])[3] if scored else None
@@ -222,50 +262,90 @@ def paired(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[list[float],
     return [a[i] for i in rounds], [b[i] for i in rounds]
 
 
-def compare(a: Sequence[float], b: Sequence[float], *, direction: Direction, level: float = LEVEL,
-            noise: sequential.RoundNoise | None = None) -> Interval | None:
+def compare(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    direction: Direction,
+    level: float = LEVEL,
+    noise: sequential.RoundNoise | None = None,
+) -> Interval | None:
     """A's gain over B with its two-sided interval (on `noise`, the noise of every arm in their rounds,
     where given: sequential.evidence); None with fewer than 2 paired rounds."""
     if len(a) < 2 or len(a) != len(b):
         return None
     ev = sequential.evidence(a, b, direction=direction, level=1.0 - (1.0 - level) / 2.0, noise=noise)
-    return Interval(gain=ev.gain, low=ev.low, high=ev.high, rounds=ev.rounds, a_median=ev.champion_median,
-                    b_median=ev.baseline_median)
+    return Interval(
+        gain=ev.gain,
+        low=ev.low,
+        high=ev.high,
+        rounds=ev.rounds,
+        a_median=ev.champion_median,
+        b_median=ev.baseline_median,
+    )
 
 
 def interval_of(ev: sequential.Evidence) -> Interval:
     """The gate's evidence as an Interval (its bounds: the gate's level, each side)."""
-    return Interval(gain=ev.gain, low=ev.low, high=ev.high, rounds=ev.rounds, a_median=ev.champion_median,
-                    b_median=ev.baseline_median)
+    return Interval(
+        gain=ev.gain,
+        low=ev.low,
+        high=ev.high,
+        rounds=ev.rounds,
+        a_median=ev.champion_median,
+        b_median=ev.baseline_median,
+    )
 
 
 def confirmed(ev: sequential.Evidence, metric: str, concurrency: int | None = None) -> Confirmed:
-    return Confirmed(label="confirmed", metric=metric, champion_median=ev.champion_median,
-                     baseline_median=ev.baseline_median, rounds=ev.rounds, gain=ev.gain, low=ev.low, high=ev.high,
-                     concurrency=concurrency)
+    return Confirmed(
+        label="confirmed",
+        metric=metric,
+        champion_median=ev.champion_median,
+        baseline_median=ev.baseline_median,
+        rounds=ev.rounds,
+        gain=ev.gain,
+        low=ev.low,
+        high=ev.high,
+        concurrency=concurrency,
+    )
 
 
-def unconfirmed(champion: float, baseline: float, metric: str, direction: Direction,
-                concurrency: int | None = None) -> Confirmed:
+def unconfirmed(
+    champion: float, baseline: float, metric: str, direction: Direction, concurrency: int | None = None
+) -> Confirmed:
     gain = champion / baseline - 1.0 if direction == "maximize" else baseline / champion - 1.0
-    return Confirmed(label="unconfirmed", metric=metric, champion_median=champion, baseline_median=baseline,
-                     rounds=0, gain=gain, concurrency=concurrency)
+    return Confirmed(
+        label="unconfirmed",
+        metric=metric,
+        champion_median=champion,
+        baseline_median=baseline,
+        rounds=0,
+        gain=gain,
+        concurrency=concurrency,
+    )
 
 
-def contributions(values: Mapping[str, Mapping[int, float]], *, speculation: str, sole_part: str,
-                  direction: Direction) -> list[Contribution]:
+def contributions(
+    values: Mapping[str, Mapping[int, float]], *, speculation: str, sole_part: str, direction: Direction
+) -> list[Contribution]:
     """Each part's contribution from the arms measured (champion, baseline, no_speculation,
     default_communication, runner_up), its interval on the noise of every arm in the pair's rounds
     (pair_noise), as the gate's; parts whose arms were not measured are left out. `sole_part`
     names the champion's whole gain when it sets only one part."""
     spec_name = speculation or "speculation"
-    parts = [("NCCL settings", "no_speculation", "baseline"),
-             (f"{spec_name} on top", "champion", "no_speculation"),
-             (f"{spec_name} alone (NCCL at defaults)", "default_communication", "baseline"),
-             (f"NCCL settings on top of {spec_name}", "champion", "default_communication"),
-             ("champion over the runner-up", "champion", "runner_up")]
-    with_spec = (f"{spec_name} on top of the champion's NCCL settings (the best speculating trial's settings)",
-                 "with_speculation", "champion")
+    parts = [
+        ("NCCL settings", "no_speculation", "baseline"),
+        (f"{spec_name} on top", "champion", "no_speculation"),
+        (f"{spec_name} alone (NCCL at defaults)", "default_communication", "baseline"),
+        (f"NCCL settings on top of {spec_name}", "champion", "default_communication"),
+        ("champion over the runner-up", "champion", "runner_up"),
+    ]
+    with_spec = (
+        f"{spec_name} on top of the champion's NCCL settings (the best speculating trial's settings)",
+        "with_speculation",
+        "champion",
+    )
     if "no_speculation" not in values and "default_communication" not in values:
         # At most one part is set: the champion's whole gain is that part's.
         parts = [(sole_part, "champion", "baseline"), parts[-1]]
@@ -312,7 +392,9 @@ class PartCheck(Frozen):
         return PartVerdict.adds if self.low > 0.0 else PartVerdict.open
 
     def text(self) -> str:
-        figure = f"{self.part} {_pct(self.gain)} [{_pct(self.low)}, {_pct(self.high)}] (gate bounds, {self.rounds} rounds)"
+        figure = (
+            f"{self.part} {_pct(self.gain)} [{_pct(self.low)}, {_pct(self.high)}] (gate bounds, {self.rounds} rounds)"
+        )
         margin = f"{_pct(self.margin)} (promotion.equivalence_margin)"
         if self.verdict is PartVerdict.negligible:
             return f"{figure}: shown to add less than {margin}"
@@ -324,11 +406,14 @@ class PartCheck(Frozen):
 ABLATION_PARTS = (("no_speculation", "on top"), ("default_communication", "NCCL settings on top of"))
 
 
-def part_checks(values: Mapping[str, Mapping[int, float]], *, speculation: str, margin: float, level: float,
-                direction: Direction) -> list[PartCheck]:
+def part_checks(
+    values: Mapping[str, Mapping[int, float]], *, speculation: str, margin: float, level: float, direction: Direction
+) -> list[PartCheck]:
     """The equivalence test of each part whose ablation arm was measured (champion against it, paired)."""
-    names = {"no_speculation": f"{speculation} on top",
-             "default_communication": f"NCCL settings on top of {speculation}"}
+    names = {
+        "no_speculation": f"{speculation} on top",
+        "default_communication": f"NCCL settings on top of {speculation}",
+    }
     out = []
     for arm, part in names.items():
         if arm not in values or "champion" not in values:
@@ -337,13 +422,19 @@ def part_checks(values: Mapping[str, Mapping[int, float]], *, speculation: str, 
         if len(a) < 2:
             continue
         ev = sequential.evidence(a, b, direction=direction, level=level, noise=pair_noise(values, "champion", arm))
-        out.append(PartCheck(part=part, arm=arm, gain=ev.gain, low=ev.low, high=ev.high, rounds=ev.rounds,
-                             margin=margin))
+        out.append(
+            PartCheck(part=part, arm=arm, gain=ev.gain, low=ev.low, high=ev.high, rounds=ev.rounds, margin=margin)
+        )
     return out
 
 
-def simpler_choice(values: Mapping[str, Mapping[int, float]], checks: Sequence[PartCheck],
-                   plan: sequential.RoundsPlan, *, direction: Direction) -> tuple[str, sequential.Decision] | None:
+def simpler_choice(
+    values: Mapping[str, Mapping[int, float]],
+    checks: Sequence[PartCheck],
+    plan: sequential.RoundsPlan,
+    *,
+    direction: Direction,
+) -> tuple[str, sequential.Decision] | None:
     """The simpler arm to promote instead of the champion: the part it leaves out is shown to add less
     than promotion.equivalence_margin (PartVerdict.negligible, not merely "not significant"), and the
     configuration without it passes the gate against the baseline too; None to promote the champion.
@@ -360,8 +451,13 @@ def simpler_choice(values: Mapping[str, Mapping[int, float]], checks: Sequence[P
     return None
 
 
-def simpler_choice_before(values: Mapping[str, Mapping[int, float]], contribs: Sequence[Contribution],
-                          plan: sequential.RoundsPlan, *, direction: Direction) -> tuple[str, sequential.Decision] | None:
+def simpler_choice_before(
+    values: Mapping[str, Mapping[int, float]],
+    contribs: Sequence[Contribution],
+    plan: sequential.RoundsPlan,
+    *,
+    direction: Direction,
+) -> tuple[str, sequential.Decision] | None:
     """The rule before promotion.equivalence_margin (kept for bench/gate_power.py's comparison): a part
     was dropped when its 95% interval merely included zero ("not significant")."""
     by_arm = {c.b: c for c in contribs if c.a == "champion"}
@@ -375,8 +471,9 @@ def simpler_choice_before(values: Mapping[str, Mapping[int, float]], contribs: S
     return None
 
 
-def gate_of(values: Mapping[str, Mapping[int, float]], arm: str, plan: sequential.RoundsPlan, *,
-            direction: Direction) -> sequential.Decision | None:
+def gate_of(
+    values: Mapping[str, Mapping[int, float]], arm: str, plan: sequential.RoundsPlan, *, direction: Direction
+) -> sequential.Decision | None:
     """The gate's decision on `arm` against the baseline, from the rounds that measured both (None
     with fewer than min_rounds of them), its bound on the noise of every arm in those rounds (pair_noise)."""
     if arm not in values or "baseline" not in values:
@@ -387,8 +484,9 @@ def gate_of(values: Mapping[str, Mapping[int, float]], arm: str, plan: sequentia
     return sequential.decide(a, b, plan, direction=direction, noise=pair_noise(values, arm))
 
 
-def pair_noise(values: Mapping[str, Mapping[int, float]], arm: str = "champion",
-               against: str = "baseline") -> sequential.RoundNoise | None:
+def pair_noise(
+    values: Mapping[str, Mapping[int, float]], arm: str = "champion", against: str = "baseline"
+) -> sequential.RoundNoise | None:
     """The run-to-run noise of every arm measured at the pair's load in the rounds that measured both `arm`
     and `against` (sequential.round_noise; arms at another load, `name@level`, left out: their noise need
     not be the pair's): what the gate's bound on that pair takes (sequential.evidence)."""
@@ -402,15 +500,19 @@ def open_parts(checks: Sequence[PartCheck]) -> list[str]:
     return [c.arm for c in checks if c.verdict is PartVerdict.open]
 
 
-def contender_open(values: Mapping[str, Mapping[int, float]], contender: str, *, margin: float,
-                   direction: Direction) -> bool:
+def contender_open(
+    values: Mapping[str, Mapping[int, float]], contender: str, *, margin: float, direction: Direction
+) -> bool:
     """Whether the near-tie between the champion and `contender` is still open after the rounds so far:
     neither is significantly better (the 95% interval of their paired ratio holds zero) and they are not
     shown equivalent either (the interval reaches past +-margin); more rounds could settle which to deploy."""
     if contender not in values or "champion" not in values:
         return False
-    interval = compare(*paired(values[contender], values["champion"]), direction=direction,
-                       noise=pair_noise(values, contender, "champion"))
+    interval = compare(
+        *paired(values[contender], values["champion"]),
+        direction=direction,
+        noise=pair_noise(values, contender, "champion"),
+    )
     if interval is None:
         return False
     tie = interval.low <= 0.0 <= interval.high
@@ -418,8 +520,9 @@ def contender_open(values: Mapping[str, Mapping[int, float]], contender: str, *,
     return tie and not equivalent
 
 
-def contender_wins(values: Mapping[str, Mapping[int, float]], contender: str, *,
-                   direction: Direction, search: Contrast | None = None) -> Interval | None:
+def contender_wins(
+    values: Mapping[str, Mapping[int, float]], contender: str, *, direction: Direction, search: Contrast | None = None
+) -> Interval | None:
     """The contender's gain over the champion in the same rounds when, on all the evidence, it is the
     better of the two; None when it is not, or was not measured twice beside it.
 
@@ -428,16 +531,20 @@ def contender_wins(values: Mapping[str, Mapping[int, float]], contender: str, *,
     when the contender is better). A few rounds at several percent of noise alone flip a near-tie often
     (3 rounds at 4%: a 3.7% gap read the wrong way about one time in eight); the search measured the two
     points' parts several times more. Without `search` the rounds alone decide."""
-    interval = compare(*paired(values.get(contender, {}), values.get("champion", {})), direction=direction,
-                       noise=pair_noise(values, contender, "champion"))
+    interval = compare(
+        *paired(values.get(contender, {}), values.get("champion", {})),
+        direction=direction,
+        noise=pair_noise(values, contender, "champion"),
+    )
     if interval is None:
         return None
     both = settled(values, contender, direction=direction, search=search)
     return interval if both is not None and both.diff > 0.0 else None
 
 
-def settled(values: Mapping[str, Mapping[int, float]], contender: str, *, direction: Direction,
-            search: Contrast | None) -> Contrast | None:
+def settled(
+    values: Mapping[str, Mapping[int, float]], contender: str, *, direction: Direction, search: Contrast | None
+) -> Contrast | None:
     """The contender's log gain over the champion from the paired rounds and, when given, the search's
     contrast, weighted by inverse variance. The rounds' standard error rests on the noise the gate's
     bound takes (sequential.BoundNoise over pair_noise: every arm at the pair's load in those rounds,
@@ -450,9 +557,10 @@ def settled(values: Mapping[str, Mapping[int, float]], contender: str, *, direct
     own = Contrast(float(d.mean()), max(bound.sigma * math.sqrt(2.0 / d.size), 1e-9))
     if search is None or not search.se > 0:
         return own
-    w_own, w_search = 1.0 / own.se ** 2, 1.0 / search.se ** 2
-    return Contrast((own.diff * w_own + search.diff * w_search) / (w_own + w_search),
-                    math.sqrt(1.0 / (w_own + w_search)))
+    w_own, w_search = 1.0 / own.se**2, 1.0 / search.se**2
+    return Contrast(
+        (own.diff * w_own + search.diff * w_search) / (w_own + w_search), math.sqrt(1.0 / (w_own + w_search))
+    )
 
 
 def stops_paying(levels: Sequence[LevelGain], what: str, *, figures: bool = True) -> str:
@@ -476,12 +584,12 @@ def stops_paying(levels: Sequence[LevelGain], what: str, *, figures: bool = True
 
 def steps_sentence(levels: Sequence[LevelGain]) -> str:
     """Whether adaptive steps beat the fixed count, at each level that measured both ("" if none did)."""
-    steps = [(lv.concurrency, lv.steps) for lv in sorted(levels, key=lambda lv: lv.concurrency)
-             if lv.steps is not None]
+    steps = [(lv.concurrency, lv.steps) for lv in sorted(levels, key=lambda lv: lv.concurrency) if lv.steps is not None]
     if not steps:
         return ""
-    return (f"Adaptive steps (--speculative-adaptive) against {steps[0][1].fixed}: "
-            + ", ".join(g.text(c) for c, g in steps))
+    return f"Adaptive steps (--speculative-adaptive) against {steps[0][1].fixed}: " + ", ".join(
+        g.text(c) for c, g in steps
+    )
 
 
 # ------------------------------------------------------------------------------ the verdict in words
@@ -498,8 +606,15 @@ def at_level(message: str, concurrency: int | None, metric: str) -> str:
     return f"{head} at {streams(concurrency)} (objective {metric}): {rest}"
 
 
-def verdict_text(message: str, *, concurrency: int | None, metric: str, others: Sequence[LevelGain] = (),
-                 why: str = "", after: str = "") -> str:
+def verdict_text(
+    message: str,
+    *,
+    concurrency: int | None,
+    metric: str,
+    others: Sequence[LevelGain] = (),
+    why: str = "",
+    after: str = "",
+) -> str:
     """The verdict in words: the gate's decision at the level it decided at (`concurrency`; None leaves
     it unnamed), the champion's gain at the other promotion.concurrency levels beside it, why it won
     (the contributions), then `after` (where the gain stops paying; adaptive or fixed steps)."""
@@ -507,8 +622,11 @@ def verdict_text(message: str, *, concurrency: int | None, metric: str, others: 
     if others:
         ordered = sorted(others, key=lambda lv: lv.concurrency)
         rounds = min(lv.interval.rounds for lv in ordered)
-        text += ("; " + "; ".join(f"at {streams(lv.concurrency, short=True)} {lv.interval.text()}" for lv in ordered)
-                 + f" (promotion.concurrency: 95% intervals over {rounds} rounds)")
+        text += (
+            "; "
+            + "; ".join(f"at {streams(lv.concurrency, short=True)} {lv.interval.text()}" for lv in ordered)
+            + f" (promotion.concurrency: 95% intervals over {rounds} rounds)"
+        )
     if why:
         text += f". Why (95% intervals): {why}"
     if after:
@@ -528,20 +646,35 @@ def arm_name(kind: str, level: int, main_level: int) -> str:
     return kind if level == main_level else f"{kind}@{level}"
 
 
-def best_fixed_steps(outcomes: Sequence[TrialOutcome], *, metric: str, direction: Direction,
-                     constraints: Mapping[str, tuple[float | None, float | None]], concurrency: int) -> int | None:
+def best_fixed_steps(
+    outcomes: Sequence[TrialOutcome],
+    *,
+    metric: str,
+    direction: Direction,
+    constraints: Mapping[str, tuple[float | None, float | None]],
+    concurrency: int,
+) -> int | None:
     """The step count of the best searched chain (top-k 1) without adaptive steps (select.pick_champion at
     the trials' `concurrency`), or None."""
-    chains = [o for o in outcomes if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE
-              and speculates(o.params) and not o.params.get("speculative_adaptive")
-              and o.params.get("speculative_eagle_topk") == 1 and o.params.get("speculative_num_steps") is not None]
-    best = select.pick_champion(chains, metric=metric, direction=direction, constraints=constraints,
-                                concurrency=concurrency)
+    chains = [
+        o
+        for o in outcomes
+        if o.role is TrialRole.search
+        and o.status is TrialStatus.COMPLETE
+        and speculates(o.params)
+        and not o.params.get("speculative_adaptive")
+        and o.params.get("speculative_eagle_topk") == 1
+        and o.params.get("speculative_num_steps") is not None
+    ]
+    best = select.pick_champion(
+        chains, metric=metric, direction=direction, constraints=constraints, concurrency=concurrency
+    )
     return None if best is None else int(best.params["speculative_num_steps"] or 0)
 
 
-def steps_counterpart(params: Mapping[str, ParamValue],
-                      best_fixed: int | None) -> tuple[str, dict[str, ParamValue], str] | None:
+def steps_counterpart(
+    params: Mapping[str, ParamValue], best_fixed: int | None
+) -> tuple[str, dict[str, ParamValue], str] | None:
     """The arm that tells whether adaptive steps beat a fixed count, for a speculating champion:
     (name, params, the fixed side in words). A fixed champion is measured again with adaptive steps
     (a chain starting at the candidate nearest its steps); an adaptive champion with a fixed chain of
@@ -551,8 +684,11 @@ def steps_counterpart(params: Mapping[str, ParamValue],
     chain = {"speculative_eagle_topk": 1, "speculative_num_draft_tokens": None}
     if params.get("speculative_adaptive"):
         steps = int(best_fixed or params.get("speculative_num_steps") or ADAPTIVE_INITIAL_STEPS)
-        return FIXED, {**params, **chain, "speculative_adaptive": None, "speculative_num_steps": steps}, \
-            f"fixed {steps} steps"
+        return (
+            FIXED,
+            {**params, **chain, "speculative_adaptive": None, "speculative_num_steps": steps},
+            f"fixed {steps} steps",
+        )
     steps = int(params.get("speculative_num_steps") or ADAPTIVE_INITIAL_STEPS)
     topk = params.get("speculative_eagle_topk")
     fixed = f"fixed {steps} steps" + (f" x top-k {topk}" if topk not in (None, 1) else "")
@@ -560,8 +696,16 @@ def steps_counterpart(params: Mapping[str, ParamValue],
     return ADAPTIVE, {**params, **chain, "speculative_adaptive": True, "speculative_num_steps": start}, fixed
 
 
-def steps_gain(values: Mapping[str, Mapping[int, float]], level: int, main_level: int, *, counterpart: str,
-               fixed: str, direction: Direction, deployed: str = "champion") -> StepsGain | None:
+def steps_gain(
+    values: Mapping[str, Mapping[int, float]],
+    level: int,
+    main_level: int,
+    *,
+    counterpart: str,
+    fixed: str,
+    direction: Direction,
+    deployed: str = "champion",
+) -> StepsGain | None:
     """Adaptive against fixed steps at `level` from the rounds that measured both (the `deployed` arm
     and its counterpart), or None."""
     other, champion = arm_name(counterpart, level, main_level), arm_name(deployed, level, main_level)

@@ -59,8 +59,15 @@ class Correctness:
         return f"{what} ({self.check}): {'passed' if self.passed else 'REFUSED'}: {self.figure}"
 
     def record(self) -> dict[str, object]:
-        return {"passed": self.passed, "check": self.check, "figure": self.figure, "prompts": self.prompts,
-                "differing": self.differing, "first_at": self.first_at, "worst_nats": self.worst_nats}
+        return {
+            "passed": self.passed,
+            "check": self.check,
+            "figure": self.figure,
+            "prompts": self.prompts,
+            "differing": self.differing,
+            "first_at": self.first_at,
+            "worst_nats": self.worst_nats,
+        }
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -81,15 +88,26 @@ def _missing(who: str, record: OutputsRecord | None, prompts: int) -> str | None
     return None
 
 
-def compare(arm: str, candidate: OutputsRecord | None, baseline: OutputsRecord | None,
-            scores: Sequence[ScoredOutput], *, prompts: int, tolerance_nats: float) -> Correctness:
+def compare(
+    arm: str,
+    candidate: OutputsRecord | None,
+    baseline: OutputsRecord | None,
+    scores: Sequence[ScoredOutput],
+    *,
+    prompts: int,
+    tolerance_nats: float,
+) -> Correctness:
     """The verdict on `arm`'s outputs against the baseline's; `scores` are the baseline server's
     ratings of `arm`'s outputs (any arm's may be passed: only `arm`'s are read)."""
     missing = _missing(arm, candidate, prompts) or _missing("baseline", baseline, prompts)
     if missing is not None or candidate is None or baseline is None:
-        return Correctness(False, MISSING, f"{missing}; a configuration whose outputs are not checked is "
-                                           f"not promoted (promotion.correctness.enabled: false promotes on "
-                                           f"speed alone)")
+        return Correctness(
+            False,
+            MISSING,
+            f"{missing}; a configuration whose outputs are not checked is "
+            f"not promoted (promotion.correctness.enabled: false promotes on "
+            f"speed alone)",
+        )
     base = {p.prompt: p for p in baseline.prompts}
     diffs: dict[int, int] = {}
     for p in candidate.prompts[:prompts]:
@@ -101,24 +119,42 @@ def compare(arm: str, candidate: OutputsRecord | None, baseline: OutputsRecord |
             diffs[p.prompt] = at
     tokens = len(candidate.prompts[0].output_ids) if candidate.prompts else 0
     if not diffs:
-        return Correctness(True, EQUAL, f"{prompts} of {prompts} prompts decode to the baseline's {tokens} tokens, "
-                                        f"token for token", prompts=prompts)
+        return Correctness(
+            True,
+            EQUAL,
+            f"{prompts} of {prompts} prompts decode to the baseline's {tokens} tokens, token for token",
+            prompts=prompts,
+        )
     first = min(diffs.values())
-    differ = (f"outputs differ from the baseline's on {len(diffs)} of {prompts} prompts "
-              f"(first at token {first})")
+    differ = f"outputs differ from the baseline's on {len(diffs)} of {prompts} prompts (first at token {first})"
     return _scored(arm, candidate, diffs, scores, differ, prompts=prompts, first=first, tolerance_nats=tolerance_nats)
 
 
-def _scored(arm: str, candidate: OutputsRecord, diffs: dict[int, int], scores: Sequence[ScoredOutput], differ: str,
-            *, prompts: int, first: int, tolerance_nats: float) -> Correctness:
+def _scored(
+    arm: str,
+    candidate: OutputsRecord,
+    diffs: dict[int, int],
+    scores: Sequence[ScoredOutput],
+    differ: str,
+    *,
+    prompts: int,
+    first: int,
+    tolerance_nats: float,
+) -> Correctness:
     """The differing outputs as the baseline's server scores them."""
     mine = {s.prompt: s for s in scores if s.arm == arm}
     outputs = {p.prompt: p for p in candidate.prompts}
     unscored = [p for p in diffs if p not in mine or len(mine[p].logprobs) != len(outputs[p].output_ids)]
     if unscored:
-        return Correctness(False, SCORED, f"{differ}, and the baseline's server did not score "
-                                          f"{len(unscored)} of them (prompt {unscored[0]} first); not promoted",
-                           prompts=prompts, differing=len(diffs), first_at=first)
+        return Correctness(
+            False,
+            SCORED,
+            f"{differ}, and the baseline's server did not score "
+            f"{len(unscored)} of them (prompt {unscored[0]} first); not promoted",
+            prompts=prompts,
+            differing=len(diffs),
+            first_at=first,
+        )
     worst, where = 0.0, (0, 0)
     for p in sorted(diffs):
         s = mine[p]
@@ -126,19 +162,34 @@ def _scored(arm: str, candidate: OutputsRecord, diffs: dict[int, int], scores: S
             if top - lp > worst:
                 worst, where = top - lp, (p, k)
     if worst <= tolerance_nats:
-        return Correctness(True, SCORED, f"{differ}, but the baseline's server scores every token of them within "
-                                         f"{worst:.3f} nats of its own top choice (tolerance {tolerance_nats:g}): "
-                                         f"near ties, not changed outputs",
-                           prompts=prompts, differing=len(diffs), first_at=first, worst_nats=worst)
+        return Correctness(
+            True,
+            SCORED,
+            f"{differ}, but the baseline's server scores every token of them within "
+            f"{worst:.3f} nats of its own top choice (tolerance {tolerance_nats:g}): "
+            f"near ties, not changed outputs",
+            prompts=prompts,
+            differing=len(diffs),
+            first_at=first,
+            worst_nats=worst,
+        )
     p, k = where
-    return Correctness(False, SCORED, f"{differ}; the baseline's server scores token {k} of prompt {p} "
-                                      f"{worst:.2f} nats below its own top choice (tolerance {tolerance_nats:g} "
-                                      f"nats): the configuration changes the outputs",
-                       prompts=prompts, differing=len(diffs), first_at=first, worst_nats=worst)
+    return Correctness(
+        False,
+        SCORED,
+        f"{differ}; the baseline's server scores token {k} of prompt {p} "
+        f"{worst:.2f} nats below its own top choice (tolerance {tolerance_nats:g} "
+        f"nats): the configuration changes the outputs",
+        prompts=prompts,
+        differing=len(diffs),
+        first_at=first,
+        worst_nats=worst,
+    )
 
 
-def screen(candidate: OutputsRecord | None, baseline: OutputsRecord | None, *, prompts: int,
-           tolerance_nats: float) -> Correctness:
+def screen(
+    candidate: OutputsRecord | None, baseline: OutputsRecord | None, *, prompts: int, tolerance_nats: float
+) -> Correctness:
     """The search's screen of one trial's outputs against the first baseline's capture (module doc):
     refused only when some prompt's first differing token lies more than `tolerance_nats` below the
     baseline's top choice (exactly, or at least by the baseline's last listed token); passed otherwise,
@@ -170,19 +221,39 @@ def screen(candidate: OutputsRecord | None, baseline: OutputsRecord | None, *, p
         if worst is None or gap > worst[0]:
             worst = (gap, p.prompt, at, exact)
     if not differing:
-        return Correctness(True, SCREEN, f"{prompts} of {prompts} prompts decode to the baseline's tokens", prompts=prompts)
+        return Correctness(
+            True, SCREEN, f"{prompts} of {prompts} prompts decode to the baseline's tokens", prompts=prompts
+        )
     differ = f"outputs differ from the baseline's on {differing} of {prompts} prompts (first at token {first})"
     if worst is None or worst[0] <= tolerance_nats:
-        within = f"; the first differing tokens rated lie within {worst[0]:.3f} nats of the baseline's top choice" \
-            if worst is not None else ""
+        within = (
+            f"; the first differing tokens rated lie within {worst[0]:.3f} nats of the baseline's top choice"
+            if worst is not None
+            else ""
+        )
         if unjudged:
             within += f"; {unjudged} lie outside the baseline's listed top tokens, not judged"
-        return Correctness(True, SCREEN, f"{differ}{within} (tolerance {tolerance_nats:g}): near ties so far",
-                           prompts=prompts, differing=differing, first_at=first,
-                           worst_nats=worst[0] if worst else None)
+        return Correctness(
+            True,
+            SCREEN,
+            f"{differ}{within} (tolerance {tolerance_nats:g}): near ties so far",
+            prompts=prompts,
+            differing=differing,
+            first_at=first,
+            worst_nats=worst[0] if worst else None,
+        )
     gap, prompt, at, exact = worst
-    how = f"{gap:.2f} nats" if exact else f"more than {gap:.2f} nats (outside its top {len(base[prompt].output_top[at])})"
-    return Correctness(False, SCREEN, f"{differ}; token {at} of prompt {prompt} is one the baseline puts {how} below "
-                                      f"its own top choice there (tolerance {tolerance_nats:g} nats): the configuration "
-                                      f"changes the outputs", prompts=prompts, differing=differing, first_at=first,
-                       worst_nats=gap)
+    how = (
+        f"{gap:.2f} nats" if exact else f"more than {gap:.2f} nats (outside its top {len(base[prompt].output_top[at])})"
+    )
+    return Correctness(
+        False,
+        SCREEN,
+        f"{differ}; token {at} of prompt {prompt} is one the baseline puts {how} below "
+        f"its own top choice there (tolerance {tolerance_nats:g} nats): the configuration "
+        f"changes the outputs",
+        prompts=prompts,
+        differing=differing,
+        first_at=first,
+        worst_nats=gap,
+    )

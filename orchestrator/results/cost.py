@@ -20,9 +20,18 @@ from orchestrator.records import ParamValue
 from orchestrator.simulator import TrialCost, evaluate, load_hardware, load_model, trial_cost
 from orchestrator.simulator.cost import SIMULATED_START_S
 
-__all__ = ["PROBE_SETTING_S", "PROBE_STARTUP_S", "SIMULATED_START_S", "CostEstimate", "Remaining", "TrialCost",
-           "expected_cost", "plan_lines", "probe_seconds",
-           "remaining_trials"]
+__all__ = [
+    "PROBE_SETTING_S",
+    "PROBE_STARTUP_S",
+    "SIMULATED_START_S",
+    "CostEstimate",
+    "Remaining",
+    "TrialCost",
+    "expected_cost",
+    "plan_lines",
+    "probe_seconds",
+    "remaining_trials",
+]
 
 
 @dataclass(frozen=True)
@@ -59,33 +68,50 @@ def probe_seconds(spec: SweepSpec, settings: int) -> float:
 def _decode_rate(spec: SweepSpec, params: Mapping[str, ParamValue]) -> float | None:
     hw = load_hardware(spec.simulator.hardware_profile)
     model = load_model(spec.simulator.model_profile)
-    pred = evaluate({**eagle.effective(dict(params)), "tp": spec.server.tp}, hw, model,
-                    concurrency=spec.benchmark.concurrency)
+    pred = evaluate(
+        {**eagle.effective(dict(params)), "tp": spec.server.tp}, hw, model, concurrency=spec.benchmark.concurrency
+    )
     return float(pred.decode_tok_s) if pred.ok and pred.decode_tok_s > 0 else None
 
 
-def expected_cost(spec: SweepSpec, params: Mapping[str, ParamValue], *, profile_named: bool = True,
-                  probe_settings: int = 0) -> CostEstimate:
+def expected_cost(
+    spec: SweepSpec, params: Mapping[str, ParamValue], *, profile_named: bool = True, probe_settings: int = 0
+) -> CostEstimate:
     """The expected cost of one trial of `params`. `profile_named`: for engine sglang, whether the
     experiment names a model profile (simulator.model_profile set in its file); without one the cost
     is unknown."""
     wall = spec.budget.wall_time
     probe_s = probe_seconds(spec, probe_settings)
     if spec.engine == "sglang" and not profile_named:
-        return CostEstimate(None, "unknown: name a model profile (simulator.model_profile) whose load time "
-                                  "and speed resemble this model to get an estimate", wall, probe_s)
+        return CostEstimate(
+            None,
+            "unknown: name a model profile (simulator.model_profile) whose load time "
+            "and speed resemble this model to get an estimate",
+            wall,
+            probe_s,
+        )
     rate = _decode_rate(spec, params)
     if rate is None:
         return CostEstimate(None, "unknown: the model predicts no decode rate for this point", wall, probe_s)
     model = load_model(spec.simulator.model_profile)
     hw = load_hardware(spec.simulator.hardware_profile)
     b = spec.benchmark
-    cost = trial_cost(model, hw, decode_tok_s=rate, requests=b.requests, output_len=b.output_len,
-                      concurrency=b.concurrency, repeats=b.repeats, warmup_requests=b.warmup_requests,
-                      input_len=b.input_len, tp=spec.server.tp,
-                      cuda_graph=not spec.server.flags.get("disable-cuda-graph", False))
-    source = (f"model profile {model.name} on {hw.name} at {rate:.1f} tok/s per stream"
-              + ("" if spec.engine == "simulator" else " (engine sglang: the profile stands in for the model)"))
+    cost = trial_cost(
+        model,
+        hw,
+        decode_tok_s=rate,
+        requests=b.requests,
+        output_len=b.output_len,
+        concurrency=b.concurrency,
+        repeats=b.repeats,
+        warmup_requests=b.warmup_requests,
+        input_len=b.input_len,
+        tp=spec.server.tp,
+        cuda_graph=not spec.server.flags.get("disable-cuda-graph", False),
+    )
+    source = f"model profile {model.name} on {hw.name} at {rate:.1f} tok/s per stream" + (
+        "" if spec.engine == "simulator" else " (engine sglang: the profile stands in for the model)"
+    )
     return CostEstimate(cost, source, wall, probe_s)
 
 
@@ -118,17 +144,22 @@ def remaining_trials(timings: Iterable[Mapping[str, float]], *, left_s: float, c
     return Remaining(trials=fit, per_trial_s=per, startup_s=start, bench_s=bench, measured=len(startups))
 
 
-def plan_lines(spec: SweepSpec, params: Mapping[str, ParamValue], *, probe_settings: int = 0,
-               profile_named: bool = True) -> list[str]:
+def plan_lines(
+    spec: SweepSpec, params: Mapping[str, ParamValue], *, probe_settings: int = 0, profile_named: bool = True
+) -> list[str]:
     """`sweep plan`'s lines: one trial's expected GPU-time by phase and how many trials fit the wall time."""
     est = expected_cost(spec, params, probe_settings=probe_settings, profile_named=profile_named)
     if est.cost is None:
         return [f"expected GPU-time of one trial: {est.source}"]
     c = est.cost
-    probe = f" after the probe stage (~{est.probe_s:.0f} s for {probe_settings} NCCL settings)" if probe_settings else ""
+    probe = (
+        f" after the probe stage (~{est.probe_s:.0f} s for {probe_settings} NCCL settings)" if probe_settings else ""
+    )
     n = (est.trials_fit or 0) * spec.budget.concurrent_trials
-    return [f"expected GPU-time of one trial (baseline): {c.total_s / 60:.1f} min = load {c.load_s:.0f} s + warm-up "
-            f"{c.warmup_s:.0f} s + benchmark {c.benchmark_s:.0f} s ({spec.benchmark.repeats} repeat(s)); {est.source}",
-            f"wall time {spec.budget.wall_time / 3600:.1f} h holds about {n} trial(s) on "
-            f"{spec.budget.concurrent_trials} slot(s){probe} (budget.trials: {spec.budget.trials}; speculation makes "
-            f"trials shorter, so this is a floor)"]
+    return [
+        f"expected GPU-time of one trial (baseline): {c.total_s / 60:.1f} min = load {c.load_s:.0f} s + warm-up "
+        f"{c.warmup_s:.0f} s + benchmark {c.benchmark_s:.0f} s ({spec.benchmark.repeats} repeat(s)); {est.source}",
+        f"wall time {spec.budget.wall_time / 3600:.1f} h holds about {n} trial(s) on "
+        f"{spec.budget.concurrent_trials} slot(s){probe} (budget.trials: {spec.budget.trials}; speculation makes "
+        f"trials shorter, so this is a floor)",
+    ]

@@ -59,7 +59,8 @@ def load(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str], str]:
     if no_file and export.ARGS_VAR in environ:
         raise DeployError(
             f"the environment carries {export.ARGS_VAR}, the shell env format, whose quotes docker --env-file and "
-            f"kubectl keep as part of the values; export with sweep export --format docker-env instead")
+            f"kubectl keep as part of the values; export with sweep export --format docker-env instead"
+        )
     try:
         # newline="": a carriage return inside a value is part of it for docker's reader too.
         with open(path, encoding="utf-8", newline="") as f:
@@ -68,7 +69,8 @@ def load(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str], str]:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise DeployError(
             f"cannot read the champion env file {path} ({reason}); mount it there, set CHAMPION_ENV, or pass a "
-            f"docker-env export with docker run --env-file (which sets {formats.ARGS_JSON_VAR})") from None
+            f"docker-env export with docker run --env-file (which sets {formats.ARGS_JSON_VAR})"
+        ) from None
     fmt = environ.get("CHAMPION_FORMAT") or _detect(text)
     try:
         if fmt == "docker-env":
@@ -92,7 +94,8 @@ def _detect(text: str) -> str:
             return "env"
     raise DeployError(
         f"the file sets neither {formats.ARGS_JSON_VAR} (docker-env format) nor {export.ARGS_VAR} (env format); "
-        "write it with sweep export --format docker-env")
+        "write it with sweep export --format docker-env"
+    )
 
 
 def launch(environ: Mapping[str, str], extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str], list[str]]:
@@ -107,7 +110,8 @@ def launch(environ: Mapping[str, str], extra: Sequence[str] = ()) -> tuple[list[
             f"{source} sets {', '.join(refused)}, which sweep export never writes: a configuration may set only "
             "the allow-listed NCCL_* and SGLANG_* variables of orchestrator/config/knobs.py (and "
             f"{', '.join(sorted(n for n in knobs.PASSTHROUGH_ENV if not n.startswith(('NCCL_', 'SGLANG_'))))}); "
-            f"remove {'that line' if len(refused) == 1 else 'those lines'}, or export the configuration again")
+            f"remove {'that line' if len(refused) == 1 else 'those lines'}, or export the configuration again"
+        )
     model = environ.get("MODEL_PATH", "")
     if not model:
         raise DeployError("MODEL_PATH is not set: give the target model directory, e.g. -e MODEL_PATH=/models/M")
@@ -117,8 +121,10 @@ def launch(environ: Mapping[str, str], extra: Sequence[str] = ()) -> tuple[list[
     host = environ.get("HOST") or DEFAULT_HOST
     for flag in _SET_BY_ENTRYPOINT:
         if any(a == flag or a.startswith(flag + "=") for a in args):
-            raise DeployError(f"{source} sets {flag}, which the entrypoint sets from "
-                              f"{'MODEL_PATH' if flag == '--model-path' else flag[2:].upper()}; remove it there")
+            raise DeployError(
+                f"{source} sets {flag}, which the entrypoint sets from "
+                f"{'MODEL_PATH' if flag == '--model-path' else flag[2:].upper()}; remove it there"
+            )
     notes = [f"configuration from {source}"]
     draft = environ.get("DRAFT_MODEL_PATH", "")
     if draft:
@@ -127,10 +133,11 @@ def launch(environ: Mapping[str, str], extra: Sequence[str] = ()) -> tuple[list[
             notes.append("DRAFT_MODEL_PATH ignored: this configuration runs no draft model")
     python = environ.get("SGLANG_PYTHON") or "python3"
     if shutil.which(python, path=environ.get("PATH", os.defpath)) is None:
-        raise DeployError(f"cannot start {python} (No such file or directory, or not executable); "
-                          "SGLANG_PYTHON names the interpreter that has sglang")
-    argv = [python, "-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", port,
-            *args, *extra]
+        raise DeployError(
+            f"cannot start {python} (No such file or directory, or not executable); "
+            "SGLANG_PYTHON names the interpreter that has sglang"
+        )
+    argv = [python, "-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", port, *args, *extra]
     stray = sorted(k for k in environ if k.startswith("NCCL_") and k not in _KEPT_NCCL and k not in config_env)
     if stray:
         notes.append(f"dropped NCCL variables the configuration does not set: {', '.join(stray)}")
@@ -165,8 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         os.execvpe(command[0], command, env)
     except OSError as e:
-        print(f"{_PROG}: cannot start {command[0]} ({e.strerror}); SGLANG_PYTHON names the interpreter that has "
-              "sglang", file=sys.stderr)
+        print(
+            f"{_PROG}: cannot start {command[0]} ({e.strerror}); SGLANG_PYTHON names the interpreter that has sglang",
+            file=sys.stderr,
+        )
         return 2
 
 

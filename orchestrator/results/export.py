@@ -29,8 +29,17 @@ from pydantic import ValidationError
 from orchestrator.fsio import write_atomic
 from orchestrator.records import ServingConfig
 
-__all__ = ["ARGS_VAR", "FORMATS", "Format", "check_env_names", "parse_env", "render", "split_args",
-           "validate_serving_config", "write_atomic"]
+__all__ = [
+    "ARGS_VAR",
+    "FORMATS",
+    "Format",
+    "check_env_names",
+    "parse_env",
+    "render",
+    "split_args",
+    "validate_serving_config",
+    "write_atomic",
+]
 
 ARGS_VAR = "SGLANG_SWEEP_ARGS"
 """The variable of the env file that holds the tuned SGLang flags, `shlex.join`-ed."""
@@ -69,9 +78,7 @@ def check_env_names(config: ServingConfig) -> None:
                 "(letters, digits and '_', not starting with a digit)"
             )
         if name == ARGS_VAR:
-            raise ValueError(
-                f"serving config env: {ARGS_VAR} is reserved for the SGLang flags (sglang_args)"
-            )
+            raise ValueError(f"serving config env: {ARGS_VAR} is reserved for the SGLang flags (sglang_args)")
 
 
 def _first_problem(err: ValidationError) -> str:
@@ -85,13 +92,14 @@ def _first_problem(err: ValidationError) -> str:
         return f"serving config has the unknown field {field!r}"
     annotation = ServingConfig.model_fields[field].annotation
     if len(loc) == 1:
-        return (f"serving config field {field!r} must be {_kind_name(annotation)}, "
-                f"but got {type(value).__name__} ({value!r})")
+        return (
+            f"serving config field {field!r} must be {_kind_name(annotation)}, "
+            f"but got {type(value).__name__} ({value!r})"
+        )
     # Inside a mapping or a list: the type of one value (env['X'], sglang_args[3]).
     inner = get_args(annotation)[-1 if get_origin(annotation) is dict else 0]
     where = "".join(f"[{p!r}]" for p in loc[1:])
-    return (f"serving config {field}{where} must be a {_kind_name(inner)}, "
-            f"but got {type(value).__name__} ({value!r})")
+    return f"serving config {field}{where} must be a {_kind_name(inner)}, but got {type(value).__name__} ({value!r})"
 
 
 def _kind_name(annotation: Any) -> str:
@@ -125,12 +133,10 @@ def _render_env(config: ServingConfig) -> str:
         # reader (ours, docker's --env-file, systemd's EnvironmentFile) cannot take back.
         if "\n" in value or "\r" in value or "\0" in value:
             raise ValueError(
-                f"env value of {name} contains a newline or NUL character, which an env file "
-                f"cannot hold: {value!r}"
+                f"env value of {name} contains a newline or NUL character, which an env file cannot hold: {value!r}"
             )
     lines = [f"# {line}" for line in _header(config)]
-    lines += [f"{name}={shlex.quote(value) if _needs_quoting(value) else value}"
-              for name, value in values.items()]
+    lines += [f"{name}={shlex.quote(value) if _needs_quoting(value) else value}" for name, value in values.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -149,8 +155,8 @@ def _header(config: ServingConfig) -> list[str]:
     header = [
         "sglang-sweep serving configuration",
         f"experiment: {config.experiment}",
-        f"trial: {config.trial_number}" + (f" {config.derivation} (not searched as such: measured in the "
-                                           f"confirmation)" if config.derivation else ""),
+        f"trial: {config.trial_number}"
+        + (f" {config.derivation} (not searched as such: measured in the confirmation)" if config.derivation else ""),
         f"run id: {config.run_id}",
         f"model version: {config.model_version if config.model_version is not None else '-'}",
         f"engine: {config.engine} (sglang {config.sglang_version})",
@@ -172,8 +178,10 @@ def backend_line(config: ServingConfig) -> str:
     """The header line naming the all-reduce backend the trial's server recorded (never inferred here)."""
     if not config.allreduce_backend:
         return "all-reduce backend: not recorded (no trial's server ran this configuration as exported)"
-    return (f"all-reduce backend: {config.allreduce_backend} (decode/verify, as trial {config.trial_number}'s "
-            f"server recorded it)")
+    return (
+        f"all-reduce backend: {config.allreduce_backend} (decode/verify, as trial {config.trial_number}'s "
+        f"server recorded it)"
+    )
 
 
 def _number(value: Any) -> str:
@@ -196,10 +204,7 @@ def parse_env(text: str) -> dict[str, str]:
             continue
         match = _ASSIGNMENT.match(line)
         if match is None:
-            raise ValueError(
-                f"line {number}: expected NAME=value (NAME of letters, digits and '_'), "
-                f"but got {raw!r}"
-            )
+            raise ValueError(f"line {number}: expected NAME=value (NAME of letters, digits and '_'), but got {raw!r}")
         name, value_text = match.groups()
         if name in result:
             raise ValueError(f"line {number}: {name} is set twice (first value {result[name]!r})")
@@ -217,8 +222,7 @@ def _parse_value(text: str, number: int) -> str:
         return ""
     if len(words) > 1:
         raise ValueError(
-            f"line {number}: the value {text!r} is several words; quote it "
-            f"(e.g. {shlex.quote(' '.join(words))})"
+            f"line {number}: the value {text!r} is several words; quote it (e.g. {shlex.quote(' '.join(words))})"
         )
     return words[0]
 

@@ -28,8 +28,22 @@ import yaml
 from orchestrator.records import ServingConfig
 from orchestrator.results import export
 
-__all__ = ["ARGS_JSON_VAR", "CARRIERS", "CONFIGMAP_NAME", "ENV_NAMES_VAR", "EXPORT_FORMATS", "FORMATS", "TUNER_FORMAT", "OBSERVATION_ENV",
-           "OBSERVATION_SWITCHES", "deployment", "parse_docker_env", "parse_k8s", "production", "render_for"]
+__all__ = [
+    "ARGS_JSON_VAR",
+    "CARRIERS",
+    "CONFIGMAP_NAME",
+    "ENV_NAMES_VAR",
+    "EXPORT_FORMATS",
+    "FORMATS",
+    "TUNER_FORMAT",
+    "OBSERVATION_ENV",
+    "OBSERVATION_SWITCHES",
+    "deployment",
+    "parse_docker_env",
+    "parse_k8s",
+    "production",
+    "render_for",
+]
 
 FORMATS: tuple[str, ...] = ("env", "docker-env", "k8s", "json", "sglang-args")
 """The formats of a serving config (render_for)."""
@@ -49,12 +63,16 @@ CARRIERS: frozenset[str] = frozenset({export.ARGS_VAR, ARGS_JSON_VAR, ENV_NAMES_
 """Variables that carry the configuration to the entrypoint; SGLang itself never sees them."""
 CONFIGMAP_NAME = "sglang-champion"
 
-OBSERVATION_ENV: frozenset[str] = frozenset({
-    "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",  # NCCL's log proves which settings took effect
-    "SGLANG_ENABLE_METRICS_DEVICE_TIMER",  # the verify-latency source of /metrics
-    "SGLANG_RECORD_STEP_TIME",  # step_time_dict in /server_info
-    "SGLANG_LOG_MS",  # millisecond log timestamps, for reading timings off the log
-})
+OBSERVATION_ENV: frozenset[str] = frozenset(
+    {
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_DEBUG_FILE",  # NCCL's log proves which settings took effect
+        "SGLANG_ENABLE_METRICS_DEVICE_TIMER",  # the verify-latency source of /metrics
+        "SGLANG_RECORD_STEP_TIME",  # step_time_dict in /server_info
+        "SGLANG_LOG_MS",  # millisecond log timestamps, for reading timings off the log
+    }
+)
 """Variables a sweep sets to observe a trial; they change no result and cost a production server."""
 OBSERVATION_SWITCHES: frozenset[str] = frozenset({"--enable-metrics", "--enable-metrics-for-all-schedulers"})
 """SGLang switches the sweep adds to read /metrics (config.render.fixed_flags); no value follows them."""
@@ -70,10 +88,12 @@ def production(model: ServingConfig, *, keep_observation: bool = False) -> tuple
         return model, []
     left_out = [f"{name}={value}" for name, value in sorted(model.env.items()) if name in OBSERVATION_ENV]
     left_out += [arg for arg in model.sglang_args if arg in OBSERVATION_SWITCHES]
-    kept = model.model_copy(update={
-        "env": {name: value for name, value in model.env.items() if name not in OBSERVATION_ENV},
-        "sglang_args": tuple(arg for arg in model.sglang_args if arg not in OBSERVATION_SWITCHES),
-    })
+    kept = model.model_copy(
+        update={
+            "env": {name: value for name, value in model.env.items() if name not in OBSERVATION_ENV},
+            "sglang_args": tuple(arg for arg in model.sglang_args if arg not in OBSERVATION_SWITCHES),
+        }
+    )
     return kept, left_out
 
 
@@ -86,8 +106,9 @@ def with_tuner_file(config: ServingConfig, tuner_file: str) -> tuple[ServingConf
     return config.model_copy(update={"env": env}), masked
 
 
-def render_for(config: ServingConfig, fmt: str, *, keep_observation: bool = False,
-               tuner_file: str | None = None) -> str:
+def render_for(
+    config: ServingConfig, fmt: str, *, keep_observation: bool = False, tuner_file: str | None = None
+) -> str:
     """Render a serving config in one of FORMATS (text ending with a newline); production by default.
 
     ValueError names the problem: an unknown format, a malformed config, or a value the format cannot
@@ -101,8 +122,10 @@ def render_for(config: ServingConfig, fmt: str, *, keep_observation: bool = Fals
     note = ""
     if tuner_file is not None:
         model, masked = with_tuner_file(model, tuner_file)
-        note = (f"# NCCL tuner rules from {tuner_file}: left out {' '.join(masked) or 'nothing'} (NCCL_ALGO / "
-                f"NCCL_PROTO mask the plugin); set NCCL_TUNER_PLUGIN to the plugin's .so as well\n")
+        note = (
+            f"# NCCL tuner rules from {tuner_file}: left out {' '.join(masked) or 'nothing'} (NCCL_ALGO / "
+            f"NCCL_PROTO mask the plugin); set NCCL_TUNER_PLUGIN to the plugin's .so as well\n"
+        )
     if fmt == "env":
         _check_line_breaks(model)
     if fmt == "docker-env":
@@ -126,15 +149,19 @@ def _check_line_breaks(config: ServingConfig) -> None:
     """Refuse, for the env format, a value export.parse_env would split into two lines (no round trip)."""
     for name, value in [*config.env.items(), *((export.ARGS_VAR, a) for a in config.sglang_args)]:
         if any(c in _PYTHON_LINE_BREAKS for c in value):
-            raise ValueError(f"env value of {name} holds a line-break character the env format's reader splits "
-                             f"at: {value!r} (the docker-env format carries it)")
+            raise ValueError(
+                f"env value of {name} holds a line-break character the env format's reader splits "
+                f"at: {value!r} (the docker-env format carries it)"
+            )
 
 
 def _left_out_lines(left_out: list[str]) -> list[str]:
     if not left_out:
         return ["production export: no observation-only variable or flag was set"]
-    return [f"production export: left out as observation only: {' '.join(left_out)}",
-            "(sweep export --keep-observation keeps them; extra SGLang flags can follow the image's command)"]
+    return [
+        f"production export: left out as observation only: {' '.join(left_out)}",
+        "(sweep export --keep-observation keeps them; extra SGLang flags can follow the image's command)",
+    ]
 
 
 def _variables(config: ServingConfig) -> dict[str, str]:
@@ -149,8 +176,10 @@ def _variables(config: ServingConfig) -> dict[str, str]:
     for name, value in values.items():
         if "\n" in value or "\0" in value or value.endswith("\r"):
             # docker and kubectl read line by line and drop a final carriage return.
-            raise ValueError(f"env value of {name} cannot be held by an env file "
-                             f"(a newline, NUL, or a carriage return at its end): {value!r}")
+            raise ValueError(
+                f"env value of {name} cannot be held by an env file "
+                f"(a newline, NUL, or a carriage return at its end): {value!r}"
+            )
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
@@ -205,11 +234,15 @@ def parse_docker_env(text: str) -> dict[str, str]:
             continue
         name, sep, value = line.partition("=")
         if not sep:
-            raise ValueError(f"line {number}: expected NAME=value, but got {raw!r} (a bare NAME would make "
-                             "docker copy the variable from the environment it runs in)")
+            raise ValueError(
+                f"line {number}: expected NAME=value, but got {raw!r} (a bare NAME would make "
+                "docker copy the variable from the environment it runs in)"
+            )
         if not _NAME.match(name):
-            raise ValueError(f"line {number}: {name!r} is not a valid variable name "
-                             "(letters, digits and '_', not starting with a digit)")
+            raise ValueError(
+                f"line {number}: {name!r} is not a valid variable name "
+                "(letters, digits and '_', not starting with a digit)"
+            )
         if name in result:
             raise ValueError(f"line {number}: {name} is set twice (first value {result[name]!r})")
         result[name] = value
@@ -273,8 +306,9 @@ def deployment(variables: Mapping[str, str], *, whole_file: bool) -> tuple[dict[
     try:
         args = json.loads(variables[ARGS_JSON_VAR])
     except json.JSONDecodeError as e:
-        raise ValueError(f"{ARGS_JSON_VAR} is not JSON ({e}); it must be an unquoted JSON array of strings, "
-                         'e.g. ["--tp-size","8"]') from None
+        raise ValueError(
+            f'{ARGS_JSON_VAR} is not JSON ({e}); it must be an unquoted JSON array of strings, e.g. ["--tp-size","8"]'
+        ) from None
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ValueError(f"{ARGS_JSON_VAR} must be a JSON array of strings, but got {variables[ARGS_JSON_VAR]!r}")
     names_text = variables.get(ENV_NAMES_VAR)
@@ -289,6 +323,8 @@ def deployment(variables: Mapping[str, str], *, whole_file: bool) -> tuple[dict[
     if whole_file:
         unlisted = sorted(set(variables) - set(names) - CARRIERS)
         if unlisted:
-            raise ValueError(f"{', '.join(unlisted)} set but not listed in {ENV_NAMES_VAR}; add "
-                             f"{'it' if len(unlisted) == 1 else 'them'} there (comma-separated) or remove the line")
+            raise ValueError(
+                f"{', '.join(unlisted)} set but not listed in {ENV_NAMES_VAR}; add "
+                f"{'it' if len(unlisted) == 1 else 'them'} there (comma-separated) or remove the line"
+            )
     return {name: variables[name] for name in names}, args

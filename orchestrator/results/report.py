@@ -12,12 +12,26 @@ from orchestrator.config.experiment import SweepSpec
 from orchestrator.records import TrialOutcome, TrialRole, TrialStatus, launched_params
 from orchestrator.results import select
 
-_METRIC_COLUMNS = ("decode_tok_s", "output_tok_s", "accept_length", "accept_rate", "verify_ms", "cycle_ms",
-                   "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99")
+_METRIC_COLUMNS = (
+    "decode_tok_s",
+    "output_tok_s",
+    "accept_length",
+    "accept_rate",
+    "verify_ms",
+    "cycle_ms",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "itl_ms_p50",
+    "itl_ms_p99",
+)
 
 
-def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequence[tuple[float, float]],
-                  speedups: Mapping[int, float] | None = None) -> pd.DataFrame:
+def results_table(
+    spec: SweepSpec,
+    outcomes: Sequence[TrialOutcome],
+    baselines: Sequence[tuple[float, float]],
+    speedups: Mapping[int, float] | None = None,
+) -> pd.DataFrame:
     """One row per trial, best objective first (failures last): the champion mark, number, role, status,
     failure kind, the speed-up of the objective over the baseline in percent, every metric, every knob,
     why the correctness screen refused its outputs (`outputs_changed`, empty when it did not), the best
@@ -34,18 +48,26 @@ def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: 
     rows: list[dict[str, Any]] = []
     best: float | None = None
     for o in trials:
-        row: dict[str, Any] = {"champion": "★" if champion == o.number else "", "trial": o.number,
-                               "role": o.role.value, "status": o.status.value,
-                               "failure_kind": o.failure_kind.value if o.failure_kind else "",
-                               "speedup_pct": None}
+        row: dict[str, Any] = {
+            "champion": "★" if champion == o.number else "",
+            "trial": o.number,
+            "role": o.role.value,
+            "status": o.status.value,
+            "failure_kind": o.failure_kind.value if o.failure_kind else "",
+            "speedup_pct": None,
+        }
         value = getattr(o.metrics, metric) if o.metrics is not None else None
         if o.metrics is not None:
             ratio = _speedup(o, value, baselines, speedups, direction)
             row["speedup_pct"] = None if ratio is None else select.speedup_pct(ratio)
             for c in _METRIC_COLUMNS:
                 row[c] = getattr(o.metrics, c)
-        if o.role is TrialRole.search and o.status is TrialStatus.COMPLETE and value is not None \
-                and not o.outputs_changed:
+        if (
+            o.role is TrialRole.search
+            and o.status is TrialStatus.COMPLETE
+            and value is not None
+            and not o.outputs_changed
+        ):
             best = value if best is None else (max(best, value) if direction == "maximize" else min(best, value))
         row["best_so_far"] = best
         row["outputs_changed"] = o.outputs_changed  # the search's correctness screen refused it: never a candidate
@@ -59,13 +81,17 @@ def results_table(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: 
         return df
     if metric not in df:
         df[metric] = None
-    df = df.sort_values([metric, "trial"], ascending=[direction == "minimize", True], na_position="last",
-                        kind="stable")
+    df = df.sort_values([metric, "trial"], ascending=[direction == "minimize", True], na_position="last", kind="stable")
     return df.reset_index(drop=True)
 
 
-def _speedup(o: TrialOutcome, value: float | None, baselines: Sequence[tuple[float, float]],
-             speedups: Mapping[int, float] | None, direction: select.Direction) -> float | None:
+def _speedup(
+    o: TrialOutcome,
+    value: float | None,
+    baselines: Sequence[tuple[float, float]],
+    speedups: Mapping[int, float] | None,
+    direction: select.Direction,
+) -> float | None:
     """The trial's speed-up ratio: the one kept when it was told, else (no study) over the nearest baseline."""
     if speedups is not None:
         return speedups.get(o.number)
@@ -75,9 +101,13 @@ def _speedup(o: TrialOutcome, value: float | None, baselines: Sequence[tuple[flo
 
 def _champion(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> int | None:
     """The trial the promotion picks (the best eligible searched one), by the same rule."""
-    pick = select.pick_champion([o for o in outcomes if o.role is TrialRole.search], metric=spec.objective.metric,
-                                direction=spec.objective.direction, constraints=spec.objective.bounds(),
-                                concurrency=spec.benchmark.concurrency)
+    pick = select.pick_champion(
+        [o for o in outcomes if o.role is TrialRole.search],
+        metric=spec.objective.metric,
+        direction=spec.objective.direction,
+        constraints=spec.objective.bounds(),
+        concurrency=spec.benchmark.concurrency,
+    )
     return None if pick is None else pick.number
 
 
@@ -92,8 +122,11 @@ def parent_metrics(summary: dict[str, Any], outcomes: Sequence[TrialOutcome]) ->
     """The parent run's single numbers: counts, the confirmed gain in percent with the gate's bounds
     (GATE_BOUNDS, only when the confirmation measured them), the baseline drift. The best objective is
     logged along the sweep (step = trial) from the results table, not here."""
-    out = {"trials_complete": float(summary["complete"]), "trials_failed": float(summary["failed"]),
-           "proposals_skipped": float(summary["skipped"])}
+    out = {
+        "trials_complete": float(summary["complete"]),
+        "trials_failed": float(summary["failed"]),
+        "proposals_skipped": float(summary["skipped"]),
+    }
     gate = summary.get("gate")
     if gate:
         out["champion_gain_pct"] = round(float(gate["gain"]) * 100, 1)
@@ -114,8 +147,14 @@ def figures(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequen
     import matplotlib.pyplot as plt  # deferred, after the headless backend is chosen
 
     metric = spec.objective.metric
-    done = sorted((o for o in outcomes if o.status is TrialStatus.COMPLETE and o.metrics is not None
-                   and o.role is not TrialRole.confirm), key=lambda o: o.number)
+    done = sorted(
+        (
+            o
+            for o in outcomes
+            if o.status is TrialStatus.COMPLETE and o.metrics is not None and o.role is not TrialRole.confirm
+        ),
+        key=lambda o: o.number,
+    )
     figs: dict[str, Any] = {}
     fig, ax = plt.subplots(figsize=(8, 4.5))
     xs = [o.number for o in done]
@@ -131,8 +170,7 @@ def figures(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequen
     ax.step(xs, running, where="post", color="tab:orange", label="best so far")
     failed = [o.number for o in outcomes if o.status is TrialStatus.FAILED]
     if failed and ys:
-        ax.scatter(failed, [min(y for y in ys if y is not None)] * len(failed), marker="x", c="tab:red",
-                   label="failed")
+        ax.scatter(failed, [min(y for y in ys if y is not None)] * len(failed), marker="x", c="tab:red", label="failed")
     ax.set_xlabel("trial")
     ax.set_ylabel(metric)
     ax.set_title(f"{spec.name}: {metric} by trial")
@@ -141,10 +179,14 @@ def figures(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequen
     figs["objective_by_trial.png"] = fig
     if spec.objective.secondary:
         sec = spec.objective.secondary
-        pts = [{metric: getattr(o.metrics, metric), sec: getattr(o.metrics, sec), "trial": o.number} for o in done
-               if getattr(o.metrics, sec) is not None]
-        front = select.pareto_front(pts, [(metric, spec.objective.direction),
-                                          (sec, spec.objective.secondary_direction)])
+        pts = [
+            {metric: getattr(o.metrics, metric), sec: getattr(o.metrics, sec), "trial": o.number}
+            for o in done
+            if getattr(o.metrics, sec) is not None
+        ]
+        front = select.pareto_front(
+            pts, [(metric, spec.objective.direction), (sec, spec.objective.secondary_direction)]
+        )
         fig2, ax2 = plt.subplots(figsize=(6, 4.5))
         ax2.scatter([p[metric] for p in pts], [p[sec] for p in pts], s=14, c="tab:blue", label="trials")
         fp = sorted((pts[i] for i in front), key=lambda p: p[metric])
@@ -162,9 +204,11 @@ def _pareto(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> list[TrialOutc
     if not spec.objective.secondary:
         return []
     metric, sec = spec.objective.metric, spec.objective.secondary
-    done = [o for o in outcomes if o.status is TrialStatus.COMPLETE and o.metrics is not None
-            and o.role is TrialRole.search]
-    pts: list[dict[str, float | None]] = [{metric: getattr(o.metrics, metric), sec: getattr(o.metrics, sec)}
-                                          for o in done]
+    done = [
+        o for o in outcomes if o.status is TrialStatus.COMPLETE and o.metrics is not None and o.role is TrialRole.search
+    ]
+    pts: list[dict[str, float | None]] = [
+        {metric: getattr(o.metrics, metric), sec: getattr(o.metrics, sec)} for o in done
+    ]
     front = select.pareto_front(pts, [(metric, spec.objective.direction), (sec, spec.objective.secondary_direction)])
     return [done[i] for i in front]

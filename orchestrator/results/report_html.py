@@ -113,38 +113,46 @@ def table_html(table: pd.DataFrame) -> str:
     if table.empty:
         return "<p>No trials.</p>"
     cols = [c for c in FRONT_COLUMNS if c in table] + [c for c in table.columns if c not in FRONT_COLUMNS]
-    head = "".join(f'<th class="{"l" if c in ("role", "status", "failure_kind") else ""}">{_e(c)}</th>'
-                   for c in cols)
+    head = "".join(f'<th class="{"l" if c in ("role", "status", "failure_kind") else ""}">{_e(c)}</th>' for c in cols)
     rows = []
     for _, r in table.iterrows():
         cls = "champion" if r.get("champion") else ("failed" if r.get("status") not in (None, "COMPLETE") else "")
-        cells = "".join(f'<td class="{"l" if c in ("role", "status", "failure_kind") else ""}">{_cell(r[c])}</td>'
-                        for c in cols)
+        cells = "".join(
+            f'<td class="{"l" if c in ("role", "status", "failure_kind") else ""}">{_cell(r[c])}</td>' for c in cols
+        )
         rows.append(f'<tr class="{cls}">{cells}</tr>')
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
 def table_page(table: pd.DataFrame, title: str = "Sweep results") -> str:
     """results.html: the styled table alone, best objective first."""
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{STYLE}</style>"
-            f"</head><body><main><h1>{_e(title)}</h1><p class='sub'>One row per trial, best first; ★ marks the "
-            f"champion; speedup_pct is the objective's gain in percent over the baseline measured nearest in time when "
-            f"the trial was recorded, the figure MLflow and sweep status show.</p>{table_html(table)}"
-            f"</main></body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{STYLE}</style>"
+        f"</head><body><main><h1>{_e(title)}</h1><p class='sub'>One row per trial, best first; ★ marks the "
+        f"champion; speedup_pct is the objective's gain in percent over the baseline measured nearest in time when "
+        f"the trial was recorded, the figure MLflow and sweep status show.</p>{table_html(table)}"
+        f"</main></body></html>"
+    )
 
 
 def _champion_cards(r: ReportInput) -> str:
     if r.champion_trial is None:
-        return f'<div class="cards"><div class="card"><div class="label">Champion</div><div class="big">none</div>' \
-               f'<p>{_e(r.verdict)}</p></div></div>'
-    knobs = "".join(f"<li><code>{_e(k)}={_e(v)}</code></li>" for k, v in r.champion_params.items()) or \
-        "<li>engine defaults</li>"
+        return (
+            f'<div class="cards"><div class="card"><div class="label">Champion</div><div class="big">none</div>'
+            f"<p>{_e(r.verdict)}</p></div></div>"
+        )
+    knobs = (
+        "".join(f"<li><code>{_e(k)}={_e(v)}</code></li>" for k, v in r.champion_params.items())
+        or "<li>engine defaults</li>"
+    )
     gain_cls = "good" if r.promoted else "warn"
-    interval = (f"gate bounds {_pct(r.gain_low)} to {_pct(r.gain_high)}"  # sequential: wider than 95%
-                if r.gain_low is not None and r.gain_high is not None and r.gain_low != r.gain_high else "")
+    interval = (
+        f"gate bounds {_pct(r.gain_low)} to {_pct(r.gain_high)}"  # sequential: wider than 95%
+        if r.gain_low is not None and r.gain_high is not None and r.gain_low != r.gain_high
+        else ""
+    )
     value = f"{r.champion_value:.1f} {_e(r.objective)}" if r.champion_value is not None else ""
-    promoted = (f"promoted as <code>{_e(r.model)}</code> version {_e(r.model_version)}" if r.promoted
-                else "not promoted")
+    promoted = f"promoted as <code>{_e(r.model)}</code> version {_e(r.model_version)}" if r.promoted else "not promoted"
     env = f"<br>env file: <code>{_e(r.env_file)}</code>" if r.env_file else ""
     rounds = f" over {r.confirm_rounds} confirmation rounds" if r.confirm_rounds else ""
     at = "" if r.concurrency is None else f" at {contrib.streams(r.concurrency, short=True)}"
@@ -164,8 +172,11 @@ def _why(r: ReportInput) -> str:
         parts.append(f"<p><b>{_e(name.replace('_', ' '))}</b>: {_finding(value)}</p>")
     if r.importances:
         top = sorted(r.importances.items(), key=lambda kv: -kv[1])[:5]
-        parts.append("<p><b>knob importances</b> (fANOVA):</p><ul>" + "".join(
-            f"<li><code>{_e(k)}</code> {v * 100:.0f}%</li>" for k, v in top) + "</ul>")
+        parts.append(
+            "<p><b>knob importances</b> (fANOVA):</p><ul>"
+            + "".join(f"<li><code>{_e(k)}</code> {v * 100:.0f}%</li>" for k, v in top)
+            + "</ul>"
+        )
     return "".join(parts) or "<p>Too few trials completed to tell which knobs mattered.</p>"
 
 
@@ -180,19 +191,34 @@ def _finding(value: Any) -> str:
 
 
 def _failures(r: ReportInput) -> str:
-    rows = "".join(f"<tr><td class='l'>{_e(f.kind)}</td><td>{f.count}</td><td>{f.trial}</td>"
-                   f"<td class='l'>{_e(f.reason[:300])}</td></tr>" for f in r.failures)
-    table = (f"<table><tr><th class='l'>kind</th><th>trials</th><th>example</th><th class='l'>reason</th></tr>{rows}"
-             f"</table>") if rows else "<p>No trial failed.</p>"
-    skipped = (f"<p>{r.skipped} proposal(s) skipped without a launch (infeasible combination or already "
-               f"measured).</p>") if r.skipped else ""
+    rows = "".join(
+        f"<tr><td class='l'>{_e(f.kind)}</td><td>{f.count}</td><td>{f.trial}</td>"
+        f"<td class='l'>{_e(f.reason[:300])}</td></tr>"
+        for f in r.failures
+    )
+    table = (
+        (
+            f"<table><tr><th class='l'>kind</th><th>trials</th><th>example</th><th class='l'>reason</th></tr>{rows}"
+            f"</table>"
+        )
+        if rows
+        else "<p>No trial failed.</p>"
+    )
+    skipped = (
+        (f"<p>{r.skipped} proposal(s) skipped without a launch (infeasible combination or already measured).</p>")
+        if r.skipped
+        else ""
+    )
     return table + skipped
 
 
 def _health(r: ReportInput) -> str:
-    drift = ("" if r.drift is None else
-             f"<p class='{'warn' if r.drift_flagged else ''}'>baseline drift over the night: {r.drift * 100:.1f}%"
-             f"{' (flagged)' if r.drift_flagged else ''}</p>")
+    drift = (
+        ""
+        if r.drift is None
+        else f"<p class='{'warn' if r.drift_flagged else ''}'>baseline drift over the night: {r.drift * 100:.1f}%"
+        f"{' (flagged)' if r.drift_flagged else ''}</p>"
+    )
     fps = "".join(f"<li class='warn'>{_e(c)}</li>" for c in r.fingerprint_changes)
     fp = f"<ul>{fps}</ul>" if fps else "<p>The host fingerprint did not change during the sweep.</p>"
     truth = f"<p>{_e(r.truth)}</p>" if r.truth else ""
@@ -204,8 +230,10 @@ def render(r: ReportInput, plotly_js: str = "") -> str:
     """The report page. `plotly_js`: the script inlined once when `plots` are given (offline page)."""
     script = f"<script>{plotly_js}</script>" if plotly_js and r.plots else ""
     plots = "".join(f'<div class="plot">{fragment}</div>' for _, fragment in r.plots)
-    images = "".join(f'<div class="plot"><img alt="{_e(t)}" style="max-width:100%" src="data:image/png;base64,{b}">'
-                     f"</div>" for t, b in r.figures.items())
+    images = "".join(
+        f'<div class="plot"><img alt="{_e(t)}" style="max-width:100%" src="data:image/png;base64,{b}"></div>'
+        for t, b in r.figures.items()
+    )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{_e(r.experiment)}: sweep report</title>
 <style>{STYLE}</style>{script}</head><body><main>
 <h1>{_e(r.experiment)}: sweep report</h1>

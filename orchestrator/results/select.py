@@ -42,9 +42,7 @@ PICK_Z = 0.5
 bound). Chosen on bench/overnight.py: nights ending >= 98% of the optimum over 240, z = 0 / 0.5 / 1 / 2:
 229 / 231 / 229 / 223 (docs/benchmarks.md)."""
 
-METRIC_NAMES: tuple[str, ...] = tuple(
-    name for name, field in Metrics.model_fields.items() if name != "sources"
-)
+METRIC_NAMES: tuple[str, ...] = tuple(name for name, field in Metrics.model_fields.items() if name != "sources")
 """Fields of Metrics that an objective or a constraint may name."""
 
 
@@ -81,9 +79,7 @@ def nearest_baseline(t: float, baselines: Sequence[tuple[float, float]]) -> floa
     return min(baselines, key=lambda tv: (abs(tv[0] - t), tv[0]))[1]
 
 
-def drift(
-    baselines: Sequence[tuple[float, float]], *, threshold: float = 0.05
-) -> tuple[float, bool]:
+def drift(baselines: Sequence[tuple[float, float]], *, threshold: float = 0.05) -> tuple[float, bool]:
     """Largest relative change of any baseline against the first one measured, and whether it
     exceeds `threshold` (0.05 = 5%). Fewer than two baselines cannot drift: (0.0, False)."""
     if threshold < 0:
@@ -120,14 +116,10 @@ def _metric(outcome: TrialOutcome, name: str) -> float | None:
 
 def _check_metric_name(name: str, what: str) -> None:
     if name not in METRIC_NAMES:
-        raise ValueError(
-            f"{what} {name!r} is not a measured metric; choose one of: {', '.join(METRIC_NAMES)}"
-        )
+        raise ValueError(f"{what} {name!r} is not a measured metric; choose one of: {', '.join(METRIC_NAMES)}")
 
 
-def feasible(
-    outcome: TrialOutcome, constraints: Mapping[str, tuple[float | None, float | None]]
-) -> bool:
+def feasible(outcome: TrialOutcome, constraints: Mapping[str, tuple[float | None, float | None]]) -> bool:
     """Whether every constrained metric is present and within its [low, high] bounds (None = open), and
     the search's correctness screen did not find the trial's outputs changed (outcome.outputs_changed)."""
     if outcome.outputs_changed:
@@ -143,8 +135,9 @@ def feasible(
     return True
 
 
-def eligible_values(outcomes: Sequence[TrialOutcome], *, metric: str,
-                    constraints: Mapping[str, tuple[float | None, float | None]]) -> list[tuple[TrialOutcome, float]]:
+def eligible_values(
+    outcomes: Sequence[TrialOutcome], *, metric: str, constraints: Mapping[str, tuple[float | None, float | None]]
+) -> list[tuple[TrialOutcome, float]]:
     """The trials a pick may choose, with their objective values: complete, not a baseline, environment
     proven applied, the metric present, every constraint satisfied."""
     eligible: list[tuple[TrialOutcome, float]] = []
@@ -159,8 +152,13 @@ def eligible_values(outcomes: Sequence[TrialOutcome], *, metric: str,
     return eligible
 
 
-def pooled_fit(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction,
-               z: float = PICK_Z, adjust: str | None = None) -> list[Pooled] | None:
+def pooled_fit(
+    eligible: Sequence[tuple[TrialOutcome, float]],
+    *,
+    direction: Direction,
+    z: float = PICK_Z,
+    adjust: str | None = None,
+) -> list[Pooled] | None:
     """stats.pooled_scores over the eligible trials (log of the objective, oriented so higher is better,
     adjusted for each run's speed where `adjust` names the objective and it is one run_speed may adjust
     (run_speed_metric: the caller's say, from the benchmark load), or None when a value is not positive."""
@@ -181,8 +179,9 @@ def run_speed_metric(metric: str, concurrency: int) -> str | None:
     return metric if metric in RUN_SPEED_METRICS and concurrency <= 1 else None
 
 
-def _log_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction,
-              adjust: str | None = None) -> list[tuple[Hashable, Hashable, float]] | None:
+def _log_rows(
+    eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction, adjust: str | None = None
+) -> list[tuple[Hashable, Hashable, float]] | None:
     """The pooled fit's rows: (speculation part, communication part, log value oriented so higher is
     better), adjusted by run_speed for an `adjust` in RUN_SPEED_METRICS; None when nothing is eligible or
     a value is not positive."""
@@ -190,8 +189,9 @@ def _log_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Directi
     return found[0] if found is not None else None
 
 
-def _adjusted_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction, adjust: str | None
-                   ) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None] | None:
+def _adjusted_rows(
+    eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction, adjust: str | None
+) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None] | None:
     """run_speed over the eligible trials' log rows (oriented so higher is better): the rows and what it
     found; None when nothing is eligible or a value is not positive."""
     if not eligible or not all(value > 0 and math.isfinite(value) for _, value in eligible):
@@ -200,8 +200,9 @@ def _adjusted_rows(eligible: Sequence[tuple[TrialOutcome, float]], direction: Di
     return run_speed(eligible, [(*split_point(o.params), sign * math.log(v)) for o, v in eligible], adjust)
 
 
-def run_speed(eligible: Sequence[tuple[TrialOutcome, float]], rows: Sequence[tuple[Hashable, Hashable, float]],
-              adjust: str | None) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
+def run_speed(
+    eligible: Sequence[tuple[TrialOutcome, float]], rows: Sequence[tuple[Hashable, Hashable, float]], adjust: str | None
+) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
     """`rows` (one per eligible trial) less what each run's own speed explains: a server run that came up
     slow (clocks, a neighbour on the host) is slow at prefill and at decode alike, so its TTFT, less what
     its configuration makes of TTFT (an additive fit over speculation on/off and the communication
@@ -215,17 +216,23 @@ def run_speed(eligible: Sequence[tuple[TrialOutcome, float]], rows: Sequence[tup
     return covariate_adjusted(rows, x, [prefill_group(outcome.params) for outcome, _ in eligible])
 
 
-def run_speed_of(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction,
-                 adjust: str | None) -> Covariate | None:
+def run_speed_of(
+    eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction, adjust: str | None
+) -> Covariate | None:
     """What run_speed found in these trials (its slope, and whether it adjusted them), None where it
     does not apply or no point was run twice."""
     found = _adjusted_rows(eligible, direction, adjust)
     return found[1] if found is not None else None
 
 
-def search_contrast(eligible: Sequence[tuple[TrialOutcome, float]], first: Mapping[str, ParamValue],
-                    second: Mapping[str, ParamValue], *, direction: Direction,
-                    adjust: str | None = None) -> Contrast | None:
+def search_contrast(
+    eligible: Sequence[tuple[TrialOutcome, float]],
+    first: Mapping[str, ParamValue],
+    second: Mapping[str, ParamValue],
+    *,
+    direction: Direction,
+    adjust: str | None = None,
+) -> Contrast | None:
     """What the search's measurements say of `second` against `first`: the pooled fit's (pooled_fit's
     model over every eligible trial, rows adjusted as `adjust` says) log-scale difference, oriented so that positive
     means `second` is better, with its standard error (stats.pooled_contrast); None when either point's
@@ -247,8 +254,9 @@ NEAR_TIE_MAX = 4
 """Measurements of one point after which near_tie measures it no more."""
 
 
-def replicate_noise(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction = "maximize",
-                    adjust: str | None = None) -> tuple[float, int] | None:
+def replicate_noise(
+    eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction = "maximize", adjust: str | None = None
+) -> tuple[float, int] | None:
     """The run-to-run noise (log scale) the search measured, from the points it measured more than once
     with the very same parameters (pure error: no model between them, so a misfit of the pooled fit does
     not count as noise), on rows adjusted as `adjust` says (_log_rows: what the runs' speed explains taken out), with its
@@ -268,8 +276,13 @@ def replicate_noise(eligible: Sequence[tuple[TrialOutcome, float]], *, direction
     return (math.sqrt(ss / dof), dof) if dof >= 3 else None
 
 
-def remeasure_interval(every: int, eligible: Sequence[tuple[TrialOutcome, float]], *,
-                       direction: Direction = "maximize", adjust: str | None = None) -> int:
+def remeasure_interval(
+    every: int,
+    eligible: Sequence[tuple[TrialOutcome, float]],
+    *,
+    direction: Direction = "maximize",
+    adjust: str | None = None,
+) -> int:
     """sampler.remeasure_every scaled by the noise the search measured (replicate_noise) against the
     DEFAULT_NOISE it was chosen at: a night twice as noisy re-measures its near-ties twice as often, never
     more often than every 2nd trial; `every` itself until the noise is known or where it is lower."""
@@ -279,8 +292,9 @@ def remeasure_interval(every: int, eligible: Sequence[tuple[TrialOutcome, float]
     return max(2, min(every, round(every * DEFAULT_NOISE / found[0])))
 
 
-def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction,
-             adjust: str | None = None) -> TrialOutcome | None:
+def near_tie(
+    eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction, adjust: str | None = None
+) -> TrialOutcome | None:
     """The point to measure again (a trial of it), or None: the best point (the pick's own order, a
     lower bound PICK_Z standard errors below its pooled estimate) against its rival, the other point with
     the highest upper bound (RIVAL_Z above). While the rival's upper bound reaches the best one's lower
@@ -300,8 +314,10 @@ def near_tie(eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direc
     if len(points) < 2:
         return None
     best = max(points, key=lambda k: (points[k][1].fitted - PICK_Z * points[k][1].se, -points[k][0].number))
-    rival = max((k for k in points if k != best),
-                key=lambda k: (points[k][1].fitted + RIVAL_Z * points[k][1].se, -points[k][0].number))
+    rival = max(
+        (k for k in points if k != best),
+        key=lambda k: (points[k][1].fitted + RIVAL_Z * points[k][1].se, -points[k][0].number),
+    )
     b, r = points[best][1], points[rival][1]
     if r.fitted + RIVAL_Z * r.se <= b.fitted - PICK_Z * b.se:
         return None
@@ -348,8 +364,7 @@ def pick_champion(
         return None
     fit = pooled_fit(eligible, direction=direction, adjust=run_speed_metric(metric, concurrency)) if pooled else None
     scores = [f.score for f in fit] if fit is not None else [0.0] * len(eligible)
-    best = max(range(len(eligible)),
-               key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))
+    best = max(range(len(eligible)), key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))
     return eligible[best][0]
 
 
@@ -379,8 +394,9 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
-def _log_ratio_interval(c: np.ndarray, b: np.ndarray, direction: str, paired: bool,
-                        level: float) -> tuple[float, float]:
+def _log_ratio_interval(
+    c: np.ndarray, b: np.ndarray, direction: str, paired: bool, level: float
+) -> tuple[float, float]:
     """Student-t interval of the champion/baseline ratio on the log scale, as a relative gain.
 
     Paired (interleaved rounds share the host's state): t on the per-round log ratios, n-1 degrees
@@ -398,7 +414,7 @@ def _log_ratio_interval(c: np.ndarray, b: np.ndarray, direction: str, paired: bo
         lc, lb = np.log(c), np.log(b)
         vc, vb = lc.var(ddof=1) / lc.size, lb.var(ddof=1) / lb.size
         mean, se = float(sign * (lc.mean() - lb.mean())), float(math.sqrt(vc + vb))
-        df = (vc + vb) ** 2 / (vc ** 2 / (lc.size - 1) + vb ** 2 / (lb.size - 1)) if vc + vb > 0 else 1.0
+        df = (vc + vb) ** 2 / (vc**2 / (lc.size - 1) + vb**2 / (lb.size - 1)) if vc + vb > 0 else 1.0
     half = float(stats.t.ppf(1.0 - (1.0 - level) / 2.0, df)) * se
     return math.exp(mean - half) - 1.0, math.exp(mean + half) - 1.0
 
@@ -430,10 +446,19 @@ def promotion_gate(
 
     if c.size < 2 or b.size < 2:
         return GateResult(
-            passed=False, gain=gain, ci_low=gain, ci_high=gain, min_gain=min_gain,
-            direction=direction, paired=paired, n_champion=int(c.size), n_baseline=int(b.size),
-            reason=(f"champion {_pct(gain)} over baseline from {c.size} vs {b.size} measurements; "
-                    f"{rule}: at least 2 measurements of each are needed for an interval"),
+            passed=False,
+            gain=gain,
+            ci_low=gain,
+            ci_high=gain,
+            min_gain=min_gain,
+            direction=direction,
+            paired=paired,
+            n_champion=int(c.size),
+            n_baseline=int(b.size),
+            reason=(
+                f"champion {_pct(gain)} over baseline from {c.size} vs {b.size} measurements; "
+                f"{rule}: at least 2 measurements of each are needed for an interval"
+            ),
         )
 
     low, high = _log_ratio_interval(c, b, direction, paired, level)
@@ -443,12 +468,21 @@ def promotion_gate(
     if low <= 0:
         failures.append("interval includes 0" if high >= 0 else "interval below 0")
     passed = not failures
-    summary = (f"champion {_pct(gain)} [{_pct(low)}, {_pct(high)}] over baseline from {c.size} vs {b.size} "
-               f"interleaved measurements; {rule}")
+    summary = (
+        f"champion {_pct(gain)} [{_pct(low)}, {_pct(high)}] over baseline from {c.size} vs {b.size} "
+        f"interleaved measurements; {rule}"
+    )
     reason = summary if passed else f"{summary}: {' and '.join(failures)}"
     return GateResult(
-        passed=passed, gain=gain, ci_low=low, ci_high=high, min_gain=min_gain,
-        direction=direction, paired=paired, n_champion=int(c.size), n_baseline=int(b.size),
+        passed=passed,
+        gain=gain,
+        ci_low=low,
+        ci_high=high,
+        min_gain=min_gain,
+        direction=direction,
+        paired=paired,
+        n_champion=int(c.size),
+        n_baseline=int(b.size),
         reason=reason,
     )
 
@@ -476,8 +510,7 @@ def pareto_front(
     front = []
     for i, vi in rows:
         dominated = any(
-            all(a >= b for a, b in zip(vj, vi)) and any(a > b for a, b in zip(vj, vi))
-            for j, vj in rows if j != i
+            all(a >= b for a, b in zip(vj, vi)) and any(a > b for a, b in zip(vj, vi)) for j, vj in rows if j != i
         )
         if not dominated:
             front.append(i)

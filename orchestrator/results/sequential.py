@@ -58,11 +58,15 @@ class RoundsPlan:
 
     def __post_init__(self) -> None:
         if self.min_rounds < 3:
-            raise ValueError(f"min_rounds >= 3 must hold (an interval needs 2 degrees of freedom), "
-                             f"but got min_rounds={self.min_rounds}")
+            raise ValueError(
+                f"min_rounds >= 3 must hold (an interval needs 2 degrees of freedom), "
+                f"but got min_rounds={self.min_rounds}"
+            )
         if self.max_rounds < self.min_rounds:
-            raise ValueError(f"min_rounds <= max_rounds must hold, but got (min_rounds={self.min_rounds}, "
-                             f"max_rounds={self.max_rounds})")
+            raise ValueError(
+                f"min_rounds <= max_rounds must hold, but got (min_rounds={self.min_rounds}, "
+                f"max_rounds={self.max_rounds})"
+            )
         if not (0.0 <= self.min_gain < 10.0):
             raise ValueError(f"0 <= min_gain < 10 must hold, but got min_gain={self.min_gain}")
 
@@ -160,8 +164,14 @@ def log_ratios(champion: Sequence[float], baseline: Sequence[float], direction: 
     return d if direction == "maximize" else -d
 
 
-def evidence(champion: Sequence[float], baseline: Sequence[float], *, direction: Direction,
-             level: float, noise: RoundNoise | None = None) -> Evidence:
+def evidence(
+    champion: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    direction: Direction,
+    level: float,
+    noise: RoundNoise | None = None,
+) -> Evidence:
     """The mean log ratio and its one-sided bounds at `level` (each side), as relative gains.
 
     Without `noise` the bound is the paired t on the pair's own rounds. With it (round_noise over every
@@ -178,13 +188,25 @@ def evidence(champion: Sequence[float], baseline: Sequence[float], *, direction:
     mean = float(d.mean())
     bound = BoundNoise.of(d, noise)
     half = float(stats.t.ppf(level, bound.df)) * bound.sigma * math.sqrt(2.0 / n)
-    return Evidence(rounds=n, gain=math.exp(mean) - 1.0, low=math.exp(mean - half) - 1.0,
-                    high=math.exp(mean + half) - 1.0, champion_median=float(np.median(champion)),
-                    baseline_median=float(np.median(baseline)), bound=bound)
+    return Evidence(
+        rounds=n,
+        gain=math.exp(mean) - 1.0,
+        low=math.exp(mean - half) - 1.0,
+        high=math.exp(mean + half) - 1.0,
+        champion_median=float(np.median(champion)),
+        baseline_median=float(np.median(baseline)),
+        bound=bound,
+    )
 
 
-def decide(champion: Sequence[float], baseline: Sequence[float], plan: RoundsPlan, *,
-           direction: Direction = "maximize", noise: RoundNoise | None = None) -> Decision:
+def decide(
+    champion: Sequence[float],
+    baseline: Sequence[float],
+    plan: RoundsPlan,
+    *,
+    direction: Direction = "maximize",
+    noise: RoundNoise | None = None,
+) -> Decision:
     """The verdict after the rounds measured so far, or `verdict=None` to measure another round;
     `noise`: round_noise of the arms measured in the pair's rounds (evidence)."""
     n = len(champion)
@@ -194,19 +216,27 @@ def decide(champion: Sequence[float], baseline: Sequence[float], plan: RoundsPla
     need = plan.min_gain
     # The gate's bounds are wider than a plain 95% interval: each look spends only its share of the budget.
     pooled = f", {ev.noise_source}" if ev.arms > 2 else ""
-    figure = (f"{_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}] (gate bounds, {plan.level:.1%} each side{pooled}) "
-              f"after {n} rounds")
+    figure = (
+        f"{_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}] (gate bounds, {plan.level:.1%} each side{pooled}) "
+        f"after {n} rounds"
+    )
     if ev.low > need:
         return Decision(Verdict.promoted, ev, f"promoted: {figure}, above the required {_pct(need)}")
     if ev.high < need:
-        return Decision(Verdict.not_better, ev,
-                        f"not better: {figure}, below the required {_pct(need)}; the champion does not beat "
-                        f"the baseline by promotion.min_gain")
+        return Decision(
+            Verdict.not_better,
+            ev,
+            f"not better: {figure}, below the required {_pct(need)}; the champion does not beat "
+            f"the baseline by promotion.min_gain",
+        )
     if n >= plan.max_rounds:
-        return Decision(Verdict.undecided, ev,
-                        f"undecided after {n} rounds: {figure} straddles the required {_pct(need)}; raise "
-                        f"promotion.max_rounds or benchmark.requests (less noise per round), or lower "
-                        f"promotion.min_gain")
+        return Decision(
+            Verdict.undecided,
+            ev,
+            f"undecided after {n} rounds: {figure} straddles the required {_pct(need)}; raise "
+            f"promotion.max_rounds or benchmark.requests (less noise per round), or lower "
+            f"promotion.min_gain",
+        )
     return Decision(None, ev, f"{figure}: not decided yet, round {n + 1} of at most {plan.max_rounds} next")
 
 

@@ -56,8 +56,7 @@ def evaluator(spec: SweepSpec) -> Callable[[Mapping[str, Any]], float]:
     worst = 0.0 if spec.objective.direction == "maximize" else float("inf")
 
     def value(params: Mapping[str, Any]) -> float:
-        pred = sim_model.evaluate({**eagle.effective(params), "tp": spec.server.tp}, hw, model,
-                                  concurrency=concurrency)
+        pred = sim_model.evaluate({**eagle.effective(params), "tp": spec.server.tp}, hw, model, concurrency=concurrency)
         return float(getattr(pred, metric)) if pred.ok else worst
 
     return value
@@ -89,6 +88,8 @@ def compute(spec: SweepSpec, points: Iterable[Mapping[str, Any]] | None = None) 
     """Evaluate every feasible point (or the given ones), best first for the objective's direction."""
     value = evaluator(spec)
     maximize = spec.objective.direction == "maximize"
-    scored = sorted(((value(p), dict(p)) for p in (points if points is not None else feasible_points(spec))),
-                    key=lambda vp: -vp[0] if maximize else vp[0])
+    scored = sorted(
+        ((value(p), dict(p)) for p in (points if points is not None else feasible_points(spec))),
+        key=lambda vp: -vp[0] if maximize else vp[0],
+    )
     return Truth(tuple(v for v, _ in scored), tuple(p for _, p in scored), spec.objective.metric, maximize)

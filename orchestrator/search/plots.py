@@ -44,9 +44,13 @@ def sweep_plots(storage_url: str, study_name: str, objective: str) -> list[Plot]
         stored = optuna.load_study(study_name=study_name, storage=storage_url)
     except KeyError:
         return []
-    trials = [t for t in stored.get_trials(deepcopy=False)
-              if t.user_attrs.get("role", TrialRole.search.value) in _PLOTTED_ROLES
-              and not t.user_attrs.get("skipped") and t.state in (TrialState.COMPLETE, TrialState.FAIL)]
+    trials = [
+        t
+        for t in stored.get_trials(deepcopy=False)
+        if t.user_attrs.get("role", TrialRole.search.value) in _PLOTTED_ROLES
+        and not t.user_attrs.get("skipped")
+        and t.state in (TrialState.COMPLETE, TrialState.FAIL)
+    ]
     if sum(1 for t in trials if t.state is TrialState.COMPLETE) < 2:
         return []
     verbosity = optuna.logging.get_verbosity()
@@ -68,8 +72,13 @@ def sweep_plots(storage_url: str, study_name: str, objective: str) -> list[Plot]
             except (ValueError, RuntimeError, ZeroDivisionError):  # e.g. one distinct value per knob
                 continue
         figure.update_layout(title=title, height=420, margin={"l": 60, "r": 30, "t": 50, "b": 50})
-        plots.append(Plot(name=name, title=title,
-                          html=figure.to_html(full_html=False, include_plotlyjs=False, div_id=f"optuna-{name}")))
+        plots.append(
+            Plot(
+                name=name,
+                title=title,
+                html=figure.to_html(full_html=False, include_plotlyjs=False, div_id=f"optuna-{name}"),
+            )
+        )
     return plots
 
 
@@ -83,22 +92,33 @@ def numbered_as_stored(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.tr
     return [by_number.get(n, gap) for n in range(max(by_number, default=-1) + 1)]
 
 
-def vis_calls(study: optuna.Study, names: list[str],
-              first: dict[str, Any]) -> list[tuple[str, str, Callable[[], Any]]]:
+def vis_calls(study: optuna.Study, names: list[str], first: dict[str, Any]) -> list[tuple[str, str, Callable[[], Any]]]:
     """(file name, title, drawing call) of each view that applies to the study."""
     v = optuna.visualization
     multi = len(study.directions) > 1
     kw = first if multi else {"target_name": names[0]}
     calls: list[tuple[str, str, Callable[[], Any]]] = [
         ("history", f"Optimization history: {names[0]} by trial", lambda: v.plot_optimization_history(study, **kw)),
-        ("importances", f"Which knobs moved {names[0]} (fANOVA importance)",
-         lambda: v.plot_param_importances(study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
-                                          **kw)),
-        ("parallel_coordinate", f"Knobs and {names[0]} (parallel coordinate)",
-         lambda: v.plot_parallel_coordinate(study, **kw)),
+        (
+            "importances",
+            f"Which knobs moved {names[0]} (fANOVA importance)",
+            lambda: v.plot_param_importances(
+                study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0), **kw
+            ),
+        ),
+        (
+            "parallel_coordinate",
+            f"Knobs and {names[0]} (parallel coordinate)",
+            lambda: v.plot_parallel_coordinate(study, **kw),
+        ),
         ("slice", f"{names[0]} per knob value (slice)", lambda: v.plot_slice(study, **kw)),
     ]
     if len(study.directions) == 2:
-        calls.append(("pareto_front", "Pareto front of the two objectives",
-                      lambda: v.plot_pareto_front(study, target_names=names)))
+        calls.append(
+            (
+                "pareto_front",
+                "Pareto front of the two objectives",
+                lambda: v.plot_pareto_front(study, target_names=names),
+            )
+        )
     return calls

@@ -69,12 +69,14 @@ class ProposalPolicy:
         self.study = study
         self._known: dict[str, _Known] = {}
 
-    def remember(self, params: Mapping[str, ParamValue], number: int, values: Sequence[float] | None, *,
-                 learn: bool = False) -> None:
+    def remember(
+        self, params: Mapping[str, ParamValue], number: int, values: Sequence[float] | None, *, learn: bool = False
+    ) -> None:
         """A finished measurement (values) or failure (None; `learn`: one the sampler learns from) of
         `params`; the first one counts."""
-        self._known.setdefault(sp.key(params), _Known(number, tuple(values) if values is not None else None,
-                                                      learn and values is None))
+        self._known.setdefault(
+            sp.key(params), _Known(number, tuple(values) if values is not None else None, learn and values is None)
+        )
 
     def next(self, in_flight: Mapping[str, int] | None = None) -> Proposal | Settled | None:
         """Ask once: a Proposal to launch, a Settled proposal, or None when a grid has nothing left.
@@ -96,19 +98,20 @@ class ProposalPolicy:
                 return settled
         return Proposal(number, params, role, attrs)
 
-    def _settle_repeat(self, number: int, params: dict[str, ParamValue],
-                       in_flight: Mapping[str, int]) -> Settled | None:
+    def _settle_repeat(
+        self, number: int, params: dict[str, ParamValue], in_flight: Mapping[str, int]
+    ) -> Settled | None:
         key = sp.key(params)
         known = self._known.get(key)
         if known is not None and known.values is None:
             detail = f"same parameters as failed trial {known.number}"
-            self.study.tell_failed(number, {"failure_kind": "duplicate_of_failed", "skipped": True, "reason": detail},
-                                   learn=known.learn)
+            self.study.tell_failed(
+                number, {"failure_kind": "duplicate_of_failed", "skipped": True, "reason": detail}, learn=known.learn
+            )
             return Settled(number, params, Settlement.duplicate_of_failed, detail)
         if known is not None and known.values is not None:
             self.study.tell_complete(number, list(known.values), {"duplicate_of": known.number, "skipped": True})
-            return Settled(number, params, Settlement.duplicate_of_complete,
-                           f"same parameters as trial {known.number}")
+            return Settled(number, params, Settlement.duplicate_of_complete, f"same parameters as trial {known.number}")
         running = in_flight.get(key)
         if running is not None:
             detail = f"same parameters as trial {running}, in flight"

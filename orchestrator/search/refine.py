@@ -32,9 +32,13 @@ class Refinement:
     """Neighbours of the best measured points of `space`, searched under the probe's kept NCCL `settings`
     ({label: {knob: value}}, fastest first) with its `latency` ({label: {size: us}})."""
 
-    def __init__(self, space: SearchSpace, settings: Mapping[str, Mapping[str, ParamValue]],
-                 latency: Mapping[str, Mapping[str, float]] | None = None,
-                 fixed: Mapping[str, ParamValue] | None = None):
+    def __init__(
+        self,
+        space: SearchSpace,
+        settings: Mapping[str, Mapping[str, ParamValue]],
+        latency: Mapping[str, Mapping[str, float]] | None = None,
+        fixed: Mapping[str, ParamValue] | None = None,
+    ):
         self.space = space
         self.settings = {label: dict(v) for label, v in settings.items()}
         self.latency = {label: dict(v) for label, v in (latency or {}).items()}
@@ -42,8 +46,9 @@ class Refinement:
         """Knobs the probe left one value of: no neighbour takes another."""
         self._rr = 0
 
-    def next(self, measured: Sequence[tuple[float, Mapping[str, ParamValue]]], tried: Collection[str]
-             ) -> dict[str, ParamValue] | None:
+    def next(
+        self, measured: Sequence[tuple[float, Mapping[str, ParamValue]]], tried: Collection[str]
+    ) -> dict[str, ParamValue] | None:
         """The next neighbour whose key (`space.key`) is not in `tried` (measured, failed or in flight);
         `measured` are (value, higher better, point). The top PARENTS take turns; when their neighbours
         are used up, the next best measured point's (best-first). None when every one is tried."""
@@ -69,8 +74,9 @@ class Refinement:
         _, label = min(timed)
         return self.settings.get(label)
 
-    def neighbours(self, params: Mapping[str, ParamValue], means: Mapping[str, float] | None = None
-                   ) -> list[dict[str, ParamValue]]:
+    def neighbours(
+        self, params: Mapping[str, ParamValue], means: Mapping[str, float] | None = None
+    ) -> list[dict[str, ParamValue]]:
         """The feasible one-step neighbours of `params` (module doc), nearest knobs of the space first;
         with `means` ({point key: mean log value} of the measured points), the steps that go on the way
         a knob's last step gained come right after the fastest NCCL setting (`continuations`)."""
@@ -116,8 +122,9 @@ def ranked_points(measured: Sequence[tuple[float, Mapping[str, ParamValue]]]) ->
     return sorted(points, key=lambda p: -score[sp.key(p)])
 
 
-def continuations(space: SearchSpace, params: Mapping[str, ParamValue], means: Mapping[str, float],
-                  skip: Collection[str] = ()) -> list[dict[str, ParamValue]]:
+def continuations(
+    space: SearchSpace, params: Mapping[str, ParamValue], means: Mapping[str, float], skip: Collection[str] = ()
+) -> list[dict[str, ParamValue]]:
     """The pattern moves from `params`: for each measured point one step of one knob away (the knob's
     adjacent value, everything else equal) whose mean (`means`: {point key: mean log value}) is below
     `params`' own, that knob one step further the same way, the largest gain first. Decode speed is

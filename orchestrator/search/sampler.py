@@ -119,12 +119,25 @@ class FailureAwareTPE(BaseSampler):
             if failed or (t.state == TrialState.COMPLETE and t.user_attrs.get(OUTPUTS_CHANGED_ATTR)):
                 # TPE splits off a violated constraint before it reads any value (a failure has none)
                 values = [0.0] * len(study.directions) if failed else t.values
-                shown.append(optuna.trial.create_trial(params=t.params, distributions=t.distributions,
-                                                       values=values, constraints={FAILED_CONSTRAINT: 1.0}))
+                shown.append(
+                    optuna.trial.create_trial(
+                        params=t.params,
+                        distributions=t.distributions,
+                        values=values,
+                        constraints={FAILED_CONSTRAINT: 1.0},
+                    )
+                )
             elif t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING):
-                shown.append(optuna.trial.create_trial(state=t.state, params=t.params, distributions=t.distributions,
-                                                       values=t.values, intermediate_values=t.intermediate_values,
-                                                       constraints=t.constraints or None))
+                shown.append(
+                    optuna.trial.create_trial(
+                        state=t.state,
+                        params=t.params,
+                        distributions=t.distributions,
+                        values=t.values,
+                        intermediate_values=t.intermediate_values,
+                        constraints=t.constraints or None,
+                    )
+                )
         copy.add_trials(shown)
         copy.ask()
         asked = copy.get_trials(deepcopy=False)[-1]
@@ -137,22 +150,23 @@ class FailureAwareTPE(BaseSampler):
         copy, asked = self._view(study, trial)
         return self._tpe.infer_relative_search_space(copy, asked)
 
-    def sample_relative(self, study: OptunaStudy, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: OptunaStudy, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         if not search_space or not self._started(study):
             return {}
         copy, asked = self._view(study, trial)
         return self._tpe.sample_relative(copy, asked, search_space)
 
-    def sample_independent(self, study: OptunaStudy, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
+    def sample_independent(
+        self, study: OptunaStudy, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
         if not self._started(study):
             return self._random.sample_independent(study, trial, param_name, param_distribution)
         copy, asked = self._view(study, trial)
         return self._tpe.sample_independent(copy, asked, param_name, param_distribution)
 
-    def after_trial(self, study: OptunaStudy, trial: FrozenTrial, state: TrialState,
-                    values: Any) -> None:
+    def after_trial(self, study: OptunaStudy, trial: FrozenTrial, state: TrialState, values: Any) -> None:
         if self._copy is not None and self._copy[0] == trial.number:
             self._copy = None
 
@@ -186,18 +200,24 @@ class StageTwoSampler(FailureAwareTPE):
         self._chosen = None
         return super().infer_relative_search_space(study, trial)
 
-    def sample_relative(self, study: OptunaStudy, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: OptunaStudy, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         if self._chosen is not None and self._chosen[0] == trial.number:
             return dict(self._chosen[1])
         return super().sample_relative(study, trial, search_space)
 
-    def _neighbour(self, study: OptunaStudy, settings: Mapping[str, Mapping[str, ParamValue]]
-                   ) -> dict[str, ParamValue] | None:
+    def _neighbour(
+        self, study: OptunaStudy, settings: Mapping[str, Mapping[str, ParamValue]]
+    ) -> dict[str, ParamValue] | None:
         latency = study.user_attrs.get(PROBE_LATENCY_ATTR) or {}
         fixed = study.user_attrs.get(PROBE_FIXED_ATTR) or {}
-        if self._refinement is None or self._refinement.settings != settings or self._refinement.latency != latency \
-                or self._refinement.fixed != fixed:
+        if (
+            self._refinement is None
+            or self._refinement.settings != settings
+            or self._refinement.latency != latency
+            or self._refinement.fixed != fixed
+        ):
             old = self._refinement
             self._refinement = Refinement(self._space, settings, latency, fixed)
             if old is not None:
@@ -211,16 +231,21 @@ class StageTwoSampler(FailureAwareTPE):
                 continue
             point = sp.complete(self._space, point_of(t.params, settings))
             tried.add(sp.key(point))
-            if t.state == TrialState.COMPLETE and t.values and not t.user_attrs.get("skipped") \
-                    and not t.user_attrs.get(OUTPUTS_CHANGED_ATTR):
+            if (
+                t.state == TrialState.COMPLETE
+                and t.values
+                and not t.user_attrs.get("skipped")
+                and not t.user_attrs.get(OUTPUTS_CHANGED_ATTR)
+            ):
                 measured.append((t.values[0], point))
                 ttft.append(t.user_attrs.get(RUN_TTFT_ATTR))
         measured = [(sign * v, p) for v, p in adjusted(measured, ttft)]
         return self._refinement.next(measured, tried) if measured else None
 
 
-def adjusted(measured: list[tuple[float, dict[str, ParamValue]]], ttft: list[Any]
-             ) -> list[tuple[float, dict[str, ParamValue]]]:
+def adjusted(
+    measured: list[tuple[float, dict[str, ParamValue]]], ttft: list[Any]
+) -> list[tuple[float, dict[str, ParamValue]]]:
     """The measured values with each run's own speed taken out where it recorded its TTFT (RUN_TTFT_ATTR:
     a trial of a study begun before it was kept has none and stays as measured) and the TTFT moves with
     the objective (stats.covariate_adjusted, as the pick's results.select.run_speed); as measured otherwise."""
@@ -234,8 +259,9 @@ def adjusted(measured: list[tuple[float, dict[str, ParamValue]]], ttft: list[Any
     return [(v if t is None else math.exp(y), p) for (_, _, y), (v, p), t in zip(out, measured, x)]
 
 
-def _optuna_params(space: SearchSpace, point: Mapping[str, ParamValue],
-                   settings: Mapping[str, Mapping[str, ParamValue]]) -> dict[str, Any] | None:
+def _optuna_params(
+    space: SearchSpace, point: Mapping[str, ParamValue], settings: Mapping[str, Mapping[str, ParamValue]]
+) -> dict[str, Any] | None:
     """`point` as the Optuna params a trial asks (its NCCL knobs as their kept setting's rank), unset knobs
     left out; None when its NCCL knobs are no kept setting."""
     ranks = [i + 1 for i, v in enumerate(settings.values()) if all(point.get(k) == x for k, x in v.items())]
@@ -245,7 +271,8 @@ def _optuna_params(space: SearchSpace, point: Mapping[str, ParamValue],
     out: dict[str, Any] = {NCCL_SETTING: ranks[0]}
     for name, dist in dists.items():
         value = point.get(name)
-        if name != NCCL_SETTING and (value is not None or (
-                isinstance(dist, CategoricalDistribution) and None in dist.choices)):
+        if name != NCCL_SETTING and (
+            value is not None or (isinstance(dist, CategoricalDistribution) and None in dist.choices)
+        ):
             out[name] = value
     return out

@@ -27,8 +27,21 @@ from orchestrator.config.space import (
 )
 from orchestrator.records import ParamValue
 
-__all__ = ["Collapse", "baseline_params", "census", "collapse_all", "collapse_inert", "complete", "distribution", "infeasible_reason",
-           "is_active", "key", "ordered", "points", "random_point"]
+__all__ = [
+    "Collapse",
+    "baseline_params",
+    "census",
+    "collapse_all",
+    "collapse_inert",
+    "complete",
+    "distribution",
+    "infeasible_reason",
+    "is_active",
+    "key",
+    "ordered",
+    "points",
+    "random_point",
+]
 
 
 def distribution(param: ParamSpec) -> CategoricalDistribution | IntDistribution:

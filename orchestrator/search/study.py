@@ -48,6 +48,7 @@ IN_MEMORY = "memory:"
 
 _DIRECTIONS = {"maximize": StudyDirection.MAXIMIZE, "minimize": StudyDirection.MINIMIZE}
 
+
 @dataclass(frozen=True)
 class TrialView:
     """A read-only view of one Optuna trial in our terms."""
@@ -86,18 +87,23 @@ def _storage_op(fn: Callable[..., T]) -> Callable[..., T]:
             if self.storage_url.startswith("sqlite:///"):
                 what = sqlite_problem(self.storage_url.removeprefix("sqlite:///"), cause)
             else:
-                what = (f"Optuna storage {mask_url_password(self.storage_url)} failed: {type(cause).__name__}: "
-                        f"{str(cause).splitlines()[0][:300]}")
-            raise StorageWriteError(f"{what}. What was measured is kept: once fixed, `sweep run ... --resume` "
-                                    "continues") from None
+                what = (
+                    f"Optuna storage {mask_url_password(self.storage_url)} failed: {type(cause).__name__}: "
+                    f"{str(cause).splitlines()[0][:300]}"
+                )
+            raise StorageWriteError(
+                f"{what}. What was measured is kept: once fixed, `sweep run ... --resume` continues"
+            ) from None
+
     return wrapper
 
 
 class Study:
     """An Optuna study in RDB storage driven by ask/tell."""
 
-    def __init__(self, storage_url: str, name: str, space: SearchSpace, sampler: SamplerSpec,
-                 directions: Sequence[str]):
+    def __init__(
+        self, storage_url: str, name: str, space: SearchSpace, sampler: SamplerSpec, directions: Sequence[str]
+    ):
         self.storage_url = storage_url
         self.name = name
         self.space = space
@@ -118,13 +124,17 @@ class Study:
         try:
             names = optuna.study.get_all_study_names(storage=self.storage_url)
         except ImportError as exc:
-            raise StorageError(f"Optuna storage {mask_url_password(self.storage_url)}: its database driver is not installed "
-                               f"({str(exc).splitlines()[0][:200]}); for PostgreSQL: pip install 'sglang-sweep[postgres]'") from None
+            raise StorageError(
+                f"Optuna storage {mask_url_password(self.storage_url)}: its database driver is not installed "
+                f"({str(exc).splitlines()[0][:200]}); for PostgreSQL: pip install 'sglang-sweep[postgres]'"
+            ) from None
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy's many connection errors
             if self.storage_url.startswith("sqlite"):
                 return False  # a fresh sqlite file has no schema yet
-            raise StorageError(f"Optuna storage {mask_url_password(self.storage_url)} is unreachable: "
-                               f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from None
+            raise StorageError(
+                f"Optuna storage {mask_url_password(self.storage_url)} is unreachable: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            ) from None
         return self.name in names
 
     @_storage_op
@@ -133,8 +143,11 @@ class Study:
             check_enumerable(self.space, "sampler kind grid")  # before anything is created
         storage = None if self.storage_url == IN_MEMORY else _rdb(self.storage_url)
         self._study = optuna.create_study(
-            study_name=self.name, storage=storage, directions=[_DIRECTIONS[d] for d in self.directions],
-            sampler=_sampler(self.sampler_cfg, self.space), load_if_exists=True,
+            study_name=self.name,
+            storage=storage,
+            directions=[_DIRECTIONS[d] for d in self.directions],
+            sampler=_sampler(self.sampler_cfg, self.space),
+            load_if_exists=True,
         )
         self._settings = {str(k): dict(v) for k, v in (self.get_attr(PROBE_SETTINGS_ATTR) or {}).items()}
         self._fixed = dict(self.get_attr(PROBE_FIXED_ATTR) or {})
@@ -206,8 +219,10 @@ class Study:
         label = self.nccl_label(params) if self._settings and attrs.get("role", "search") == "search" else None
         if label is not None:
             dims = self._settings[label]
-            params = {NCCL_SETTING: list(self._settings).index(label) + 1,
-                      **{k: v for k, v in params.items() if k not in dims}}
+            params = {
+                NCCL_SETTING: list(self._settings).index(label) + 1,
+                **{k: v for k, v in params.items() if k not in dims},
+            }
         elif self._settings:
             attrs["nccl_fixed"] = True  # asked knob by knob (see ask)
         fixed = {k: v for k, v in params.items() if v is not None or _none_allowed(self.space, k)}
@@ -229,8 +244,11 @@ class Study:
                 return None
         trial = self.study.ask()
         chosen: dict[str, ParamValue] = {}
-        restricted = (self._settings and trial.user_attrs.get("role", "search") == "search"
-                      and not trial.user_attrs.get("nccl_fixed"))
+        restricted = (
+            self._settings
+            and trial.user_attrs.get("role", "search") == "search"
+            and not trial.user_attrs.get("nccl_fixed")
+        )
         nccl = set(next(iter(self._settings.values()))) if restricted else set()
         for name in sp.ordered(self.space):
             if name in chosen:
@@ -286,7 +304,8 @@ class Study:
             else:
                 frozen = self.study.get_trials(deepcopy=False)[number]
                 self.study._storage.set_trial_system_attr(  # no public API for old trials
-                    frozen._trial_id, f"constraints:{FAILED_CONSTRAINT}", 1.0)
+                    frozen._trial_id, f"constraints:{FAILED_CONSTRAINT}", 1.0
+                )
         self.study.tell(number, state=TrialState.FAIL)
         self._asked.pop(number, None)
 
@@ -309,7 +328,10 @@ class Study:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 found = optuna.importance.get_param_importances(
-                    self.study, target=lambda t: t.values[0], evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
+                    self.study,
+                    target=lambda t: t.values[0],
+                    evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
+                )
         except (ValueError, RuntimeError):  # e.g. no parameter shared by every complete trial
             return {}
         return dict(sorted(((k, float(v)) for k, v in found.items()), key=lambda kv: -kv[1]))
@@ -322,8 +344,11 @@ def _none_allowed(space: SearchSpace, name: str) -> bool:
 
 def _view(t: optuna.trial.FrozenTrial, settings: Mapping[str, Mapping[str, ParamValue]] | None = None) -> TrialView:
     return TrialView(
-        number=t.number, state=t.state.name, params=point_of(t.params, settings or {}),
-        values=tuple(t.values) if t.values is not None else None, attrs=dict(t.user_attrs),
+        number=t.number,
+        state=t.state.name,
+        params=point_of(t.params, settings or {}),
+        values=tuple(t.values) if t.values is not None else None,
+        attrs=dict(t.user_attrs),
         start=t.datetime_start.timestamp() if t.datetime_start else None,
         end=t.datetime_complete.timestamp() if t.datetime_complete else None,
     )
@@ -344,20 +369,25 @@ def _rdb(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
     if url.startswith("sqlite:///"):
         folder = Path(url.removeprefix("sqlite:///")).parent
         if not folder.is_dir():
-            raise StorageError(f"Optuna storage {shown}: the folder {folder} does not exist; create it, or "
-                               f"leave --storage out (the work directory's optuna.db)")
+            raise StorageError(
+                f"Optuna storage {shown}: the folder {folder} does not exist; create it, or "
+                f"leave --storage out (the work directory's optuna.db)"
+            )
     try:
         return _open_rdb(url, **kwargs)
     except ImportError as exc:
-        raise StorageError(f"Optuna storage {shown}: its database driver is not installed "
-                           f"({str(exc).splitlines()[0][:200]}); for PostgreSQL: pip install 'sglang-sweep[postgres]'"
-                           ) from None
+        raise StorageError(
+            f"Optuna storage {shown}: its database driver is not installed "
+            f"({str(exc).splitlines()[0][:200]}); for PostgreSQL: pip install 'sglang-sweep[postgres]'"
+        ) from None
     except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
         if url.startswith("sqlite:///") and isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
             raise StorageError(sqlite_problem(url.removeprefix("sqlite:///"), exc)) from None
-        raise StorageError(f"Optuna storage {shown} cannot be opened: {type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0][:300]}; pass a URL such as sqlite:////abs/path/optuna.db "
-                           f"or postgresql://user@host/db") from None
+        raise StorageError(
+            f"Optuna storage {shown} cannot be opened: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:300]}; pass a URL such as sqlite:////abs/path/optuna.db "
+            f"or postgresql://user@host/db"
+        ) from None
 
 
 # Optuna's RDBStorage creates its tables on open (metadata.create_all: look, then CREATE TABLE), so two
@@ -389,15 +419,21 @@ def sqlite_problem(path: str, exc: BaseException) -> str:
     """One message for a sqlite database file that cannot be used: what, where and how to fix it."""
     text = _db_error_text(exc).splitlines()[0][:200]
     if "locked" in text:
-        return (f"{path} is locked by another process ({text}); wait for the sweep or command using it to "
-                "finish, or stop it, and run this again")
+        return (
+            f"{path} is locked by another process ({text}); wait for the sweep or command using it to "
+            "finish, or stop it, and run this again"
+        )
     if disk_failing(text):
         return f"{path}: the disk is full or failing ({text}); free space and run this again"
     if "unable to open" in text or "readonly" in text:
-        return (f"{path} cannot be opened ({text}); check that it is a file you can read and write "
-                "(not a directory) in a folder you can write to")
-    return (f"{path} is not a readable SQLite database ({text}): it was cut short, overwritten or damaged; "
-            "restore it from a backup, or start a new sweep in another --workdir")
+        return (
+            f"{path} cannot be opened ({text}); check that it is a file you can read and write "
+            "(not a directory) in a folder you can write to"
+        )
+    return (
+        f"{path} is not a readable SQLite database ({text}): it was cut short, overwritten or damaged; "
+        "restore it from a backup, or start a new sweep in another --workdir"
+    )
 
 
 def read_only(storage_url: str, name: str) -> tuple[list[TrialView], dict[str, Any]] | None:
@@ -412,5 +448,7 @@ def read_only(storage_url: str, name: str) -> tuple[list[TrialView], dict[str, A
     except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
         if storage_url.startswith("sqlite:///"):
             raise StorageError(sqlite_problem(storage_url.removeprefix("sqlite:///"), exc)) from None
-        raise StorageError(f"Optuna storage {mask_url_password(storage_url)} cannot be read: {type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0][:300]}") from None
+        raise StorageError(
+            f"Optuna storage {mask_url_password(storage_url)} cannot be read: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:300]}"
+        ) from None

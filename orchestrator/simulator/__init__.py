@@ -59,6 +59,22 @@ from orchestrator.simulator.model import (
 )
 from orchestrator.simulator.profiles import ProfileError, load_hardware, load_model
 
-__all__ = ["AllReduceChoice", "Faults", "HardwareProfile", "ModelProfile", "NcclSettings", "Prediction",
-           "ProfileError", "Ranked", "TrialCost", "evaluate", "load_hardware", "load_model", "nccl_all_reduce",
-           "params_from_launch", "parse_faults", "trial_cost", "truth"]
+__all__ = [
+    "AllReduceChoice",
+    "Faults",
+    "HardwareProfile",
+    "ModelProfile",
+    "NcclSettings",
+    "Prediction",
+    "ProfileError",
+    "Ranked",
+    "TrialCost",
+    "evaluate",
+    "load_hardware",
+    "load_model",
+    "nccl_all_reduce",
+    "params_from_launch",
+    "parse_faults",
+    "trial_cost",
+    "truth",
+]

@@ -48,9 +48,21 @@ import tuner_plugin  # noqa: E402
 
 # NCCL_PARAM integers are echoed as "%lld." ; string variables as "%s".
 _INT_PARAMS = {
-    "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_P2P_DISABLE",
-    "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER",
-    "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_MAX_CTAS", "NCCL_MIN_CTAS", "NCCL_CHECKS_DISABLE",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_BUFFSIZE",
+    "NCCL_NTHREADS",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_IB_DISABLE",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_GRAPH_REGISTER",
+    "NCCL_LL_BUFFSIZE",
+    "NCCL_LL128_BUFFSIZE",
+    "NCCL_MAX_CTAS",
+    "NCCL_MIN_CTAS",
+    "NCCL_CHECKS_DISABLE",
 }
 # Not echoed with the others: NCCL_TUNER_PLUGIN is echoed by the tuner loader (tuner_plugin.load), the config
 # file only the plugin reads.
@@ -62,10 +74,15 @@ def tuned(item, rules, world, env):
     (tuner_plugin.get_coll_info, under this rank's NCCL_ALGO / NCCL_PROTO), and that call's lines (TUNING)."""
     nbytes, algo, proto, channels = item.split()
     algorithms, protocols = tuner_plugin.available(env)
-    choice, said = tuner_plugin.get_coll_info(rules, int(nbytes), world, algorithms, protocols,
-                                              (algo.lower(), proto.lower()))
-    return "%s %s %s %d" % (nbytes, choice.algorithm.upper(), choice.protocol.upper(),
-                            choice.channels or int(channels)), said
+    choice, said = tuner_plugin.get_coll_info(
+        rules, int(nbytes), world, algorithms, protocols, (algo.lower(), proto.lower())
+    )
+    return "%s %s %s %d" % (
+        nbytes,
+        choice.algorithm.upper(),
+        choice.protocol.upper(),
+        choice.channels or int(channels),
+    ), said
 
 
 def nccl_lines(rank, world, version, tuning, env):
@@ -91,10 +108,13 @@ def nccl_lines(rank, world, version, tuning, env):
                 lines.append("%s%s set by environment to %d." % (prefix, name, int(value)))
             else:
                 lines.append("%s%s set by environment to %s" % (prefix, name, value))
-    comm = 0x55d0c0de0000 + rank * 0x1000
+    comm = 0x55D0C0DE0000 + rank * 0x1000
     if shown("INIT"):
-        lines.append(prefix + "comm %#x rank %d nRanks %d nNodes 1 localRanks %d localRank %d MNNVL 0"
-                     % (comm, rank, world, world, rank))
+        lines.append(
+            prefix
+            + "comm %#x rank %d nRanks %d nNodes 1 localRanks %d localRank %d MNNVL 0"
+            % (comm, rank, world, world, rank)
+        )
     said, plugin = tuner_plugin.load(env)
     lines += [prefix + message for names, message in said if shown(*names)]
     rules = None
@@ -102,16 +122,20 @@ def nccl_lines(rank, world, version, tuning, env):
         said, rules = tuner_plugin.read_config(world, env)
         lines += [prefix + message for message in said if shown("TUNING")]
     if shown("INIT"):
-        lines.append(prefix + "ncclCommInitRank comm %#x rank %d nranks %d cudaDev %d - Init COMPLETE"
-                     % (comm, rank, world, rank))
+        lines.append(
+            prefix
+            + "ncclCommInitRank comm %#x rank %d nranks %d cudaDev %d - Init COMPLETE" % (comm, rank, world, rank)
+        )
     if shown("TUNING"):
         for item in tuning:
             if rules is not None:
                 item, said = tuned(item, rules, world, env)
                 lines += [prefix + message for message in said]
             nbytes, algo, proto, channels = item.split()
-            lines.append("%sAllReduce: %s Bytes -> Algo %s proto %s channel{Lo..Hi}={0..%d}"
-                         % (prefix, nbytes, algo, proto, int(channels) - 1))
+            lines.append(
+                "%sAllReduce: %s Bytes -> Algo %s proto %s channel{Lo..Hi}={0..%d}"
+                % (prefix, nbytes, algo, proto, int(channels) - 1)
+            )
     return lines
 
 

@@ -69,8 +69,9 @@ def build(state: ServerState) -> Starlette:
             await asyncio.wait_for(_until_finished(req), timeout)
         except asyncio.TimeoutError:
             state.engine.abort(req)
-            state.log.main(f"Health check failed. Server couldn't get a response from detokenizer for last "
-                           f"{timeout:g} seconds.")
+            state.log.main(
+                f"Health check failed. Server couldn't get a response from detokenizer for last {timeout:g} seconds."
+            )
             return Response(status_code=503)
         return Response(status_code=200)
 
@@ -79,15 +80,18 @@ def build(state: ServerState) -> Starlette:
 
     async def model_info(request: HttpRequest) -> Response:
         if request.url.path == "/get_model_info":
-            state.log.main("Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
-                           "Please use '/model_info' instead.")
+            state.log.main(
+                "Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
+                "Please use '/model_info' instead."
+            )
         return JSONResponse(state.model_info)
 
     async def server_info(_: HttpRequest) -> Response:
         engine = state.engine
         internal = dict(state.args)
         internal.update(
-            world_size=state.args.get("tp_size", 1), startup_time=state.startup_time,
+            world_size=state.args.get("tp_size", 1),
+            startup_time=state.startup_time,
             effective_max_running_requests_per_dp=state.args.get("max_running_requests"),
             last_gen_throughput=engine.last_gen_throughput if engine else 0.0,
             memory_usage=state.memory_usage,
@@ -99,22 +103,43 @@ def build(state: ServerState) -> Starlette:
         info = dict(state.args)
         # As a real 0.5.23 server reports them: the resolved device, and "ready" once up (its /get_server_info).
         info.update(device=state.args.get("device") or "cuda", status="ready" if state.up else "starting")
-        info.update(launch_command=state.launch_command, kv_events=None, startup_time=state.startup_time,
-                    internal_states=[internal], version="0.5.23", frontend="python",
-                    max_total_num_tokens=engine.max_total_tokens if engine else None)
+        info.update(
+            launch_command=state.launch_command,
+            kv_events=None,
+            startup_time=state.startup_time,
+            internal_states=[internal],
+            version="0.5.23",
+            frontend="python",
+            max_total_num_tokens=engine.max_total_tokens if engine else None,
+        )
         return JSONResponse(info)
 
     async def models(_: HttpRequest) -> Response:
         name = state.served_model_name
-        return JSONResponse({"object": "list", "data": [{
-            "id": name, "object": "model", "created": int(state.startup_time), "owned_by": "sglang",
-            "root": name, "parent": None, "max_model_len": state.model_info.get("context_length")}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": int(state.startup_time),
+                        "owned_by": "sglang",
+                        "root": name,
+                        "parent": None,
+                        "max_model_len": state.model_info.get("context_length"),
+                    }
+                ],
+            }
+        )
 
     async def flush_cache(_: HttpRequest) -> Response:
         if state.engine is not None and state.engine.flush_cache():
             state.log.scheduler("Cache flushed successfully!")
-            return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. (When there are "
-                                     "running or waiting requests, the operation will not be performed.)\n")
+            return PlainTextResponse(
+                "Cache flushed.\nPlease check backend logs for more details. (When there are "
+                "running or waiting requests, the operation will not be performed.)\n"
+            )
         return PlainTextResponse("Cache not flushed: there are running or waiting requests.\n", status_code=400)
 
     async def metrics(_: HttpRequest) -> Response:
@@ -161,15 +186,29 @@ def build(state: ServerState) -> Starlette:
         name = body.get("model") or state.served_model_name
         if req.stream:
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(_guard(req, _openai_stream(req, created, name, usage)),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                _guard(req, _openai_stream(req, created, name, usage)), media_type="text/event-stream"
+            )
         if not await _wait_or_disconnect(req, request):
             return Response(status_code=499)
-        return JSONResponse({
-            "id": req.rid, "object": "text_completion", "created": created, "model": name,
-            "choices": [{"index": 0, "text": detokenize(req.output_ids), "logprobs": None,
-                         "finish_reason": "length", "matched_stop": None}],
-            "usage": _usage(req)})
+        return JSONResponse(
+            {
+                "id": req.rid,
+                "object": "text_completion",
+                "created": created,
+                "model": name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": detokenize(req.output_ids),
+                        "logprobs": None,
+                        "finish_reason": "length",
+                        "matched_stop": None,
+                    }
+                ],
+                "usage": _usage(req),
+            }
+        )
 
     async def _parse_native(request: HttpRequest) -> tuple[Request, bool] | Response:
         try:
@@ -195,8 +234,11 @@ def build(state: ServerState) -> Starlette:
         return Request(input_ids=input_ids or [0], max_new_tokens=max_new, stream=stream, **logprobs), stream
 
     def _native_out(req: Request) -> dict:
-        return {"text": detokenize(req.output_ids), "output_ids": list(req.output_ids),
-                "meta_info": req.meta_info(state.draft_tokens)}
+        return {
+            "text": detokenize(req.output_ids),
+            "output_ids": list(req.output_ids),
+            "meta_info": req.meta_info(state.draft_tokens),
+        }
 
     async def _native_stream(req: Request) -> AsyncIterator[bytes]:
         sent = 0
@@ -218,15 +260,37 @@ def build(state: ServerState) -> Starlette:
             if len(req.output_ids) > sent:
                 delta = detokenize(req.output_ids[sent:])
                 sent = len(req.output_ids)
-                yield _sse({"id": req.rid, "object": "text_completion", "created": created, "model": name,
-                            "choices": [{"index": 0, "text": delta, "logprobs": None,
-                                         "finish_reason": "length" if req.finished else None,
-                                         "matched_stop": None}], "usage": None})
+                yield _sse(
+                    {
+                        "id": req.rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": name,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "text": delta,
+                                "logprobs": None,
+                                "finish_reason": "length" if req.finished else None,
+                                "matched_stop": None,
+                            }
+                        ],
+                        "usage": None,
+                    }
+                )
             if req.finished:
                 break
         if usage:
-            yield _sse({"id": req.rid, "object": "text_completion", "created": created, "model": name,
-                        "choices": [], "usage": _usage(req)})
+            yield _sse(
+                {
+                    "id": req.rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": name,
+                    "choices": [],
+                    "usage": _usage(req),
+                }
+            )
         yield b"data: [DONE]\n\n"
 
     async def _guard(req: Request, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -276,8 +340,12 @@ def _logprob_options(body: dict) -> dict[str, Any] | Response:
         return _error(f"logprob_start_len must be an integer >= -1, but got {start!r}")
     if top is not None and (not isinstance(top, int) or top < 0):
         return _error(f"top_logprobs_num must be an integer >= 0, but got {top!r}")
-    return {"return_logprob": bool(body.get("return_logprob")), "logprob_start_len": -1 if start is None else start,
-            "top_logprobs_num": top or 0, "return_text_in_logprobs": bool(body.get("return_text_in_logprobs"))}
+    return {
+        "return_logprob": bool(body.get("return_logprob")),
+        "logprob_start_len": -1 if start is None else start,
+        "top_logprobs_num": top or 0,
+        "return_text_in_logprobs": bool(body.get("return_text_in_logprobs")),
+    }
 
 
 async def _until_finished(req: Request) -> None:
@@ -287,18 +355,33 @@ async def _until_finished(req: Request) -> None:
 
 
 def _usage(req: Request) -> dict:
-    return {"prompt_tokens": len(req.input_ids), "completion_tokens": len(req.output_ids),
-            "total_tokens": len(req.input_ids) + len(req.output_ids), "prompt_tokens_details": None}
+    return {
+        "prompt_tokens": len(req.input_ids),
+        "completion_tokens": len(req.output_ids),
+        "total_tokens": len(req.input_ids) + len(req.output_ids),
+        "prompt_tokens_details": None,
+    }
 
 
-def model_info_for(args: dict[str, Any], architectures: tuple[str, ...], model_type: str,
-                   context_length: int) -> dict[str, Any]:
+def model_info_for(
+    args: dict[str, Any], architectures: tuple[str, ...], model_type: str, context_length: int
+) -> dict[str, Any]:
     """/model_info's fields (reference INTERFACE.md section 3) for a resolved launch."""
     path = args.get("model_path")
-    return {"model_path": path, "served_model_name": args.get("served_model_name") or path,
-            "tokenizer_path": args.get("tokenizer_path") or path, "is_generation": True,
-            "preferred_sampling_params": None, "weight_version": "default", "load_format": args.get("load_format"),
-            "reasoning_parser": args.get("reasoning_parser"), "tool_call_parser": args.get("tool_call_parser"),
-            "disaggregation_mode": "null", "has_image_understanding": False, "has_audio_understanding": False,
-            "model_type": model_type, "architectures": list(architectures), "context_length": context_length}
-
+    return {
+        "model_path": path,
+        "served_model_name": args.get("served_model_name") or path,
+        "tokenizer_path": args.get("tokenizer_path") or path,
+        "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
+        "load_format": args.get("load_format"),
+        "reasoning_parser": args.get("reasoning_parser"),
+        "tool_call_parser": args.get("tool_call_parser"),
+        "disaggregation_mode": "null",
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+        "model_type": model_type,
+        "architectures": list(architectures),
+        "context_length": context_length,
+    }

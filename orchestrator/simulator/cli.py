@@ -38,15 +38,31 @@ _HELP_FILE = "launch_server_help.txt"
 
 # dest -> (type, default) for the flags the simulator reads; defaults as SGLang 0.5.23 resolves them.
 _TYPED: dict[str, tuple[type, Any]] = {
-    "tp_size": (int, 1), "dp_size": (int, 1), "pp_size": (int, 1), "port": (int, 30000),
-    "host": (str, "127.0.0.1"), "log_level": (str, "info"), "decode_log_interval": (int, 40),
-    "speculative_num_steps": (int, None), "speculative_eagle_topk": (int, None),
-    "speculative_num_draft_tokens": (int, None), "speculative_attention_mode": (str, "prefill"),
-    "cuda_graph_max_bs_decode": (int, None), "cuda_graph_max_bs_prefill": (int, None),
-    "max_running_requests": (int, None), "max_total_tokens": (int, None), "mem_fraction_static": (float, None),
-    "random_seed": (int, None), "watchdog_timeout": (float, 300.0), "context_length": (int, None),
-    "chunked_prefill_size": (int, None), "load_format": (str, "auto"), "nccl_port": (int, None),
-    "page_size": (int, 1), "dist_timeout": (int, None), "stream_interval": (int, 1),
+    "tp_size": (int, 1),
+    "dp_size": (int, 1),
+    "pp_size": (int, 1),
+    "port": (int, 30000),
+    "host": (str, "127.0.0.1"),
+    "log_level": (str, "info"),
+    "decode_log_interval": (int, 40),
+    "speculative_num_steps": (int, None),
+    "speculative_eagle_topk": (int, None),
+    "speculative_num_draft_tokens": (int, None),
+    "speculative_attention_mode": (str, "prefill"),
+    "cuda_graph_max_bs_decode": (int, None),
+    "cuda_graph_max_bs_prefill": (int, None),
+    "max_running_requests": (int, None),
+    "max_total_tokens": (int, None),
+    "mem_fraction_static": (float, None),
+    "random_seed": (int, None),
+    "watchdog_timeout": (float, 300.0),
+    "context_length": (int, None),
+    "chunked_prefill_size": (int, None),
+    "load_format": (str, "auto"),
+    "nccl_port": (int, None),
+    "page_size": (int, 1),
+    "dist_timeout": (int, None),
+    "stream_interval": (int, 1),
 }
 
 
@@ -69,10 +85,12 @@ def cuda_graph_config_arg(text: str) -> str:
     for phase, settings in parsed.items():
         if phase not in _CUDA_GRAPH_PHASES:
             raise argparse.ArgumentTypeError(
-                f"--cuda-graph-config: unknown phase '{phase}', expected one of {_CUDA_GRAPH_PHASES}")
+                f"--cuda-graph-config: unknown phase '{phase}', expected one of {_CUDA_GRAPH_PHASES}"
+            )
         if not isinstance(settings, dict):
             raise argparse.ArgumentTypeError(
-                f"--cuda-graph-config['{phase}'] must be a JSON object, got {type(settings).__name__}")
+                f"--cuda-graph-config['{phase}'] must be a JSON object, got {type(settings).__name__}"
+            )
     return text
 
 
@@ -94,8 +112,12 @@ class _Option:
 
 
 def _help_text() -> str:
-    return resources.files("orchestrator.reference").joinpath("sglang_0_5_23").joinpath(_HELP_FILE) \
+    return (
+        resources.files("orchestrator.reference")
+        .joinpath("sglang_0_5_23")
+        .joinpath(_HELP_FILE)
         .read_text(encoding="utf-8")
+    )
 
 
 _ARG_RE = re.compile(r"^(?P<metavar>\{[^}]*\}|[A-Z0-9_]+)?(?P<rest>.*)$")
@@ -224,28 +246,65 @@ def sglang_parser() -> argparse.ArgumentParser:
 @functools.lru_cache(maxsize=1)
 def simulator_parser() -> argparse.ArgumentParser:
     """The simulator-only flags (never abbreviated)."""
-    p = argparse.ArgumentParser(prog="python -m orchestrator.simulator", add_help=False, allow_abbrev=False,
-                                description="simulator options (beside every `sglang serve` option)")
-    p.add_argument("--hardware-profile", default=DEFAULT_HARDWARE,
-                   help=f"built-in hardware profile name or path to a YAML/JSON file (default {DEFAULT_HARDWARE})")
-    p.add_argument("--model-profile", default=DEFAULT_MODEL,
-                   help=f"built-in model profile name or path to a YAML/JSON file (default {DEFAULT_MODEL})")
+    p = argparse.ArgumentParser(
+        prog="python -m orchestrator.simulator",
+        add_help=False,
+        allow_abbrev=False,
+        description="simulator options (beside every `sglang serve` option)",
+    )
+    p.add_argument(
+        "--hardware-profile",
+        default=DEFAULT_HARDWARE,
+        help=f"built-in hardware profile name or path to a YAML/JSON file (default {DEFAULT_HARDWARE})",
+    )
+    p.add_argument(
+        "--model-profile",
+        default=DEFAULT_MODEL,
+        help=f"built-in model profile name or path to a YAML/JSON file (default {DEFAULT_MODEL})",
+    )
     p.add_argument("--sim-seed", type=int, default=None, help="seed of noise and acceptance sampling")
-    p.add_argument("--sim-noise", type=float, default=0.03,
-                   help="run-to-run multiplicative noise on cycle time, a fraction (default 0.03)")
-    p.add_argument("--sim-noise-prefill-correlation", type=float, default=1.0, metavar="R",
-                   help="how far a run's prefill time shares its decode noise, in [0, 1] (default 1: one speed "
-                        "for the whole run; 0: TTFT says nothing of the run's decode speed)")
-    p.add_argument("--sim-drift", type=float, default=0.0,
-                   help="slow host drift: cycle time grows by this fraction per hour since --sim-drift-epoch")
-    p.add_argument("--sim-drift-epoch", type=float, default=None,
-                   help="UNIX time the drift counts from (default: this process's start)")
-    p.add_argument("--sim-time-scale", type=float, default=0.0, metavar="FRACTION",
-                   help="sleep this fraction of the model profile's real load and graph-capture seconds at "
-                        "start-up (default 0: start at once; 1: real-scale)")
-    p.add_argument("--sim-fault", action="append", default=[], metavar="SPEC",
-                   help="inject a fault (repeatable; also env SWEEP_SIM_FAULTS, ';'-separated); "
-                        "see `python -m orchestrator.simulator --help`")
+    p.add_argument(
+        "--sim-noise",
+        type=float,
+        default=0.03,
+        help="run-to-run multiplicative noise on cycle time, a fraction (default 0.03)",
+    )
+    p.add_argument(
+        "--sim-noise-prefill-correlation",
+        type=float,
+        default=1.0,
+        metavar="R",
+        help="how far a run's prefill time shares its decode noise, in [0, 1] (default 1: one speed "
+        "for the whole run; 0: TTFT says nothing of the run's decode speed)",
+    )
+    p.add_argument(
+        "--sim-drift",
+        type=float,
+        default=0.0,
+        help="slow host drift: cycle time grows by this fraction per hour since --sim-drift-epoch",
+    )
+    p.add_argument(
+        "--sim-drift-epoch",
+        type=float,
+        default=None,
+        help="UNIX time the drift counts from (default: this process's start)",
+    )
+    p.add_argument(
+        "--sim-time-scale",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="sleep this fraction of the model profile's real load and graph-capture seconds at "
+        "start-up (default 0: start at once; 1: real-scale)",
+    )
+    p.add_argument(
+        "--sim-fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="inject a fault (repeatable; also env SWEEP_SIM_FAULTS, ';'-separated); "
+        "see `python -m orchestrator.simulator --help`",
+    )
     return p
 
 
@@ -276,17 +335,27 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[argparse.Namespa
     if sim_ns.sim_noise < 0 or sim_ns.sim_noise >= 0.5:
         simulator_parser().error(f"--sim-noise must be in [0, 0.5), but got {sim_ns.sim_noise}")
     if not 0 <= sim_ns.sim_noise_prefill_correlation <= 1:
-        simulator_parser().error("--sim-noise-prefill-correlation must be in [0, 1], but got "
-                                 f"{sim_ns.sim_noise_prefill_correlation}")
+        simulator_parser().error(
+            f"--sim-noise-prefill-correlation must be in [0, 1], but got {sim_ns.sim_noise_prefill_correlation}"
+        )
     if not 0 <= sim_ns.sim_time_scale <= 1:
         simulator_parser().error(f"--sim-time-scale must be in [0, 1], but got {sim_ns.sim_time_scale}")
     ns = sglang_parser().parse_args(rest)
-    return ns, SimOptions(sim_ns.hardware_profile, sim_ns.model_profile, sim_ns.sim_seed, sim_ns.sim_noise,
-                          sim_ns.sim_drift, sim_ns.sim_drift_epoch, faults, sim_ns.sim_time_scale,
-                          sim_ns.sim_noise_prefill_correlation)
+    return ns, SimOptions(
+        sim_ns.hardware_profile,
+        sim_ns.model_profile,
+        sim_ns.sim_seed,
+        sim_ns.sim_noise,
+        sim_ns.sim_drift,
+        sim_ns.sim_drift_epoch,
+        faults,
+        sim_ns.sim_time_scale,
+        sim_ns.sim_noise_prefill_correlation,
+    )
 
 
 # ------------------------------------------------------------------------------------- resolution
+
 
 @dataclass(frozen=True)
 class Resolved:
@@ -314,10 +383,16 @@ def resolve(ns: argparse.Namespace) -> Resolved:
     if algo is None:
         return Resolved(args, tuple(warnings))
     if algo not in ("EAGLE", "EAGLE3"):
-        return Resolved(args, tuple(warnings), unsupported=(
-            f"speculative algorithm {algo} is not modelled by the simulator (EAGLE, EAGLE3 are)"))
-    steps, topk, ndt = (args["speculative_num_steps"], args["speculative_eagle_topk"],
-                        args["speculative_num_draft_tokens"])
+        return Resolved(
+            args,
+            tuple(warnings),
+            unsupported=(f"speculative algorithm {algo} is not modelled by the simulator (EAGLE, EAGLE3 are)"),
+        )
+    steps, topk, ndt = (
+        args["speculative_num_steps"],
+        args["speculative_eagle_topk"],
+        args["speculative_num_draft_tokens"],
+    )
     if args.get("speculative_adaptive"):
         # SGLang skips its automatic choice when adaptive: the initial steps must be a candidate, and
         # the draft is a chain (draft tokens forced to steps + 1).
@@ -337,14 +412,17 @@ def resolve(ns: argparse.Namespace) -> Resolved:
         return Resolved(args, tuple(warnings), unsupported=partial)
     # Given steps and top-k 1, a missing draft-token count is completed by the rule below (None != steps + 1).
     if topk == 1 and ndt != steps + 1:
-        warnings.append("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
-                        "when speculative_eagle_topk == 1")
+        warnings.append(
+            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+        )
         ndt = steps + 1
     args.update(speculative_num_steps=steps, speculative_eagle_topk=topk, speculative_num_draft_tokens=ndt)
     if args.get("max_running_requests") is None:
         args["max_running_requests"] = 48
-        warnings.append("Max running requests is reset to 48 for speculative decoding. You can override "
-                        "this by explicitly setting --max-running-requests.")
+        warnings.append(
+            "Max running requests is reset to 48 for speculative decoding. You can override "
+            "this by explicitly setting --max-running-requests."
+        )
     return Resolved(args, tuple(warnings))
 
 
@@ -392,8 +470,10 @@ def adaptive_config(path: str | None) -> AdaptiveConfig | str:
             return f"ValueError: BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}"
         slots.append((int(key), tuple(sorted({int(x) for x in steps}))))
     if not slots:
-        return ("ValueError: speculative_adaptive_config must contain at least one integer-string BS key, e.g. "
-                f'{{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(data.keys())}')
+        return (
+            "ValueError: speculative_adaptive_config must contain at least one integer-string BS key, e.g. "
+            f'{{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(data.keys())}'
+        )
     shared = {f.name: data[f.name] for f in dataclasses.fields(AdaptiveConfig) if f.name != "slots" and f.name in data}
     return dataclasses.replace(AdaptiveConfig(), slots=tuple(sorted(slots)), **shared)
 
@@ -406,11 +486,15 @@ def _adaptive_problem(args: Mapping[str, Any], steps: int | None, topk: int | No
     if isinstance(config, str):
         return {"error": config}
     if steps is not None and steps not in config.candidate_steps:
-        return {"error": f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps "
-                         f"{list(config.candidate_steps)}. Pass one of those values."}
+        return {
+            "error": f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps "
+            f"{list(config.candidate_steps)}. Pass one of those values."
+        }
     if topk is not None and topk != 1:
-        return {"unsupported": f"--speculative-adaptive with speculative_eagle_topk {topk}: adaptive speculation "
-                               f"runs a chain (top-k 1); the simulator models nothing else"}
+        return {
+            "unsupported": f"--speculative-adaptive with speculative_eagle_topk {topk}: adaptive speculation "
+            f"runs a chain (top-k 1); the simulator models nothing else"
+        }
     return None
 
 
@@ -423,13 +507,17 @@ def _partial_eagle(steps: int, topk: int | None, ndt: int | None) -> str | None:
     with no top-k its `speculative_eagle_topk > 1` page-size check raises TypeError.
     """
     if topk is None:
-        return ("speculative_num_steps without speculative_eagle_topk: SGLang 0.5.23 fails resolving it "
-                "(TypeError: '>' not supported between instances of 'NoneType' and 'int'); "
-                "set --speculative-eagle-topk")
+        return (
+            "speculative_num_steps without speculative_eagle_topk: SGLang 0.5.23 fails resolving it "
+            "(TypeError: '>' not supported between instances of 'NoneType' and 'int'); "
+            "set --speculative-eagle-topk"
+        )
     if ndt is None and topk != 1:
-        return (f"speculative_eagle_topk {topk} without speculative_num_draft_tokens: SGLang 0.5.23 leaves the "
-                f"draft-token count unset (only top-k 1 completes it to steps + 1), which the simulator does "
-                f"not model; set --speculative-num-draft-tokens")
+        return (
+            f"speculative_eagle_topk {topk} without speculative_num_draft_tokens: SGLang 0.5.23 leaves the "
+            f"draft-token count unset (only top-k 1 completes it to steps + 1), which the simulator does "
+            f"not model; set --speculative-num-draft-tokens"
+        )
     return None
 
 
@@ -443,8 +531,11 @@ def cuda_graph_decode(args: Mapping[str, Any]) -> tuple[bool, int | None]:
     `explicit_keys_in`). So '{"decode":{"backend":"full"}}' captures decode graphs even beside
     --disable-cuda-graph, while '{"decode":{"max_bs":64}}' leaves the backend to the flags.
     """
-    enabled = not (args.get("disable_cuda_graph") or args.get("disable_decode_cuda_graph")
-                   or args.get("cuda_graph_backend_decode") == "disabled")
+    enabled = not (
+        args.get("disable_cuda_graph")
+        or args.get("disable_decode_cuda_graph")
+        or args.get("cuda_graph_backend_decode") == "disabled"
+    )
     max_bs = args.get("cuda_graph_max_bs_decode")
     decode = _config_phase(args.get("cuda_graph_config"), "decode")
     if "backend" in decode:
@@ -483,24 +574,43 @@ def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[st
     if args.get("speculative_adaptive") and args.get("speculative_algorithm") is not None:
         config = adaptive_config(args.get("speculative_adaptive_config"))
         if isinstance(config, AdaptiveConfig):
-            params.update(speculative_adaptive=True, speculative_adaptive_candidate_steps=config.candidate_steps,
-                          speculative_adaptive_slots=config.slots)
+            params.update(
+                speculative_adaptive=True,
+                speculative_adaptive_candidate_steps=config.candidate_steps,
+                speculative_adaptive_slots=config.slots,
+            )
     params.update({name: env.get(name) for name in NCCL_PARAM_NAMES})
     params[TUNER_RULES] = rules_for(env)
     # The communication path (model.resolve_comm): server args and SGLang's environment variables.
-    fusion = args.get("flashinfer_allreduce_fusion_backend") or ("auto" if args.get("enable_flashinfer_allreduce_fusion")
-                                                                 else None)
-    params.update({
-        "disable_custom_all_reduce": bool(args.get("disable_custom_all_reduce")),
-        "flashinfer_allreduce_fusion_backend": fusion,
-        **{key: bool(args.get(key)) for key in ("enforce_disable_flashinfer_allreduce_fusion", "enable_torch_symm_mem",
-                                                "enable_mscclpp", "enable_dp_attention")},
-        "moe_a2a_backend": args.get("moe_a2a_backend"),
-        "enable_deterministic_inference": bool(args.get("enable_deterministic_inference"))
-        or env.get("SGLANG_ENABLE_DETERMINISTIC_INFERENCE", "").strip().lower() in ("1", "true"),
-        **{key: env.get(key) for key in ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "SGLANG_PCIE_IPC_MAX_NUMEL",
-                                         "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB")},
-    })
+    fusion = args.get("flashinfer_allreduce_fusion_backend") or (
+        "auto" if args.get("enable_flashinfer_allreduce_fusion") else None
+    )
+    params.update(
+        {
+            "disable_custom_all_reduce": bool(args.get("disable_custom_all_reduce")),
+            "flashinfer_allreduce_fusion_backend": fusion,
+            **{
+                key: bool(args.get(key))
+                for key in (
+                    "enforce_disable_flashinfer_allreduce_fusion",
+                    "enable_torch_symm_mem",
+                    "enable_mscclpp",
+                    "enable_dp_attention",
+                )
+            },
+            "moe_a2a_backend": args.get("moe_a2a_backend"),
+            "enable_deterministic_inference": bool(args.get("enable_deterministic_inference"))
+            or env.get("SGLANG_ENABLE_DETERMINISTIC_INFERENCE", "").strip().lower() in ("1", "true"),
+            **{
+                key: env.get(key)
+                for key in (
+                    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
+                    "SGLANG_PCIE_IPC_MAX_NUMEL",
+                    "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB",
+                )
+            },
+        }
+    )
     return params
 
 

@@ -36,9 +36,20 @@ class TrialCost:
         return self.load_s + self.warmup_s + self.benchmark_s
 
 
-def trial_cost(model: ModelProfile, hardware: HardwareProfile, *, decode_tok_s: float, requests: int,
-               output_len: int, concurrency: int = 1, repeats: int = 1, warmup_requests: int = 0,
-               input_len: int = 0, tp: int | None = None, cuda_graph: bool = True) -> TrialCost:
+def trial_cost(
+    model: ModelProfile,
+    hardware: HardwareProfile,
+    *,
+    decode_tok_s: float,
+    requests: int,
+    output_len: int,
+    concurrency: int = 1,
+    repeats: int = 1,
+    warmup_requests: int = 0,
+    input_len: int = 0,
+    tp: int | None = None,
+    cuda_graph: bool = True,
+) -> TrialCost:
     """Expected real-scale seconds of one trial of `model` on `hardware` decoding at `decode_tok_s`.
 
     `decode_tok_s` is one stream's decode rate (`Prediction.decode_tok_s`); `tp` defaults to every
@@ -47,8 +58,12 @@ def trial_cost(model: ModelProfile, hardware: HardwareProfile, *, decode_tok_s: 
     """
     if not decode_tok_s > 0:
         raise ValueError(f"decode_tok_s must be > 0, but got {decode_tok_s}")
-    for name, value in (("requests", requests), ("output_len", output_len), ("concurrency", concurrency),
-                        ("repeats", repeats)):
+    for name, value in (
+        ("requests", requests),
+        ("output_len", output_len),
+        ("concurrency", concurrency),
+        ("repeats", repeats),
+    ):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, but got {value}")
     if warmup_requests < 0 or input_len < 0:

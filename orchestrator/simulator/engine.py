@@ -141,16 +141,20 @@ class Request:
         (logprob, token_id, text or None); the top ones per position when top_logprobs_num > 0."""
         out: dict[str, Any] = {
             "input_token_logprobs": [self._entry(lp, t) for lp, t, _, _ in self.input_scores],
-            "output_token_logprobs": [self._entry(lp, t) for (lp, _, _), t in zip(self.output_logprobs,
-                                                                                    self.output_ids)],
-            "output_token_logprobs_length": len(self.output_logprobs)}
+            "output_token_logprobs": [
+                self._entry(lp, t) for (lp, _, _), t in zip(self.output_logprobs, self.output_ids)
+            ],
+            "output_token_logprobs_length": len(self.output_logprobs),
+        }
         if self.top_logprobs_num == 1:
-            out["input_top_logprobs"] = [None if top is None else [self._entry(top_lp, top)]
-                                         for _, _, top_lp, top in self.input_scores]
+            out["input_top_logprobs"] = [
+                None if top is None else [self._entry(top_lp, top)] for _, _, top_lp, top in self.input_scores
+            ]
             out["output_top_logprobs"] = [[self._entry(top_lp, top)] for _, top, top_lp in self.output_logprobs]
         elif self.top_logprobs_num > 1:
-            out["input_top_logprobs"] = [None if tops is None else [self._entry(lp, t) for t, lp in tops]
-                                         for tops in self.input_tops]
+            out["input_top_logprobs"] = [
+                None if tops is None else [self._entry(lp, t) for t, lp in tops] for tops in self.input_tops
+            ]
             out["output_top_logprobs"] = [[self._entry(lp, t) for t, lp in tops] for tops in self.output_tops]
         return out
 
@@ -176,13 +180,30 @@ class Timing:
 class Engine:
     """The scheduler loop (see the module docstring). `run()` is the task; the rest is its state."""
 
-    def __init__(self, *, hw: perf.HardwareProfile, model: perf.ModelProfile, cfg: perf.Config, log: Log,
-                 metrics: Metrics | None, timing: Timing, seed: int | None, max_running: int,
-                 decode_log_interval: int, max_total_tokens: int, record_step_time: bool,
-                 hang: bool, crash_after_tokens: int | None, topk_crash: bool,
-                 hang_after_tokens: int | None = None,
-                 on_fatal: Callable[[str, str], None], watchdog_timeout_s: float, ema_alpha: float = 0.2,
-                 model_key: int = 0, numerics: tokens.Numerics = tokens.Numerics()):
+    def __init__(
+        self,
+        *,
+        hw: perf.HardwareProfile,
+        model: perf.ModelProfile,
+        cfg: perf.Config,
+        log: Log,
+        metrics: Metrics | None,
+        timing: Timing,
+        seed: int | None,
+        max_running: int,
+        decode_log_interval: int,
+        max_total_tokens: int,
+        record_step_time: bool,
+        hang: bool,
+        crash_after_tokens: int | None,
+        topk_crash: bool,
+        hang_after_tokens: int | None = None,
+        on_fatal: Callable[[str, str], None],
+        watchdog_timeout_s: float,
+        ema_alpha: float = 0.2,
+        model_key: int = 0,
+        numerics: tokens.Numerics = tokens.Numerics(),
+    ):
         self.hw, self.model, self.cfg = hw, model, cfg
         self.log, self.metrics, self.timing = log, metrics, timing
         self.rng = random.Random(seed)
@@ -304,8 +325,9 @@ class Engine:
         batch: list[Request] = []
         while self.waiting and len(self.running) + len(batch) < self.max_running:
             batch.append(self.waiting.popleft())
-        hang_now = self.hang_armed or (self.hang_after_tokens is not None
-                                       and self.user_tokens >= self.hang_after_tokens)
+        hang_now = self.hang_armed or (
+            self.hang_after_tokens is not None and self.user_tokens >= self.hang_after_tokens
+        )
         if hang_now and any(r.internal is None for r in batch):
             await self._hang(batch)
         new_tokens = cached = 0
@@ -315,7 +337,11 @@ class Engine:
             new_tokens += len(req.input_ids) - req.cached_tokens
             self.cache_lookups += len(req.input_ids)
             self.cache_hits += req.cached_tokens
-        seconds = perf.prefill_ms(self.hw, self.model, self.cfg, new_tokens) * self.timing.factor(self.rng, prefill=True) / 1e3
+        seconds = (
+            perf.prefill_ms(self.hw, self.model, self.cfg, new_tokens)
+            * self.timing.factor(self.rng, prefill=True)
+            / 1e3
+        )
         deadline += seconds
         await self._sleep_until(deadline)
         now = time.perf_counter()
@@ -331,11 +357,15 @@ class Engine:
         self.log.scheduler(
             f"Prefill batch, #new-seq: {len(batch)}, #new-token: {new_tokens}, #cached-token: {cached}, "
             f"token usage: {usage:.2f}, #running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, "
-            f"#pending-token: 0, cuda graph: False, input throughput (token/s): {new_tokens / seconds:.2f}")
+            f"#pending-token: 0, cuda graph: False, input throughput (token/s): {new_tokens / seconds:.2f}"
+        )
         if self.metrics:
             self.metrics.prefill_pass(seconds)
-            self.metrics.queue_state(running=len(self.running), queued=len(self.waiting),
-                                     cache_hit_rate=self.cache_hits / max(self.cache_lookups, 1))
+            self.metrics.queue_state(
+                running=len(self.running),
+                queued=len(self.waiting),
+                cache_hit_rate=self.cache_hits / max(self.cache_lookups, 1),
+            )
         return deadline
 
     async def _decode(self, deadline: float) -> float:
@@ -369,9 +399,11 @@ class Engine:
             self._adapt(pred.adaptive_slot, pred.steps, cycle_accepted / batch)
         if self.metrics:
             if cfg.speculative:
-                seconds = {"target_verify": (pred.verify_ms or 0.0) * factor / 1e3,
-                           "eagle_draft": pred.draft_ms * factor / 1e3,
-                           "eagle_draft_extend": pred.draft_extend_ms * factor / 1e3}
+                seconds = {
+                    "target_verify": (pred.verify_ms or 0.0) * factor / 1e3,
+                    "eagle_draft": pred.draft_ms * factor / 1e3,
+                    "eagle_draft_extend": pred.draft_extend_ms * factor / 1e3,
+                }
             else:
                 seconds = {"decode": pred.cycle_ms * factor / 1e3}
             self.metrics.decode_pass(cuda_graph=pred.cuda_graph, seconds=seconds)
@@ -395,8 +427,10 @@ class Engine:
             self._slot_ema[slot] = ema
         self.ema_accept_len = ema
         if steps != before:
-            self.log.scheduler(f"Adaptive spec params updated: steps {before} -> {steps} "
-                               f"(ema_accept_len={ema if ema is not None else float(before - 1):.2f})")
+            self.log.scheduler(
+                f"Adaptive spec params updated: steps {before} -> {steps} "
+                f"(ema_accept_len={ema if ema is not None else float(before - 1):.2f})"
+            )
         self._slot_steps[slot] = steps
         self.steps_now = steps
 
@@ -428,9 +462,16 @@ class Engine:
             return
         end = req.finished_at or time.perf_counter()
         first = req.first_token_at or end
-        self.metrics.finished(prompt_tokens=len(req.input_ids), completion_tokens=len(req.output_ids),
-                              cached_tokens=req.cached_tokens, streaming=req.stream, e2e_s=end - req.created,
-                              decode_s=end - first, verify_ct=req.verify_ct, aborted=req.aborted)
+        self.metrics.finished(
+            prompt_tokens=len(req.input_ids),
+            completion_tokens=len(req.output_ids),
+            cached_tokens=req.cached_tokens,
+            streaming=req.stream,
+            e2e_s=end - req.created,
+            decode_s=end - first,
+            verify_ct=req.verify_ct,
+            aborted=req.aborted,
+        )
 
     def _used_tokens(self) -> int:
         return sum(len(r.input_ids) + len(r.output_ids) for r in self.running)
@@ -449,15 +490,24 @@ class Engine:
             msg += f"accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, "
             self.spec_total_accept_tokens += self._win_accept_tokens
             self.spec_total_forward_ct += self._win_forward_ct
-        msg += (f"cuda graph: {cuda_graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
-                f"#queue-req: {len(self.waiting)}")
+        msg += (
+            f"cuda graph: {cuda_graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+            f"#queue-req: {len(self.waiting)}"
+        )
         self.log.scheduler(msg)
         if self.record_step_time:
             self.step_time_dict.setdefault(str(batch), []).append(gap / self.interval)
         if self.metrics:
-            self.metrics.report(running=len(self.running), queued=len(self.waiting), used_tokens=used,
-                                token_usage=usage, gen_throughput=self.last_gen_throughput, cuda_graph=cuda_graph,
-                                accept_length=accept_len, accept_rate=accept_rate)
+            self.metrics.report(
+                running=len(self.running),
+                queued=len(self.waiting),
+                used_tokens=used,
+                token_usage=usage,
+                gen_throughput=self.last_gen_throughput,
+                cuda_graph=cuda_graph,
+                accept_length=accept_len,
+                accept_rate=accept_rate,
+            )
         self._win_tokens = self._win_forward_ct = self._win_accept_tokens = self._win_correct = 0
         self._win_proposed = 0
         self._win_start = now
@@ -533,4 +583,3 @@ def run_factor(seed: int | None, noise: float) -> float:
 def per_cycle_jitter(noise: float) -> float:
     """Cycle-to-cycle jitter: a quarter of the run-to-run noise."""
     return noise / 4.0 if noise > 0 else 0.0
-

@@ -62,13 +62,24 @@ class Faults:
         """The model profile a server with these faults runs: a broken draft wiring accepts ~no draft."""
         if not self.draft_wiring_broken:
             return md
-        broken = {name: Drafter(acceptance=BROKEN_WIRING_ACCEPTANCE, width_exponent=d.width_exponent)
-                  for name, d in md.drafters.items()}
+        broken = {
+            name: Drafter(acceptance=BROKEN_WIRING_ACCEPTANCE, width_exponent=d.width_exponent)
+            for name, d in md.drafters.items()
+        }
         return dataclasses.replace(md, drafters=broken)
 
 
-_NAMES = ("never_ready", "slow_start", "crash_after_tokens", "nccl_hang_when", "nccl_hang",
-          "oom_above_draft_tokens", "env_drop", "hang_after_tokens", "draft_wiring_broken")
+_NAMES = (
+    "never_ready",
+    "slow_start",
+    "crash_after_tokens",
+    "nccl_hang_when",
+    "nccl_hang",
+    "oom_above_draft_tokens",
+    "env_drop",
+    "hang_after_tokens",
+    "draft_wiring_broken",
+)
 
 
 def parse_faults(specs: Iterable[str]) -> Faults:

@@ -105,9 +105,19 @@ PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("Ring", "Tree")
 # NCCL's topology path types, nearest first (NCCL's PATH_* order). P2P is allowed up to a level.
 PATH_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
-NCCL_PARAM_NAMES = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_BUFFSIZE",
-                    "NCCL_NTHREADS", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_MAX_CTAS",
-                    "NCCL_MIN_CTAS")
+NCCL_PARAM_NAMES = (
+    "NCCL_PROTO",
+    "NCCL_ALGO",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_BUFFSIZE",
+    "NCCL_NTHREADS",
+    "NCCL_P2P_LEVEL",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_MAX_CTAS",
+    "NCCL_MIN_CTAS",
+)
 TUNER_RULES = "nccl_tuner_rules"
 """The params key of a loaded tuner plugin's rules (`tuner_plugin.rules_for`: None when none loaded)."""
 _NCCL_STEPS = 8  # NCCL splits a channel's buffer into 8 pipeline slots
@@ -125,6 +135,7 @@ SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 
 
 # --------------------------------------------------------------------------------------- profiles
+
 
 @dataclass(frozen=True, eq=False)
 class NcclProfile:
@@ -274,6 +285,7 @@ class ModelProfile:
 
 # ------------------------------------------------------------------------------------- all-reduce
 
+
 @dataclass(frozen=True)
 class NcclSettings:
     """The NCCL variables that matter, parsed once (None = unset, NCCL's default)."""
@@ -296,8 +308,9 @@ class NcclSettings:
     def from_env(cls, env: Mapping[str, Any]) -> NcclSettings:
         """Read NCCL_* values as NCCL would (lists, '^' exclusions, case-insensitive names), and the tuner
         rules under TUNER_RULES when present (cli.params_from_args puts them there)."""
-        settings = _nccl_settings(tuple(None if env.get(n) is None else str(env.get(n)).strip()
-                                        for n in NCCL_PARAM_NAMES))
+        settings = _nccl_settings(
+            tuple(None if env.get(n) is None else str(env.get(n)).strip() for n in NCCL_PARAM_NAMES)
+        )
         rules = env.get(TUNER_RULES)
         return settings if rules is None else dataclasses.replace(settings, tuner_rules=tuple(rules))
 
@@ -322,11 +335,17 @@ def _nccl_settings(values: tuple[str | None, ...]) -> NcclSettings:
     if nthreads is not None and (nthreads < 64 or nthreads > 512 or nthreads % 64):
         nthreads = None  # NCCL warns and keeps its default for invalid thread counts
     return NcclSettings(
-        protocols=_select(raw.get("NCCL_PROTO"), PROTOCOLS), algorithms=algorithms, unsupported_algorithm=unsupported,
+        protocols=_select(raw.get("NCCL_PROTO"), PROTOCOLS),
+        algorithms=algorithms,
+        unsupported_algorithm=unsupported,
         max_channels=_restrictive(min, as_int("NCCL_MAX_NCHANNELS"), as_int("NCCL_MAX_CTAS")),
         min_channels=_restrictive(max, as_int("NCCL_MIN_NCHANNELS"), as_int("NCCL_MIN_CTAS")),
-        buffsize=as_int("NCCL_BUFFSIZE"), nthreads=nthreads, p2p_level=level if level in PATH_LEVELS else None,
-        p2p_disable=raw.get("NCCL_P2P_DISABLE") == "1", shm_disable=raw.get("NCCL_SHM_DISABLE") == "1")
+        buffsize=as_int("NCCL_BUFFSIZE"),
+        nthreads=nthreads,
+        p2p_level=level if level in PATH_LEVELS else None,
+        p2p_disable=raw.get("NCCL_P2P_DISABLE") == "1",
+        shm_disable=raw.get("NCCL_SHM_DISABLE") == "1",
+    )
 
 
 def _restrictive(pick: Any, old: int | None, new: int | None) -> int | None:
@@ -371,8 +390,16 @@ def _ring(nccl: NcclProfile, s: NcclSettings, tp: int) -> tuple[dict[str, float]
     return step_us, min(bw for _, bw in transports), any(t == "shm" for t, _ in transports)
 
 
-def _nccl_time(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, graph: bool,
-               algorithm: str, protocol: str, plugin_channels: int = 0) -> tuple[float, int]:
+def _nccl_time(
+    hw: HardwareProfile,
+    s: NcclSettings,
+    tp: int,
+    nbytes: int,
+    graph: bool,
+    algorithm: str,
+    protocol: str,
+    plugin_channels: int = 0,
+) -> tuple[float, int]:
     """Latency and channels of one NCCL all-reduce; `plugin_channels` (0: none) is a tuner plugin's count,
     which replaces NCCL's own after NCCL sized its threads (enqueue.cc: nMaxChannels from the plugin wins)."""
     nccl = hw.nccl
@@ -435,8 +462,13 @@ def nccl_all_reduce(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, 
         return best
     # The plugin's choice, from what NCCL allows and would pick itself (tuner_plugin.get_coll_info).
     choice, _ = get_coll_info(
-        s.tuner_rules, nbytes, tp, tuple(a.lower() for a in s.algorithms or ALGORITHMS),
-        tuple(p.lower() for p in s.protocols or PROTOCOLS), (best.algorithm.lower(), best.protocol.lower()))
+        s.tuner_rules,
+        nbytes,
+        tp,
+        tuple(a.lower() for a in s.algorithms or ALGORITHMS),
+        tuple(p.lower() for p in s.protocols or PROTOCOLS),
+        (best.algorithm.lower(), best.protocol.lower()),
+    )
     algo = next(a for a in ALGORITHMS if a.lower() == choice.algorithm)
     proto = next(p for p in PROTOCOLS if p.lower() == choice.protocol)
     us, channels = _nccl_time(hw, s, tp, nbytes, graph, algo, proto, choice.channels)
@@ -444,8 +476,9 @@ def nccl_all_reduce(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, 
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def all_reduce(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, graph: bool,
-               custom_allowed: bool) -> AllReduceChoice:
+def all_reduce(
+    hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, graph: bool, custom_allowed: bool
+) -> AllReduceChoice:
     """One tensor-parallel all-reduce: SGLang's custom kernel when usable, else NCCL."""
     car = hw.custom_all_reduce
     if custom_allowed and car is not None and tp in car.world_sizes and nbytes <= car.max_bytes:
@@ -460,14 +493,29 @@ def custom_all_reduce_usable(hw: HardwareProfile, tp: int, disabled: bool) -> bo
 
 # SGLang 0.5.23's choice among its all-reduce backends, as read from its code (the twin of the
 # orchestrator's config/allreduce.py; tests/simulator/test_sim_backends.py holds the two to one answer).
-FUSION_ARCHS = frozenset({
-    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GptOssForCausalLM",
-    "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "MistralLarge3ForCausalLM",
-    "Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration", "Qwen3NextForCausalLM",
-    "Qwen4ExpForConditionalGeneration", "KimiK25ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-    "InternS2PreviewForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "NemotronHForCausalLM",
-    "NemotronHPuzzleForCausalLM", "NemotronH_Omni_Reasoning_V3",
-})
+FUSION_ARCHS = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "DeepseekV4ForCausalLM",
+        "GptOssForCausalLM",
+        "GlmMoeDsaForCausalLM",
+        "Glm4MoeForCausalLM",
+        "Glm4MoeLiteForCausalLM",
+        "MistralLarge3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "Qwen3VLMoeForConditionalGeneration",
+        "Qwen3NextForCausalLM",
+        "Qwen4ExpForConditionalGeneration",
+        "KimiK25ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM",
+        "NemotronH_Omni_Reasoning_V3",
+    }
+)
 """0.5.23 arg_groups/overrides.py _FLASHINFER_ALLREDUCE_FUSION_ARCHS."""
 FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048
 """0.5.23 layers/layer_boundary/residual/add_norm.py: tokens the fused all-reduce + RMSNorm runs on."""
@@ -475,20 +523,36 @@ PCIE_IPC_WORLD_SIZES = (2, 4, 8)
 PCIE_IPC_FALLBACK_ROWS = 64
 TORCH_SYMM_MEM_MAX_MIB = {9: {2: 64, 4: 64, 6: 128, 8: 128}, 10: {2: 64, 4: 64, 6: 128, 8: 128}}
 MSCCLPP_WORLD_SIZES = (4, 8, 16, 32, 64)
-COMM_KEYS = ("all_reduce_backend", "disable_custom_all_reduce", "flashinfer_allreduce_fusion_backend",
-             "enforce_disable_flashinfer_allreduce_fusion", "enable_torch_symm_mem", "enable_mscclpp",
-             "enable_dp_attention", "moe_a2a_backend", "enable_deterministic_inference",
-             "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "SGLANG_PCIE_IPC_MAX_NUMEL", "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB")
+COMM_KEYS = (
+    "all_reduce_backend",
+    "disable_custom_all_reduce",
+    "flashinfer_allreduce_fusion_backend",
+    "enforce_disable_flashinfer_allreduce_fusion",
+    "enable_torch_symm_mem",
+    "enable_mscclpp",
+    "enable_dp_attention",
+    "moe_a2a_backend",
+    "enable_deterministic_inference",
+    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
+    "SGLANG_PCIE_IPC_MAX_NUMEL",
+    "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB",
+)
 """The params keys (server args and environment) the communication path depends on."""
 _BACKEND_PARAMS: Mapping[str, Mapping[str, Any]] = {
     "auto": {},
     "nccl": {"disable_custom_all_reduce": True, "enforce_disable_flashinfer_allreduce_fusion": True},
     "custom": {"enforce_disable_flashinfer_allreduce_fusion": True},
     "flashinfer_fusion": {"flashinfer_allreduce_fusion_backend": "auto"},
-    "pcie_ipc": {"disable_custom_all_reduce": True, "enforce_disable_flashinfer_allreduce_fusion": True,
-                 "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"},
-    "torch_symm_mem": {"enable_torch_symm_mem": True, "disable_custom_all_reduce": True,
-                       "enforce_disable_flashinfer_allreduce_fusion": True},
+    "pcie_ipc": {
+        "disable_custom_all_reduce": True,
+        "enforce_disable_flashinfer_allreduce_fusion": True,
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1",
+    },
+    "torch_symm_mem": {
+        "enable_torch_symm_mem": True,
+        "disable_custom_all_reduce": True,
+        "enforce_disable_flashinfer_allreduce_fusion": True,
+    },
     "mscclpp": {"enable_mscclpp": True, "enforce_disable_flashinfer_allreduce_fusion": True},
 }
 """The all_reduce_backend knob's values as server args and environment (what the orchestrator renders)."""
@@ -513,8 +577,9 @@ def _truthy(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on") if isinstance(value, str) else bool(value)
 
 
-def resolve_comm(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, tp: int, *,
-                 decode_rows: int | None) -> Comm:
+def resolve_comm(
+    params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, tp: int, *, decode_rows: int | None
+) -> Comm:
     """Which backends SGLang 0.5.23 builds for this launch (`decode_rows`: the widest captured decode
     reduction, None without CUDA graphs), and its lines about them."""
     p = {**params, **_BACKEND_PARAMS.get(str(params.get("all_reduce_backend") or "auto"), {})}
@@ -526,14 +591,26 @@ def resolve_comm(params: Mapping[str, Any], hw: HardwareProfile, model: ModelPro
     sm = hw.compute_capability[0]
     arch = model.architectures[0] if model.architectures else ""
     fusion = p.get("flashinfer_allreduce_fusion_backend") is not None
-    if (not fusion and arch in FUSION_ARCHS and sm in (9, 10) and not _truthy(p.get("enable_dp_attention"))
-            and (hw.nodes == 1 or sm == 10) and str(p.get("moe_a2a_backend") or "none") == "none"):
+    if (
+        not fusion
+        and arch in FUSION_ARCHS
+        and sm in (9, 10)
+        and not _truthy(p.get("enable_dp_attention"))
+        and (hw.nodes == 1 or sm == 10)
+        and str(p.get("moe_a2a_backend") or "none") == "none"
+    ):
         fusion = True
         lines.append(("main", 20, f"Auto-enabling FlashInfer AllReduce Fusion (auto) for {arch}"))
     if _truthy(p.get("enforce_disable_flashinfer_allreduce_fusion")):
         if fusion:
-            lines.append(("main", 20, "FlashInfer allreduce fusion is forcibly disabled via "
-                                      "--enforce-disable-flashinfer-allreduce-fusion."))
+            lines.append(
+                (
+                    "main",
+                    20,
+                    "FlashInfer allreduce fusion is forcibly disabled via "
+                    "--enforce-disable-flashinfer-allreduce-fusion.",
+                )
+            )
         fusion = False
     fusion = fusion and sm in (9, 10) and hw.flashinfer_fusion is not None
     deterministic = _truthy(p.get("enable_deterministic_inference"))
@@ -545,45 +622,98 @@ def resolve_comm(params: Mapping[str, Any], hw: HardwareProfile, model: ModelPro
     cap_kb = p.get("SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB")
     car_max = int(cap_kb) * 1024 if cap_kb else (hw.custom_all_reduce.max_bytes if hw.custom_all_reduce else 0)
     if custom:
-        lines.append(("scheduler", 20, f"All Reduce config: symmetric_memory = {car_max / (1 << 20) * 2:.2f} MB, "
-                                       f"local_buffer = 0.06 MB, multicast = False, pull = True"))
+        lines.append(
+            (
+                "scheduler",
+                20,
+                f"All Reduce config: symmetric_memory = {car_max / (1 << 20) * 2:.2f} MB, "
+                f"local_buffer = 0.06 MB, multicast = False, pull = True",
+            )
+        )
     if fusion:
-        lines.append(("scheduler", 20, f"FlashInfer AllReduce Fusion enabled and workspace initialized: "
-                                       f"backend={'mnnvl' if sm == 10 else 'trtllm'}, rank=0, world_size={tp}, "
-                                       f"max_token_num={FUSE_ALLREDUCE_MAX_BATCH_SIZE}, hidden_dim={model.hidden_size}"))
+        lines.append(
+            (
+                "scheduler",
+                20,
+                f"FlashInfer AllReduce Fusion enabled and workspace initialized: "
+                f"backend={'mnnvl' if sm == 10 else 'trtllm'}, rank=0, world_size={tp}, "
+                f"max_token_num={FUSE_ALLREDUCE_MAX_BATCH_SIZE}, hidden_dim={model.hidden_size}",
+            )
+        )
     mscclpp = _truthy(p.get("enable_mscclpp")) and tp in MSCCLPP_WORLD_SIZES and hw.mscclpp is not None
     if _truthy(p.get("enable_mscclpp")) and tp not in MSCCLPP_WORLD_SIZES:
-        lines.append(("scheduler", 30, f"PyMscclpp is disabled due to an unsupported world size: {tp}. Supported "
-                                       f"world sizes: {list(MSCCLPP_WORLD_SIZES)}. To silence this warning, specify "
-                                       f"disable_mscclpp=True explicitly."))
+        lines.append(
+            (
+                "scheduler",
+                30,
+                f"PyMscclpp is disabled due to an unsupported world size: {tp}. Supported "
+                f"world sizes: {list(MSCCLPP_WORLD_SIZES)}. To silence this warning, specify "
+                f"disable_mscclpp=True explicitly.",
+            )
+        )
     rows = _pcie_ipc_rows(p, hw, model, tp, decode_rows, deterministic, lines)
     tsm = _torch_symm_mem_bytes(p, hw, tp, lines)
-    return Comm(fusion=fusion, mscclpp=mscclpp, custom=custom, custom_max_bytes=car_max, pcie_ipc_rows=rows,
-                torch_symm_mem_bytes=tsm, lines=tuple(lines))
+    return Comm(
+        fusion=fusion,
+        mscclpp=mscclpp,
+        custom=custom,
+        custom_max_bytes=car_max,
+        pcie_ipc_rows=rows,
+        torch_symm_mem_bytes=tsm,
+        lines=tuple(lines),
+    )
 
 
-def _pcie_ipc_rows(p: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, tp: int, decode_rows: int | None,
-                   deterministic: bool, lines: list[tuple[str, int, str]]) -> int:
+def _pcie_ipc_rows(
+    p: Mapping[str, Any],
+    hw: HardwareProfile,
+    model: ModelProfile,
+    tp: int,
+    decode_rows: int | None,
+    deterministic: bool,
+    lines: list[tuple[str, int, str]],
+) -> int:
     """0.5.23 pcie_ipc_ar.py: eligible_group, PcieIpcCommunicator.__init__, _ensure_workspace."""
     if not _truthy(p.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE")):
         return 0
     if deterministic:
-        lines.append(("scheduler", 30, "Deterministic inference is on; leaving PCIe-IPC all-reduce off. Its kernels "
-                                       "pick a tactic per shape, so the reduction order would follow the batch shape."))
+        lines.append(
+            (
+                "scheduler",
+                30,
+                "Deterministic inference is on; leaving PCIe-IPC all-reduce off. Its kernels "
+                "pick a tactic per shape, so the reduction order would follow the batch shape.",
+            )
+        )
         return 0
     if tp not in PCIE_IPC_WORLD_SIZES:
         return 0  # a debug line only in 0.5.23
     if hw.pcie_ipc is None:
-        lines.append(("scheduler", 30, hw.pcie_ipc_unavailable or (
-            "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm; "
-            "falling back to NCCL all-reduce.")))
+        lines.append(
+            (
+                "scheduler",
+                30,
+                hw.pcie_ipc_unavailable
+                or (
+                    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm; "
+                    "falling back to NCCL all-reduce."
+                ),
+            )
+        )
         return 0
-    lines.append(("scheduler", 20, f"FlashInfer PCIe-IPC all-reduce enabled (world={tp}, workspace sized on first "
-                                   f"reduction)"))
+    lines.append(
+        ("scheduler", 20, f"FlashInfer PCIe-IPC all-reduce enabled (world={tp}, workspace sized on first reduction)")
+    )
     override = int(p.get("SGLANG_PCIE_IPC_MAX_NUMEL") or 0)
     rows = override // model.hidden_size if override else (decode_rows or PCIE_IPC_FALLBACK_ROWS)
-    lines.append(("scheduler", 20, f"FlashInfer PCIe-IPC workspace built (world={tp}, "
-                                   f"max_numel={rows * model.hidden_size}, hidden={model.hidden_size})"))
+    lines.append(
+        (
+            "scheduler",
+            20,
+            f"FlashInfer PCIe-IPC workspace built (world={tp}, "
+            f"max_numel={rows * model.hidden_size}, hidden={model.hidden_size})",
+        )
+    )
     return rows
 
 
@@ -594,23 +724,46 @@ def _torch_symm_mem_bytes(p: Mapping[str, Any], hw: HardwareProfile, tp: int, li
     sm = hw.compute_capability[0]
     sizes = TORCH_SYMM_MEM_MAX_MIB.get(sm)
     if sizes is None:
-        lines.append(("scheduler", 30, f"TorchSymmMemCommunicator: Device capability {sm} not supported, "
-                                       f"communicator is not available."))
+        lines.append(
+            (
+                "scheduler",
+                30,
+                f"TorchSymmMemCommunicator: Device capability {sm} not supported, communicator is not available.",
+            )
+        )
         return 0
     if tp not in sizes:
-        lines.append(("scheduler", 30, f"TorchSymmMemCommunicator: World size {tp} not supported, communicator is "
-                                       f"not available."))
+        lines.append(
+            (
+                "scheduler",
+                30,
+                f"TorchSymmMemCommunicator: World size {tp} not supported, communicator is not available.",
+            )
+        )
         return 0
     if not hw.nvlink_multicast or hw.torch_symm_mem is None:
-        lines.append(("scheduler", 30, "TorchSymmMemCommunicator: torch symmetric memory multicast operations are "
-                                       "not supported."))
+        lines.append(
+            (
+                "scheduler",
+                30,
+                "TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported.",
+            )
+        )
         return 0
     return sizes[tp] << 20
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def carried_all_reduce(hw: HardwareProfile, s: NcclSettings, comm: Comm, tp: int, tokens: int, token_bytes: int,
-                       graph: bool, fused: bool = True) -> AllReduceChoice:
+def carried_all_reduce(
+    hw: HardwareProfile,
+    s: NcclSettings,
+    comm: Comm,
+    tp: int,
+    tokens: int,
+    token_bytes: int,
+    graph: bool,
+    fused: bool = True,
+) -> AllReduceChoice:
     """One tensor-parallel all-reduce of `tokens` rows on the backend 0.5.23 picks: a layer's reduction
     (`fused`: the fused all-reduce + RMSNorm first, add_norm.py flashinfer_ar_fusion_applies) or another one
     through GroupCoordinator.all_reduce (MSCCL++, custom, FlashInfer's workspace, PCIe-IPC, torch symm mem)."""
@@ -635,6 +788,7 @@ def carried_all_reduce(hw: HardwareProfile, s: NcclSettings, comm: Comm, tp: int
 
 # ------------------------------------------------------------------------------------- acceptance
 
+
 @functools.lru_cache(maxsize=4096)
 def tree_widths(acceptance: float, width_exponent: float, steps: int, topk: int, draft_tokens: int) -> tuple[int, ...]:
     """How many draft tokens the verified tree spends on each depth (greedy, shallow first)."""
@@ -646,7 +800,7 @@ def tree_widths(acceptance: float, width_exponent: float, steps: int, topk: int,
     def expected(w: list[int]) -> float:
         total, prod = 1.0, 1.0
         for c in w:
-            prod *= 1.0 - (1.0 - acceptance) * c ** -width_exponent
+            prod *= 1.0 - (1.0 - acceptance) * c**-width_exponent
             total += prod
         return total
 
@@ -670,7 +824,7 @@ def tree_widths(acceptance: float, width_exponent: float, steps: int, topk: int,
 def depth_acceptance(drafter: Drafter, steps: int, topk: int, draft_tokens: int) -> tuple[float, ...]:
     """Probability that the draft at each depth is accepted, given the one before it was."""
     widths = tree_widths(drafter.acceptance, drafter.width_exponent, steps, topk, draft_tokens)
-    return tuple(1.0 - (1.0 - drafter.acceptance) * c ** -drafter.width_exponent for c in widths)
+    return tuple(1.0 - (1.0 - drafter.acceptance) * c**-drafter.width_exponent for c in widths)
 
 
 def expected_accept_length(per_depth: Iterable[float]) -> float:
@@ -682,6 +836,7 @@ def expected_accept_length(per_depth: Iterable[float]) -> float:
 
 
 # ----------------------------------------------------------------------------------------- params
+
 
 @dataclass(frozen=True)
 class Config:
@@ -717,12 +872,16 @@ def _adaptive_start(steps: Any, topk: Any, candidates: tuple[int, ...]) -> int |
     if steps is None:
         return candidates[len(candidates) // 2]
     if int(steps) not in candidates:
-        return (f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps "
-                f"{list(candidates)}. Pass one of those values.")
+        return (
+            f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps "
+            f"{list(candidates)}. Pass one of those values."
+        )
     return int(steps)
 
 
-def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, *, tp: int | None = None) -> Config | str:
+def resolve(
+    params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, *, tp: int | None = None
+) -> Config | str:
     """Apply SGLang's resolution rules to orchestrator knob values; a string says why it fails.
 
     `params` uses the orchestrator's knob names: NCCL_* variables, speculative_algorithm,
@@ -739,8 +898,9 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
     algo = None if algo is None or str(algo).upper() == "NONE" else str(algo).upper()
     if algo == "NEXTN":
         algo = "EAGLE"
-    steps, topk, ndt = (params.get(k) for k in
-                        ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"))
+    steps, topk, ndt = (
+        params.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    )
     drafter = ""
     adaptive = algo is not None and bool(params.get("speculative_adaptive"))
     slots = tuple((int(b), tuple(c)) for b, c in params.get("speculative_adaptive_slots") or ADAPTIVE_SLOTS)
@@ -763,12 +923,16 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
         steps, topk = int(steps), int(topk)
         ndt = steps + 1 if topk == 1 else int(ndt or 0)  # SGLang: top-k 1 forces steps + 1 draft tokens
         if ndt - 1 > topk + (steps - 1) * topk * topk:
-            return (f"RuntimeError: selected index k out of range (torch.topk of {ndt - 1} draft tokens over "
-                    f"{topk + (steps - 1) * topk * topk} candidates at cuda graph capture)")
+            return (
+                f"RuntimeError: selected index k out of range (torch.topk of {ndt - 1} draft tokens over "
+                f"{topk + (steps - 1) * topk * topk} candidates at cuda graph capture)"
+            )
     nccl = NcclSettings.from_env(params)
     if nccl.unsupported_algorithm is not None:
-        return (f"NCCL error: no algorithm/protocol available for AllReduce "
-                f"(NCCL_ALGO={params.get('NCCL_ALGO')} is not supported on {hw.name})")
+        return (
+            f"NCCL error: no algorithm/protocol available for AllReduce "
+            f"(NCCL_ALGO={params.get('NCCL_ALGO')} is not supported on {hw.name})"
+        )
     graph = params.get("cuda_graph")
     max_bs = params.get("cuda_graph_max_bs")
     max_running = params.get("max_running_requests")
@@ -781,21 +945,31 @@ def resolve(params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile,
     rows = widest * (int(ndt or 1) if algo is not None else 1) if graph_on else None
     comm = resolve_comm(params, hw, model, tp, decode_rows=rows)
     return Config(
-        tp=tp, speculative=algo is not None, drafter=drafter,
-        steps=int(steps or 0), topk=int(topk or 0), draft_tokens=int(ndt or 0),
-        custom_all_reduce_disabled=params.get("all_reduce_path") == "nccl" or bool(
-            _BACKEND_PARAMS.get(str(params.get("all_reduce_backend") or "auto"), {}).get("disable_custom_all_reduce"))
+        tp=tp,
+        speculative=algo is not None,
+        drafter=drafter,
+        steps=int(steps or 0),
+        topk=int(topk or 0),
+        draft_tokens=int(ndt or 0),
+        custom_all_reduce_disabled=params.get("all_reduce_path") == "nccl"
+        or bool(
+            _BACKEND_PARAMS.get(str(params.get("all_reduce_backend") or "auto"), {}).get("disable_custom_all_reduce")
+        )
         or _truthy(params.get("disable_custom_all_reduce")),
         cuda_graph=True if graph is None else bool(graph),
         cuda_graph_max_bs=None if max_bs is None else int(max_bs),
         attention_mode=str(params.get("speculative_attention_mode") or "prefill"),
-        nccl=nccl, adaptive=adaptive, candidate_steps=candidates if adaptive else (),
+        nccl=nccl,
+        adaptive=adaptive,
+        candidate_steps=candidates if adaptive else (),
         adaptive_slots=slots if adaptive else (),
-        max_running_requests=None if max_running is None else max(1, int(max_running)), comm=comm,
+        max_running_requests=None if max_running is None else max(1, int(max_running)),
+        comm=comm,
     )
 
 
 # ------------------------------------------------------------------------------------- prediction
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -892,33 +1066,70 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
         ar = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, batch, token_bytes, graph)
         step = forward_ms(hw, model, cfg.tp, batch) + eager_ms + n_ar * ar.us / 1e3
         return Prediction(
-            decode_tok_s=1e3 / step, output_tok_s=batch * 1e3 / step, cycle_ms=step, accept_length=1.0,
-            accept_rate=None, verify_ms=None, draft_ms=0.0, draft_step_ms=0.0, draft_extend_ms=0.0,
-            allreduce_us=ar.us, ar_path=ar.path, nccl_algorithm=ar.algorithm, nccl_protocol=ar.protocol,
-            nccl_channels=ar.channels, cuda_graph=graph, running=batch)
+            decode_tok_s=1e3 / step,
+            output_tok_s=batch * 1e3 / step,
+            cycle_ms=step,
+            accept_length=1.0,
+            accept_rate=None,
+            verify_ms=None,
+            draft_ms=0.0,
+            draft_step_ms=0.0,
+            draft_extend_ms=0.0,
+            allreduce_us=ar.us,
+            ar_path=ar.path,
+            nccl_algorithm=ar.algorithm,
+            nccl_protocol=ar.protocol,
+            nccl_channels=ar.channels,
+            cuda_graph=graph,
+            running=batch,
+        )
     per_depth = depth_acceptance(model.drafters[cfg.drafter], cfg.steps, cfg.topk, cfg.draft_tokens)
     accept = expected_accept_length(per_depth)
     verify_tokens = batch * cfg.draft_tokens
     ar_v = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, verify_tokens, token_bytes, graph)
     # The draft model's collectives go through GroupCoordinator.all_reduce, not the target's fused layers.
     ar_dx = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, verify_tokens, token_bytes, graph, fused=False)
-    verify = (forward_ms(hw, model, cfg.tp, verify_tokens) + verify_overhead_ms(hw, model, cfg) + eager_ms
-              + n_ar * ar_v.us / 1e3)
+    verify = (
+        forward_ms(hw, model, cfg.tp, verify_tokens)
+        + verify_overhead_ms(hw, model, cfg)
+        + eager_ms
+        + n_ar * ar_v.us / 1e3
+    )
     draft_tokens_step = batch * cfg.topk
     ar_d = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, draft_tokens_step, token_bytes, graph, fused=False)
     draft_eager = 0.0 if graph else hw.eager_us_per_layer / 1e3
-    draft_step = ((model.draft_step_ms + model.draft_per_token_ms * draft_tokens_step) * scale + draft_eager
-                  + model.draft_collectives * ar_d.us / 1e3)
-    draft_extend = ((model.draft_extend_ms + model.draft_per_token_ms * verify_tokens) * scale + draft_eager
-                    + model.draft_collectives * ar_dx.us / 1e3)
+    draft_step = (
+        (model.draft_step_ms + model.draft_per_token_ms * draft_tokens_step) * scale
+        + draft_eager
+        + model.draft_collectives * ar_d.us / 1e3
+    )
+    draft_extend = (
+        (model.draft_extend_ms + model.draft_per_token_ms * verify_tokens) * scale
+        + draft_eager
+        + model.draft_collectives * ar_dx.us / 1e3
+    )
     total = cfg.steps * draft_step + verify + draft_extend
     return Prediction(
-        decode_tok_s=accept * 1e3 / total, output_tok_s=batch * accept * 1e3 / total, cycle_ms=total,
-        accept_length=accept, accept_rate=(accept - 1.0) / (cfg.draft_tokens - 1),
-        verify_ms=verify, draft_ms=cfg.steps * draft_step, draft_step_ms=draft_step, draft_extend_ms=draft_extend,
-        allreduce_us=ar_v.us, ar_path=ar_v.path, nccl_algorithm=ar_v.algorithm, nccl_protocol=ar_v.protocol,
-        nccl_channels=ar_v.channels, cuda_graph=graph, per_depth_acceptance=per_depth, steps=cfg.steps,
-        draft_tokens=cfg.draft_tokens, running=batch)
+        decode_tok_s=accept * 1e3 / total,
+        output_tok_s=batch * accept * 1e3 / total,
+        cycle_ms=total,
+        accept_length=accept,
+        accept_rate=(accept - 1.0) / (cfg.draft_tokens - 1),
+        verify_ms=verify,
+        draft_ms=cfg.steps * draft_step,
+        draft_step_ms=draft_step,
+        draft_extend_ms=draft_extend,
+        allreduce_us=ar_v.us,
+        ar_path=ar_v.path,
+        nccl_algorithm=ar_v.algorithm,
+        nccl_protocol=ar_v.protocol,
+        nccl_channels=ar_v.channels,
+        cuda_graph=graph,
+        per_depth_acceptance=per_depth,
+        steps=cfg.steps,
+        draft_tokens=cfg.draft_tokens,
+        running=batch,
+    )
 
 
 def speculative_capture_bs(max_bs: int) -> tuple[int, ...]:
@@ -952,20 +1163,41 @@ def _adaptive_cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch
     size, steps = adaptive_slot(cfg, batch, graphs)
     plain = dataclasses.replace(cfg, adaptive=False, speculative=False, steps=0, topk=0, draft_tokens=0)
     # A 0-step cycle drafts nothing: one token per request, no draft offered (draft tokens 1, the bonus only).
-    fixed = [dataclasses.replace(cycle(hw, model, plain, batch), steps=0, draft_tokens=1) if s == 0 else
-             cycle(hw, model, dataclasses.replace(cfg, adaptive=False, steps=s, topk=1, draft_tokens=s + 1), batch)
-             for s in steps]
+    fixed = [
+        dataclasses.replace(cycle(hw, model, plain, batch), steps=0, draft_tokens=1)
+        if s == 0
+        else cycle(hw, model, dataclasses.replace(cfg, adaptive=False, steps=s, topk=1, draft_tokens=s + 1), batch)
+        for s in steps
+    ]
     best = max(fixed, key=lambda p: p.output_tok_s)
     slower = 1.0 + ADAPTIVE_SWITCH_COST
-    return dataclasses.replace(best, cycle_ms=best.cycle_ms * slower, decode_tok_s=best.decode_tok_s / slower,
-                               output_tok_s=best.output_tok_s / slower, adaptive_slot=size)
+    return dataclasses.replace(
+        best,
+        cycle_ms=best.cycle_ms * slower,
+        decode_tok_s=best.decode_tok_s / slower,
+        output_tok_s=best.output_tok_s / slower,
+        adaptive_slot=size,
+    )
 
 
-_RESOLVE_KEYS = ("tp", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-                 "speculative_num_draft_tokens", "speculative_attention_mode", "all_reduce_path", "cuda_graph",
-                 "cuda_graph_max_bs", "speculative_adaptive", "speculative_adaptive_candidate_steps",
-                 "speculative_adaptive_slots",
-                 "max_running_requests", *NCCL_PARAM_NAMES, TUNER_RULES, *COMM_KEYS)
+_RESOLVE_KEYS = (
+    "tp",
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_attention_mode",
+    "all_reduce_path",
+    "cuda_graph",
+    "cuda_graph_max_bs",
+    "speculative_adaptive",
+    "speculative_adaptive_candidate_steps",
+    "speculative_adaptive_slots",
+    "max_running_requests",
+    *NCCL_PARAM_NAMES,
+    TUNER_RULES,
+    *COMM_KEYS,
+)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -982,8 +1214,9 @@ def running_requests(cfg: Config, concurrency: int) -> int:
     return concurrency if cfg.max_running_requests is None else min(concurrency, cfg.max_running_requests)
 
 
-def evaluate(params: Mapping[str, Any], hardware: HardwareProfile, model: ModelProfile, *,
-             concurrency: int = 1) -> Prediction:
+def evaluate(
+    params: Mapping[str, Any], hardware: HardwareProfile, model: ModelProfile, *, concurrency: int = 1
+) -> Prediction:
     """Noise-free decode speed of `params` with `concurrency` streams, at most max_running_requests
     of them decoding together (`Prediction.running`).
 
@@ -1001,8 +1234,9 @@ class Ranked:
     prediction: Prediction
 
 
-def truth(points: Iterable[Mapping[str, Any]], hardware: HardwareProfile, model: ModelProfile, *,
-          concurrency: int = 1) -> list[Ranked]:
+def truth(
+    points: Iterable[Mapping[str, Any]], hardware: HardwareProfile, model: ModelProfile, *, concurrency: int = 1
+) -> list[Ranked]:
     """Every point evaluated, fastest first (rank 1 = the true optimum); failures last."""
     evaluated = [(dict(p), evaluate(p, hardware, model, concurrency=concurrency)) for p in points]
     evaluated.sort(key=lambda pe: -pe[1].decode_tok_s)

@@ -48,11 +48,17 @@ def _read(name_or_path: str) -> tuple[str, dict[str, Any]]:
     else:
         res = resources.files("orchestrator.simulator").joinpath("profiles").joinpath(f"{name_or_path}.yaml")
         if not res.is_file():
-            raise ProfileError(f"no built-in profile {name_or_path!r} (built-in: {', '.join(builtin_names())}); "
-                               f"give a name or a path to a .yaml/.json file")
+            raise ProfileError(
+                f"no built-in profile {name_or_path!r} (built-in: {', '.join(builtin_names())}); "
+                f"give a name or a path to a .yaml/.json file"
+            )
         text, source = res.read_text(encoding="utf-8"), f"built-in profile {name_or_path}"
     try:
-        data = json.loads(text) if source.endswith(".json") else yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = (
+            json.loads(text)
+            if source.endswith(".json")
+            else yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        )
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{source}: not valid YAML/JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -127,34 +133,51 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE) -> HardwareProfile:
     car = None
     if car_data is not None:
         c = _Reader(source, car_data, "custom_all_reduce.")
-        car = CustomAllReduce(world_sizes=tuple(int(w) for w in c("world_sizes")), max_bytes=int(c("max_bytes")),
-                              base_us=float(c("base_us")), gbps=float(c("gbps")))
+        car = CustomAllReduce(
+            world_sizes=tuple(int(w) for w in c("world_sizes")),
+            max_bytes=int(c("max_bytes")),
+            base_us=float(c("base_us")),
+            gbps=float(c("gbps")),
+        )
         c.done()
     cc = str(r("compute_capability", "0.0")).split(".")
     if len(cc) != 2 or not all(part.isdigit() for part in cc):
         raise ProfileError(f"{source}: compute_capability must be 'major.minor' such as 9.0, got {'.'.join(cc)!r}")
     hw = HardwareProfile(
-        name=str(r("name")), description=str(r("description", "")), gpus=int(r("gpus")),
-        gpu_name=str(r("gpu_name")), gpu_memory_gib=float(r("gpu_memory_gib")), interconnect=str(r("interconnect")),
-        compute_speed=float(r("compute_speed")), launch_us_graph=float(r("launch_us_graph")),
-        launch_us_eager=float(r("launch_us_eager")), eager_us_per_layer=float(r("eager_us_per_layer")),
-        default_cuda_graph_max_bs=int(r("default_cuda_graph_max_bs")), kv_cache_tokens=int(r("kv_cache_tokens")),
-        nccl=nccl, custom_all_reduce=car,
+        name=str(r("name")),
+        description=str(r("description", "")),
+        gpus=int(r("gpus")),
+        gpu_name=str(r("gpu_name")),
+        gpu_memory_gib=float(r("gpu_memory_gib")),
+        interconnect=str(r("interconnect")),
+        compute_speed=float(r("compute_speed")),
+        launch_us_graph=float(r("launch_us_graph")),
+        launch_us_eager=float(r("launch_us_eager")),
+        eager_us_per_layer=float(r("eager_us_per_layer")),
+        default_cuda_graph_max_bs=int(r("default_cuda_graph_max_bs")),
+        kv_cache_tokens=int(r("kv_cache_tokens")),
+        nccl=nccl,
+        custom_all_reduce=car,
         custom_all_reduce_unavailable=str(r("custom_all_reduce_unavailable", "")),
         per_unique_expert_factor=_factor(source, r, "per_unique_expert_factor", 1.0),
         per_token_factor=_factor(source, r, "per_token_factor", 1.0),
         verify_overhead_gpu_share=_factor(source, r, "verify_overhead_gpu_share", 0.0, at_most=1.0),
-        compute_capability=(int(cc[0]), int(cc[1])), nodes=int(r("nodes", 1)),
+        compute_capability=(int(cc[0]), int(cc[1])),
+        nodes=int(r("nodes", 1)),
         nvlink_multicast=bool(r("nvlink_multicast", False)),
-        flashinfer_fusion=_timing(source, r, "flashinfer_fusion"), pcie_ipc=_timing(source, r, "pcie_ipc"),
+        flashinfer_fusion=_timing(source, r, "flashinfer_fusion"),
+        pcie_ipc=_timing(source, r, "pcie_ipc"),
         pcie_ipc_unavailable=str(r("pcie_ipc_unavailable", "")),
-        torch_symm_mem=_timing(source, r, "torch_symm_mem"), mscclpp=_timing(source, r, "mscclpp"),
+        torch_symm_mem=_timing(source, r, "torch_symm_mem"),
+        mscclpp=_timing(source, r, "mscclpp"),
     )
     calibration = r("calibration", None)  # free-form notes: where the numbers come from
     weighted = [k for k in ("per_unique_expert_factor", "per_token_factor", "verify_overhead_gpu_share") if k in data]
     if weighted and not str(calibration or "").strip():
-        raise ProfileError(f"{source}: {', '.join(weighted)} re-weigh the model's fitted terms; "
-                           f"calibration must say what they are fitted to")
+        raise ProfileError(
+            f"{source}: {', '.join(weighted)} re-weigh the model's fitted terms; "
+            f"calibration must say what they are fitted to"
+        )
     r.done()
     return hw
 
@@ -179,8 +202,12 @@ def _timing(source: str, r: _Reader, key: str) -> BackendTiming | None:
 def _factor(source: str, r: _Reader, key: str, default: float, at_most: float | None = None) -> float:
     """A non-negative number (at most `at_most` when given), `default` when the key is absent."""
     value = r(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
-            at_most is not None and value > at_most):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value < 0
+        or (at_most is not None and value > at_most)
+    ):
         bound = f"0 <= {key} <= {at_most}" if at_most is not None else f"{key} >= 0"
         raise ProfileError(f"{source}: {bound} must hold, but got {key}={value!r}")
     return float(value)
@@ -209,8 +236,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL) -> ModelProfile:
     drafters = {}
     for name, d in r("drafters").items():
         dr = _Reader(source, d, f"drafters.{name}.")
-        drafters[str(name).lower()] = Drafter(acceptance=float(dr("acceptance")),
-                                              width_exponent=float(dr("width_exponent")))
+        drafters[str(name).lower()] = Drafter(
+            acceptance=float(dr("acceptance")), width_exponent=float(dr("width_exponent"))
+        )
         dr("doc", None)
         dr.done()
     ld = r.sub("load")
@@ -219,22 +247,33 @@ def load_model(name_or_path: str = DEFAULT_MODEL) -> ModelProfile:
         raise ProfileError(f"{source}: load.source must say where the load-time figures come from")
     ld.done()
     model = ModelProfile(
-        name=str(r("name")), description=str(r("description", "")),
-        architectures=tuple(r("architectures")), model_type=str(r("model_type")),
-        layers=int(r("layers")), hidden_size=int(r("hidden_size")), dtype_bytes=int(r("dtype_bytes")),
-        allreduces_per_layer=int(r("allreduces_per_layer")), experts=int(r("experts")),
-        experts_per_token=int(r("experts_per_token")), context_length=int(r("context_length")),
+        name=str(r("name")),
+        description=str(r("description", "")),
+        architectures=tuple(r("architectures")),
+        model_type=str(r("model_type")),
+        layers=int(r("layers")),
+        hidden_size=int(r("hidden_size")),
+        dtype_bytes=int(r("dtype_bytes")),
+        allreduces_per_layer=int(r("allreduces_per_layer")),
+        experts=int(r("experts")),
+        experts_per_token=int(r("experts_per_token")),
+        context_length=int(r("context_length")),
         reference_tp=int(r("reference_tp")),
         forward_fixed_ms=float(r("forward_fixed_ms")),
         forward_per_unique_expert_ms=float(r("forward_per_unique_expert_ms")),
         forward_per_token_ms=float(r("forward_per_token_ms")),
         verify_overhead_ms=float(r("verify_overhead_ms")),
         verify_overhead_decode_attention={str(k): float(v) for k, v in r("verify_overhead_decode_attention").items()},
-        draft_step_ms=float(r("draft_step_ms")), draft_extend_ms=float(r("draft_extend_ms")),
-        draft_per_token_ms=float(r("draft_per_token_ms")), draft_collectives=int(r("draft_collectives")),
-        prefill_fixed_ms=float(r("prefill_fixed_ms")), prefill_per_token_ms=float(r("prefill_per_token_ms")),
-        drafters=drafters, default_spec=_spec_triple(source, r("default_spec")),
-        load_weights_s=load_weights_s, graph_capture_s=graph_capture_s,
+        draft_step_ms=float(r("draft_step_ms")),
+        draft_extend_ms=float(r("draft_extend_ms")),
+        draft_per_token_ms=float(r("draft_per_token_ms")),
+        draft_collectives=int(r("draft_collectives")),
+        prefill_fixed_ms=float(r("prefill_fixed_ms")),
+        prefill_per_token_ms=float(r("prefill_per_token_ms")),
+        drafters=drafters,
+        default_spec=_spec_triple(source, r("default_spec")),
+        load_weights_s=load_weights_s,
+        graph_capture_s=graph_capture_s,
     )
     r("calibration", None)
     r.done()

@@ -27,8 +27,9 @@ def worker_env(server_env: Mapping[str, str], *, drop_nccl: bool) -> dict[str, s
     return env
 
 
-def start(tp_size: int, env: Mapping[str, str], *, nccl_version: str, tuning: Sequence[str],
-          ready_timeout_s: float = 120.0) -> list[subprocess.Popen]:
+def start(
+    tp_size: int, env: Mapping[str, str], *, nccl_version: str, tuning: Sequence[str], ready_timeout_s: float = 120.0
+) -> list[subprocess.Popen]:
     """Start `tp_size` rank workers (their stdout/stderr are the server's) and return once each has printed
     its NCCL lines, as SGLang's "Init torch distributed ends" follows every rank's NCCL init: a reader of
     the log that sees the server ready finds every rank's lines. `ready_timeout_s` only guards a hang."""
@@ -36,10 +37,27 @@ def start(tp_size: int, env: Mapping[str, str], *, nccl_version: str, tuning: Se
     procs = []
     try:
         for rank in range(tp_size):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_WORKER), f"orchestrator.simulator::scheduler_TP{rank}", str(rank),
-                 str(tp_size), str(os.getpid()), nccl_version, f"--ready-fd={told}", *tuning],
-                env=dict(env), stdin=subprocess.DEVNULL, close_fds=True, pass_fds=(told,)))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-I",
+                        "-S",
+                        str(_WORKER),
+                        f"orchestrator.simulator::scheduler_TP{rank}",
+                        str(rank),
+                        str(tp_size),
+                        str(os.getpid()),
+                        nccl_version,
+                        f"--ready-fd={told}",
+                        *tuning,
+                    ],
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    close_fds=True,
+                    pass_fds=(told,),
+                )
+            )
         os.close(told)
         told = -1
         _wait_told(ready, procs, ready_timeout_s)

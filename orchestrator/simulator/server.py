@@ -43,8 +43,7 @@ def _tuning_lines(hw: perf.HardwareProfile, model: perf.ModelProfile, cfg: perf.
         sizes |= {token_bytes * cfg.topk, token_bytes * cfg.draft_tokens}
     out = []
     for nbytes in sorted(sizes):
-        ar = perf.carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, nbytes // token_bytes, token_bytes,
-                                     cfg.cuda_graph)
+        ar = perf.carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, nbytes // token_bytes, token_bytes, cfg.cuda_graph)
         if ar.path == "nccl":
             out.append(f"{nbytes} {ar.algorithm.upper()} {ar.protocol.upper()} {ar.channels}")
     return out
@@ -68,10 +67,18 @@ _UVICORN_LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": "[%(asctime)s] %(levelprefix)s %(message)s",
-                    "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
-        "access": {"()": "uvicorn.logging.AccessFormatter", "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False,
-                   "fmt": '[%(asctime)s] %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'},
+        "default": {
+            "()": "uvicorn.logging.DefaultFormatter",
+            "fmt": "[%(asctime)s] %(levelprefix)s %(message)s",
+            "datefmt": "%Y-%m-%d %H:%M:%S",
+            "use_colors": False,
+        },
+        "access": {
+            "()": "uvicorn.logging.AccessFormatter",
+            "datefmt": "%Y-%m-%d %H:%M:%S",
+            "use_colors": False,
+            "fmt": '[%(asctime)s] %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s',
+        },
     },
     "handlers": {
         "default": {"formatter": "default", "class": "logging.StreamHandler", "stream": "ext://sys.stderr"},
@@ -115,8 +122,14 @@ class _Process:
         os._exit(1)  # not reached: SIGKILL cannot be caught
 
 
-async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOptions,
-                 hw: perf.HardwareProfile, md: perf.ModelProfile, proc: _Process) -> int:
+async def _serve(
+    argv: Sequence[str],
+    resolved: cli.Resolved,
+    sim: cli.SimOptions,
+    hw: perf.HardwareProfile,
+    md: perf.ModelProfile,
+    proc: _Process,
+) -> int:
     log, args = proc.log, resolved.args
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
@@ -157,13 +170,14 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
     if await _stopped_within(stopping, sim.faults.slow_start_s + load_s):
         return 0
     weights = mem * 0.62
-    log.scheduler(f"Load weight end. elapsed={0.42 + load_s:.2f} s, type={md.architectures[0]}, dtype=torch.bfloat16, "
-                  f"avail mem={mem - 0.6 - weights:.2f} GB, mem usage={weights:.2f} GB.")
+    log.scheduler(
+        f"Load weight end. elapsed={0.42 + load_s:.2f} s, type={md.architectures[0]}, dtype=torch.bfloat16, "
+        f"avail mem={mem - 0.6 - weights:.2f} GB, mem usage={weights:.2f} GB."
+    )
     max_total = int(args.get("max_total_tokens") or hw.kv_cache_tokens)
     log.scheduler(f"KV Cache is allocated. #tokens: {max_total}, KV size: {mem * 0.25:.2f} GB")
     if cfg.speculative and sim.faults.ooms(cfg.draft_tokens, cfg.topk):
-        proc.fatal(*failures.cuda_oom(tried_gib=0.0625 * cfg.draft_tokens * cfg.topk, total_gib=mem,
-                                      free_gib=0.41))
+        proc.fatal(*failures.cuda_oom(tried_gib=0.0625 * cfg.draft_tokens * cfg.topk, total_gib=mem, free_gib=0.41))
     if graph:
         log.scheduler(f"Capture cuda graph begin. This can take up to several minutes. avail mem={mem * 0.1:.2f} GB")
         if topk_crash:
@@ -171,41 +185,77 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
         capture_s = md.graph_capture_s * sim.time_scale
         if await _stopped_within(stopping, capture_s):
             return 0
-        log.scheduler(f"Capture cuda graph end. Time elapsed: {0.31 + capture_s:.2f} s. mem usage=1.21 GB. avail mem={mem * 0.087:.2f} GB.")
+        log.scheduler(
+            f"Capture cuda graph end. Time elapsed: {0.31 + capture_s:.2f} s. mem usage=1.21 GB. avail mem={mem * 0.087:.2f} GB."
+        )
     max_running = int(args.get("max_running_requests") or 1024)
-    log.scheduler(f"max_total_num_tokens={max_total}, chunked_prefill_size={args.get('chunked_prefill_size') or 8192}, "
-                  f"max_prefill_tokens=16384, max_running_requests={max_running}, context_len={md.context_length}, "
-                  f"available_gpu_mem={mem * 0.087:.2f} GB")
+    log.scheduler(
+        f"max_total_num_tokens={max_total}, chunked_prefill_size={args.get('chunked_prefill_size') or 8192}, "
+        f"max_prefill_tokens=16384, max_running_requests={max_running}, context_len={md.context_length}, "
+        f"available_gpu_mem={mem * 0.087:.2f} GB"
+    )
 
     disable_created_metrics()  # SGLang runs prometheus_client in multiprocess mode: no *_created series
     served = str(args.get("served_model_name") or args.get("model_path"))
     metrics = None
     if args.get("enable_metrics"):
-        metrics = Metrics(served, speculative=cfg.speculative,
-                          device_timer=os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER") == "1")
+        metrics = Metrics(
+            served,
+            speculative=cfg.speculative,
+            device_timer=os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER") == "1",
+        )
         metrics.set_static(spec_steps=cfg.steps, spec_draft_tokens=cfg.draft_tokens, max_total_tokens=max_total)
-    numerics = tokens.launch_numerics(hw, md, cfg, deterministic=bool(args.get("enable_deterministic_inference")),
-                                      draft_wiring_broken=sim.faults.draft_wiring_broken)
+    numerics = tokens.launch_numerics(
+        hw,
+        md,
+        cfg,
+        deterministic=bool(args.get("enable_deterministic_inference")),
+        draft_wiring_broken=sim.faults.draft_wiring_broken,
+    )
     decode_factor, prefill_factor = engine.run_factors(sim.seed, sim.noise, sim.prefill_correlation)
-    timing = engine.Timing(run_factor=decode_factor, prefill_factor=prefill_factor,
-                           jitter=engine.per_cycle_jitter(sim.noise), drift_per_hour=sim.drift_per_hour,
-                           drift_epoch=sim.drift_epoch if sim.drift_epoch is not None else time.time())
+    timing = engine.Timing(
+        run_factor=decode_factor,
+        prefill_factor=prefill_factor,
+        jitter=engine.per_cycle_jitter(sim.noise),
+        drift_per_hour=sim.drift_per_hour,
+        drift_epoch=sim.drift_epoch if sim.drift_epoch is not None else time.time(),
+    )
     eng = engine.Engine(
-        hw=hw, model=md, cfg=cfg, log=log, metrics=metrics, timing=timing,
-        seed=None if sim.seed is None else sim.seed * 104729 + 17, max_running=max_running,
-        decode_log_interval=int(args.get("decode_log_interval") or 40), max_total_tokens=max_total,
+        hw=hw,
+        model=md,
+        cfg=cfg,
+        log=log,
+        metrics=metrics,
+        timing=timing,
+        seed=None if sim.seed is None else sim.seed * 104729 + 17,
+        max_running=max_running,
+        decode_log_interval=int(args.get("decode_log_interval") or 40),
+        max_total_tokens=max_total,
         record_step_time=os.environ.get("SGLANG_RECORD_STEP_TIME") == "1",
-        hang=sim.faults.hangs(server_env), crash_after_tokens=sim.faults.crash_after_tokens,
+        hang=sim.faults.hangs(server_env),
+        crash_after_tokens=sim.faults.crash_after_tokens,
         hang_after_tokens=sim.faults.hang_after_tokens,
-        topk_crash=topk_crash, on_fatal=proc.fatal, watchdog_timeout_s=float(args.get("watchdog_timeout") or 300),
-        ema_alpha=adaptive.ema_alpha if isinstance(adaptive := cli.adaptive_config(
-            args.get("speculative_adaptive_config")), cli.AdaptiveConfig) else 0.2,
-        model_key=tokens.model_key(str(args.get("model_path"))), numerics=numerics)
+        topk_crash=topk_crash,
+        on_fatal=proc.fatal,
+        watchdog_timeout_s=float(args.get("watchdog_timeout") or 300),
+        ema_alpha=adaptive.ema_alpha
+        if isinstance(adaptive := cli.adaptive_config(args.get("speculative_adaptive_config")), cli.AdaptiveConfig)
+        else 0.2,
+        model_key=tokens.model_key(str(args.get("model_path"))),
+        numerics=numerics,
+    )
     state = api.ServerState(
-        args=args, served_model_name=served, draft_tokens=cfg.draft_tokens, log=log, metrics=metrics,
-        env=server_env, engine=eng, launch_command=shlex.join([sys.executable, "-m", "orchestrator.simulator", *argv]),
+        args=args,
+        served_model_name=served,
+        draft_tokens=cfg.draft_tokens,
+        log=log,
+        metrics=metrics,
+        env=server_env,
+        engine=eng,
+        launch_command=shlex.join([sys.executable, "-m", "orchestrator.simulator", *argv]),
         model_info=api.model_info_for(args, md.architectures, md.model_type, md.context_length),
-        memory_usage={"weight": round(mem * 0.62, 2), "kvcache": round(mem * 0.25, 2), "graph": 1.21 if graph else 0.0})
+        memory_usage={"weight": round(mem * 0.62, 2), "kvcache": round(mem * 0.25, 2), "graph": 1.21 if graph else 0.0},
+    )
     engine_task = asyncio.create_task(eng.run())
 
     class _Server(uvicorn.Server):
@@ -217,9 +267,20 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
             yield
 
     http_level = (args.get("log_level_http") or args.get("log_level") or "info").lower()
-    server = _Server(uvicorn.Config(api.build(state), host=args["host"], port=int(args["port"]), lifespan="off",
-                                    log_level=http_level, access_log=True, timeout_graceful_shutdown=2,
-                                    timeout_keep_alive=5, log_config=_UVICORN_LOGGING))
+    server = _Server(
+        uvicorn.Config(
+            api.build(state),
+            host=args["host"],
+            port=int(args["port"]),
+            lifespan="off",
+            log_level=http_level,
+            access_log=True,
+            timeout_graceful_shutdown=2,
+            timeout_keep_alive=5,
+            log_config=_UVICORN_LOGGING,
+        )
+    )
+
     async def run_uvicorn() -> int:
         try:
             await server.serve()
@@ -244,8 +305,9 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
                 warm = engine.Request(input_ids=engine.tokenize(_WARMUP_PROMPT), max_new_tokens=8, internal="warmup")
                 eng.submit(warm)
                 while not warm.finished and not stopping.is_set():
-                    await asyncio.wait({asyncio.ensure_future(warm.wake.wait()), stop_task},
-                                       return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(
+                        {asyncio.ensure_future(warm.wake.wait()), stop_task}, return_when=asyncio.FIRST_COMPLETED
+                    )
                     warm.wake.clear()
                 if warm.finished:
                     state.up = True
@@ -264,14 +326,17 @@ async def _serve(argv: Sequence[str], resolved: cli.Resolved, sim: cli.SimOption
 
 def _resolution_error(last_line: str) -> str:
     """A traceback of `resolve_once()` stopping at a speculative-decoding rule, ending in `last_line`."""
-    return "\n".join([
-        "Traceback (most recent call last):",
-        '  File "sglang/launch_server.py", line 32, in <module>',
-        "    run_server(server_args)",
-        '  File "sglang/srt/entrypoints/engine.py", line 842, in _launch_subprocesses',
-        "    server_args.resolve_once()",
-        '  File "sglang/srt/arg_groups/speculative_hook.py", in _handle_eagle_family',
-        last_line])
+    return "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "sglang/launch_server.py", line 32, in <module>',
+            "    run_server(server_args)",
+            '  File "sglang/srt/entrypoints/engine.py", line 842, in _launch_subprocesses',
+            "    server_args.resolve_once()",
+            '  File "sglang/srt/arg_groups/speculative_hook.py", in _handle_eagle_family',
+            last_line,
+        ]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -282,8 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = {k: ("***" if k in ("api_key", "admin_api_key") and v else v) for k, v in resolved.args.items()}
     log.main("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")")
     if resolved.error:
-        log.raw(failures.resolution_assertion() if resolved.error == "AssertionError"
-                else _resolution_error(resolved.error))
+        log.raw(
+            failures.resolution_assertion() if resolved.error == "AssertionError" else _resolution_error(resolved.error)
+        )
         return 1
     if resolved.unsupported:
         log.main(resolved.unsupported, level=40)

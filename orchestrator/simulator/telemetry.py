@@ -15,10 +15,55 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 # SGLang's default histogram buckets (observability/metrics_collector.py).
 _TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
-_ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2,
-                0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
-_E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0,
-                400.0, 600.0, 1200.0, 1800.0, 2400.0)
+_ITL_BUCKETS = (
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.035,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.2,
+    0.4,
+    0.6,
+    0.8,
+    1.0,
+    2.0,
+    4.0,
+    6.0,
+    8.0,
+)
+_E2E_BUCKETS = (
+    0.1,
+    0.2,
+    0.4,
+    0.6,
+    0.8,
+    1.0,
+    2.0,
+    4.0,
+    6.0,
+    8.0,
+    10.0,
+    20.0,
+    40.0,
+    60.0,
+    80.0,
+    100.0,
+    200.0,
+    400.0,
+    600.0,
+    1200.0,
+    1800.0,
+    2400.0,
+)
 
 
 class Metrics:
@@ -27,8 +72,13 @@ class Metrics:
     def __init__(self, model_name: str, *, speculative: bool, device_timer: bool):
         self.registry = CollectorRegistry(auto_describe=True)
         self.speculative = speculative
-        self.labels = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0",
-                       "moe_ep_rank": "0"}
+        self.labels = {
+            "model_name": model_name,
+            "engine_type": "unified",
+            "tp_rank": "0",
+            "pp_rank": "0",
+            "moe_ep_rank": "0",
+        }
         names = tuple(self.labels)
         r = self.registry
 
@@ -45,37 +95,70 @@ class Metrics:
         self.max_total_num_tokens = gauge("max_total_num_tokens", "Maximum total number of tokens in the KV pool.")
         self.spec_accept_length = gauge(
             "spec_accept_length",
-            "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).")
-        self.spec_accept_rate = gauge("spec_accept_rate", "Speculative decoding acceptance rate "
-                                      "(accepted drafts / proposed drafts).")
+            "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
+        )
+        self.spec_accept_rate = gauge(
+            "spec_accept_rate", "Speculative decoding acceptance rate (accepted drafts / proposed drafts)."
+        )
         self.spec_num_steps = gauge("spec_num_steps", "The number of speculative steps.")
         self.spec_num_draft_tokens = gauge("spec_num_draft_tokens", "The number of speculative draft tokens.")
-        self.cuda_graph_passes = Counter("sglang:cuda_graph_passes", "Forward passes by CUDA graph mode.",
-                                         (*names, "mode"), registry=r)
-        self.forward_seconds = Counter("sglang:forward_execution_seconds",
-                                       "GPU execution time of forward passes (device timer).",
-                                       (*names, "category"), registry=r) if device_timer else None
+        self.cuda_graph_passes = Counter(
+            "sglang:cuda_graph_passes", "Forward passes by CUDA graph mode.", (*names, "mode"), registry=r
+        )
+        self.forward_seconds = (
+            Counter(
+                "sglang:forward_execution_seconds",
+                "GPU execution time of forward passes (device timer).",
+                (*names, "category"),
+                registry=r,
+            )
+            if device_timer
+            else None
+        )
         tok_names = ("model_name",)
-        self.prompt_tokens = Counter("sglang:prompt_tokens", "Number of prefill tokens processed.",
-                                     (*tok_names, "is_streaming"), registry=r)
-        self.generation_tokens = Counter("sglang:generation_tokens", "Number of generation tokens processed.",
-                                         (*tok_names, "is_streaming"), registry=r)
-        self.cached_tokens = Counter("sglang:cached_tokens", "Number of cached prompt tokens.", tok_names,
-                                     registry=r)
+        self.prompt_tokens = Counter(
+            "sglang:prompt_tokens", "Number of prefill tokens processed.", (*tok_names, "is_streaming"), registry=r
+        )
+        self.generation_tokens = Counter(
+            "sglang:generation_tokens",
+            "Number of generation tokens processed.",
+            (*tok_names, "is_streaming"),
+            registry=r,
+        )
+        self.cached_tokens = Counter("sglang:cached_tokens", "Number of cached prompt tokens.", tok_names, registry=r)
         self.num_requests = Counter("sglang:num_requests", "Number of requests processed.", tok_names, registry=r)
-        self.num_aborted = Counter("sglang:num_aborted_requests", "Number of requests aborted.", tok_names,
-                                   registry=r)
-        self.spec_verify_calls = Counter("sglang:spec_verify_calls", "Speculative verify forward calls.",
-                                         tok_names, registry=r)
-        self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              tok_names, buckets=_TTFT_BUCKETS, registry=r)
-        self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                             tok_names, buckets=_ITL_BUCKETS, registry=r)
-        self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in "
-                             "seconds", tok_names, buckets=_E2E_BUCKETS, registry=r)
-        self.tpot = Histogram("sglang:request_time_per_output_token_seconds",
-                              "Histogram of (finished_time - first_token_time) / (completion_tokens - 1).",
-                              tok_names, buckets=_ITL_BUCKETS, registry=r)
+        self.num_aborted = Counter("sglang:num_aborted_requests", "Number of requests aborted.", tok_names, registry=r)
+        self.spec_verify_calls = Counter(
+            "sglang:spec_verify_calls", "Speculative verify forward calls.", tok_names, registry=r
+        )
+        self.ttft = Histogram(
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            tok_names,
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "sglang:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            tok_names,
+            buckets=_ITL_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds",
+            tok_names,
+            buckets=_E2E_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "sglang:request_time_per_output_token_seconds",
+            "Histogram of (finished_time - first_token_time) / (completion_tokens - 1).",
+            tok_names,
+            buckets=_ITL_BUCKETS,
+            registry=r,
+        )
         self._model = {"model_name": model_name}
 
     # Scheduler side -------------------------------------------------------------------------------
@@ -97,8 +180,18 @@ class Metrics:
         if self.forward_seconds is not None:
             self.forward_seconds.labels(**self.labels, category="extend").inc(seconds)
 
-    def report(self, *, running: int, queued: int, used_tokens: int, token_usage: float, gen_throughput: float,
-               cuda_graph: bool, accept_length: float | None, accept_rate: float | None) -> None:
+    def report(
+        self,
+        *,
+        running: int,
+        queued: int,
+        used_tokens: int,
+        token_usage: float,
+        gen_throughput: float,
+        cuda_graph: bool,
+        accept_length: float | None,
+        accept_rate: float | None,
+    ) -> None:
         """The gauges SGLang refreshes at each decode-log interval."""
         lb = self.labels
         self.num_running_reqs.labels(**lb).set(running)
@@ -125,8 +218,18 @@ class Metrics:
         for _ in range(tokens):
             self.itl.labels(**self._model).observe(interval_s / tokens)
 
-    def finished(self, *, prompt_tokens: int, completion_tokens: int, cached_tokens: int, streaming: bool,
-                 e2e_s: float, decode_s: float, verify_ct: int, aborted: bool) -> None:
+    def finished(
+        self,
+        *,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int,
+        streaming: bool,
+        e2e_s: float,
+        decode_s: float,
+        verify_ct: int,
+        aborted: bool,
+    ) -> None:
         m, flag = self._model, "true" if streaming else "false"
         self.prompt_tokens.labels(**m, is_streaming=flag).inc(prompt_tokens)
         self.generation_tokens.labels(**m, is_streaming=flag).inc(completion_tokens)

@@ -229,24 +229,39 @@ BROKEN_WIRING_ACCEPTANCE = 0.02
 """The draft's per-position acceptance with a broken wiring: accept length collapses to about 1."""
 
 
-def launch_numerics(hw: HardwareProfile, md: ModelProfile, cfg: Config, *,
-                    deterministic: bool = False, draft_wiring_broken: bool = False) -> Numerics:
+def launch_numerics(
+    hw: HardwareProfile,
+    md: ModelProfile,
+    cfg: Config,
+    *,
+    deterministic: bool = False,
+    draft_wiring_broken: bool = False,
+) -> Numerics:
     """What a resolved launch does to greedy decoding: its reduction order (the path, NCCL algorithm,
     protocol and channels that carry a decode step's all-reduce, and the verify shape), a single order
     under --enable-deterministic-inference, and the modelled corruptions (LL128 forced on PCIe, a broken
     draft wiring)."""
     token_bytes = md.hidden_size * md.dtype_bytes
     rows = {1} | ({cfg.topk, cfg.draft_tokens} if cfg.speculative else set())
-    carried = [carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, r, token_bytes, cfg.cuda_graph)
-               for r in sorted(rows)]
+    carried = [carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, r, token_bytes, cfg.cuda_graph) for r in sorted(rows)]
     decode = carried[0]
-    signature = "deterministic" if deterministic else (
-        f"{decode.path}/{decode.algorithm}/{decode.protocol}/{decode.channels}"
-        f"/verify{cfg.draft_tokens if cfg.speculative else 0}")
+    signature = (
+        "deterministic"
+        if deterministic
+        else (
+            f"{decode.path}/{decode.algorithm}/{decode.protocol}/{decode.channels}"
+            f"/verify{cfg.draft_tokens if cfg.speculative else 0}"
+        )
+    )
     forced_ll128 = cfg.nccl.protocols is not None and "LL128" in cfg.nccl.protocols
     if hw.interconnect == "pcie" and forced_ll128 and any(c.path == "nccl" and c.protocol == "LL128" for c in carried):
-        return Numerics(signature, LL128_PCIE_CORRUPT_RATE,
-                        "NCCL_PROTO forces LL128 on a PCIe host (modelled silent corruption, after NCCL's docs)")
+        return Numerics(
+            signature,
+            LL128_PCIE_CORRUPT_RATE,
+            "NCCL_PROTO forces LL128 on a PCIe host (modelled silent corruption, after NCCL's docs)",
+        )
     if draft_wiring_broken and cfg.speculative:
-        return Numerics(signature, BROKEN_WIRING_CORRUPT_RATE, "the draft/verify wiring is broken (fault draft_wiring_broken)")
+        return Numerics(
+            signature, BROKEN_WIRING_CORRUPT_RATE, "the draft/verify wiring is broken (fault draft_wiring_broken)"
+        )
     return Numerics(signature)

@@ -72,7 +72,7 @@ def _atoi(text: str) -> int:
 def _strtoull(text: str) -> int:
     m = _C_INT.match(text)
     value = int(m.group(1)) if m else 0
-    return min(value, 2 ** 64 - 1) if value >= 0 else value % 2 ** 64
+    return min(value, 2**64 - 1) if value >= 0 else value % 2**64
 
 
 def _dlopen(name: str, env: Mapping[str, str]) -> str | None:
@@ -135,16 +135,35 @@ def read_config(world: int, env: Mapping[str, str]) -> tuple[list[str], tuple[Ru
         if len(fields) < 8:
             continue
         coll, algo, proto = fields[0], fields[3], fields[4]
-        rule = Rule(coll if coll in COLLECTIVES else "allreduce", _strtoull(fields[1]), _strtoull(fields[2]),
-                    algo if algo in ALGORITHMS else "ring", proto if proto in PROTOCOLS else "simple",
-                    _atoi(fields[5]), _atoi(fields[6]), _atoi(fields[7]),
-                    _atoi(fields[8]) if len(fields) > 8 else -1, _atoi(fields[9]) if len(fields) > 9 else -1)
+        rule = Rule(
+            coll if coll in COLLECTIVES else "allreduce",
+            _strtoull(fields[1]),
+            _strtoull(fields[2]),
+            algo if algo in ALGORITHMS else "ring",
+            proto if proto in PROTOCOLS else "simple",
+            _atoi(fields[5]),
+            _atoi(fields[6]),
+            _atoi(fields[7]),
+            _atoi(fields[8]) if len(fields) > 8 else -1,
+            _atoi(fields[9]) if len(fields) > 9 else -1,
+        )
         rules.append(rule)
-        said.append("TUNER/ExamplePlugin: Loaded config: %s [%d-%d] %s/%s channels=%d nodes=%d ranks=%d "
-                    "pipeOps=%s regBuff=%s" % (coll, rule.min_bytes, rule.max_bytes, algo, proto, rule.channels,
-                                               rule.n_nodes, rule.n_ranks,
-                                               "any" if rule.num_pipe_ops == -1 else rule.num_pipe_ops,
-                                               "any" if rule.reg_buff == -1 else rule.reg_buff))
+        said.append(
+            "TUNER/ExamplePlugin: Loaded config: %s [%d-%d] %s/%s channels=%d nodes=%d ranks=%d "
+            "pipeOps=%s regBuff=%s"
+            % (
+                coll,
+                rule.min_bytes,
+                rule.max_bytes,
+                algo,
+                proto,
+                rule.channels,
+                rule.n_nodes,
+                rule.n_ranks,
+                "any" if rule.num_pipe_ops == -1 else rule.num_pipe_ops,
+                "any" if rule.reg_buff == -1 else rule.reg_buff,
+            )
+        )
     said.append("TUNER/ExamplePlugin: Loaded %d tuning configurations from %s" % (len(rules), config))
     return said, tuple(rules)
 
@@ -170,32 +189,59 @@ def available(env: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]
     """The algorithms and protocols NCCL_ALGO / NCCL_PROTO leave to the simulated NCCL (an empty or unset
     variable, or a selection of none, leaves them all)."""
     algo, proto = ((env.get(n) or "").strip() or None for n in ("NCCL_ALGO", "NCCL_PROTO"))
-    return (select(algo, SIMULATED_ALGORITHMS) or SIMULATED_ALGORITHMS,
-            select(proto, SIMULATED_PROTOCOLS) or SIMULATED_PROTOCOLS)
+    return (
+        select(algo, SIMULATED_ALGORITHMS) or SIMULATED_ALGORITHMS,
+        select(proto, SIMULATED_PROTOCOLS) or SIMULATED_PROTOCOLS,
+    )
 
 
-def get_coll_info(rules: tuple[Rule, ...], nbytes: int, world: int, algorithms: tuple[str, ...],
-                  protocols: tuple[str, ...], own: tuple[str, str]) -> tuple[Choice, list[str]]:
+def get_coll_info(
+    rules: tuple[Rule, ...],
+    nbytes: int,
+    world: int,
+    algorithms: tuple[str, ...],
+    protocols: tuple[str, ...],
+    own: tuple[str, str],
+) -> tuple[Choice, list[str]]:
     """ext-tuner/example's pluginGetCollInfo for one all-reduce of `nbytes` on one node of `world` ranks, where
     NCCL allows `algorithms` x `protocols` and would itself pick the pair `own`: what NCCL then runs, and the
     plugin's lines (TUNING)."""
     said = []
     for rule in rules:
-        matches = (rule.collective == "allreduce", rule.min_bytes <= nbytes <= rule.max_bytes,
-                   rule.n_nodes in (-1, 1), rule.n_ranks in (-1, world), rule.num_pipe_ops in (-1, PIPE_OPS),
-                   rule.reg_buff in (-1, REG_BUFF))
+        matches = (
+            rule.collective == "allreduce",
+            rule.min_bytes <= nbytes <= rule.max_bytes,
+            rule.n_nodes in (-1, 1),
+            rule.n_ranks in (-1, world),
+            rule.num_pipe_ops in (-1, PIPE_OPS),
+            rule.reg_buff in (-1, REG_BUFF),
+        )
         if not all(matches):
-            said.append("TUNER/ExamplePlugin: Config does not match - collType match=%d, size match=%d, nodes "
-                        "match=%d, ranks match=%d, pipeOps match=%d, regBuff match=%d" % matches)
+            said.append(
+                "TUNER/ExamplePlugin: Config does not match - collType match=%d, size match=%d, nodes "
+                "match=%d, ranks match=%d, pipeOps match=%d, regBuff match=%d" % matches
+            )
             continue
         if rule.algorithm not in algorithms or rule.protocol not in protocols:
-            said.append("TUNER/ExamplePlugin: Algorithm/protocol combination [%s][%s] is marked as IGNORE"
-                        % (rule.algorithm, rule.protocol))
+            said.append(
+                "TUNER/ExamplePlugin: Algorithm/protocol combination [%s][%s] is marked as IGNORE"
+                % (rule.algorithm, rule.protocol)
+            )
             continue
-        said.append("TUNER/ExamplePlugin: Applied config for collType=allreduce, bytes=%d, pipeOps=%d, regBuff=%d: "
-                    "algo=%s, proto=%s, channels=%s (nodes=%d, ranks=%d)"
-                    % (nbytes, PIPE_OPS, REG_BUFF, rule.algorithm, rule.protocol,
-                       "default" if rule.channels == -1 else rule.channels, rule.n_nodes, rule.n_ranks))
+        said.append(
+            "TUNER/ExamplePlugin: Applied config for collType=allreduce, bytes=%d, pipeOps=%d, regBuff=%d: "
+            "algo=%s, proto=%s, channels=%s (nodes=%d, ranks=%d)"
+            % (
+                nbytes,
+                PIPE_OPS,
+                REG_BUFF,
+                rule.algorithm,
+                rule.protocol,
+                "default" if rule.channels == -1 else rule.channels,
+                rule.n_nodes,
+                rule.n_ranks,
+            )
+        )
         return Choice(rule.algorithm, rule.protocol, 0 if rule.channels == 0 else max(rule.channels, 1)), said
     said.append("TUNER/ExamplePlugin: No matching config found")
     return Choice(own[0], own[1], 1), said

@@ -104,17 +104,26 @@ class Measured:
         return sum(1 for r in self.rows if r.status is not TrialStatus.COMPLETE)
 
 
-
-def steps_arms(spec: SweepSpec, params: Mapping[str, ParamValue], number: int, outcomes: list[TrialOutcome],
-               constraints: dict[str, tuple[float | None, float | None]],
-               levels: Sequence[int]) -> tuple[list[Arm], str, str]:
+def steps_arms(
+    spec: SweepSpec,
+    params: Mapping[str, ParamValue],
+    number: int,
+    outcomes: list[TrialOutcome],
+    constraints: dict[str, tuple[float | None, float | None]],
+    levels: Sequence[int],
+) -> tuple[list[Arm], str, str]:
     """The arms that tell adaptive from fixed steps for the configuration `params` (of trial `number`)
     at each of `levels`, the counterpart's kind (contrib.ADAPTIVE or FIXED) and the fixed side in words;
     ([], "", "") when it does not speculate or the SGLang version lacks the flag."""
     if spec.sglang_version not in knobs.ADAPTIVE_VERSIONS:
         return [], "", ""
-    best = contrib.best_fixed_steps(outcomes, metric=spec.objective.metric, direction=spec.objective.direction,
-                                    constraints=constraints, concurrency=spec.benchmark.concurrency)
+    best = contrib.best_fixed_steps(
+        outcomes,
+        metric=spec.objective.metric,
+        direction=spec.objective.direction,
+        constraints=constraints,
+        concurrency=spec.benchmark.concurrency,
+    )
     found = contrib.steps_counterpart(params, best)
     if found is None or eagle.infeasible(found[1]) is not None:
         return [], "", ""
@@ -128,8 +137,15 @@ More = Callable[[Mapping[str, Mapping[int, float]]], Sequence[str]]
 add less than promotion.equivalence_margin nor significant), measured beside the pair for more rounds."""
 
 
-def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, more: More | None = None,
-               contends: More | None = None, hold_s: float = 0.0) -> Measured:
+def run_rounds(
+    ctx: Context,
+    arms: list[Arm],
+    plan: sequential.RoundsPlan,
+    *,
+    more: More | None = None,
+    contends: More | None = None,
+    hold_s: float = 0.0,
+) -> Measured:
     """Measure the arms round after round until the main pair decides, max_rounds, the wall time or an
     interruption. A round starts only when it is expected to end inside the wall time (one clock for the
     night, sweep.schedule): short of time before min_rounds, the other arms are left out by value (the
@@ -155,12 +171,15 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
         joins = contends is not None and 0 < i and (i < plan.min_rounds or decision is not None)
         leading = set(contends(values)) if joins and contends is not None else set()
         if decision is not None:
-            extra = set(more(values)) if more is not None and decision.verdict is sequential.Verdict.promoted                 else set()
+            extra = set(more(values)) if more is not None and decision.verdict is sequential.Verdict.promoted else set()
             extra |= leading
             if not extra:
                 break
-        wanted = [replace(a, main=True) if a.name in leading else a for a in arms
-                  if a.main or a.name in leading or (a.name in extra if decision is not None else i < plan.min_rounds)]
+        wanted = [
+            replace(a, main=True) if a.name in leading else a
+            for a in arms
+            if a.main or a.name in leading or (a.name in extra if decision is not None else i < plan.min_rounds)
+        ]
         held = hold_s if i >= plan.min_rounds else _gate_hold(ctx, values, wanted, plan, timing, i)
         open_arms = _fitting_round(ctx, wanted, timing, i, held)
         if not open_arms and held and decision is None:
@@ -169,14 +188,19 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
             # min_rounds the time kept for the gate's later rounds never stops its own pair.
             open_arms = _fitting_round(ctx, wanted, timing, i)
             if open_arms and i >= plan.min_rounds:
-                log.warning("confirmation: the gate is still undecided after %d rounds; round %d takes the time "
-                            "held for the arms measured after the decision", rounds, i + 1)
+                log.warning(
+                    "confirmation: the gate is still undecided after %d rounds; round %d takes the time "
+                    "held for the arms measured after the decision",
+                    rounds,
+                    i + 1,
+                )
         if extra and not extra & {a.name for a in open_arms}:
             log.warning("confirmation: no time left for round %d of %s", i + 1, ", ".join(sorted(extra)))
             break
         if not open_arms:
-            stopped = (f"the wall-time budget ({ctx.timeout_s / 60:.0f} min for this run) leaves no time "
-                       f"for round {i + 1}")
+            stopped = (
+                f"the wall-time budget ({ctx.timeout_s / 60:.0f} min for this run) leaves no time for round {i + 1}"
+            )
             break
         order = open_arms if i % 2 == 0 else list(reversed(open_arms))
         rows += [_row(ctx, arm, finished, i, values) for arm, finished in _measure(ctx, order, i, plan.max_rounds)]
@@ -188,8 +212,13 @@ def run_rounds(ctx: Context, arms: list[Arm], plan: sequential.RoundsPlan, *, mo
             decision = _decided(ctx, values, plan)
     if decision is not None and not ctx.interrupts.pressed:
         return Measured(values=values, rows=tuple(rows), decision=decision, rounds=rounds)
-    return Measured(values=values, rows=tuple(rows), decision=_undecided(ctx, values, plan, rounds, stopped),
-                    rounds=rounds, stopped=stopped)
+    return Measured(
+        values=values,
+        rows=tuple(rows),
+        decision=_undecided(ctx, values, plan, rounds, stopped),
+        rounds=rounds,
+        stopped=stopped,
+    )
 
 
 def run_more(ctx: Context, arms: list[Arm], rounds: int, measured: Measured, *, fresh: Sequence[str] = ()) -> Measured:
@@ -213,8 +242,9 @@ def run_more(ctx: Context, arms: list[Arm], rounds: int, measured: Measured, *, 
             break
         order = arms if j % 2 == 0 else list(reversed(arms))
         rows += [_row(ctx, arm, finished, i, values) for arm, finished in _measure(ctx, order, i, first + rounds)]
-    return Measured(values=values, rows=tuple(rows), decision=measured.decision, rounds=measured.rounds,
-                    stopped=measured.stopped)
+    return Measured(
+        values=values, rows=tuple(rows), decision=measured.decision, rounds=measured.rounds, stopped=measured.stopped
+    )
 
 
 def _fitting_round(ctx: Context, open_arms: list[Arm], timing: _Timing, i: int, hold_s: float = 0.0) -> list[Arm]:
@@ -223,23 +253,38 @@ def _fitting_round(ctx: Context, open_arms: list[Arm], timing: _Timing, i: int, 
     still win, before the ablations) while they fit; none when the pair itself does not. Each arm left
     out is named in one line. A contender measured as part of the pair (run_rounds' `contends`) that
     leaves the pair no room is measured by value instead, after the pair."""
+
     def fitted(arms: list[Arm]) -> schedule.ConfirmationPlan:
-        return schedule.plan([(a.name, a.concurrency, a.main) for a in arms], seconds=timing.seconds,
-                             left_s=ctx.timeout_s - hold_s - ctx.elapsed(), share_s=math.inf, min_rounds=1,
-                             gate_level=ctx.spec.benchmark.concurrency, slots=timing.slots)
+        return schedule.plan(
+            [(a.name, a.concurrency, a.main) for a in arms],
+            seconds=timing.seconds,
+            left_s=ctx.timeout_s - hold_s - ctx.elapsed(),
+            share_s=math.inf,
+            min_rounds=1,
+            gate_level=ctx.spec.benchmark.concurrency,
+            slots=timing.slots,
+        )
+
     fit = fitted(open_arms)
     if not fit.arms and any(a.main and a.name not in schedule.PAIR for a in open_arms):
         fit = fitted([replace(a, main=a.name in schedule.PAIR) if a.main else a for a in open_arms])
     kept = {a.name for a in fit.arms}
     if kept and fit.dropped:
         held = f", {hold_s / 3600:.2f} h held back" if hold_s > 0 else ""
-        log.warning("confirmation: round %d leaves out %s%s", i + 1,
-                    "; ".join(f"{d.name} ({d.why})" for d in fit.dropped), held)
+        log.warning(
+            "confirmation: round %d leaves out %s%s", i + 1, "; ".join(f"{d.name} ({d.why})" for d in fit.dropped), held
+        )
     return [a for a in open_arms if a.name in kept]
 
 
-def _gate_hold(ctx: Context, values: Mapping[str, Mapping[int, float]], arms: Sequence[Arm],
-               plan: sequential.RoundsPlan, timing: _Timing, i: int) -> float:
+def _gate_hold(
+    ctx: Context,
+    values: Mapping[str, Mapping[int, float]],
+    arms: Sequence[Arm],
+    plan: sequential.RoundsPlan,
+    timing: _Timing,
+    i: int,
+) -> float:
     """Seconds round `i` (before min_rounds) keeps for the gate's rounds past min_rounds that the noise
     measured so far says it will need (sequential.rounds_needed): the other arms of this round give way
     to them, the runner-up last. Zero before two rounds are in, or when min_rounds should decide; never
@@ -259,15 +304,22 @@ def _gate_hold(ctx: Context, values: Mapping[str, Mapping[int, float]], arms: Se
     left_s = ctx.timeout_s - ctx.elapsed() - (plan.min_rounds - i) * pair_s - 1.0
     hold = min(extra * pair_s, max(left_s, 0.0))
     if hold > 0:
-        log.warning("confirmation: the rounds so far measure %.1f%% run-to-run noise and a %s gain, so the gate "
-                    "is expected to need %d rounds (%.0f%% chance of a verdict); round %d keeps %.2f h for them",
-                    noise.sigma * 100, _pct(gain), plan.min_rounds + extra, sequential.POWER * 100, i + 1,
-                    hold / 3600)
+        log.warning(
+            "confirmation: the rounds so far measure %.1f%% run-to-run noise and a %s gain, so the gate "
+            "is expected to need %d rounds (%.0f%% chance of a verdict); round %d keeps %.2f h for them",
+            noise.sigma * 100,
+            _pct(gain),
+            plan.min_rounds + extra,
+            sequential.POWER * 100,
+            i + 1,
+            hold / 3600,
+        )
     return hold
 
 
-def _decided(ctx: Context, values: Mapping[str, Mapping[int, float]],
-             plan: sequential.RoundsPlan) -> sequential.Decision | None:
+def _decided(
+    ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan
+) -> sequential.Decision | None:
     """The gate's decision once min_rounds are in and it reaches a verdict; None to measure on."""
     decision = contrib.gate_of(values, "champion", plan, direction=ctx.spec.objective.direction)
     return decision if decision is not None and decision.verdict is not None else None
@@ -296,16 +348,30 @@ def _row(ctx: Context, arm: Arm, finished: Finished, i: int, values: dict[str, d
         return ConfirmationRow(round=i, who=arm.name, status=TrialStatus.FAILED, reason=finished.lost[:200])
     outcome = finished.outcome
     keep_files(ctx.paths.confirm_dir(i, arm.name.replace("@", "-c")), finished.files)
-    ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=None, extra_metrics={},
-                        extra_tags={"sweep.confirm_round": str(i), "sweep.confirm_of": arm.name,
-                                    "sweep.confirm_concurrency": str(arm.concurrency)})
+    ctx.track.log_trial(
+        ctx.parent_run_id or "",
+        outcome,
+        run_id=None,
+        extra_metrics={},
+        extra_tags={
+            "sweep.confirm_round": str(i),
+            "sweep.confirm_of": arm.name,
+            "sweep.confirm_concurrency": str(arm.concurrency),
+        },
+    )
     value = _value(outcome, ctx.spec.objective.metric)
     if value is not None:
         values[arm.name][i] = value
         if arm.name == "baseline":
             baseline_measured_at(ctx, outcome.finished_at, value)
-    return ConfirmationRow(round=i, who=arm.name, status=outcome.status, concurrency=arm.concurrency,
-                           value=value, reason=None if value is not None else outcome.reason[:200])
+    return ConfirmationRow(
+        round=i,
+        who=arm.name,
+        status=outcome.status,
+        concurrency=arm.concurrency,
+        value=value,
+        reason=None if value is not None else outcome.reason[:200],
+    )
 
 
 def _value(outcome: TrialOutcome, metric: str) -> float | None:
@@ -319,20 +385,24 @@ def _main(values: Mapping[str, Mapping[int, float]]) -> tuple[list[float], list[
     return contrib.paired(values.get("champion", {}), values.get("baseline", {}))
 
 
-def _undecided(ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan, rounds: int,
-               stopped: str) -> sequential.Decision | None:
+def _undecided(
+    ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan, rounds: int, stopped: str
+) -> sequential.Decision | None:
     """Stopped early or rounds failed: the evidence so far, and no verdict but "undecided" (None
     with fewer than two complete rounds)."""
     champ, base = _main(values)
     if len(champ) < 2:
         return None
-    ev = sequential.evidence(champ, base, direction=ctx.spec.objective.direction, level=plan.level,
-                             noise=contrib.pair_noise(values))
+    ev = sequential.evidence(
+        champ, base, direction=ctx.spec.objective.direction, level=plan.level, noise=contrib.pair_noise(values)
+    )
     why = stopped or f"{rounds - len(champ)} of {rounds} rounds failed"
     return sequential.Decision(
-        sequential.Verdict.undecided, ev,
+        sequential.Verdict.undecided,
+        ev,
         f"undecided after {len(champ)} complete round(s): {_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}]; "
-        f"{why}; see {ctx.paths.root / 'confirm'}, then {ctx.resume_hint} or raise budget.wall_time")
+        f"{why}; see {ctx.paths.root / 'confirm'}, then {ctx.resume_hint} or raise budget.wall_time",
+    )
 
 
 def _pct(x: float) -> str:
@@ -348,12 +418,18 @@ def _measure(ctx: Context, order: list[Arm], i: int, of: int) -> Iterator[tuple[
         while pending and executor.idle() > 0 and not ctx.interrupts.pressed:
             arm = pending.pop(0)
             tdir = ctx.paths.confirm_dir(i, arm.name.replace("@", "-c"))
-            spec = TrialSpec(number=arm.number, params=arm.params, effective_params=eagle.effective(arm.params),
-                             role=TrialRole.confirm,
-                             repeats=ctx.spec.benchmark.repeats, trial_dir=str(tdir),
-                             seed=ctx.spec.sampler.seed * 7919 + i * 64 + order.index(arm),
-                             sweep_started_at=ctx.started_at, experiment=at_concurrency(ctx.spec, arm.concurrency),
-                             outputs=_outputs.request(ctx, arm.name, i))
+            spec = TrialSpec(
+                number=arm.number,
+                params=arm.params,
+                effective_params=eagle.effective(arm.params),
+                role=TrialRole.confirm,
+                repeats=ctx.spec.benchmark.repeats,
+                trial_dir=str(tdir),
+                seed=ctx.spec.sampler.seed * 7919 + i * 64 + order.index(arm),
+                sweep_started_at=ctx.started_at,
+                experiment=at_concurrency(ctx.spec, arm.concurrency),
+                outputs=_outputs.request(ctx, arm.name, i),
+            )
             ctx.emit(ConfirmationRun(round=i + 1, of=of, who=arm.name))
             running[executor.submit(spec)] = arm
         if ctx.interrupts.pressed:

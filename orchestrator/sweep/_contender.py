@@ -18,8 +18,9 @@ from orchestrator.sweep._promotion import Arms, Champion
 log = logging.getLogger("sweep")
 
 
-def contending(ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan,
-                search: Contrast | None) -> list[str]:
+def contending(
+    ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan, search: Contrast | None
+) -> list[str]:
     """["runner_up"] while it measured better than the champion on all the evidence (contrib.contender_wins)
     and its own gate has not decided: it would be deployed if it passed, so it joins the gate's pair
     (_confirm.run_rounds says in which rounds; a runner-up left out of the rounds the gate's noise needed
@@ -38,9 +39,13 @@ def search_contrast(ctx: Context, champion: Champion, measuring: Arms) -> Contra
         return None
     spec = ctx.spec
     eligible = select.eligible_values(ctx.outcomes, metric=spec.objective.metric, constraints=spec.objective.bounds())
-    return select.search_contrast(eligible, champion.trial.params, measuring.params_of("runner_up"),
-                                  direction=spec.objective.direction,
-                                  adjust=select.run_speed_metric(spec.objective.metric, spec.benchmark.concurrency))
+    return select.search_contrast(
+        eligible,
+        champion.trial.params,
+        measuring.params_of("runner_up"),
+        direction=spec.objective.direction,
+        adjust=select.run_speed_metric(spec.objective.metric, spec.benchmark.concurrency),
+    )
 
 
 def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | None, direction: select.Direction) -> str:
@@ -49,34 +54,55 @@ def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | No
     both = contrib.settled(values, "runner_up", direction=direction, search=search) if search is not None else None
     if search is None or both is None:
         return ""
-    return (f"; with the search's measurements of both (pooled fit {math.expm1(search.diff) * 100:+.1f}%), "
-            f"{math.expm1(both.diff) * 100:+.1f}% +- {both.se * 100:.1f}%")
+    return (
+        f"; with the search's measurements of both (pooled fit {math.expm1(search.diff) * 100:+.1f}%), "
+        f"{math.expm1(both.diff) * 100:+.1f}% +- {both.se * 100:.1f}%"
+    )
 
 
 def note_run_speed(ctx: Context) -> None:
     """Say in the log whether the pick took each run's own speed out of its measurements (select.run_speed)."""
     objective, level = ctx.spec.objective, ctx.spec.benchmark.concurrency
-    eligible = select.eligible_values([o for o in ctx.outcomes if o.role is TrialRole.search],
-                                      metric=objective.metric, constraints=objective.bounds())
+    eligible = select.eligible_values(
+        [o for o in ctx.outcomes if o.role is TrialRole.search], metric=objective.metric, constraints=objective.bounds()
+    )
     adjustable = select.run_speed_metric(objective.metric, level)
     if adjustable is None and objective.metric in select.RUN_SPEED_METRICS:
-        log.info("the pick uses %s as measured: at %d streams a request's TTFT also waits for the running batch's "
-                 "decode cycle, which the configuration sets, so it cannot tell a run's own speed", objective.metric, level)
+        log.info(
+            "the pick uses %s as measured: at %d streams a request's TTFT also waits for the running batch's "
+            "decode cycle, which the configuration sets, so it cannot tell a run's own speed",
+            objective.metric,
+            level,
+        )
         return
     found = select.run_speed_of(eligible, direction=objective.direction, adjust=adjustable)
     if found is None:
         if adjustable is not None and eligible:
-            log.info("the pick uses %s as measured: no point was run more than once with its TTFT recorded, so "
-                     "nothing tells a run's own speed from its configuration", objective.metric)
+            log.info(
+                "the pick uses %s as measured: no point was run more than once with its TTFT recorded, so "
+                "nothing tells a run's own speed from its configuration",
+                objective.metric,
+            )
         return
     slope = f"slope {found.slope:+.2f} +- {found.se:.2f}, {found.dof} degrees of freedom among the repeated points"
     if found.applied:
-        log.info("the pick takes each run's own speed out of %s: a run's TTFT moves with it (%s)", objective.metric, slope)
+        log.info(
+            "the pick takes each run's own speed out of %s: a run's TTFT moves with it (%s)", objective.metric, slope
+        )
     elif found.dof < COVARIATE_MIN_DOF:
-        log.info("the pick uses %s as measured: too few points run more than once to tell whether a run's TTFT "
-                 "moves with it (%d degrees of freedom, %d needed)", objective.metric, found.dof, COVARIATE_MIN_DOF)
+        log.info(
+            "the pick uses %s as measured: too few points run more than once to tell whether a run's TTFT "
+            "moves with it (%d degrees of freedom, %d needed)",
+            objective.metric,
+            found.dof,
+            COVARIATE_MIN_DOF,
+        )
     elif not math.isfinite(found.se):
-        log.info("the pick uses %s as measured: the TTFT of the points run more than once did not vary "
-                 "(%d degrees of freedom)", objective.metric, found.dof)
+        log.info(
+            "the pick uses %s as measured: the TTFT of the points run more than once did not vary "
+            "(%d degrees of freedom)",
+            objective.metric,
+            found.dof,
+        )
     else:
         log.info("the pick uses %s as measured: the runs' TTFT does not move with it (%s)", objective.metric, slope)

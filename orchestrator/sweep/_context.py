@@ -188,22 +188,41 @@ class Context:
         if self.reserve is None or not self.spec.promotion.max_rounds:
             return []
         held = self.reserve.seconds
-        head = (f"search until about {max(self.timeout_s - held, 0) / 3600:.2f} h of {self.timeout_s / 3600:.2f} h "
-                f"(elapsed {self.elapsed() / 3600:.2f} h), then the confirmation: {held / 3600:.2f} h held back")
+        head = (
+            f"search until about {max(self.timeout_s - held, 0) / 3600:.2f} h of {self.timeout_s / 3600:.2f} h "
+            f"(elapsed {self.elapsed() / 3600:.2f} h), then the confirmation: {held / 3600:.2f} h held back"
+        )
         return [head, *self.reserve.lines()]
 
     def write_state(self, status: str) -> None:
         p = self.progress
         state = SweepState(
-            experiment=self.spec.name, status=status, pid=os.getpid(), updated_at=self.clock.time(),
-            started_at=self.started_at, budget_trials=self.budget_trials, timeout_s=self.timeout_s,
-            optuna_storage=without_password(self.paths.optuna_url), direction=self.spec.objective.direction,
-            parent_run_id=self.parent_run_id, tracking_uri=without_password(self.tracking_uri),
+            experiment=self.spec.name,
+            status=status,
+            pid=os.getpid(),
+            updated_at=self.clock.time(),
+            started_at=self.started_at,
+            budget_trials=self.budget_trials,
+            timeout_s=self.timeout_s,
+            optuna_storage=without_password(self.paths.optuna_url),
+            direction=self.spec.objective.direction,
+            parent_run_id=self.parent_run_id,
+            tracking_uri=without_password(self.tracking_uri),
             mlflow_experiment=self.spec.tracking.experiment or self.spec.name,
-            model_name=self.spec.promotion.model_name, alias=self.spec.promotion.alias,
+            model_name=self.spec.promotion.model_name,
+            alias=self.spec.promotion.alias,
             in_flight=sorted(f.spec.number for f in self.in_flight.values()),
-            launched=p.launched, finished=p.finished, complete=p.complete, failed=p.failed, skipped=p.skipped,
-            failures=dict(p.failures), best=Best(number=p.best_number, value=p.best_value, params=p.best_params),
-            stop_reason=p.stop_text, stop_kind=p.stop.kind if p.stop else None, baselines=p.baselines,
-            objective=self.spec.objective.metric, schedule=self._schedule_lines())
+            launched=p.launched,
+            finished=p.finished,
+            complete=p.complete,
+            failed=p.failed,
+            skipped=p.skipped,
+            failures=dict(p.failures),
+            best=Best(number=p.best_number, value=p.best_value, params=p.best_params),
+            stop_reason=p.stop_text,
+            stop_kind=p.stop.kind if p.stop else None,
+            baselines=p.baselines,
+            objective=self.spec.objective.metric,
+            schedule=self._schedule_lines(),
+        )
         write_json(self.paths.state, state.model_dump(mode="json"))

@@ -40,12 +40,25 @@ def check(ctx: Context, arm: str) -> correctness.Correctness:
         if record is not None:
             scores = list(record.scored)
             break
-    return correctness.compare(arm, outputs.read(run_dir(ctx, 0, arm)), outputs.read(run_dir(ctx, 0, "baseline")),
-                               scores, prompts=c.prompts, tolerance_nats=c.tolerance_nats)
+    return correctness.compare(
+        arm,
+        outputs.read(run_dir(ctx, 0, arm)),
+        outputs.read(run_dir(ctx, 0, "baseline")),
+        scores,
+        prompts=c.prompts,
+        tolerance_nats=c.tolerance_nats,
+    )
 
 
-def gate(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.Measured, passed: Gate,
-         plan: sequential.RoundsPlan, chosen: Choice) -> Choice | Promotion:
+def gate(
+    ctx: Context,
+    champion: Champion,
+    measuring: Arms,
+    measured: _confirm.Measured,
+    passed: Gate,
+    plan: sequential.RoundsPlan,
+    chosen: Choice,
+) -> Choice | Promotion:
     """`chosen` when its outputs are the baseline's; else the next configuration that passed the speed
     gate and this one, its verdict saying why the first was refused; else the Promotion refusing them."""
     if not ctx.spec.promotion.correctness.enabled:
@@ -60,42 +73,75 @@ def gate(ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.M
                 return replace(chosen, verdict=f"{chosen.verdict}. {verdict.text()}")
             refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items() if not v.passed)
             who = f"{choice.label} (the runner-up)" if choice.name == "runner_up" else choice.label
-            return replace(choice, verdict=f"promoted {who} instead of {chosen.label}, which changes the "
-                                           f"outputs ({refused}). {choice.verdict}. {verdict.text()}")
+            return replace(
+                choice,
+                verdict=f"promoted {who} instead of {chosen.label}, which changes the "
+                f"outputs ({refused}). {choice.verdict}. {verdict.text()}",
+            )
     _keep(ctx, verdicts)
     refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items())
-    why = (f"not promoted: the configuration passed the speed gate but not the correctness gate, and no "
-           f"simpler form of it passed both ({refused}). Speed: {passed.verdict}")
+    why = (
+        f"not promoted: the configuration passed the speed gate but not the correctness gate, and no "
+        f"simpler form of it passed both ({refused}). Speed: {passed.verdict}"
+    )
     log.warning("no promotion: %s", why)
-    return Promotion(Outcome.outputs_changed, why, champion, measured.rows, passed, passed.figures,
-                     not_measured=measuring.dropped)
+    return Promotion(
+        Outcome.outputs_changed, why, champion, measured.rows, passed, passed.figures, not_measured=measuring.dropped
+    )
 
 
 _DERIVATION = {"no_speculation": "without speculation", "default_communication": "with NCCL at defaults"}
 """How each simpler arm differs from the champion (as sweep._promote.choose names them)."""
 
 
-def _alternatives(ctx: Context, champion: Champion, measuring: Arms, values: Mapping[str, Mapping[int, float]],
-                  passed: Gate, plan: sequential.RoundsPlan, chosen: Choice) -> list[Choice]:
+def _alternatives(
+    ctx: Context,
+    champion: Champion,
+    measuring: Arms,
+    values: Mapping[str, Mapping[int, float]],
+    passed: Gate,
+    plan: sequential.RoundsPlan,
+    chosen: Choice,
+) -> list[Choice]:
     """The other configurations that passed the speed gate against the baseline: the champion (when
     it passed), then its simpler forms and the runner-up, each when it passes the gate itself."""
     spec = ctx.spec
     number = champion.trial.number
     out = []
     if chosen.name != "champion" and passed.passed:
-        out.append(Choice("champion", measuring.params_of("champion"), passed.figures, passed.verdict,
-                          Outcome.promoted, number=number, decision=passed.decision))
+        out.append(
+            Choice(
+                "champion",
+                measuring.params_of("champion"),
+                passed.figures,
+                passed.verdict,
+                Outcome.promoted,
+                number=number,
+                decision=passed.decision,
+            )
+        )
     for arm, derivation in (*_DERIVATION.items(), ("runner_up", "")):
         if arm == chosen.name:
             continue
         decision = contrib.gate_of(values, arm, plan, direction=spec.objective.direction)
         if decision is not None and decision.verdict is sequential.Verdict.promoted and decision.evidence is not None:
-            figures = contrib.confirmed(decision.evidence, spec.objective.metric, concurrency=spec.benchmark.concurrency)
+            figures = contrib.confirmed(
+                decision.evidence, spec.objective.metric, concurrency=spec.benchmark.concurrency
+            )
             of = number if derivation else next(x.number for x in measuring.arms if x.name == arm)
             label = f"trial {of} {derivation}" if derivation else f"trial {of} (the runner-up)"
-            out.append(Choice(arm, measuring.params_of(arm), figures, f"{label} against the baseline: "
-                              f"{decision.message}", Outcome.promoted, number=of, derivation=derivation,
-                              decision=decision))
+            out.append(
+                Choice(
+                    arm,
+                    measuring.params_of(arm),
+                    figures,
+                    f"{label} against the baseline: {decision.message}",
+                    Outcome.promoted,
+                    number=of,
+                    derivation=derivation,
+                    decision=decision,
+                )
+            )
     return out
 
 

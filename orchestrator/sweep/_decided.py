@@ -19,9 +19,24 @@ DECISION_ATTR = "promotion_decision"
 """The study attribute that keeps the promotion's outcome (a Decided), so a --resume finds it without summary.json."""
 
 
-_PROMOTION_FIELDS = ("champion", "promoted", "verdict", "outcome", "confirmed", "search_value", "contributions",
-                     "promoted_config", "concurrency", "concurrency_verdict", "gate", "confirmations",
-                     "model_version", "env_file", "run_id", "deployed")
+_PROMOTION_FIELDS = (
+    "champion",
+    "promoted",
+    "verdict",
+    "outcome",
+    "confirmed",
+    "search_value",
+    "contributions",
+    "promoted_config",
+    "concurrency",
+    "concurrency_verdict",
+    "gate",
+    "confirmations",
+    "model_version",
+    "env_file",
+    "run_id",
+    "deployed",
+)
 
 
 def already_decided(ctx: Context) -> dict[str, Any] | None:
@@ -34,12 +49,20 @@ def already_decided(ctx: Context) -> dict[str, Any] | None:
     decided = _decided_in_study(ctx) if before is None else _decided_in_summary(before)
     if decided is None or not _final(ctx, decided):
         return None  # interrupted, cut short by the wall time, or not registered: confirm (again) now
-    log.info("the sweep had already reached its verdict and nothing new was measured: not confirmed or "
-             "registered again (%s)", decided.outcome.value)
-    kept = before.model_dump(include=set(_PROMOTION_FIELDS), exclude_unset=True) if before is not None \
+    log.info(
+        "the sweep had already reached its verdict and nothing new was measured: not confirmed or "
+        "registered again (%s)",
+        decided.outcome.value,
+    )
+    kept = (
+        before.model_dump(include=set(_PROMOTION_FIELDS), exclude_unset=True)
+        if before is not None
         else decided.summary_fields()
-    kept["verdict"] = (f"already decided before this --resume, nothing measured or registered again: "
-                       f"{decided.verdict or decided.outcome.value}")
+    )
+    kept["verdict"] = (
+        f"already decided before this --resume, nothing measured or registered again: "
+        f"{decided.verdict or decided.outcome.value}"
+    )
     return kept
 
 
@@ -55,9 +78,14 @@ def _decided_in_summary(before: SweepSummary) -> Decided | None:
     """The promotion's outcome summary.json holds, or None (no promotion ended there)."""
     if before.outcome is None:
         return None
-    return Decided(outcome=before.outcome, verdict=before.verdict or "",
-                   rounds=int((before.gate or {}).get("rounds") or 0), launched=before.launched,
-                   complete=before.complete, failed=before.failed)
+    return Decided(
+        outcome=before.outcome,
+        verdict=before.verdict or "",
+        rounds=int((before.gate or {}).get("rounds") or 0),
+        launched=before.launched,
+        complete=before.complete,
+        failed=before.failed,
+    )
 
 
 def _decided_in_study(ctx: Context) -> Decided | None:
@@ -78,7 +106,8 @@ def _final(ctx: Context, decided: Decided) -> bool:
     if (decided.launched, decided.complete, decided.failed) != (p.launched, p.complete, p.failed):
         return False
     return decided.outcome in (Outcome.promoted, Outcome.unconfirmed, Outcome.not_better, Outcome.outputs_changed) or (
-        decided.outcome is Outcome.undecided and decided.rounds >= ctx.spec.promotion.max_rounds)
+        decided.outcome is Outcome.undecided and decided.rounds >= ctx.spec.promotion.max_rounds
+    )
 
 
 def remember(ctx: Context, promotion: Promotion) -> None:
@@ -87,9 +116,17 @@ def remember(ctx: Context, promotion: Promotion) -> None:
         return  # interrupted: nothing decided
     p = ctx.progress
     r = promotion.registered
-    decided = Decided(outcome=promotion.outcome, verdict=promotion.verdict, rounds=promotion.rounds,
-                      model_version=r.model_version if r else None, run_id=r.run_id if r else None,
-                      env_file=r.env_file if r else None, promoted_config=r.promoted_config if r else None,
-                      champion=promotion.champion.summary() if promotion.champion else None,
-                      launched=p.launched, complete=p.complete, failed=p.failed)
+    decided = Decided(
+        outcome=promotion.outcome,
+        verdict=promotion.verdict,
+        rounds=promotion.rounds,
+        model_version=r.model_version if r else None,
+        run_id=r.run_id if r else None,
+        env_file=r.env_file if r else None,
+        promoted_config=r.promoted_config if r else None,
+        champion=promotion.champion.summary() if promotion.champion else None,
+        launched=p.launched,
+        complete=p.complete,
+        failed=p.failed,
+    )
     ctx.study.set_attr(DECISION_ATTR, decided.model_dump(mode="json"))

@@ -39,13 +39,27 @@ def act_on_interrupts(ctx: Context) -> None:
     for press in ctx.interrupts.new_presses():
         how = ctx.interrupts.how
         if press == 1:
-            stop(ctx, StopReason(StopKind.interrupted, (
-                f"interrupted ({how}): no new trials launched, the trials in flight finished; "
-                f"continue with {ctx.resume_hint}")))
+            stop(
+                ctx,
+                StopReason(
+                    StopKind.interrupted,
+                    (
+                        f"interrupted ({how}): no new trials launched, the trials in flight finished; "
+                        f"continue with {ctx.resume_hint}"
+                    ),
+                ),
+            )
         else:
-            stop(ctx, StopReason(StopKind.aborted, (
-                f"interrupted twice ({how}): the trials in flight were aborted and will be measured "
-                f"again; continue with {ctx.resume_hint}")))
+            stop(
+                ctx,
+                StopReason(
+                    StopKind.aborted,
+                    (
+                        f"interrupted twice ({how}): the trials in flight were aborted and will be measured "
+                        f"again; continue with {ctx.resume_hint}"
+                    ),
+                ),
+            )
             abort_in_flight(ctx, f"aborted by a second {how}")
         ctx.emit(Interrupted(press=press))
 
@@ -65,15 +79,19 @@ def run_loop(ctx: Context) -> None:
             continue
         for finished in ctx.executor.wait(WAIT_S):
             _collect(ctx, finished)
-        ctx.emit(Tick(launched=ctx.progress.launched, finished=ctx.progress.finished,
-                      in_flight=tuple(f.spec.number for f in ctx.in_flight.values())))
+        ctx.emit(
+            Tick(
+                launched=ctx.progress.launched,
+                finished=ctx.progress.finished,
+                in_flight=tuple(f.spec.number for f in ctx.in_flight.values()),
+            )
+        )
 
 
 def _launch_next(ctx: Context) -> bool:
     """Ask for a point and launch it, or settle it without a launch; False when nothing can be asked."""
     t_ask = time.perf_counter()
-    running = {sp.key(f.spec.params): f.spec.number for f in ctx.in_flight.values()
-               if f.spec.role is TrialRole.search}
+    running = {sp.key(f.spec.params): f.spec.number for f in ctx.in_flight.values() if f.spec.role is TrialRole.search}
     proposal = ctx.policy.next(running)
     if proposal is None:
         stop(ctx, StopReason(StopKind.grid_exhausted, "grid exhausted: every feasible point was measured"))
@@ -86,14 +104,27 @@ def _launch_next(ctx: Context) -> bool:
     ask_s = time.perf_counter() - t_ask
     tdir = ctx.paths.trial_dir(number)
     effective = eagle.effective(params)  # what the server runs: SGLang's forced values filled in
-    spec = TrialSpec(number=number, params=params, effective_params=effective, role=role,
-                     repeats=ctx.spec.benchmark.repeats,
-                     trial_dir=str(tdir), seed=ctx.spec.sampler.seed * 100_003 + number,
-                     sweep_started_at=ctx.started_at, experiment=ctx.spec, outputs=_screen.request(ctx, role))
+    spec = TrialSpec(
+        number=number,
+        params=params,
+        effective_params=effective,
+        role=role,
+        repeats=ctx.spec.benchmark.repeats,
+        trial_dir=str(tdir),
+        seed=ctx.spec.sampler.seed * 100_003 + number,
+        sweep_started_at=ctx.started_at,
+        experiment=ctx.spec,
+        outputs=_screen.request(ctx, role),
+    )
     tdir.mkdir(parents=True, exist_ok=True)  # spec.json is the trial runner's to write
     t_mlflow = time.perf_counter()
-    run_id = ctx.track.start_trial(ctx.parent_run_id or "", number=number, params=effective, role=role.value,
-                                   tags={"sweep.engine": ctx.spec.engine})
+    run_id = ctx.track.start_trial(
+        ctx.parent_run_id or "",
+        number=number,
+        params=effective,
+        role=role.value,
+        tags={"sweep.engine": ctx.spec.engine},
+    )
     ctx.overhead[number] = {"number": number, "ask_s": ask_s, "mlflow_start_s": time.perf_counter() - t_mlflow}
     ctx.study.set_trial_attrs(number, {"role": role.value, "mlflow_run_id": run_id or "", "trial_dir": str(tdir)})
     ctx.overhead[number]["submitted_at"] = ctx.clock.time()
@@ -116,9 +147,14 @@ def _skip_line(settled: Settled) -> str:
 
 def _skipped(ctx: Context) -> bool:
     if skipped(ctx) >= MAX_SKIPPED_PROPOSALS:
-        stop(ctx, StopReason(StopKind.space_exhausted,
-                             f"search space exhausted: {MAX_SKIPPED_PROPOSALS} proposals in a row were "
-                             f"infeasible or already measured"))
+        stop(
+            ctx,
+            StopReason(
+                StopKind.space_exhausted,
+                f"search space exhausted: {MAX_SKIPPED_PROPOSALS} proposals in a row were "
+                f"infeasible or already measured",
+            ),
+        )
         return False
     return True
 
@@ -144,9 +180,11 @@ def _collect(ctx: Context, finished: Finished) -> None:
         written = False
     keep_files(Path(spec.trial_dir), finished.files)
     if timing and outcome.started_at:
-        timing.update(dispatch_s=max(outcome.started_at - timing.pop("submitted_at"), 0.0),
-                      return_s=max(collected_at - outcome.finished_at, 0.0) if outcome.finished_at else 0.0,
-                      files_s=time.perf_counter() - t_files)
+        timing.update(
+            dispatch_s=max(outcome.started_at - timing.pop("submitted_at"), 0.0),
+            return_s=max(collected_at - outcome.finished_at, 0.0) if outcome.finished_at else 0.0,
+            files_s=time.perf_counter() - t_files,
+        )
     if _baseline_in_flight(ctx) and outcome.status is TrialStatus.COMPLETE:
         # Recorded once the baseline is, so its speed-up is known (outcome.json is already written).
         ctx.waiting_for_baseline.append((outcome, flight.run_id))
@@ -160,4 +198,3 @@ def _collect(ctx: Context, finished: Finished) -> None:
 def _baseline_in_flight(ctx: Context) -> bool:
     """The first baseline is still being measured (so no trial has a speed-up yet)."""
     return not baseline_measured(ctx) and any(f.spec.role is TrialRole.baseline for f in ctx.in_flight.values())
-

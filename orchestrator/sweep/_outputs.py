@@ -31,8 +31,11 @@ def request(ctx: Context, arm: str, round_i: int) -> OutputsRequest | None:
     if not c.enabled:
         return None
     if round_i == 0:
-        return OutputsRequest(prompts=c.prompts, max_new_tokens=c.max_new_tokens) \
-            if arm in (*CANDIDATES, "baseline") else None
+        return (
+            OutputsRequest(prompts=c.prompts, max_new_tokens=c.max_new_tokens)
+            if arm in (*CANDIDATES, "baseline")
+            else None
+        )
     if arm != "baseline" or any(scored(ctx, r) for r in range(1, round_i)):
         return None
     to_score = _to_score(ctx)
@@ -57,6 +60,12 @@ def _to_score(ctx: Context) -> tuple[ScoreRequest, ...]:
         for p in record.prompts if record is not None else ():
             b = own.get(p.prompt)
             if b is not None and first_difference(p.output_ids, b.output_ids) is not None:
-                out.append(ScoreRequest(arm=arm, prompt=p.prompt, input_ids=(*p.prompt_ids, *p.output_ids),
-                                        continuation=len(p.output_ids)))
+                out.append(
+                    ScoreRequest(
+                        arm=arm,
+                        prompt=p.prompt,
+                        input_ids=(*p.prompt_ids, *p.output_ids),
+                        continuation=len(p.output_ids),
+                    )
+                )
     return tuple(out)

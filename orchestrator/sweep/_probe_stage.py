@@ -57,17 +57,23 @@ def reusable(result: ProbeResult, spec: SweepSpec) -> str | None:
     checks = [
         (result.experiment == spec.name, f"it probed experiment {result.experiment!r}"),
         (result.engine == spec.engine, f"it ran on engine {result.engine}"),
-        (spec.engine != "simulator" or result.host == spec.simulator.hardware_profile,
-         f"it probed host {result.host!r}, not {spec.simulator.hardware_profile!r}"),
-        (spec.engine != "sglang" or result.machine == socket.gethostname(),
-         f"it was probed on {result.machine or 'a machine it does not name'}, not on this one "
-         f"({socket.gethostname()})"),
+        (
+            spec.engine != "simulator" or result.host == spec.simulator.hardware_profile,
+            f"it probed host {result.host!r}, not {spec.simulator.hardware_profile!r}",
+        ),
+        (
+            spec.engine != "sglang" or result.machine == socket.gethostname(),
+            f"it was probed on {result.machine or 'a machine it does not name'}, not on this one "
+            f"({socket.gethostname()})",
+        ),
         (result.tp == spec.server.tp, f"it used tp {result.tp}, not {spec.server.tp}"),
         (result.base_env == base_env(spec), "the experiment's fixed NCCL environment changed"),
         (result.space_settings == space_size(dims), "the NCCL part of the space changed"),
         (all(set(s.env) <= set(dims) for s in result.settings), "it probed NCCL variables the space lacks"),
-        (len(result.settings) >= min(spec.probe.budget or DEFAULT_BUDGET, space_size(dims)),
-         f"it was cut short ({len(result.settings)} settings probed)"),
+        (
+            len(result.settings) >= min(spec.probe.budget or DEFAULT_BUDGET, space_size(dims)),
+            f"it was cut short ({len(result.settings)} settings probed)",
+        ),
     ]
     return next((why for ok, why in checks if not ok), None)
 
@@ -84,12 +90,24 @@ def probe_or_reuse(spec: SweepSpec, workdir: Path) -> tuple[ProbeResult, str, bo
         else:
             why = reusable(old, spec)
             if why is None:
-                return old, (f"probe: reusing {path} ({len(old.settings)} settings probed on {old.host}); "
-                             f"delete it to probe again"), False
+                return (
+                    old,
+                    (
+                        f"probe: reusing {path} ({len(old.settings)} settings probed on {old.host}); "
+                        f"delete it to probe again"
+                    ),
+                    False,
+                )
         log.info("probe: not reusing %s: %s", path, why)
     result = run_probe(spec, workdir, budget=spec.probe.budget)
-    return result, (f"probe: {len(result.settings)} NCCL settings probed on {result.host} in "
-                    f"{result.seconds:.1f} s ({result.seconds_per_setting:.2f} s per setting)"), True
+    return (
+        result,
+        (
+            f"probe: {len(result.settings)} NCCL settings probed on {result.host} in "
+            f"{result.seconds:.1f} s ({result.seconds_per_setting:.2f} s per setting)"
+        ),
+        True,
+    )
 
 
 def probe_cost_s(spec: SweepSpec, result: ProbeResult) -> float:
@@ -130,8 +148,11 @@ def speculation_start(spec: SweepSpec, base: Mapping[str, ParamValue]) -> dict[s
         return params
     steps, topk, draft = default_speculation(spec)
     trial = {**params, "speculative_algorithm": "EAGLE3"}
-    for name, value in (("speculative_num_steps", steps), ("speculative_eagle_topk", topk),
-                        ("speculative_num_draft_tokens", draft)):
+    for name, value in (
+        ("speculative_num_steps", steps),
+        ("speculative_eagle_topk", topk),
+        ("speculative_num_draft_tokens", draft),
+    ):
         param = space.get(name)
         if param is not None and value in param.values():
             trial[name] = value
@@ -149,8 +170,12 @@ def size_latencies(result: ProbeResult, kept: Mapping[str, Any]) -> dict[str, di
     out: dict[str, dict[str, float]] = {}
     for mode in ("eager", "graph"):  # graph rows win where both exist
         for row in result.rows:
-            if row.setting in kept and row.mode == mode and row.median_us is not None \
-                    and (row.size == "decode" or row.size.startswith("verify-")):
+            if (
+                row.setting in kept
+                and row.mode == mode
+                and row.median_us is not None
+                and (row.size == "decode" or row.size.startswith("verify-"))
+            ):
                 out.setdefault(row.setting, {})[row.size] = row.median_us
     return out
 
@@ -203,12 +228,16 @@ def fixed_backend(spec: SweepSpec, result: ProbeResult) -> tuple[dict[str, Param
     slower = {value: p for value, p in paths.items() if all(p[k][1] > ratio * default[k][1] for k in kinds)}
     if len(slower) != len(paths):
         return None
-    said = "; ".join(f"{knob} {value}: {', '.join(f'{k} on {b.value} {us:.1f} us' for k, (b, us) in p.items())}"
-                     for value, p in slower.items())
-    line = (f"probe: the engine default carries {' and '.join(kinds)} on "
-            f"{', '.join(sorted({b.value for b, _ in default.values()}))} at "
-            f"{', '.join(f'{us:.1f} us' for _, us in default.values())}; {said}: more than {ratio:g}x slower, so "
-            f"the search keeps {knob} at the engine default (probe.keep_within)")
+    said = "; ".join(
+        f"{knob} {value}: {', '.join(f'{k} on {b.value} {us:.1f} us' for k, (b, us) in p.items())}"
+        for value, p in slower.items()
+    )
+    line = (
+        f"probe: the engine default carries {' and '.join(kinds)} on "
+        f"{', '.join(sorted({b.value for b, _ in default.values()}))} at "
+        f"{', '.join(f'{us:.1f} us' for _, us in default.values())}; {said}: more than {ratio:g}x slower, so "
+        f"the search keeps {knob} at the engine default (probe.keep_within)"
+    )
     return {knob: None}, line
 
 
@@ -228,9 +257,15 @@ def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str,
         study.set_attr("probe", summary)
         return summary
     best = next((r for r in ranked if r.score_us is not None), None)
-    summary = {"settings": len(result.settings), "kept": len(kept), "seconds": result.seconds,
-               "keep_within": spec.probe.keep_within, "best": best.setting if best else None,
-               "best_us": best.score_us if best else None, "host": result.host}
+    summary = {
+        "settings": len(result.settings),
+        "kept": len(kept),
+        "seconds": result.seconds,
+        "keep_within": spec.probe.keep_within,
+        "best": best.setting if best else None,
+        "best_us": best.score_us if best else None,
+        "host": result.host,
+    }
     if fixed is not None:
         summary["fixed"] = fixed[0]
     start = speculation_start(spec, sp.baseline_params(spec.space))
@@ -244,9 +279,14 @@ def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str,
     return summary
 
 
-def _knob_by_knob(study: Study, spec: SweepSpec, ranked: tuple[RankedSetting, ...],
-                  kept: Mapping[str, dict[str, ParamValue]], start: Mapping[str, ParamValue],
-                  summary: dict[str, Any]) -> dict[str, Any]:
+def _knob_by_knob(
+    study: Study,
+    spec: SweepSpec,
+    ranked: tuple[RankedSetting, ...],
+    kept: Mapping[str, dict[str, ParamValue]],
+    start: Mapping[str, ParamValue],
+    summary: dict[str, Any],
+) -> dict[str, Any]:
     """An objective judged at several streams: stage two searches the NCCL knobs one by one (the
     failure-aware TPE, as without a probe), warm-started from the settings fastest at the decode size
     without speculation, and the fastest with the model's default speculation.
@@ -257,15 +297,18 @@ def _knob_by_knob(study: Study, spec: SweepSpec, ranked: tuple[RankedSetting, ..
     never probed; tuning seed 0), where TPE over the knobs reached 0.998 (issue 20)."""
     summary = {**summary, "searched": "knob by knob"}
     study.set_attr("probe", summary)
-    by_decode = sorted((r for r in ranked if r.setting in kept and r.decode_relative is not None),
-                       key=lambda r: (r.decode_relative, r.rank))
+    by_decode = sorted(
+        (r for r in ranked if r.setting in kept and r.decode_relative is not None),
+        key=lambda r: (r.decode_relative, r.rank),
+    )
     labels = [r.setting for r in by_decode][:WARM_START] or list(kept)[:1]
     plain = sp.baseline_params(spec.space)
     for rank, label in enumerate(labels):
         study.enqueue({**plain, **kept[label]}, {"role": "search", "warm_start": rank + 1, "probe_setting": label})
     if dict(start) != plain:
-        study.enqueue({**start, **kept[labels[0]]}, {"role": "search", "warm_start": len(labels) + 1,
-                                                     "probe_setting": labels[0]})
+        study.enqueue(
+            {**start, **kept[labels[0]]}, {"role": "search", "warm_start": len(labels) + 1, "probe_setting": labels[0]}
+        )
     return summary
 
 
@@ -289,11 +332,16 @@ def run_probe_stage(ctx: Context) -> None:
         text = f"{how}; {summary['skipped']}: stage two searches every NCCL setting of the space"
         log.warning(text)
     else:
-        text = (f"{how}; {summary['kept']} kept (within {spec.probe.keep_within:g}x of the best, {summary['best']} "
-                f"at {summary['best_us'] or 0.0:.1f} us; NCCL defaults always kept)")
+        text = (
+            f"{how}; {summary['kept']} kept (within {spec.probe.keep_within:g}x of the best, {summary['best']} "
+            f"at {summary['best_us'] or 0.0:.1f} us; NCCL defaults always kept)"
+        )
         if summary.get("fixed"):
-            text += "; " + ", ".join(f"{k} kept at the engine default" for k in summary["fixed"]) + \
-                " (the other backend's path measured slower at decode and verify)"
+            text += (
+                "; "
+                + ", ".join(f"{k} kept at the engine default" for k in summary["fixed"])
+                + " (the other backend's path measured slower at decode and verify)"
+            )
         if summary.get("searched"):
             text += "; at several streams stage two searches the NCCL knobs one by one from the decode-size winners"
         log.info(text)
@@ -312,8 +360,12 @@ def _first_scored(ranked: tuple[RankedSetting, ...]) -> RankedSetting | None:
 def _probe_metrics(result: ProbeResult, ranked: tuple[RankedSetting, ...]) -> dict[str, float]:
     """The probe run's metrics: settings probed, seconds, settings kept, and the best and the NCCL
     defaults' verify latency where they were measured."""
-    metrics = {"settings_probed": float(len(result.settings)), "seconds": result.seconds,
-               "seconds_per_setting": result.seconds_per_setting, "kept": float(sum(r.kept for r in ranked))}
+    metrics = {
+        "settings_probed": float(len(result.settings)),
+        "seconds": result.seconds,
+        "seconds_per_setting": result.seconds_per_setting,
+        "kept": float(sum(r.kept for r in ranked)),
+    }
     best = _first_scored(ranked)
     if best is not None and best.score_us is not None:
         metrics["best_verify_us"] = best.score_us
@@ -338,8 +390,10 @@ def _plotted_settings(ranked: tuple[RankedSetting, ...]) -> list[str]:
 
 def _curve(result: ProbeResult, setting: str, mode: str) -> Curve | None:
     """`setting`'s median latency by message size in `mode`, smallest first; None when no size was measured."""
-    rows = sorted((r for r in result.rows if r.setting == setting and r.mode == mode and r.median_us is not None),
-                  key=lambda r: r.nbytes)
+    rows = sorted(
+        (r for r in result.rows if r.setting == setting and r.mode == mode and r.median_us is not None),
+        key=lambda r: r.nbytes,
+    )
     if not rows:
         return None
     return Curve(setting, [r.nbytes for r in rows], [r.median_us or 0.0 for r in rows])
@@ -353,16 +407,25 @@ def _curves(result: ProbeResult, ranked: tuple[RankedSetting, ...], mode: str) -
 
 def _probe_params(result: ProbeResult, best: RankedSetting | None, keep_within: float) -> dict[str, str]:
     """The probe run's parameters: where it ran, the NCCL version, the space, the threshold, the best setting."""
-    return {"host": result.host, "tp": str(result.tp), "nccl_version": result.nccl_version or "?",
-            "settings_in_space": str(result.space_settings), "keep_within": f"{keep_within:g}",
-            "best_setting": best.setting if best else "-"}
+    return {
+        "host": result.host,
+        "tp": str(result.tp),
+        "nccl_version": result.nccl_version or "?",
+        "settings_in_space": str(result.space_settings),
+        "keep_within": f"{keep_within:g}",
+        "best_setting": best.setting if best else "-",
+    }
 
 
 def _ranking_table(ranked: tuple[RankedSetting, ...]) -> dict[str, list[Any]]:
     """The ranking as columns: rank, setting, score_us, relative, kept."""
-    return {"rank": [r.rank for r in ranked], "setting": [r.setting for r in ranked],
-            "score_us": [r.score_us for r in ranked], "relative": [r.relative for r in ranked],
-            "kept": [r.kept for r in ranked]}
+    return {
+        "rank": [r.rank for r in ranked],
+        "setting": [r.setting for r in ranked],
+        "score_us": [r.score_us for r in ranked],
+        "relative": [r.relative for r in ranked],
+        "kept": [r.kept for r in ranked],
+    }
 
 
 def probe_log(result: ProbeResult, ranked: tuple[RankedSetting, ...], *, keep_within: float) -> ProbeLog:
@@ -373,5 +436,8 @@ def probe_log(result: ProbeResult, ranked: tuple[RankedSetting, ...], *, keep_wi
         params=_probe_params(result, _first_scored(ranked), keep_within),
         metrics=_probe_metrics(result, ranked),
         table=_ranking_table(ranked),
-        probe_json=result.model_dump_json(indent=1), curves=_curves(result, ranked, mode), mode=mode,
-        engine=result.engine)
+        probe_json=result.model_dump_json(indent=1),
+        curves=_curves(result, ranked, mode),
+        mode=mode,
+        engine=result.engine,
+    )

@@ -1,12 +1,12 @@
 """The values of the promotion pipeline (sweep/_promote.py): each step returns one, frozen.
 
-    Champion     the trial to confirm, the baseline, its MLflow run
-    Arms         what the rounds measure, and what the night's time left out
-    Gate         the main pair's decision with its figures, contributions and loads
-    Choice       the configuration to register (the champion or a simpler one)
-    Registered   the registry version and champion.env
-    Promotion    how the promotion ended, with every value it reached
-    Decided      the outcome as the study keeps it, for --resume
+Champion     the trial to confirm, the baseline, its MLflow run
+Arms         what the rounds measure, and what the night's time left out
+Gate         the main pair's decision with its figures, contributions and loads
+Choice       the configuration to register (the champion or a simpler one)
+Registered   the registry version and champion.env
+Promotion    how the promotion ended, with every value it reached
+Decided      the outcome as the study keeps it, for --resume
 """
 
 from __future__ import annotations
@@ -38,8 +38,12 @@ class Champion:
     def summary(self) -> dict[str, Any]:
         """summary.json's `champion`: {number, params (the set ones), search_<metric>, allreduce_backend (the
         backend its server recorded carrying decode/verify, TrialOutcome.allreduce_path)}."""
-        return {"number": self.trial.number, "params": {k: v for k, v in self.trial.params.items() if v is not None},
-                f"search_{self.metric}": self.search_value, "allreduce_backend": self.trial.allreduce_path}
+        return {
+            "number": self.trial.number,
+            "params": {k: v for k, v in self.trial.params.items() if v is not None},
+            f"search_{self.metric}": self.search_value,
+            "allreduce_backend": self.trial.allreduce_path,
+        }
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,14 @@ class Gate:
     def record(self) -> dict[str, Any]:
         """summary.json's `gate`."""
         ev = self.evidence
-        return {"passed": self.passed, "gain": ev.gain, "ci_low": ev.low, "ci_high": ev.high,
-                "min_gain": self.min_gain, "rounds": ev.rounds}
+        return {
+            "passed": self.passed,
+            "gain": ev.gain,
+            "ci_low": ev.low,
+            "ci_high": ev.high,
+            "min_gain": self.min_gain,
+            "rounds": ev.rounds,
+        }
 
 
 @dataclass(frozen=True)
@@ -121,8 +131,12 @@ class Choice:
 
     def deployed(self) -> dict[str, Any]:
         """summary.json's `deployed`."""
-        return {"name": self.name, "label": self.label, "number": self.number,
-                "params": {k: v for k, v in self.params.items() if v is not None}}
+        return {
+            "name": self.name,
+            "label": self.label,
+            "number": self.number,
+            "params": {k: v for k, v in self.params.items() if v is not None},
+        }
 
 
 @dataclass(frozen=True)
@@ -168,8 +182,12 @@ class Promotion:
         if self.rows is not None:
             out["confirmations"] = [r.record(metric) for r in self.rows]
         if self.gate is not None:
-            out.update(gate=self.gate.record(), contributions=list(self.gate.contributions),
-                       concurrency=list(self.gate.levels), concurrency_verdict=self.gate.by_load or None)
+            out.update(
+                gate=self.gate.record(),
+                contributions=list(self.gate.contributions),
+                concurrency=list(self.gate.levels),
+                concurrency_verdict=self.gate.by_load or None,
+            )
         if self.confirmed is not None:
             out["confirmed"] = self.confirmed
         if self.not_measured:
@@ -178,8 +196,13 @@ class Promotion:
             out["deployed"] = self.choice.deployed()
         if self.registered is not None:
             r = self.registered
-            out.update(promoted=True, model_version=r.model_version, env_file=r.env_file, run_id=r.run_id,
-                       promoted_config=r.promoted_config)
+            out.update(
+                promoted=True,
+                model_version=r.model_version,
+                env_file=r.env_file,
+                run_id=r.run_id,
+                promoted_config=r.promoted_config,
+            )
         return out
 
 
@@ -203,8 +226,13 @@ class Decided(Frozen):
         if self.champion is not None:
             out["champion"] = self.champion
         if self.model_version is not None:
-            out.update(promoted=True, model_version=self.model_version, run_id=self.run_id, env_file=self.env_file,
-                       promoted_config=self.promoted_config)
+            out.update(
+                promoted=True,
+                model_version=self.model_version,
+                run_id=self.run_id,
+                env_file=self.env_file,
+                promoted_config=self.promoted_config,
+            )
         return out
 
 

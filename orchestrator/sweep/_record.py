@@ -24,8 +24,9 @@ log = logging.getLogger("sweep")
 
 NOT_THE_PARAMETERS = frozenset({FailureKind.worker_lost, FailureKind.port_in_use, FailureKind.internal_error})
 """Failure kinds that say nothing about the configuration: never blacklisted, measured again once."""
-LEARNED_FAILURES = frozenset({FailureKind.oom, FailureKind.nccl_hang, FailureKind.startup_timeout,
-                              FailureKind.server_crash})
+LEARNED_FAILURES = frozenset(
+    {FailureKind.oom, FailureKind.nccl_hang, FailureKind.startup_timeout, FailureKind.server_crash}
+)
 """Failures the configuration causes and the sampler is told to avoid (a violated constraint for TPE):
 it proposes that region less. Others are only blacklisted as exact points."""
 FINISHED_AT_ATTR = "finished_at"
@@ -52,6 +53,7 @@ def duration(seconds: float) -> str:
 
 
 # ------------------------------------------------------------------ the progress counters: written here only
+
 
 def stop(ctx: Context, reason: StopReason) -> None:
     """Launch nothing more, for `reason` (what sweep.json, the console and the summary show)."""
@@ -98,26 +100,32 @@ def should_launch(ctx: Context) -> bool:
         p.stop = StopReason(StopKind.trial_budget, f"trial budget reached ({ctx.budget_trials})")
         return False
     if ctx.deadline_passed():
-        p.stop = StopReason(StopKind.wall_time, f"wall-time budget reached ({duration(ctx.timeout_s)}); "
-                                                f"trials in flight finished")
+        p.stop = StopReason(
+            StopKind.wall_time, f"wall-time budget reached ({duration(ctx.timeout_s)}); trials in flight finished"
+        )
         return False
     if ctx.reserve is None and ctx.spec.promotion.max_rounds:
         plan_reserve(ctx)  # before the first launch: sweep.json and `sweep status` show the plan from the start
     if p.launched and not _search_fits(ctx):
         held = ctx.reserve.seconds if ctx.reserve else 0.0
-        p.stop = StopReason(StopKind.wall_time, (
-            f"wall-time budget reached for the search after {duration(ctx.elapsed())} of "
-            f"{duration(ctx.timeout_s)}: {duration(held)} held back for the confirmation "
-            f"({len(ctx.reserve.arms) if ctx.reserve else 0} arm(s) x {ctx.spec.promotion.min_rounds} rounds); "
-            f"trials in flight finished"))
+        p.stop = StopReason(
+            StopKind.wall_time,
+            (
+                f"wall-time budget reached for the search after {duration(ctx.elapsed())} of "
+                f"{duration(ctx.timeout_s)}: {duration(held)} held back for the confirmation "
+                f"({len(ctx.reserve.arms) if ctx.reserve else 0} arm(s) x {ctx.spec.promotion.min_rounds} rounds); "
+                f"trials in flight finished"
+            ),
+        )
         return False
     return True
 
 
 def plan_reserve(ctx: Context) -> None:
     """Plan (again) the confirmation held back from the search, from this sweep's measured trials."""
-    ctx.reserve = schedule.reserve(ctx.spec, ctx.outcomes, wall_s=ctx.timeout_s,
-                                    slots=ctx.spec.budget.concurrent_trials)
+    ctx.reserve = schedule.reserve(
+        ctx.spec, ctx.outcomes, wall_s=ctx.timeout_s, slots=ctx.spec.budget.concurrent_trials
+    )
 
 
 def _search_fits(ctx: Context) -> bool:
@@ -147,9 +155,13 @@ def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: 
     tdir = Path(outcome.trial_dir) if outcome.trial_dir else ctx.paths.trial_dir(outcome.number)
     values = objective_values(ctx, outcome) if outcome.status is TrialStatus.COMPLETE else None
     if outcome.status is TrialStatus.COMPLETE and values is None:  # objective missing from a measurement
-        outcome = outcome.model_copy(update={"status": TrialStatus.FAILED,
-                                             "failure_kind": FailureKind.metric_missing,
-                                             "reason": f"objective {ctx.spec.objective.metric} missing"})
+        outcome = outcome.model_copy(
+            update={
+                "status": TrialStatus.FAILED,
+                "failure_kind": FailureKind.metric_missing,
+                "reason": f"objective {ctx.spec.objective.metric} missing",
+            }
+        )
         written = False
     screened = _screen.judge(ctx, outcome, tdir)
     if screened is not outcome:  # its outputs changed: kept with why, never a candidate
@@ -170,8 +182,7 @@ def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: 
     tags: dict[str, str] = {"sweep.engine": ctx.spec.engine}
     if outcome.outputs_changed:
         tags["sweep.outputs_changed"] = outcome.outputs_changed[:500]
-    ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=run_id or None, extra_metrics=extra,
-                        extra_tags=tags)
+    ctx.track.log_trial(ctx.parent_run_id or "", outcome, run_id=run_id or None, extra_metrics=extra, extra_tags=tags)
     _keep_overhead(ctx, outcome.number, tell_s=tell_s, mlflow_log_s=time.perf_counter() - t_log)
     _check_failure_budget(ctx)
     _maybe_remeasure_baseline(ctx)
@@ -184,28 +195,45 @@ def record(ctx: Context, outcome: TrialOutcome, run_id: str | None, *, written: 
 def _attrs(outcome: TrialOutcome) -> dict[str, Any]:
     """The trial's attributes in the study, with its measured cost (`sweep status` estimates from the
     real start-up and benchmark times)."""
-    attrs: dict[str, Any] = {"role": outcome.role.value, "status": outcome.status.value,
-                             "fingerprint_hash": outcome.fingerprint_hash, "node": outcome.node,
-                             FINISHED_AT_ATTR: outcome.finished_at}
+    attrs: dict[str, Any] = {
+        "role": outcome.role.value,
+        "status": outcome.status.value,
+        "fingerprint_hash": outcome.fingerprint_hash,
+        "node": outcome.node,
+        FINISHED_AT_ATTR: outcome.finished_at,
+    }
     if outcome.outputs_changed:
         attrs[OUTPUTS_CHANGED_ATTR] = outcome.outputs_changed[:500]
-    attrs.update({f"{phase}_s": round(float(outcome.timings[phase]), 3)
-                  for phase in ("server_start", "bench") if outcome.timings.get(phase) is not None})
+    attrs.update(
+        {
+            f"{phase}_s": round(float(outcome.timings[phase]), 3)
+            for phase in ("server_start", "bench")
+            if outcome.timings.get(phase) is not None
+        }
+    )
     return attrs
 
 
-def _tell(ctx: Context, outcome: TrialOutcome, values: list[float] | None, attrs: dict[str, Any],
-          extra: dict[str, float], tdir: Path) -> None:
+def _tell(
+    ctx: Context,
+    outcome: TrialOutcome,
+    values: list[float] | None,
+    attrs: dict[str, Any],
+    extra: dict[str, float],
+    tdir: Path,
+) -> None:
     """Tell the study: a measurement, an interruption (measured again) or a failure."""
     if values is not None:
         _told_complete(ctx, outcome, values, attrs, extra)
     elif outcome.failure_kind is FailureKind.interrupted:
         # Not a verdict on the parameters: nothing counts, they are measured again (once per interruption).
-        ctx.study.tell_failed(outcome.number, {**attrs, "failure_kind": FailureKind.interrupted.value,
-                                               "reason": outcome.reason[:500]})
+        ctx.study.tell_failed(
+            outcome.number, {**attrs, "failure_kind": FailureKind.interrupted.value, "reason": outcome.reason[:500]}
+        )
         ctx.study.enqueue(outcome.params, {"role": outcome.role.value, "remeasure_of": outcome.number})
-        log.warning("trial %d interrupted (%s); its parameters are queued to be measured again",
-                    outcome.number, outcome.reason)
+        log.warning(
+            "trial %d interrupted (%s); its parameters are queued to be measured again", outcome.number, outcome.reason
+        )
     else:
         _told_failed(ctx, outcome, attrs, tdir)
 
@@ -219,8 +247,9 @@ def _keep_overhead(ctx: Context, number: int, **timings: float) -> None:
             f.write(json.dumps(timing) + "\n")
 
 
-def _told_complete(ctx: Context, outcome: TrialOutcome, values: list[float], attrs: dict[str, Any],
-                   extra: dict[str, float]) -> None:
+def _told_complete(
+    ctx: Context, outcome: TrialOutcome, values: list[float], attrs: dict[str, Any], extra: dict[str, float]
+) -> None:
     p = ctx.progress
     ttft = outcome.metrics.ttft_ms_p50 if outcome.metrics is not None else None
     if ttft is not None and select.run_speed_metric(ctx.spec.objective.metric, ctx.spec.benchmark.concurrency):
@@ -243,8 +272,7 @@ def _told_failed(ctx: Context, outcome: TrialOutcome, attrs: dict[str, Any], tdi
     p = ctx.progress
     kind = outcome.failure_kind.value if outcome.failure_kind else FailureKind.metric_missing.value
     learn = outcome.failure_kind in LEARNED_FAILURES and outcome.role is TrialRole.search
-    ctx.study.tell_failed(outcome.number, {**attrs, "failure_kind": kind, "reason": outcome.reason[:500]},
-                          learn=learn)
+    ctx.study.tell_failed(outcome.number, {**attrs, "failure_kind": kind, "reason": outcome.reason[:500]}, learn=learn)
     p.failed += 1
     p.consecutive_failures += 1
     p.failures[kind] += 1
@@ -257,9 +285,11 @@ def _told_failed(ctx: Context, outcome: TrialOutcome, attrs: dict[str, Any], tdi
         ctx.policy.remember(outcome.params, outcome.number, None, learn=learn)
     log.warning("trial %d failed: %s: %s", outcome.number, kind, outcome.reason)
     if outcome.role is TrialRole.baseline:
-        p.stop = StopReason(StopKind.baseline_failed,
-                            f"the baseline failed ({kind}: {outcome.reason}); nothing can be compared "
-                            f"against it: fix the server set-up first (see {tdir / 'server.log'})")
+        p.stop = StopReason(
+            StopKind.baseline_failed,
+            f"the baseline failed ({kind}: {outcome.reason}); nothing can be compared "
+            f"against it: fix the server set-up first (see {tdir / 'server.log'})",
+        )
         abort_in_flight(ctx, "aborted: the baseline failed")
 
 
@@ -267,8 +297,9 @@ def update_best(ctx: Context, number: int, value: float | None, params: dict[str
     p = ctx.progress
     if value is None or role != TrialRole.search.value:
         return
-    better = (p.best_value is None or (value > p.best_value if ctx.spec.objective.direction == "maximize"
-                                       else value < p.best_value))
+    better = p.best_value is None or (
+        value > p.best_value if ctx.spec.objective.direction == "maximize" else value < p.best_value
+    )
     if better:
         p.best_number, p.best_value, p.best_params = number, value, dict(params)
 
@@ -278,14 +309,18 @@ def _check_failure_budget(ctx: Context) -> None:
     if p.stop:  # the first reason to stop is the one to report; trials in flight still finish
         return
     if p.consecutive_failures >= b.max_consecutive_failures:
-        p.stop = StopReason(StopKind.consecutive_failures,
-                            f"{p.consecutive_failures} trials failed in a row "
-                            f"(budget.max_consecutive_failures={b.max_consecutive_failures}); "
-                            f"failures by kind: {dict(p.failures)}")
+        p.stop = StopReason(
+            StopKind.consecutive_failures,
+            f"{p.consecutive_failures} trials failed in a row "
+            f"(budget.max_consecutive_failures={b.max_consecutive_failures}); "
+            f"failures by kind: {dict(p.failures)}",
+        )
     elif p.finished >= b.min_trials_for_failure_rate and p.failed / max(p.finished, 1) > b.max_failure_rate:
-        p.stop = StopReason(StopKind.failure_rate,
-                            f"{p.failed} of {p.finished} trials failed, above budget.max_failure_rate="
-                            f"{b.max_failure_rate:g}; failures by kind: {dict(p.failures)}")
+        p.stop = StopReason(
+            StopKind.failure_rate,
+            f"{p.failed} of {p.finished} trials failed, above budget.max_failure_rate="
+            f"{b.max_failure_rate:g}; failures by kind: {dict(p.failures)}",
+        )
 
 
 def _maybe_remeasure_baseline(ctx: Context) -> None:
@@ -312,8 +347,11 @@ def _maybe_remeasure_near_tie(ctx: Context) -> None:
     again = select.near_tie(eligible, direction=objective.direction, adjust=adjustable)
     if again is not None:
         ctx.study.enqueue(again.params, {"role": TrialRole.search.value, REMEASURE_ATTR: again.number})
-        log.info("the next trial measures trial %d's parameters again: a near-tie with the best point "
-                 "(sampler.remeasure_every)", again.number)
+        log.info(
+            "the next trial measures trial %d's parameters again: a near-tie with the best point "
+            "(sampler.remeasure_every)",
+            again.number,
+        )
 
 
 def baseline_measured(ctx: Context) -> bool:

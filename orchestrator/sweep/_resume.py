@@ -43,8 +43,10 @@ def reap_previous_driver(paths: Paths) -> None:
     We hold the work directory's lock, so the driver that wrote these records is gone.
     """
     if paths.ray_processes.is_dir():
-        raise StateFileError(f"{paths.ray_processes} is a directory, where the sweep keeps a file (the Ray processes it "
-                         "started); remove it and run the same command again")
+        raise StateFileError(
+            f"{paths.ray_processes} is a directory, where the sweep keeps a file (the Ray processes it "
+            "started); remove it and run the same command again"
+        )
     if paths.ray_processes.exists() or paths.ray_processes.is_symlink():
         try:
             data = json.loads(paths.ray_processes.read_text(encoding="utf-8"))
@@ -52,8 +54,11 @@ def reap_previous_driver(paths: Paths) -> None:
             data = None
         recorded = valid_records(data)
         if recorded is None:
-            log.warning("%s is unreadable or not a list of processes: ending none of them (if the previous "
-                        "driver's Ray processes still run, end them yourself: ps -ef | grep ray)", paths.ray_processes)
+            log.warning(
+                "%s is unreadable or not a list of processes: ending none of them (if the previous "
+                "driver's Ray processes still run, end them yourself: ps -ef | grep ray)",
+                paths.ray_processes,
+            )
         elif not (isinstance(data, dict) and data.get("driver_pid") == os.getpid()):
             ended = reap_processes(recorded)
             if ended:
@@ -94,11 +99,22 @@ def _recover_running(ctx: Context, t: TrialView) -> None:
         record(ctx, outcome, run_id)
         return
     log.info("trial %d was running when the driver died: closing it as interrupted", t.number)
-    record(ctx, TrialOutcome(
-        number=t.number, params=sp.complete(ctx.spec.space, t.params), role=TrialRole(t.role),
-        status=TrialStatus.FAILED, failure_kind=FailureKind.interrupted,
-        reason="the driver stopped while this trial ran; its parameters are measured again",
-        trial_dir=str(tdir), started_at=t.start or 0.0, finished_at=ctx.clock.time()), run_id, written=False)
+    record(
+        ctx,
+        TrialOutcome(
+            number=t.number,
+            params=sp.complete(ctx.spec.space, t.params),
+            role=TrialRole(t.role),
+            status=TrialStatus.FAILED,
+            failure_kind=FailureKind.interrupted,
+            reason="the driver stopped while this trial ran; its parameters are measured again",
+            trial_dir=str(tdir),
+            started_at=t.start or 0.0,
+            finished_at=ctx.clock.time(),
+        ),
+        run_id,
+        written=False,
+    )
 
 
 def _count_existing(ctx: Context, t: TrialView) -> None:
@@ -106,8 +122,10 @@ def _count_existing(ctx: Context, t: TrialView) -> None:
     if t.attrs.get("skipped") or kind == FailureKind.interrupted.value:
         return
     params = sp.complete(ctx.spec.space, t.params)
-    outcome = _read_outcome(ctx.paths.trial_dir(t.number) / "outcome.json",
-                            "the study keeps its result, but the report and the champion's pick leave it out")
+    outcome = _read_outcome(
+        ctx.paths.trial_dir(t.number) / "outcome.json",
+        "the study keeps its result, but the report and the champion's pick leave it out",
+    )
     if t.role == TrialRole.baseline.value and t.state == "COMPLETE" and t.values:
         baseline_measured_at(ctx, _measured_at(t, outcome), float(t.values[0]))
     recovered(ctx, complete=t.state == "COMPLETE", failure_kind=kind)
@@ -132,9 +150,12 @@ def _measured_at(t: TrialView, outcome: TrialOutcome | None) -> float:
     kept = t.attrs.get(FINISHED_AT_ATTR)
     if isinstance(kept, (int, float)) and not isinstance(kept, bool):
         return float(kept)
-    log.warning("trial %d (a baseline) has no readable outcome.json and the study keeps no %s: its time is "
-                "the study's completion time, so the baseline nearest a trial may be another", t.number,
-                FINISHED_AT_ATTR)
+    log.warning(
+        "trial %d (a baseline) has no readable outcome.json and the study keeps no %s: its time is "
+        "the study's completion time, so the baseline nearest a trial may be another",
+        t.number,
+        FINISHED_AT_ATTR,
+    )
     return t.end or 0.0
 
 
@@ -170,13 +191,21 @@ def _reconcile_mlflow(ctx: Context, trials: list[TrialView]) -> None:
     except TrackingError as exc:
         log.warning("cannot compare MLflow with the study: %s", exc)
         return
-    logged = {(int(n), str(r)) for n, r, st in zip(runs.get("trial_number", []), runs.get("role", []),
-                                                   runs.get("status", [])) if st != "RUNNING"}
+    logged = {
+        (int(n), str(r))
+        for n, r, st in zip(runs.get("trial_number", []), runs.get("role", []), runs.get("status", []))
+        if st != "RUNNING"
+    }
     speedups = {t.number: t.attrs.get("speedup_vs_baseline") for t in trials}
     for o in ctx.outcomes:
         if (o.number, o.role.value) not in logged:
             log.info("trial %d is in the study but not in MLflow: logging it now", o.number)
             speedup = speedups.get(o.number)
             extra = {"speedup_vs_baseline": float(speedup)} if speedup else {}
-            ctx.track.log_trial(ctx.parent_run_id or "", o, run_id=None, extra_metrics=extra,
-                                extra_tags={"sweep.engine": ctx.spec.engine})
+            ctx.track.log_trial(
+                ctx.parent_run_id or "",
+                o,
+                run_id=None,
+                extra_metrics=extra,
+                extra_tags={"sweep.engine": ctx.spec.engine},
+            )

@@ -54,8 +54,12 @@ def reference(ctx: Context) -> OutputsRecord | None:
     for o in ctx.outcomes:
         if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE:
             record = outputs.read(Path(o.trial_dir) if o.trial_dir else ctx.paths.trial_dir(o.number))
-            if record is not None and not record.error and len(record.prompts) >= prompts \
-                    and all(p.output_top for p in record.prompts):
+            if (
+                record is not None
+                and not record.error
+                and len(record.prompts) >= prompts
+                and all(p.output_top for p in record.prompts)
+            ):
                 ctx.screen_reference = record
                 return record
     return None
@@ -63,8 +67,12 @@ def reference(ctx: Context) -> OutputsRecord | None:
 
 def judge(ctx: Context, outcome: TrialOutcome, trial_dir: Path) -> TrialOutcome:
     """`outcome`, with `outputs_changed` set when the screen refuses its outputs."""
-    if not _on(ctx) or outcome.role is not TrialRole.search or outcome.status is not TrialStatus.COMPLETE \
-            or outcome.outputs_changed:
+    if (
+        not _on(ctx)
+        or outcome.role is not TrialRole.search
+        or outcome.status is not TrialStatus.COMPLETE
+        or outcome.outputs_changed
+    ):
         return outcome
     base = reference(ctx)
     if base is None:

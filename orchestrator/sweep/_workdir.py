@@ -19,8 +19,21 @@ from orchestrator.fsio import write_json
 
 log = logging.getLogger("sweep")
 
-__all__ = ["DATABASES", "STATE_FILES", "Paths", "SweepLog", "WorkdirLock", "adopt", "check_databases",
-           "check_state_files", "default_workdir", "origin_of", "rebase_artifacts", "without_password", "write_json"]
+__all__ = [
+    "DATABASES",
+    "STATE_FILES",
+    "Paths",
+    "SweepLog",
+    "WorkdirLock",
+    "adopt",
+    "check_databases",
+    "check_state_files",
+    "default_workdir",
+    "origin_of",
+    "rebase_artifacts",
+    "without_password",
+    "write_json",
+]
 
 
 @dataclass(frozen=True)
@@ -87,12 +100,16 @@ def check_databases(root: Path, names: tuple[str, ...] = DATABASES) -> None:
         if not path.exists():
             continue
         if path.is_dir():
-            raise StateFileError(f"{path} is a directory, where the sweep keeps its {_ROLE.get(name, 'database')}; move it away "
-                                 "and restore the file from a backup, or start a new sweep in another --workdir")
+            raise StateFileError(
+                f"{path} is a directory, where the sweep keeps its {_ROLE.get(name, 'database')}; move it away "
+                "and restore the file from a backup, or start a new sweep in another --workdir"
+            )
         if path.stat().st_size == 0:  # SQLite reads an empty file as an empty database; a sweep's never is one
-            raise StateFileError(f"{path} is empty (0 bytes), where the sweep keeps its {_ROLE.get(name, 'database')}: "
-                                 "it was emptied or cut short; restore it from a backup, delete it if no sweep ran "
-                                 "here, or start a new sweep in another --workdir")
+            raise StateFileError(
+                f"{path} is empty (0 bytes), where the sweep keeps its {_ROLE.get(name, 'database')}: "
+                "it was emptied or cut short; restore it from a backup, delete it if no sweep ran "
+                "here, or start a new sweep in another --workdir"
+            )
         try:
             with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
                 verdict = db.execute("PRAGMA quick_check").fetchone()
@@ -101,11 +118,15 @@ def check_databases(root: Path, names: tuple[str, ...] = DATABASES) -> None:
         if verdict and verdict[0] != "ok":
             text = str(verdict[0]).splitlines()[0][:200]
             if "locked" in text:
-                raise StateFileError(f"{path} is locked by another process ({text}); wait for the sweep or "
-                                     "command using it to finish, or stop it, and run this again")
-            raise StateFileError(f"{path} is not a readable SQLite database ({text}): it was cut short, "
-                                 f"overwritten or damaged, so the sweep's {_ROLE.get(name, 'database')} cannot be read; restore it "
-                                 "from a backup, or start a new sweep in another --workdir")
+                raise StateFileError(
+                    f"{path} is locked by another process ({text}); wait for the sweep or "
+                    "command using it to finish, or stop it, and run this again"
+                )
+            raise StateFileError(
+                f"{path} is not a readable SQLite database ({text}): it was cut short, "
+                f"overwritten or damaged, so the sweep's {_ROLE.get(name, 'database')} cannot be read; restore it "
+                "from a backup, or start a new sweep in another --workdir"
+            )
 
 
 def origin_of(root: Path) -> Path | None:
@@ -135,7 +156,8 @@ def rebase_artifacts(root: Path, origin: Path) -> int:
             changed += db.execute(
                 f"UPDATE {table} SET {column} = ? || substr({column}, ?) "  # noqa: S608 - fixed names
                 f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
-                (new, len(old) + 1, old, len(old) + 1, old + "/")).rowcount
+                (new, len(old) + 1, old, len(old) + 1, old + "/"),
+            ).rowcount
     return changed
 
 
@@ -149,16 +171,31 @@ def adopt(root: Path) -> Path | None:
     try:
         rebased = rebase_artifacts(root, origin) if (root / "mlflow.db").is_file() else 0
     except sqlite3.Error as exc:
-        raise StateFileError(f"{root} was {how} from {origin}, and its mlflow.db cannot be updated to its new "
-                             f"place ({exc}); check the file is writable, or start a new sweep in another "
-                             "--workdir") from None
-    log.warning("%s was %s from %s: reading its own optuna.db and mlflow.db%s", root, how, origin,
-                f" ({rebased} artifact location(s) now point into it)" if rebased else "")
+        raise StateFileError(
+            f"{root} was {how} from {origin}, and its mlflow.db cannot be updated to its new "
+            f"place ({exc}); check the file is writable, or start a new sweep in another "
+            "--workdir"
+        ) from None
+    log.warning(
+        "%s was %s from %s: reading its own optuna.db and mlflow.db%s",
+        root,
+        how,
+        origin,
+        f" ({rebased} artifact location(s) now point into it)" if rebased else "",
+    )
     return origin
 
 
-STATE_FILES = ("sweep.json", "summary.json", "experiment.json", "ray-processes.json", "overhead.jsonl", "sweep.log",
-               "report.html", "champion.env")
+STATE_FILES = (
+    "sweep.json",
+    "summary.json",
+    "experiment.json",
+    "ray-processes.json",
+    "overhead.jsonl",
+    "sweep.log",
+    "report.html",
+    "champion.env",
+)
 """Files the driver writes at the top of the work directory (replaced atomically or appended)."""
 
 
@@ -168,8 +205,10 @@ def check_state_files(root: Path) -> None:
     for name in STATE_FILES:
         path = root / name
         if path.exists() and not path.is_file():
-            raise StateFileError(f"{path} is a directory (or not a regular file), where the sweep writes its "
-                                 f"{name}; move it away and run the same command again")
+            raise StateFileError(
+                f"{path} is a directory (or not a regular file), where the sweep writes its "
+                f"{name}; move it away and run the same command again"
+            )
 
 
 _ROLE = {"optuna.db": "study (Optuna)", "mlflow.db": "MLflow runs and registry"}
@@ -188,18 +227,24 @@ class WorkdirLock:
             self._file = open(self.root / ".lock", "w")  # noqa: SIM115 - held open for the sweep's lifetime
         except OSError as exc:  # a file in the way, a path under a file, /proc, no permission, a full disk
             if (self.root / ".lock").is_dir():
-                raise SweepError(f"{self.root / '.lock'} is a directory, where the sweep keeps its lock file; "
-                                 "remove it (rmdir) and run the same command again") from None
+                raise SweepError(
+                    f"{self.root / '.lock'} is a directory, where the sweep keeps its lock file; "
+                    "remove it (rmdir) and run the same command again"
+                ) from None
             what = "is a file, not a directory" if self.root.is_file() else (exc.strerror or str(exc)).lower()
-            raise SweepError(f"--workdir {self.root}: cannot be the work directory ({what}); pass a directory "
-                             f"you can write to, e.g. --workdir runs/NAME") from None
+            raise SweepError(
+                f"--workdir {self.root}: cannot be the work directory ({what}); pass a directory "
+                f"you can write to, e.g. --workdir runs/NAME"
+            ) from None
         try:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._file.close()
             self._file = None
-            raise SweepError(f"{self.root}: another `sweep run` is using this work directory; "
-                             f"wait for it, or pass --workdir to start a separate sweep") from None
+            raise SweepError(
+                f"{self.root}: another `sweep run` is using this work directory; "
+                f"wait for it, or pass --workdir to start a separate sweep"
+            ) from None
         try:
             check_state_files(self.root)
             check_databases(self.root)  # before anything reads them: one message, not SQLAlchemy's traceback

@@ -100,10 +100,20 @@ class Sweep:
         study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
         if resume and n_trials is None:
             n_trials = _stored_budget(paths, spec.name)  # --resume continues the original budget (--n-trials included)
-        self.ctx = Context(SweepEnv(
-            spec=spec, paths=paths, study=study, budget_trials=n_trials or spec.budget.trials,
-            timeout_s=timeout_s or spec.budget.wall_time, emit=on_event or (lambda event: None), resume=resume,
-            policy=ProposalPolicy(study), executor=executor, clock=executor.clock))
+        self.ctx = Context(
+            SweepEnv(
+                spec=spec,
+                paths=paths,
+                study=study,
+                budget_trials=n_trials or spec.budget.trials,
+                timeout_s=timeout_s or spec.budget.wall_time,
+                emit=on_event or (lambda event: None),
+                resume=resume,
+                policy=ProposalPolicy(study),
+                executor=executor,
+                clock=executor.clock,
+            )
+        )
         self._lock = WorkdirLock(paths.root)
         self._log = SweepLog(paths.root)
 
@@ -175,10 +185,13 @@ class Sweep:
             raise SweepError(
                 f"{ctx.paths.root} already holds a sweep of {spec.name!r}; "
                 f"1) pass --resume to continue it, 2) pass --workdir DIR to start a new one, "
-                f"or 3) delete the directory")
+                f"or 3) delete the directory"
+            )
         if ctx.resume and not existed:
-            raise SweepError(f"{ctx.paths.root}: nothing to resume (no study {spec.name!r} in optuna.db); "
-                             f"run without --resume to start")
+            raise SweepError(
+                f"{ctx.paths.root}: nothing to resume (no study {spec.name!r} in optuna.db); "
+                f"run without --resume to start"
+            )
         ctx.study.open()
         try:
             self._begin(existed)
@@ -203,15 +216,25 @@ class Sweep:
             ctx.study.set_attr("sweep_started_at", ctx.started_at)
             ctx.study.set_attr(BUDGET_ATTR, ctx.budget_trials)
         uri = ctx.tracking_uri
-        ctx.tracker = Tracker(uri, spec.tracking.experiment or spec.name, outbox_dir=ctx.paths.root,
-                              artifact_location=(ctx.paths.root / "mlartifacts").as_uri()
-                              if uri == ctx.paths.mlflow_url else None)
+        ctx.tracker = Tracker(
+            uri,
+            spec.tracking.experiment or spec.name,
+            outbox_dir=ctx.paths.root,
+            artifact_location=(ctx.paths.root / "mlartifacts").as_uri() if uri == ctx.paths.mlflow_url else None,
+        )
         ctx.parent_run_id = ctx.tracker.start_sweep(
             run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S', time.localtime(ctx.started_at))}",
-            params={"experiment": spec.name, "engine": spec.engine, "space": spec.space.name,
-                    "sampler": spec.sampler.kind, "budget_trials": ctx.budget_trials,
-                    "concurrent_trials": spec.budget.concurrent_trials, "objective": spec.objective.metric,
-                    "sglang_version": spec.sglang_version, "tp": spec.server.tp},
+            params={
+                "experiment": spec.name,
+                "engine": spec.engine,
+                "space": spec.space.name,
+                "sampler": spec.sampler.kind,
+                "budget_trials": ctx.budget_trials,
+                "concurrent_trials": spec.budget.concurrent_trials,
+                "objective": spec.objective.metric,
+                "sglang_version": spec.sglang_version,
+                "tp": spec.server.tp,
+            },
             tags={"sweep.workdir": str(ctx.paths.root), "sweep.engine": spec.engine},
             resume_run_id=ctx.study.get_attr("parent_run_id"),
         )
@@ -219,7 +242,8 @@ class Sweep:
             raise TrackingError(
                 f"MLflow at {mask_url_password(uri)} opened the sweep's run without giving its id, so it is not "
                 f"an MLflow tracking server that works; check tracking.uri (and the server's /health), or leave "
-                f"tracking.uri out to record in the work directory's sqlite store")
+                f"tracking.uri out to record in the work directory's sqlite store"
+            )
         ctx.study.set_attr("parent_run_id", ctx.parent_run_id)
         ctx.write_state("running")
 
@@ -258,9 +282,18 @@ class Sweep:
         before = f", which had stopped: {earlier.stop_reason}" if earlier.stop_reason else ""
         text = f"the --resume could not start: {reason} (the rest of sweep.json is the earlier run's{before})"
         try:
-            write_json(ctx.paths.state, earlier.model_copy(update={
-                "status": "failed", "stop_kind": StopKind.start_failed, "stop_reason": text, "pid": os.getpid(),
-                "updated_at": ctx.clock.time()}).model_dump(mode="json"))
+            write_json(
+                ctx.paths.state,
+                earlier.model_copy(
+                    update={
+                        "status": "failed",
+                        "stop_kind": StopKind.start_failed,
+                        "stop_reason": text,
+                        "pid": os.getpid(),
+                        "updated_at": ctx.clock.time(),
+                    }
+                ).model_dump(mode="json"),
+            )
         except OSError:
             pass  # a full disk, say: the error raised names the cause
         if ctx.tracker is not None and ctx.parent_run_id:

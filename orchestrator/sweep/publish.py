@@ -56,17 +56,22 @@ def _spec(workdir: Path) -> SweepSpec:
     try:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
-        raise SweepError(f"{workdir}: no sweep here (experiment.json missing); pass the --workdir `sweep run` "
-                         f"used") from None
+        raise SweepError(
+            f"{workdir}: no sweep here (experiment.json missing); pass the --workdir `sweep run` used"
+        ) from None
     except (OSError, ValueError) as exc:  # a directory, unreadable, cut short, not UTF-8, not JSON
         why = exc.strerror if isinstance(exc, OSError) else str(exc).splitlines()[0][:200]
-        raise SweepError(f"{path} cannot be read ({why}): it was cut short, overwritten or is not a file; "
-                         "`sweep run EXPERIMENT --resume` with the same experiment writes it again") from None
+        raise SweepError(
+            f"{path} cannot be read ({why}): it was cut short, overwritten or is not a file; "
+            "`sweep run EXPERIMENT --resume` with the same experiment writes it again"
+        ) from None
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as exc:
-        raise SweepError(f"{path} was written by another version of sweep and cannot be read: "
-                         f"{str(exc).splitlines()[0][:200]}; run the sweep again with this version") from None
+        raise SweepError(
+            f"{path} was written by another version of sweep and cannot be read: "
+            f"{str(exc).splitlines()[0][:200]}; run the sweep again with this version"
+        ) from None
 
 
 def _summary(workdir: Path) -> SweepSummary | None:
@@ -75,8 +80,11 @@ def _summary(workdir: Path) -> SweepSummary | None:
     except FileNotFoundError:
         return None  # still running: the report shows the search so far
     except (OSError, ValidationError) as exc:
-        log.warning("%s/summary.json not read (%s); the report leaves the promotion out", workdir,
-                    exc.strerror if isinstance(exc, OSError) else exc.errors()[0]["msg"])
+        log.warning(
+            "%s/summary.json not read (%s); the report leaves the promotion out",
+            workdir,
+            exc.strerror if isinstance(exc, OSError) else exc.errors()[0]["msg"],
+        )
         return None
 
 
@@ -96,18 +104,24 @@ def _failures(done: Sequence[TrialOutcome]) -> list[report_html.Failure]:
     for o in done:
         if o.status is TrialStatus.FAILED:
             by_kind[o.failure_kind.value if o.failure_kind else "failed"].append(o)
-    return [report_html.Failure(kind=k, count=len(v), trial=v[0].number, reason=v[0].reason)
-            for k, v in sorted(by_kind.items(), key=lambda kv: -len(kv[1]))]
+    return [
+        report_html.Failure(kind=k, count=len(v), trial=v[0].number, reason=v[0].reason)
+        for k, v in sorted(by_kind.items(), key=lambda kv: -len(kv[1]))
+    ]
 
 
 def _findings(summary: SweepSummary) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if summary.contributions:
-        found["contributions"] = [f"{c.part}: {c.interval.gain * 100:+.1f}% (95% interval {c.interval.low * 100:+.1f}% "
-                                  f"to {c.interval.high * 100:+.1f}%, {c.a} vs {c.b})" for c in summary.contributions]
+        found["contributions"] = [
+            f"{c.part}: {c.interval.gain * 100:+.1f}% (95% interval {c.interval.low * 100:+.1f}% "
+            f"to {c.interval.high * 100:+.1f}%, {c.a} vs {c.b})"
+            for c in summary.contributions
+        ]
     if summary.deployed and summary.promoted_config != "champion":
         found["promoted configuration"] = f"{summary.deployed['label']}: " + ", ".join(
-            f"{k}={v}" for k, v in summary.deployed["params"].items())
+            f"{k}={v}" for k, v in summary.deployed["params"].items()
+        )
     elif summary.promoted_config and summary.promoted_config != "champion":
         found["promoted configuration"] = summary.promoted_config
     if summary.concurrency:
@@ -116,7 +130,8 @@ def _findings(summary: SweepSummary) -> dict[str, Any]:
             f"{contrib.streams(g.concurrency, short=True)}{' (the gate level)' if g.concurrency == gate else ''}: "
             f"{g.interval.gain * 100:+.1f}% ({g.interval.low * 100:+.1f}% to {g.interval.high * 100:+.1f}%)"
             + (f"; adaptive steps against {g.steps.fixed}: {g.steps.text(g.concurrency)}" if g.steps else "")
-            for g in summary.concurrency]
+            for g in summary.concurrency
+        ]
     if summary.concurrency_verdict:
         found["concurrency"] = summary.concurrency_verdict
     if summary.search_value is not None:
@@ -144,8 +159,10 @@ def _truth(spec: SweepSpec, champion: dict[str, Any] | None) -> str:
     except (ValueError, KeyError) as exc:
         return f"true optimum not computed: {exc}"
     ratio = value / t.optimum if t.maximize else t.optimum / value
-    return (f"simulator: the champion's noise-free {spec.objective.metric} is {value:.1f}, {ratio * 100:.1f}% of "
-            f"the true optimum {t.optimum:.1f} (rank {t.rank_of_value(value)} of {len(t.values)} feasible points)")
+    return (
+        f"simulator: the champion's noise-free {spec.objective.metric} is {value:.1f}, {ratio * 100:.1f}% of "
+        f"the true optimum {t.optimum:.1f} (rank {t.rank_of_value(value)} of {len(t.values)} feasible points)"
+    )
 
 
 def _kept_speedups(url: str, study: str) -> dict[int, float] | None:
@@ -167,8 +184,9 @@ def _png(figure: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _plots_and_figures(spec: SweepSpec, state: SweepState, done: Sequence[TrialOutcome], baselines: Any,
-                       url: str) -> tuple[list[optuna_plots.Plot], dict[str, str]]:
+def _plots_and_figures(
+    spec: SweepSpec, state: SweepState, done: Sequence[TrialOutcome], baselines: Any, url: str
+) -> tuple[list[optuna_plots.Plot], dict[str, str]]:
     """Optuna's plots from the storage at `url` (none where its password is never written down) and, only
     when there are none, the page's own figures as base64 PNG."""
     plots = [] if ":***@" in url else optuna_plots.sweep_plots(url, state.experiment, spec.objective.metric)
@@ -180,8 +198,11 @@ def _champion_fields(spec: SweepSpec, champ: dict[str, Any] | None) -> dict[str,
     """The champion's trial number, knobs and objective value for the page; empty without a champion."""
     if not champ:
         return {"champion_trial": None, "champion_params": {}, "champion_value": None}
-    return {"champion_trial": champ["number"], "champion_params": champ["params"],
-            "champion_value": champ.get(spec.objective.metric)}
+    return {
+        "champion_trial": champ["number"],
+        "champion_params": champ["params"],
+        "champion_value": champ.get(spec.objective.metric),
+    }
 
 
 def _gain(summary: SweepSummary) -> tuple[Any, Any, Any]:
@@ -196,10 +217,23 @@ def _gain(summary: SweepSummary) -> tuple[Any, Any, Any]:
 def _running_fields(state: SweepState) -> dict[str, Any]:
     """The page's promotion fields while the sweep runs (no summary.json yet): none but the search's
     skipped proposals and stop reason from sweep.json."""
-    return {"promoted": False, "gain": None, "gain_low": None, "gain_high": None, "confirm_rounds": 0,
-            "concurrency": None, "model_version": None, "env_file": None, "findings": {}, "importances": {},
-            "skipped": state.skipped, "stop_reason": state.stop_reason, "drift": None, "drift_flagged": False,
-            "fingerprint_changes": []}
+    return {
+        "promoted": False,
+        "gain": None,
+        "gain_low": None,
+        "gain_high": None,
+        "confirm_rounds": 0,
+        "concurrency": None,
+        "model_version": None,
+        "env_file": None,
+        "findings": {},
+        "importances": {},
+        "skipped": state.skipped,
+        "stop_reason": state.stop_reason,
+        "drift": None,
+        "drift_flagged": False,
+        "fingerprint_changes": [],
+    }
 
 
 def _finished_fields(summary: SweepSummary) -> dict[str, Any]:
@@ -207,14 +241,23 @@ def _finished_fields(summary: SweepSummary) -> dict[str, Any]:
     version and env file, findings, importances, skipped proposals, stop reason, drift and fingerprints."""
     confirmed = summary.confirmed
     gain, low, high = _gain(summary)
-    return {"promoted": bool(summary.promoted), "gain": gain, "gain_low": low, "gain_high": high,
-            "confirm_rounds": confirmed.rounds if confirmed else 0,
-            "concurrency": confirmed.concurrency if confirmed else None,
-            "model_version": summary.model_version, "env_file": summary.env_file, "findings": _findings(summary),
-            "importances": summary.importances, "skipped": summary.skipped, "stop_reason": summary.stop_reason,
-            "drift": summary.baseline_drift.max_relative_change,
-            "drift_flagged": bool(summary.baseline_drift.flagged),
-            "fingerprint_changes": summary.fingerprint_changes}
+    return {
+        "promoted": bool(summary.promoted),
+        "gain": gain,
+        "gain_low": low,
+        "gain_high": high,
+        "confirm_rounds": confirmed.rounds if confirmed else 0,
+        "concurrency": confirmed.concurrency if confirmed else None,
+        "model_version": summary.model_version,
+        "env_file": summary.env_file,
+        "findings": _findings(summary),
+        "importances": summary.importances,
+        "skipped": summary.skipped,
+        "stop_reason": summary.stop_reason,
+        "drift": summary.baseline_drift.max_relative_change,
+        "drift_flagged": bool(summary.baseline_drift.flagged),
+        "fingerprint_changes": summary.fingerprint_changes,
+    }
 
 
 def _with_nccl_mismatch(fields: dict[str, Any], workdir: Path, done: Sequence[TrialOutcome]) -> dict[str, Any]:
@@ -240,11 +283,19 @@ def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> 
     plots, figures = _plots_and_figures(spec, state, done, baselines, url)
     champ = summary.champion if summary else None
     content = report_html.ReportInput(
-        experiment=spec.name, objective=spec.objective.metric, direction=spec.objective.direction, table=table,
-        **_champion_fields(spec, champ), verdict=_verdict(summary), model=spec.promotion.model_name,
+        experiment=spec.name,
+        objective=spec.objective.metric,
+        direction=spec.objective.direction,
+        table=table,
+        **_champion_fields(spec, champ),
+        verdict=_verdict(summary),
+        model=spec.promotion.model_name,
         **_with_nccl_mismatch(_finished_fields(summary) if summary else _running_fields(state), workdir, done),
-        failures=_failures(done), truth=_truth(spec, champ) if truth else "",
-        plots=[(p.title, p.html) for p in plots], figures=figures)
+        failures=_failures(done),
+        truth=_truth(spec, champ) if truth else "",
+        plots=[(p.title, p.html) for p in plots],
+        figures=figures,
+    )
     page = report_html.render(content, optuna_plots.plotly_js() if plots else "")
     return Report(content=content, page=page, plots=plots, state=state, summary=summary)
 
@@ -321,8 +372,9 @@ def description(r: Report, links: dict[str, str]) -> str:
     return "\n\n".join(lines)
 
 
-def write(workdir: Path, output: Path | None = None, storage: str | None = None, *,
-          truth: bool = False) -> tuple[Path, Report]:
+def write(
+    workdir: Path, output: Path | None = None, storage: str | None = None, *, truth: bool = False
+) -> tuple[Path, Report]:
     """Build the report and write it (atomically) to `output`, default <workdir>/report.html."""
     r = build(workdir, storage, truth=truth)
     path = output or Path(workdir) / REPORT
@@ -338,11 +390,19 @@ def publish(workdir: Path, storage: str | None = None) -> Path:
     if not state.parent_run_id:
         return path
     tracker = Tracker(state.tracking_uri, state.experiment_in_mlflow, outbox_dir=Path(workdir))
-    links = tracker.links(state.parent_run_id, champion_trial=r.content.champion_trial,
-                          model=state.model_name if r.content.promoted else None,
-                          version=r.content.model_version)
-    tracker.publish_report(state.parent_run_id, description=description(r, links), report=path,
-                           plots={p.name: p.html for p in r.plots}, plotly_js=optuna_plots.plotly_js() if r.plots else "",
-                           champion_trial=r.content.champion_trial,
-                           star_run_id=r.summary.run_id if r.summary is not None and r.summary.promoted else None)
+    links = tracker.links(
+        state.parent_run_id,
+        champion_trial=r.content.champion_trial,
+        model=state.model_name if r.content.promoted else None,
+        version=r.content.model_version,
+    )
+    tracker.publish_report(
+        state.parent_run_id,
+        description=description(r, links),
+        report=path,
+        plots={p.name: p.html for p in r.plots},
+        plotly_js=optuna_plots.plotly_js() if r.plots else "",
+        champion_trial=r.content.champion_trial,
+        star_run_id=r.summary.run_id if r.summary is not None and r.summary.promoted else None,
+    )
     return path

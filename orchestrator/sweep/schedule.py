@@ -80,8 +80,11 @@ class ConfirmationPlan:
 
     def lines(self) -> list[str]:
         """What `sweep plan` and the console say of it."""
-        out = [f"confirmation: {a.name} at {a.concurrency} stream(s), {a.rounds} round(s) x {a.run_s / 60:.1f} min"
-               f" = {a.total_s / 3600:.2f} h" for a in self.arms]
+        out = [
+            f"confirmation: {a.name} at {a.concurrency} stream(s), {a.rounds} round(s) x {a.run_s / 60:.1f} min"
+            f" = {a.total_s / 3600:.2f} h"
+            for a in self.arms
+        ]
         out += [f"confirmation: {d.name} not measured: {d.why}" for d in self.dropped]
         return out
 
@@ -161,8 +164,12 @@ def run_seconds(spec: SweepSpec, measured: Iterable[TrialOutcome]) -> Callable[[
     ratio; the cost model alone before any trial finished (an hour per run when even that is unknown)."""
     starts, benches = [], []
     for o in measured:
-        if o.status is TrialStatus.COMPLETE and o.role is not TrialRole.confirm \
-                and o.timings.get("server_start") is not None and o.timings.get("bench") is not None:
+        if (
+            o.status is TrialStatus.COMPLETE
+            and o.role is not TrialRole.confirm
+            and o.timings.get("server_start") is not None
+            and o.timings.get("bench") is not None
+        ):
             starts.append(float(o.timings["server_start"]))
             # A search trial's output capture (the correctness screen) is part of its cost.
             benches.append(float(o.timings["bench"]) + float(o.timings.get("outputs") or 0.0))
@@ -177,15 +184,24 @@ def run_seconds(spec: SweepSpec, measured: Iterable[TrialOutcome]) -> Callable[[
                 ratio = (modelled / at_level) if modelled and at_level else 1.0
                 cache[concurrency] = statistics.median(starts) + statistics.median(benches) * ratio
             else:
-                cache[concurrency] = _load_s(spec, _model_cost(spec, concurrency)) + \
-                    (modelled if modelled is not None else 3600.0)
+                cache[concurrency] = _load_s(spec, _model_cost(spec, concurrency)) + (
+                    modelled if modelled is not None else 3600.0
+                )
         return cache[concurrency]
 
     return seconds
 
 
-def plan(arms: Sequence[tuple[str, int, bool]], *, seconds: Callable[[int], float], left_s: float,
-         share_s: float, min_rounds: int, gate_level: int, slots: int = 1) -> ConfirmationPlan:
+def plan(
+    arms: Sequence[tuple[str, int, bool]],
+    *,
+    seconds: Callable[[int], float],
+    left_s: float,
+    share_s: float,
+    min_rounds: int,
+    gate_level: int,
+    slots: int = 1,
+) -> ConfirmationPlan:
     """Fit `arms` into `left_s` seconds by unit (a level's champion/baseline pair together; a
     counterpart only beside its level's champion): the gate's pair first (dropped only when even it does
     not fit, and everything with it), then the others by value while their total stays within
@@ -194,7 +210,8 @@ def plan(arms: Sequence[tuple[str, int, bool]], *, seconds: Callable[[int], floa
     units: dict[tuple[int, int, int], list[PlannedArm]] = {}
     for name, concurrency, main in arms:  # a main arm beside the pair (a leading runner-up) is of its unit
         units.setdefault((0, 0, 0) if main else value_rank(name, concurrency, gate_level), []).append(
-            PlannedArm(name, concurrency, main, seconds(concurrency), min_rounds))
+            PlannedArm(name, concurrency, main, seconds(concurrency), min_rounds)
+        )
     kept: list[PlannedArm] = []
     dropped: list[Dropped] = []
     used = others = 0.0
@@ -205,8 +222,10 @@ def plan(arms: Sequence[tuple[str, int, bool]], *, seconds: Callable[[int], floa
         names = " + ".join(a.name for a in unit)
         if key[0] == 0:
             if used + cost > left_s:
-                why = f"the gate's pair ({names}) needs {cost / 3600:.2f} h for {min_rounds} rounds, " \
-                      f"{left_s / 3600:.2f} h left"
+                why = (
+                    f"the gate's pair ({names}) needs {cost / 3600:.2f} h for {min_rounds} rounds, "
+                    f"{left_s / 3600:.2f} h left"
+                )
                 return ConfirmationPlan((), tuple(Dropped(a[0], why) for a in arms), slots)
             kept += unit
             used += cost
@@ -228,15 +247,25 @@ def plan(arms: Sequence[tuple[str, int, bool]], *, seconds: Callable[[int], floa
     return ConfirmationPlan(tuple(kept), tuple(dropped), slots)
 
 
-def reserve(spec: SweepSpec, measured: Iterable[TrialOutcome], *, wall_s: float | None = None,
-            slots: int = 1) -> ConfirmationPlan:
+def reserve(
+    spec: SweepSpec, measured: Iterable[TrialOutcome], *, wall_s: float | None = None, slots: int = 1
+) -> ConfirmationPlan:
     """The confirmation held back from the start of a night of `wall_s` seconds (default
     budget.wall_time): the worst-case arms of `spec`; nothing without a gate (max_rounds 0)."""
     wall = spec.budget.wall_time if wall_s is None else wall_s
-    return plan(candidate_arms(spec), seconds=run_seconds(spec, measured), left_s=wall,
-                share_s=spec.promotion.confirm_share * wall, min_rounds=spec.promotion.min_rounds,
-                gate_level=spec.benchmark.concurrency, slots=slots) if spec.promotion.max_rounds else \
-        ConfirmationPlan((), (), slots)
+    return (
+        plan(
+            candidate_arms(spec),
+            seconds=run_seconds(spec, measured),
+            left_s=wall,
+            share_s=spec.promotion.confirm_share * wall,
+            min_rounds=spec.promotion.min_rounds,
+            gate_level=spec.benchmark.concurrency,
+            slots=slots,
+        )
+        if spec.promotion.max_rounds
+        else ConfirmationPlan((), (), slots)
+    )
 
 
 @dataclass(frozen=True)
@@ -262,13 +291,17 @@ class NightPlan:
         return self.confirmation.fits and self.search_s >= self.trial_s
 
     def lines(self) -> list[str]:
-        out = [f"night: {self.wall_s / 3600:.2f} h = probe {self.probe_s / 3600:.2f} h + search "
-               f"{self.search_s / 3600:.2f} h (about {self.trials} trial(s) of {self.trial_s / 60:.1f} min) + "
-               f"confirmation {self.confirmation.seconds / 3600:.2f} h"]
+        out = [
+            f"night: {self.wall_s / 3600:.2f} h = probe {self.probe_s / 3600:.2f} h + search "
+            f"{self.search_s / 3600:.2f} h (about {self.trials} trial(s) of {self.trial_s / 60:.1f} min) + "
+            f"confirmation {self.confirmation.seconds / 3600:.2f} h"
+        ]
         out += self.confirmation.lines()
         if not self.fits:
-            out.append("this plan does not fit: lower promotion.min_rounds, promotion.concurrency or "
-                       "benchmark.requests / repeats, or raise budget.wall_time")
+            out.append(
+                "this plan does not fit: lower promotion.min_rounds, promotion.concurrency or "
+                "benchmark.requests / repeats, or raise budget.wall_time"
+            )
         return out
 
 

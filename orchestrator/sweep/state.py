@@ -36,9 +36,17 @@ class StopKind(str, enum.Enum):
     `--resume` continues."""
 
 
-FAILURE_STOPS = frozenset({StopKind.consecutive_failures, StopKind.failure_rate, StopKind.baseline_failed,
-                           StopKind.interrupted, StopKind.aborted, StopKind.start_failed,
-                           StopKind.failed})
+FAILURE_STOPS = frozenset(
+    {
+        StopKind.consecutive_failures,
+        StopKind.failure_rate,
+        StopKind.baseline_failed,
+        StopKind.interrupted,
+        StopKind.aborted,
+        StopKind.start_failed,
+        StopKind.failed,
+    }
+)
 """Stops that end `sweep run` with exit code 1; the others are budgets."""
 
 
@@ -264,5 +272,15 @@ class ArmDropped:
     why: str
 
 
-Event = (ExecutorReady | TrialLaunched | TrialSkipped | TrialFinished | TrackingWait | ConfirmationRun | Interrupted
-         | Tick | ProbeStage | ArmDropped)
+Event = (
+    ExecutorReady
+    | TrialLaunched
+    | TrialSkipped
+    | TrialFinished
+    | TrackingWait
+    | ConfirmationRun
+    | Interrupted
+    | Tick
+    | ProbeStage
+    | ArmDropped
+)

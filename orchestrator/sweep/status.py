@@ -133,15 +133,23 @@ def read_state(workdir: Path) -> SweepState:
     try:
         state = SweepState.model_validate_json(path.read_bytes())
     except FileNotFoundError:
-        raise SweepError(f"{workdir}: no sweep here (sweep.json missing); pass the --workdir `sweep run` used") from None
+        raise SweepError(
+            f"{workdir}: no sweep here (sweep.json missing); pass the --workdir `sweep run` used"
+        ) from None
     except IsADirectoryError:
-        raise StateFileError(f"{path} is a directory, not the sweep's state file; remove it (the study in optuna.db "
-                         "keeps the trials) and run `sweep run --resume` to write it again") from None
+        raise StateFileError(
+            f"{path} is a directory, not the sweep's state file; remove it (the study in optuna.db "
+            "keeps the trials) and run `sweep run --resume` to write it again"
+        ) from None
     except OSError as exc:
-        raise StateFileError(f"{path} cannot be read ({exc.strerror or exc}); check its permissions and the disk") from None
+        raise StateFileError(
+            f"{path} cannot be read ({exc.strerror or exc}); check its permissions and the disk"
+        ) from None
     except ValidationError as exc:
-        raise StateFileError(f"{path} is not a sweep state file ({exc.errors()[0]['msg']}); it was cut short or "
-                         "overwritten: `sweep run --resume` with the same experiment writes it again") from None
+        raise StateFileError(
+            f"{path} is not a sweep state file ({exc.errors()[0]['msg']}); it was cut short or "
+            "overwritten: `sweep run --resume` with the same experiment writes it again"
+        ) from None
     state = relocated(state, Path(workdir))
     if state.optuna_storage == f"sqlite:///{Path(workdir).resolve() / 'optuna.db'}" or not state.optuna_storage:
         check_databases(Path(workdir), ("optuna.db",))
@@ -172,8 +180,11 @@ def relocated(state: SweepState, workdir: Path) -> SweepState:
     if origin is None:
         return state
     here = workdir.resolve()
-    changes = {key: f"sqlite:///{here / name}" for key, name in _OWN_FILES.items()
-               if getattr(state, key) == f"sqlite:///{origin / name}" and (here / name).is_file()}
+    changes = {
+        key: f"sqlite:///{here / name}"
+        for key, name in _OWN_FILES.items()
+        if getattr(state, key) == f"sqlite:///{origin / name}" and (here / name).is_file()
+    }
     return state.model_copy(update=changes)
 
 
@@ -191,16 +202,29 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
     eta, remaining = _forecast(state, finished, running, elapsed, phase)
     verdict, env_file = _promotion(workdir) if phase == "done" else (None, None)
     return StatusReport(
-        experiment=state.experiment, status=state.status,
+        experiment=state.experiment,
+        status=state.status,
         driver_alive=_driver_alive(state),
-        budget_trials=state.budget_trials, launched=len(finished) + len(running), complete=len(complete),
-        failed=len(finished) - len(complete), running=len(running),
-        skipped=sum(1 for t in trials if t.attrs.get("skipped")), failures=_failures_by_kind(finished),
-        objective=state.objective, best=_best_so_far(complete, state.direction),
-        baseline=max(baselines, key=lambda tv: tv[0])[1] if baselines else None, baselines=baselines,
-        elapsed_s=elapsed, eta_s=eta, fingerprints=_changed_fingerprints(finished), stop_reason=state.stop_reason,
+        budget_trials=state.budget_trials,
+        launched=len(finished) + len(running),
+        complete=len(complete),
+        failed=len(finished) - len(complete),
+        running=len(running),
+        skipped=sum(1 for t in trials if t.attrs.get("skipped")),
+        failures=_failures_by_kind(finished),
+        objective=state.objective,
+        best=_best_so_far(complete, state.direction),
+        baseline=max(baselines, key=lambda tv: tv[0])[1] if baselines else None,
+        baselines=baselines,
+        elapsed_s=elapsed,
+        eta_s=eta,
+        fingerprints=_changed_fingerprints(finished),
+        stop_reason=state.stop_reason,
         schedule=list(state.schedule),
-        phase=phase, verdict=verdict, env_file=env_file, remaining=remaining,
+        phase=phase,
+        verdict=verdict,
+        env_file=env_file,
+        remaining=remaining,
     )
 
 
@@ -209,8 +233,10 @@ def _study_trials(workdir: Path, state: SweepState, storage: str | None) -> list
     the storage needs a password that was never written down."""
     url = storage or state.optuna_storage or Paths(workdir.resolve()).optuna_url
     if ":***@" in url:
-        raise SweepError(f"{workdir}: the sweep's Optuna storage needs a password that is never written down; "
-                         f"pass --storage URL or set SWEEP_OPTUNA_STORAGE")
+        raise SweepError(
+            f"{workdir}: the sweep's Optuna storage needs a password that is never written down; "
+            f"pass --storage URL or set SWEEP_OPTUNA_STORAGE"
+        )
     read = read_only(url, state.experiment)
     trials, _ = read if read else ([], {})
     return trials
@@ -219,8 +245,13 @@ def _study_trials(workdir: Path, state: SweepState, storage: str | None) -> list
 def _finished(trials: list[TrialView]) -> list[TrialView]:
     """The finished trials (complete or failed) that status counts: not skipped proposals, interrupted
     trials or confirmation runs."""
-    counted = [t for t in trials if not t.attrs.get("skipped") and t.attrs.get("failure_kind") != "interrupted"
-               and t.role != TrialRole.confirm.value]
+    counted = [
+        t
+        for t in trials
+        if not t.attrs.get("skipped")
+        and t.attrs.get("failure_kind") != "interrupted"
+        and t.role != TrialRole.confirm.value
+    ]
     return [t for t in counted if t.state in ("COMPLETE", "FAIL")]
 
 
@@ -240,8 +271,11 @@ def _baselines(complete: list[TrialView], state: SweepState) -> list[tuple[float
 def recorded_speedups(trials: list[TrialView]) -> dict[int, float]:
     """Trial number -> the speed-up ratio the driver kept in the study when it told the trial
     (`speedup_vs_baseline`): the one figure MLflow, results.csv, the report and status show."""
-    return {t.number: float(t.attrs["speedup_vs_baseline"]) for t in trials
-            if isinstance(t.attrs.get("speedup_vs_baseline"), (int, float))}
+    return {
+        t.number: float(t.attrs["speedup_vs_baseline"])
+        for t in trials
+        if isinstance(t.attrs.get("speedup_vs_baseline"), (int, float))
+    }
 
 
 def _elapsed_s(state: SweepState) -> float:
@@ -251,8 +285,9 @@ def _elapsed_s(state: SweepState) -> float:
     return max((state.updated_at if state.status != "running" else time.time()) - state.started_at, 0.0)
 
 
-def _forecast(state: SweepState, finished: list[TrialView], running: list[TrialView], elapsed: float,
-              phase: str) -> tuple[float | None, cost.Remaining | None]:
+def _forecast(
+    state: SweepState, finished: list[TrialView], running: list[TrialView], elapsed: float, phase: str
+) -> tuple[float | None, cost.Remaining | None]:
     """(ETA in seconds at the pace so far, trials that still fit the wall time left), while the search
     runs under a trial budget; the second only with a wall time; (None, None) otherwise."""
     budget = state.budget_trials
@@ -262,14 +297,18 @@ def _forecast(state: SweepState, finished: list[TrialView], running: list[TrialV
     if not state.timeout_s:
         return eta, None
     # Measured start-up + benchmark seconds per trial: how many more fit the wall time left.
-    return eta, cost.remaining_trials(_timings(finished), left_s=state.timeout_s - elapsed,
-                                      concurrent=max(len(running), 1))
+    return eta, cost.remaining_trials(
+        _timings(finished), left_s=state.timeout_s - elapsed, concurrent=max(len(running), 1)
+    )
 
 
 def _timings(finished: list[TrialView]) -> list[dict[str, float]]:
     """The measured server start-up and benchmark seconds of the finished trials that recorded both."""
-    return [{"server_start": float(t.attrs["server_start_s"]), "bench": float(t.attrs["bench_s"])}
-            for t in finished if "server_start_s" in t.attrs and "bench_s" in t.attrs]
+    return [
+        {"server_start": float(t.attrs["server_start_s"]), "bench": float(t.attrs["bench_s"])}
+        for t in finished
+        if "server_start_s" in t.attrs and "bench_s" in t.attrs
+    ]
 
 
 def _failures_by_kind(finished: list[TrialView]) -> dict[str, int]:
@@ -280,13 +319,20 @@ def _failures_by_kind(finished: list[TrialView]) -> dict[str, int]:
 def _best_so_far(complete: list[TrialView], direction: str) -> BestSoFar | None:
     """The best completed search trial in the objective's direction, with its set knobs; None before one."""
     sign = 1.0 if direction == "maximize" else -1.0
-    searched = [t for t in complete if t.role == TrialRole.search.value and not t.attrs.get("skipped")
-                and not t.attrs.get(OUTPUTS_CHANGED_ATTR)]  # refused by the correctness screen: never the best
+    searched = [
+        t
+        for t in complete
+        if t.role == TrialRole.search.value and not t.attrs.get("skipped") and not t.attrs.get(OUTPUTS_CHANGED_ATTR)
+    ]  # refused by the correctness screen: never the best
     best = max(searched, key=lambda t: sign * t.values[0] if t.values else 0.0, default=None)
     if best is None or not best.values:
         return None
-    return BestSoFar(number=best.number, value=best.values[0], speedup=best.attrs.get("speedup_vs_baseline"),
-                     params={k: v for k, v in best.params.items() if v is not None})
+    return BestSoFar(
+        number=best.number,
+        value=best.values[0],
+        speedup=best.attrs.get("speedup_vs_baseline"),
+        params={k: v for k, v in best.params.items() if v is not None},
+    )
 
 
 def _changed_fingerprints(finished: list[TrialView]) -> dict[str, list[str]]:
@@ -326,8 +372,11 @@ class LiveProgress:
             if o.started_at and o.finished_at:
                 self.durations.append(max(o.finished_at - o.started_at, 0.0))
             value = getattr(o.metrics, self.objective, None) if o.metrics is not None else None
-            if o.role is TrialRole.search and value is not None and (
-                    self.best is None or (value > self.best if self.maximize else value < self.best)):
+            if (
+                o.role is TrialRole.search
+                and value is not None
+                and (self.best is None or (value > self.best if self.maximize else value < self.best))
+            ):
                 self.best = float(value)
         elif isinstance(event, ConfirmationRun):
             self.phase = f"confirmation round {event.round} of {event.of}"

@@ -110,8 +110,7 @@ class ModelExecutor:
     experiment's own `simulator.faults`.
     """
 
-    def __init__(self, slots: int = 1, *, clock: VirtualClock | None = None,
-                 failures: ExtraFailure | None = None):
+    def __init__(self, slots: int = 1, *, clock: VirtualClock | None = None, failures: ExtraFailure | None = None):
         if slots < 1:
             raise ValueError(f"slots must be >= 1, but got {slots}")
         self.slots = slots
@@ -162,10 +161,17 @@ class ModelExecutor:
         """The trial's server is killed now: it ends at once, FAILED (the sweep names it interrupted)."""
         for i, r in enumerate(self._running):
             if r.handle == handle:
-                killed = r.answer.outcome.model_copy(update={
-                    "status": TrialStatus.FAILED, "failure_kind": FailureKind.server_crash, "metrics": None,
-                    "repeats": (), "summary": None, "finished_at": self.clock.time(),
-                    "reason": "server died (killed by signal 9 (SIGKILL)): aborted"})
+                killed = r.answer.outcome.model_copy(
+                    update={
+                        "status": TrialStatus.FAILED,
+                        "failure_kind": FailureKind.server_crash,
+                        "metrics": None,
+                        "repeats": (),
+                        "summary": None,
+                        "finished_at": self.clock.time(),
+                        "reason": "server died (killed by signal 9 (SIGKILL)): aborted",
+                    }
+                )
                 self._running[i] = _Running(self.clock.monotonic(), handle, r.spec, Answer(killed, 0.0))
                 heapq.heapify(self._running)
                 return
@@ -183,20 +189,50 @@ class ModelExecutor:
             raise TypeError(f"TrialSpec.experiment must be the validated SweepSpec, but got {type(sweep).__name__}")
         trial_dir = Path(spec.trial_dir)
         trial_dir.mkdir(parents=True, exist_ok=True)
-        write_json(trial_dir / "spec.json", {"number": spec.number, "role": spec.role.value, "params": spec.params,
-                                             "repeats": spec.repeats, "seed": spec.seed, "node": HOST, "gpu_ids": []})
-        plan = planner.make(sweep, spec.params, port=30_000 + spec.number % 10_000, seed=spec.seed,
-                            drift_epoch=spec.sweep_started_at)
-        write_json(trial_dir / "launch.json", {
-            "argv": list(plan.argv), "env": redact.redact_env(plan.env), "host": plan.host, "port": plan.port,
-            "engine": plan.engine, "warnings": list(plan.warnings), "executor": "model"})
+        write_json(
+            trial_dir / "spec.json",
+            {
+                "number": spec.number,
+                "role": spec.role.value,
+                "params": spec.params,
+                "repeats": spec.repeats,
+                "seed": spec.seed,
+                "node": HOST,
+                "gpu_ids": [],
+            },
+        )
+        plan = planner.make(
+            sweep, spec.params, port=30_000 + spec.number % 10_000, seed=spec.seed, drift_epoch=spec.sweep_started_at
+        )
+        write_json(
+            trial_dir / "launch.json",
+            {
+                "argv": list(plan.argv),
+                "env": redact.redact_env(plan.env),
+                "host": plan.host,
+                "port": plan.port,
+                "engine": plan.engine,
+                "warnings": list(plan.warnings),
+                "executor": "model",
+            },
+        )
         (trial_dir / "server.log").write_text(
             "model-backed executor (orchestrator/testing/model_executor.py): no server process was started; "
-            "the outcome is the simulator's model of this launch\n", encoding="utf-8")
-        base = TrialOutcome(number=spec.number, params=spec.params, effective_params=spec.effective_params,
-                            role=spec.role, status=TrialStatus.FAILED,
-                            trial_dir=str(trial_dir), node=HOST, started_at=started_at, launch=plan,
-                            finished_at=started_at)
+            "the outcome is the simulator's model of this launch\n",
+            encoding="utf-8",
+        )
+        base = TrialOutcome(
+            number=spec.number,
+            params=spec.params,
+            effective_params=spec.effective_params,
+            role=spec.role,
+            status=TrialStatus.FAILED,
+            trial_dir=str(trial_dir),
+            node=HOST,
+            started_at=started_at,
+            launch=plan,
+            finished_at=started_at,
+        )
         return _Trial(self, sweep, spec, plan, base).answer()
 
     def profiles(self, hardware: str, model: str) -> tuple[HardwareProfile, ModelProfile]:
@@ -215,7 +251,7 @@ def model_outputs(request: OutputsRequest, *, model_path: str, numerics: tokens.
     the simulator's own token function (simulator.tokens), so both give the same outputs.json."""
     key = tokens.model_key(model_path)
     prompts = []
-    for i, text in enumerate(outputs.PROMPTS[:request.prompts]):
+    for i, text in enumerate(outputs.PROMPTS[: request.prompts]):
         ids = tokens.tokenize(text) or [0]
         stream = tokens.Stream(key, ids, numerics)
         out, tops = [], []
@@ -223,22 +259,35 @@ def model_outputs(request: OutputsRequest, *, model_path: str, numerics: tokens.
             if request.top_logprobs:
                 tops.append(tuple(tokens.top_k(stream.state, request.top_logprobs)))
             out.append(stream.next()[:2])
-        prompts.append(PromptOutput(prompt=i, prompt_ids=tuple(ids), output_ids=tuple(t for t, _ in out),
-                                    output_logprobs=tuple(lp for _, lp in out), output_top=tuple(tops)))
+        prompts.append(
+            PromptOutput(
+                prompt=i,
+                prompt_ids=tuple(ids),
+                output_ids=tuple(t for t, _ in out),
+                output_logprobs=tuple(lp for _, lp in out),
+                output_top=tuple(tops),
+            )
+        )
     scored = []
     for s in request.score:
         rated = tokens.score(key, s.input_ids, len(s.input_ids) - s.continuation - 1)[1:]  # as trial.outputs asks
-        scored.append(ScoredOutput(arm=s.arm, prompt=s.prompt, logprobs=tuple(float(lp or 0.0) for lp, *_ in rated),
-                                   top_logprobs=tuple(max(float(top or 0.0), float(lp or 0.0))
-                                                      for lp, _, top, _ in rated)))
+        scored.append(
+            ScoredOutput(
+                arm=s.arm,
+                prompt=s.prompt,
+                logprobs=tuple(float(lp or 0.0) for lp, *_ in rated),
+                top_logprobs=tuple(max(float(top or 0.0), float(lp or 0.0)) for lp, _, top, _ in rated),
+            )
+        )
     return OutputsRecord(prompts=tuple(prompts), scored=tuple(scored))
 
 
 class _Trial:
     """One trial's answer, step by step as the trial runner meets them."""
 
-    def __init__(self, executor: ModelExecutor, sweep: SweepSpec, spec: TrialSpec, plan: LaunchPlan,
-                 base: TrialOutcome):
+    def __init__(
+        self, executor: ModelExecutor, sweep: SweepSpec, spec: TrialSpec, plan: LaunchPlan, base: TrialOutcome
+    ):
         self.x, self.sweep, self.spec, self.plan, self.base = executor, sweep, spec, plan, base
 
     def _failed(self, kind: FailureKind, reason: str, seconds: float, **found: Any) -> Answer:
@@ -246,9 +295,16 @@ class _Trial:
         log = Path(self.spec.trial_dir) / "server.log"
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"[model] the trial ends {kind.value}: {reason}\n")
-        outcome = self.base.model_copy(update={
-            "failure_kind": kind, "reason": reason, "finished_at": self.base.started_at + seconds,
-            "timings": timings, "log_tail": log.read_text(encoding="utf-8"), **found})
+        outcome = self.base.model_copy(
+            update={
+                "failure_kind": kind,
+                "reason": reason,
+                "finished_at": self.base.started_at + seconds,
+                "timings": timings,
+                "log_tail": log.read_text(encoding="utf-8"),
+                **found,
+            }
+        )
         return Answer(outcome, seconds)
 
     def answer(self) -> Answer:
@@ -257,17 +313,22 @@ class _Trial:
             ns, options = sim_cli.parse(self.plan.argv[3:], {**self.plan.env})
         except SystemExit as exc:
             self._load_s = 0.0
-            return self._failed(FailureKind.server_crash, f"sglang serve rejects these arguments (exit code {exc.code})", 1.0)
+            return self._failed(
+                FailureKind.server_crash, f"sglang serve rejects these arguments (exit code {exc.code})", 1.0
+            )
         hw, clean_model = self.x.profiles(options.hardware_profile, options.model_profile)
         model = options.faults.model(clean_model)  # a broken draft wiring accepts ~no draft, as the server's
         # As the simulated server: it sleeps time_scale x the profile's load and graph capture (0 in the
         # demo and the tests: a process start), real-scale at 1 (bench/overnight.py).
-        self._load_s = max(options.time_scale * (model.load_weights_s + model.graph_capture_s), SIMULATED_START_S) \
+        self._load_s = (
+            max(options.time_scale * (model.load_weights_s + model.graph_capture_s), SIMULATED_START_S)
             + options.faults.slow_start_s
+        )
         resolved = sim_cli.resolve(ns)
         if resolved.error or resolved.unsupported:
-            return self._failed(FailureKind.server_crash,
-                                f"server exited with code 1: {resolved.error or resolved.unsupported}", 5.0)
+            return self._failed(
+                FailureKind.server_crash, f"server exited with code 1: {resolved.error or resolved.unsupported}", 5.0
+            )
         faults = options.faults
         env = dict(self.plan.env)
         ranks_env = {k: v for k, v in env.items() if not (faults.env_drop and k.startswith("NCCL_"))}
@@ -281,33 +342,65 @@ class _Trial:
             problems = "; ".join(found["effective_env"]["problems"])
             return self._failed(FailureKind.env_not_applied, problems, self._load_s, **found)
         rate = prediction.decode_tok_s
-        cost = trial_cost(model, hw, decode_tok_s=rate, requests=bench.requests, output_len=bench.output_len,
-                          concurrency=bench.concurrency, repeats=self.spec.repeats,
-                          warmup_requests=bench.warmup_requests, input_len=bench.input_len, tp=sweep.server.tp)
+        cost = trial_cost(
+            model,
+            hw,
+            decode_tok_s=rate,
+            requests=bench.requests,
+            output_len=bench.output_len,
+            concurrency=bench.concurrency,
+            repeats=self.spec.repeats,
+            warmup_requests=bench.warmup_requests,
+            input_len=bench.input_len,
+            tp=sweep.server.tp,
+        )
         late = self._run_failure(faults, env, rate, self._load_s, found)
         if late is not None:
             return late
         capture_s = self._capture_s(params, hw, model)
         seconds = self._load_s + cost.warmup_s + cost.benchmark_s + capture_s
         if seconds > sweep.budget.trial_timeout_s:
-            return self._failed(FailureKind.trial_timeout, f"trial deadline (budget.trial_timeout_s="
-                                f"{sweep.budget.trial_timeout_s:g}) passed", sweep.budget.trial_timeout_s, **found)
+            return self._failed(
+                FailureKind.trial_timeout,
+                f"trial deadline (budget.trial_timeout_s={sweep.budget.trial_timeout_s:g}) passed",
+                sweep.budget.trial_timeout_s,
+                **found,
+            )
         cfg = resolve(params, hw, model)
         if isinstance(cfg, str):  # evaluate() resolves it too: its refusal ended the trial in _start_failure
             return self._failed(FailureKind.server_crash, f"server exited with code 1: {cfg}", 5.0)
         repeats = self._measurements(options, prediction, hw, model, cfg, cost.benchmark_s)
         median, summary = metrics_mod.summarize(repeats, seed=self.spec.seed)
         if self.spec.outputs is not None:
-            outputs.write(Path(self.spec.trial_dir), model_outputs(
-                self.spec.outputs, model_path=str(resolved.args.get("model_path")),
-                numerics=tokens.launch_numerics(hw, model, cfg,
-                                                deterministic=bool(resolved.args.get("enable_deterministic_inference")),
-                                                draft_wiring_broken=faults.draft_wiring_broken)))
-        outcome = self.base.model_copy(update={
-            "status": TrialStatus.COMPLETE, "metrics": median, "repeats": tuple(repeats), "summary": summary,
-            "finished_at": self.base.started_at + seconds, **found,
-            "timings": {"server_start": round(self._load_s, 3), "bench": round(cost.warmup_s + cost.benchmark_s, 3),
-                        **({"outputs": round(capture_s, 3)} if self.spec.outputs is not None else {})}})
+            outputs.write(
+                Path(self.spec.trial_dir),
+                model_outputs(
+                    self.spec.outputs,
+                    model_path=str(resolved.args.get("model_path")),
+                    numerics=tokens.launch_numerics(
+                        hw,
+                        model,
+                        cfg,
+                        deterministic=bool(resolved.args.get("enable_deterministic_inference")),
+                        draft_wiring_broken=faults.draft_wiring_broken,
+                    ),
+                ),
+            )
+        outcome = self.base.model_copy(
+            update={
+                "status": TrialStatus.COMPLETE,
+                "metrics": median,
+                "repeats": tuple(repeats),
+                "summary": summary,
+                "finished_at": self.base.started_at + seconds,
+                **found,
+                "timings": {
+                    "server_start": round(self._load_s, 3),
+                    "bench": round(cost.warmup_s + cost.benchmark_s, 3),
+                    **({"outputs": round(capture_s, 3)} if self.spec.outputs is not None else {}),
+                },
+            }
+        )
         return Answer(outcome, seconds)
 
     def _capture_s(self, params: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile) -> float:
@@ -319,20 +412,34 @@ class _Trial:
         rate = evaluate(params, hw, model, concurrency=request.prompts).decode_tok_s
         if not rate > 0:
             return 0.0
-        return trial_cost(model, hw, decode_tok_s=rate, requests=request.prompts, output_len=request.max_new_tokens,
-                          concurrency=request.prompts, tp=self.sweep.server.tp).benchmark_s
+        return trial_cost(
+            model,
+            hw,
+            decode_tok_s=rate,
+            requests=request.prompts,
+            output_len=request.max_new_tokens,
+            concurrency=request.prompts,
+            tp=self.sweep.server.tp,
+        ).benchmark_s
 
     def _start_failure(self, faults: Faults, params: Mapping[str, Any], prediction: Prediction) -> Answer | None:
         """What ends a trial before the server is ready."""
         if faults.never_ready:
             t = self.sweep.server.startup_timeout_s
-            return self._failed(FailureKind.startup_timeout, f"server not ready after {t:.0f}s (server.startup_timeout_s="
-                                f"{t:g}); see the log tail", t)
+            return self._failed(
+                FailureKind.startup_timeout,
+                f"server not ready after {t:.0f}s (server.startup_timeout_s={t:g}); see the log tail",
+                t,
+            )
         topk = int(params.get("speculative_eagle_topk") or 1)
         ndt = int(params.get("speculative_num_draft_tokens") or 0)
         if faults.ooms(ndt, topk):
-            return self._failed(FailureKind.oom, "torch.OutOfMemoryError: CUDA out of memory (simulated "
-                                f"oom_above_draft_tokens={faults.oom_above_draft_tokens})", self._load_s)
+            return self._failed(
+                FailureKind.oom,
+                "torch.OutOfMemoryError: CUDA out of memory (simulated "
+                f"oom_above_draft_tokens={faults.oom_above_draft_tokens})",
+                self._load_s,
+            )
         extra = self.x.failures(self.spec.params) if self.x.failures else None
         if extra is not None:
             kind, reason = extra
@@ -342,44 +449,84 @@ class _Trial:
             return self._failed(FailureKind.server_crash, f"server exited with code 1: {prediction.failure}", 5.0)
         return None
 
-    def _run_failure(self, faults: Faults, env: Mapping[str, str], rate: float, load_s: float,
-                     found: dict[str, Any]) -> Answer | None:
+    def _run_failure(
+        self, faults: Faults, env: Mapping[str, str], rate: float, load_s: float, found: dict[str, Any]
+    ) -> Answer | None:
         """What ends a trial during the benchmark."""
         stall = self.sweep.benchmark.stall_timeout_s
         if faults.hangs(env):
-            return self._failed(FailureKind.nccl_hang, f"no token for {stall:g}s while the server lived "
-                                "(benchmark.stall_timeout_s): a collective that never completes", load_s + stall, **found)
+            return self._failed(
+                FailureKind.nccl_hang,
+                f"no token for {stall:g}s while the server lived "
+                "(benchmark.stall_timeout_s): a collective that never completes",
+                load_s + stall,
+                **found,
+            )
         streams = max(1, self.sweep.benchmark.concurrency)
-        for after, kind in ((faults.hang_after_tokens, FailureKind.nccl_hang),
-                            (faults.crash_after_tokens, FailureKind.server_crash)):
+        for after, kind in (
+            (faults.hang_after_tokens, FailureKind.nccl_hang),
+            (faults.crash_after_tokens, FailureKind.server_crash),
+        ):
             if after is not None:
                 seconds = load_s + after / (rate * streams) + (stall if kind is FailureKind.nccl_hang else 0.0)
-                reason = (f"no token for {stall:g}s after {after} tokens (benchmark.stall_timeout_s)"
-                          if kind is FailureKind.nccl_hang else
-                          "server died: RuntimeError: CUDA error: an illegal memory access was encountered "
-                          f"(after {after} tokens; SGLang killed its process tree, exit -9)")
+                reason = (
+                    f"no token for {stall:g}s after {after} tokens (benchmark.stall_timeout_s)"
+                    if kind is FailureKind.nccl_hang
+                    else "server died: RuntimeError: CUDA error: an illegal memory access was encountered "
+                    f"(after {after} tokens; SGLang killed its process tree, exit -9)"
+                )
                 return self._failed(kind, reason, seconds, **found)
         return None
 
-    def _observed(self, env: Mapping[str, str], ranks_env: Mapping[str, str], hw: HardwareProfile,
-                  model: ModelProfile, prediction: Prediction) -> dict[str, Any]:
+    def _observed(
+        self,
+        env: Mapping[str, str],
+        ranks_env: Mapping[str, str],
+        hw: HardwareProfile,
+        model: ModelProfile,
+        prediction: Prediction,
+    ) -> dict[str, Any]:
         """What the runner's observation would record: env per rank (trial.observe's rule on the
         simulated processes), fingerprint, all-reduce path."""
         tp = self.sweep.server.tp
         server = 100_000 + self.spec.number * 64
-        snaps = [observe.ProcessSnapshot(pid=server, ppid=1, cmdline=tuple(self.plan.argv), exe=None, environ=dict(env))]
-        snaps += [observe.ProcessSnapshot(pid=server + 1 + r, ppid=server,
-                                          cmdline=("python", f"orchestrator.simulator::scheduler_TP{r}"),
-                                          exe=None, environ=dict(ranks_env)) for r in range(tp)]
+        snaps = [
+            observe.ProcessSnapshot(pid=server, ppid=1, cmdline=tuple(self.plan.argv), exe=None, environ=dict(env))
+        ]
+        snaps += [
+            observe.ProcessSnapshot(
+                pid=server + 1 + r,
+                ppid=server,
+                cmdline=("python", f"orchestrator.simulator::scheduler_TP{r}"),
+                exe=None,
+                environ=dict(ranks_env),
+            )
+            for r in range(tp)
+        ]
         observation = observe.evaluate_env(server, snaps, env, tp)
-        fp = {"simulated": True, "host": HOST, "executor": "model", "hardware_profile": hw.name,
-              "model_profile": model.name}
-        return {"effective_env": redact.redact_env_tree(observation.model_dump(mode="json")),
-                "fingerprint": fp, "fingerprint_hash": observe.fingerprint_hash(fp),
-                "allreduce_path": "none" if tp == 1 else prediction.ar_path}
+        fp = {
+            "simulated": True,
+            "host": HOST,
+            "executor": "model",
+            "hardware_profile": hw.name,
+            "model_profile": model.name,
+        }
+        return {
+            "effective_env": redact.redact_env_tree(observation.model_dump(mode="json")),
+            "fingerprint": fp,
+            "fingerprint_hash": observe.fingerprint_hash(fp),
+            "allreduce_path": "none" if tp == 1 else prediction.ar_path,
+        }
 
-    def _measurements(self, options: sim_cli.SimOptions, p: Prediction, hw: HardwareProfile, model: ModelProfile,
-                      cfg: Config, bench_s: float) -> list[Metrics]:
+    def _measurements(
+        self,
+        options: sim_cli.SimOptions,
+        p: Prediction,
+        hw: HardwareProfile,
+        model: ModelProfile,
+        cfg: Config,
+        bench_s: float,
+    ) -> list[Metrics]:
         """The benchmark's repeats: the model's rates times the run's factors (engine.run_factors: decode's,
         and prefill's for TTFT, the prefill of one prompt as the simulated engine times it), the host's drift
         (shared: a host that slows, slows both) and each repeat's own jitter (drawn apart for decode and
@@ -403,11 +550,22 @@ class _Trial:
             prefill_jitter = max(0.5, 1.0 + (noise / 8.0) * prefill_rng.gauss(0.0, 1.0)) if noise > 0 else 1.0
             f = base_factor * (1.0 + drift * hours) * jitter
             fp = prefill_factor * (1.0 + drift * hours) * prefill_jitter
-            out.append(Metrics(
-                decode_tok_s=p.decode_tok_s / f, output_tok_s=p.output_tok_s / f,
-                ttft_ms_p50=ttft * fp + wait * f, ttft_ms_p99=ttft * fp + wait * f, itl_ms_p50=p.cycle_ms * f, itl_ms_p99=p.cycle_ms * f,
-                tpot_ms_p50=1000.0 / (p.decode_tok_s / f), accept_length=p.accept_length, accept_rate=p.accept_rate,
-                verify_ms=p.verify_ms * f if p.verify_ms is not None else None, cycle_ms=p.cycle_ms * f,
-                requests_ok=bench.requests, requests_failed=0,
-                sources={"decode_tok_s": "model", "verify_ms": "model", "accept_length": "model"}))
+            out.append(
+                Metrics(
+                    decode_tok_s=p.decode_tok_s / f,
+                    output_tok_s=p.output_tok_s / f,
+                    ttft_ms_p50=ttft * fp + wait * f,
+                    ttft_ms_p99=ttft * fp + wait * f,
+                    itl_ms_p50=p.cycle_ms * f,
+                    itl_ms_p99=p.cycle_ms * f,
+                    tpot_ms_p50=1000.0 / (p.decode_tok_s / f),
+                    accept_length=p.accept_length,
+                    accept_rate=p.accept_rate,
+                    verify_ms=p.verify_ms * f if p.verify_ms is not None else None,
+                    cycle_ms=p.cycle_ms * f,
+                    requests_ok=bench.requests,
+                    requests_failed=0,
+                    sources={"decode_tok_s": "model", "verify_ms": "model", "accept_length": "model"},
+                )
+            )
         return out

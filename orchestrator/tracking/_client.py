@@ -48,8 +48,7 @@ class Store:
     Nothing happens in the constructor, so building one is free and cannot fail.
     """
 
-    def __init__(self, tracking_uri: str, experiment_name: str, *,
-                 artifact_location: str | None = None):
+    def __init__(self, tracking_uri: str, experiment_name: str, *, artifact_location: str | None = None):
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.artifact_location = artifact_location
@@ -85,8 +84,7 @@ class Store:
                 db = convert.sqlite_path(self.tracking_uri)
                 if db is not None:
                     db.parent.mkdir(parents=True, exist_ok=True)
-                self._client = MlflowClient(tracking_uri=self.tracking_uri,
-                                            registry_uri=self.tracking_uri)
+                self._client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
             return self._client
 
     def experiment_id(self) -> str:
@@ -106,8 +104,9 @@ class Store:
                 client.restore_experiment(experiment.experiment_id)
             return str(experiment.experiment_id)
         try:
-            return str(client.create_experiment(self.experiment_name,
-                                                artifact_location=self.default_artifact_location()))
+            return str(
+                client.create_experiment(self.experiment_name, artifact_location=self.default_artifact_location())
+            )
         except MlflowException as e:
             if e.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
@@ -140,8 +139,7 @@ class Store:
         """The experiment of a run (cached: a run never moves)."""
         with self.lock:
             if run_id not in self._run_experiments:
-                self._run_experiments[run_id] = str(
-                    self.client().get_run(run_id).info.experiment_id)
+                self._run_experiments[run_id] = str(self.client().get_run(run_id).info.experiment_id)
             return self._run_experiments[run_id]
 
     def reachable(self) -> bool:
@@ -165,17 +163,24 @@ class Store:
         except Exception as e:
             if classify(e) is Failure.bug:
                 raise
-            raise TrackingError(f"Could not {what} in {self.where()}: {convert.short(e)}. "
-                                f"Fix: {fix}") from e
+            raise TrackingError(f"Could not {what} in {self.where()}: {convert.short(e)}. Fix: {fix}") from e
 
     def reading(self, what: str) -> contextlib.AbstractContextManager[None]:
         """`failing_as` for a read: the fix is to check the server and the ids given."""
-        return self.failing_as(what, "(1) check the tracking server is up, (2) check the run id / "
-                                     "--workdir / --tracking-uri.")
+        return self.failing_as(
+            what, "(1) check the tracking server is up, (2) check the run id / --workdir / --tracking-uri."
+        )
 
-    def log_batch(self, run_id: str, *, metrics: Mapping[str, float] | None = None,
-                  params: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None,
-                  timestamp_ms: int | None = None, step: int = 0) -> None:
+    def log_batch(
+        self,
+        run_id: str,
+        *,
+        metrics: Mapping[str, float] | None = None,
+        params: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+        timestamp_ms: int | None = None,
+        step: int = 0,
+    ) -> None:
         """log_batch in chunks MLflow accepts (100 params, 100 tags, 1000 metrics per call); the
         metrics at `step` (a trial's number, so MLflow's charts draw them along the sweep)."""
         client = self.client()  # first: it quiets MLflow's logging before mlflow is imported
@@ -186,10 +191,8 @@ class Store:
         param_list = [Param(k, v) for k, v in (params or {}).items()]
         tag_list = [RunTag(k, v) for k, v in (tags or {}).items()]
         while metric_list or param_list or tag_list:
-            client.log_batch(run_id, metrics=metric_list[:1000], params=param_list[:100],
-                             tags=tag_list[:100])
-            metric_list, param_list, tag_list = (metric_list[1000:], param_list[100:],
-                                                 tag_list[100:])
+            client.log_batch(run_id, metrics=metric_list[:1000], params=param_list[:100], tags=tag_list[:100])
+            metric_list, param_list, tag_list = (metric_list[1000:], param_list[100:], tag_list[100:])
 
     def params_of(self, run_id: str) -> dict[str, str] | None:
         """The params already on a run, or None if the run does not exist (or was deleted)."""
@@ -203,4 +206,3 @@ class Store:
                 return None
             raise
         return None if run.info.lifecycle_stage == "deleted" else dict(run.data.params)
-

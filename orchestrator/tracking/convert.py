@@ -94,8 +94,7 @@ def _value_text(value: Any) -> str:
 
 def metrics(values: Mapping[str, Any]) -> dict[str, float]:
     """Numbers only (bools and None dropped), as floats; NaN kept (MLflow shows it as NaN)."""
-    return {str(k): float(v) for k, v in values.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {str(k): float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def outcome_metrics(outcome: TrialOutcome) -> dict[str, float]:
@@ -163,8 +162,7 @@ def outcome_tags(outcome: TrialOutcome) -> dict[str, str]:
     return tags(values)
 
 
-def param_diff(new: Mapping[str, str],
-               existing: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+def param_diff(new: Mapping[str, str], existing: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """(params not yet logged, a tag naming those logged with another value).
 
     MLflow params cannot change once logged; a clash (a bug upstream) is flagged rather than
@@ -199,16 +197,18 @@ def parent_filters(run_name: str | None, status: str | None) -> list[str]:
 
 def trial_filter(parent_run_id: str, number: int, role: str) -> str:
     """The MLflow search filter for the child runs of one trial number and role."""
-    return (f"tags.`{PARENT_TAG}` = '{quote_filter(parent_run_id)}' and "
-            f"tags.`{TRIAL_TAG}` = '{int(number)}' and "
-            f"tags.`{ROLE_TAG}` = '{quote_filter(role)}'")
+    return (
+        f"tags.`{PARENT_TAG}` = '{quote_filter(parent_run_id)}' and "
+        f"tags.`{TRIAL_TAG}` = '{int(number)}' and "
+        f"tags.`{ROLE_TAG}` = '{quote_filter(role)}'"
+    )
 
 
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a `sqlite:///relative` or `sqlite:////absolute` URI, else None."""
     if not uri.startswith("sqlite:///"):
         return None
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    path = uri[len("sqlite:///") :].split("?", 1)[0]
     if not path or path == ":memory:":
         return None
     return Path(path)
@@ -255,16 +255,23 @@ def trials_view(objective: str, direction: str = "maximize") -> str:
     only (no confirmation runs, no parent), best objective first, the columns a reader compares,
     the champion tag and every knob left to the column picker."""
     metrics_first = [objective] + [c for c in TRIAL_COLUMNS if c != objective]
-    columns = ["attributes.`Duration`", f"tags.`{CHAMPION_TAG}`",
-               *(f"metrics.`{m}`" for m in metrics_first), f"tags.`{ROLE_TAG}`", "tags.`sweep.status`",
-               "tags.`sweep.failure_kind`"]
-    return json.dumps({
-        "searchFilter": f"tags.`{KIND_TAG}` = 'trial' and tags.`{ROLE_TAG}` != 'confirm'",
-        "orderByKey": f"metrics.`{objective}`",
-        "orderByAsc": direction == "minimize",
-        "selectedColumns": columns,
-        "runListHidden": False,
-    })
+    columns = [
+        "attributes.`Duration`",
+        f"tags.`{CHAMPION_TAG}`",
+        *(f"metrics.`{m}`" for m in metrics_first),
+        f"tags.`{ROLE_TAG}`",
+        "tags.`sweep.status`",
+        "tags.`sweep.failure_kind`",
+    ]
+    return json.dumps(
+        {
+            "searchFilter": f"tags.`{KIND_TAG}` = 'trial' and tags.`{ROLE_TAG}` != 'confirm'",
+            "orderByKey": f"metrics.`{objective}`",
+            "orderByAsc": direction == "minimize",
+            "selectedColumns": columns,
+            "runListHidden": False,
+        }
+    )
 
 
 def trials_view_path(experiment_id: str) -> str:
@@ -274,7 +281,9 @@ def trials_view_path(experiment_id: str) -> str:
 
 def experiment_note(experiment_id: str) -> str:
     """The experiment's description: where to look first."""
-    return (f"Overnight sweep of SGLang serving settings. **[Trials ranked by the objective]"
-            f"({trials_view_path(experiment_id)})** (confirmation runs left out); each sweep's parent run "
-            f"(`sweep-...`) describes its champion, the confirmed gain and why, with `report.html` and "
-            f"Optuna's plots under its artifacts.")
+    return (
+        f"Overnight sweep of SGLang serving settings. **[Trials ranked by the objective]"
+        f"({trials_view_path(experiment_id)})** (confirmation runs left out); each sweep's parent run "
+        f"(`sweep-...`) describes its champion, the confirmed gain and why, with `report.html` and "
+        f"Optuna's plots under its artifacts."
+    )

@@ -20,14 +20,27 @@ import requests
 import sqlalchemy.exc
 import urllib3.exceptions
 
-_RETRYABLE_CODES = frozenset({
-    "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED", "DEADLINE_EXCEEDED", "INTERNAL_ERROR",
-    "SERVICE_UNDER_MAINTENANCE", "ABORTED",
-})
+_RETRYABLE_CODES = frozenset(
+    {
+        "TEMPORARILY_UNAVAILABLE",
+        "REQUEST_LIMIT_EXCEEDED",
+        "DEADLINE_EXCEEDED",
+        "INTERNAL_ERROR",
+        "SERVICE_UNDER_MAINTENANCE",
+        "ABORTED",
+    }
+)
 """MLflow error codes that mean "the service could not do it now", not "the request is wrong"."""
-_OUTAGE_DB_TEXT = ("database is locked", "database table is locked", "unable to open database",
-                   "disk i/o error", "could not connect", "connection refused",
-                   "server closed the connection", "timeout expired")
+_OUTAGE_DB_TEXT = (
+    "database is locked",
+    "database table is locked",
+    "unable to open database",
+    "disk i/o error",
+    "could not connect",
+    "connection refused",
+    "server closed the connection",
+    "timeout expired",
+)
 """Database OperationalErrors of a locked or unreachable store (sqlite, PostgreSQL), not e.g. sqlite's
 "no such table"."""
 _BUG_TYPES = (TypeError, ValueError, LookupError, AttributeError, NameError, AssertionError)
@@ -40,9 +53,16 @@ class Failure(enum.Enum):
     bug = "bug"
 
 
-_TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.RetryError,
-                     requests.exceptions.ChunkedEncodingError, urllib3.exceptions.HTTPError,
-                     httpx.TransportError, ConnectionError, TimeoutError)
+_TRANSPORT_ERRORS = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.RetryError,
+    requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.HTTPError,
+    httpx.TransportError,
+    ConnectionError,
+    TimeoutError,
+)
 """A connection refused, dropped or timed out, or retries used up (what MLflow's HTTP client wraps)."""
 _OPERATIONAL_ERRORS = (sqlite3.OperationalError, sqlalchemy.exc.OperationalError)
 

@@ -195,8 +195,7 @@ class Outbox:
                     send = _sender(store, parse_line(line))
                 except (ValueError, OSError) as e:
                     # Unreadable line or input files gone: retrying can never help.
-                    log.warning("outbox line cannot be replayed, moved to %s: %s", REJECTED_FILE,
-                                convert.short(e))
+                    log.warning("outbox line cannot be replayed, moved to %s: %s", REJECTED_FILE, convert.short(e))
                     rejected.append(line)
                     continue
                 try:
@@ -206,8 +205,7 @@ class Outbox:
                     if failure is Failure.bug:
                         raise
                     if failure is Failure.refused:
-                        log.warning("MLflow refused an outbox line, moved to %s: %s", REJECTED_FILE,
-                                    convert.short(e))
+                        log.warning("MLflow refused an outbox line, moved to %s: %s", REJECTED_FILE, convert.short(e))
                         rejected.append(line)
                         continue
                     log.warning("outbox replay failed, kept for later: %s", convert.short(e))
@@ -246,8 +244,9 @@ def _sender(store: Store, entry: OutboxEntry) -> Callable[[], object]:
     """
     if isinstance(entry, LogTrial):
         outcome = TrialOutcome.model_validate_json(Path(entry.outcome_path).read_text(encoding="utf-8"))
-        return lambda: runs.write_trial(store, entry.parent_run_id, outcome, entry.run_id,
-                                        entry.extra_metrics, entry.extra_tags)
+        return lambda: runs.write_trial(
+            store, entry.parent_run_id, outcome, entry.run_id, entry.extra_metrics, entry.extra_tags
+        )
     if isinstance(entry, KillTrial):
         return lambda: store.client().set_terminated(entry.run_id, "KILLED")
     if isinstance(entry, EndSweep):

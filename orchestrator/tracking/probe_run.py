@@ -50,8 +50,12 @@ def _plot(log: ProbeLog, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(9, 5))
     for curve in log.curves:
-        ax.plot(list(curve.nbytes), list(curve.us), marker="o",
-                label=curve.label if len(curve.label) < 70 else curve.label[:67] + "...")
+        ax.plot(
+            list(curve.nbytes),
+            list(curve.us),
+            marker="o",
+            label=curve.label if len(curve.label) < 70 else curve.label[:67] + "...",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("all-reduce message (bytes)")
@@ -70,8 +74,11 @@ def log_probe(tracking_uri: str, experiment: str, log: ProbeLog) -> str:
     store = Store(tracking_uri, experiment)
     try:
         client = store.client()
-        run = client.create_run(store.experiment_id(), run_name=f"probe-{time.strftime('%Y%m%d-%H%M%S')}",
-                                tags={"sweep.kind": "probe", "sweep.engine": log.engine})
+        run = client.create_run(
+            store.experiment_id(),
+            run_name=f"probe-{time.strftime('%Y%m%d-%H%M%S')}",
+            tags={"sweep.kind": "probe", "sweep.engine": log.engine},
+        )
         run_id = run.info.run_id
         for key, value in log.params.items():
             client.log_param(run_id, key, str(value)[:500])
@@ -91,5 +98,7 @@ def log_probe(tracking_uri: str, experiment: str, log: ProbeLog) -> str:
         raise
     except Exception as exc:  # noqa: BLE001 - MLflow's many store errors, worded once
         first = str(exc).splitlines()[0][:300] if str(exc) else ""
-        raise TrackingError(f"{store.where()}: the probe's run could not be logged ({classify(exc).value}: "
-                            f"{type(exc).__name__}: {first})") from None
+        raise TrackingError(
+            f"{store.where()}: the probe's run could not be logged ({classify(exc).value}: "
+            f"{type(exc).__name__}: {first})"
+        ) from None

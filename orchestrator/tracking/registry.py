@@ -26,8 +26,15 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 
-def promote(store: Store, run_id: str, *, model_name: str, serving_config: ServingConfig, alias: str = "champion",
-            description: str = "") -> str:
+def promote(
+    store: Store,
+    run_id: str,
+    *,
+    model_name: str,
+    serving_config: ServingConfig,
+    alias: str = "champion",
+    description: str = "",
+) -> str:
     """Register the trial run's serving config as a new model version with `alias`; return the
     version. Raises ValueError for a config that belongs to another run or sets a variable no env
     file can, and TrackingError if MLflow is unreachable or refuses."""
@@ -38,15 +45,18 @@ def promote(store: Store, run_id: str, *, model_name: str, serving_config: Servi
         raise ValueError(f"serving config belongs to run {serving_config.run_id!r}, not to {run_id!r}")
     config = serving_config.model_copy(update={"run_id": run_id})
     tags = convert.version_tags(config)
-    with store.failing_as(f"promote run {run_id} as {model_name!r}@{alias}",
-                          "(1) check the tracking server is up, then (2) promote again (the trial "
-                          "run and its artifacts are already in MLflow)."):
+    with store.failing_as(
+        f"promote run {run_id} as {model_name!r}@{alias}",
+        "(1) check the tracking server is up, then (2) promote again (the trial "
+        "run and its artifacts are already in MLflow).",
+    ):
         from mlflow.exceptions import MlflowException  # deferred: importing mlflow takes ~1 s
 
         client = store.client()
         with tempfile.TemporaryDirectory(prefix="serving_config-") as tmp:
             (Path(tmp) / "serving_config.json").write_text(
-                json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+                json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+            )
             client.log_artifacts(run_id, tmp, "serving_config")
         try:
             client.get_registered_model(model_name)
@@ -54,13 +64,13 @@ def promote(store: Store, run_id: str, *, model_name: str, serving_config: Servi
             if e.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
             with contextlib.suppress(MlflowException):  # another process may create it too
-                client.create_registered_model(
-                    model_name, description="Serving configurations chosen by sglang-sweep")
+                client.create_registered_model(model_name, description="Serving configurations chosen by sglang-sweep")
         source = f"runs:/{run_id}/serving_config"
         # A driver killed between creating the version and setting the alias left one: reuse it, so a
         # resumed promotion sets the alias on v1 instead of registering v2.
         version = _version_from(client, model_name, run_id, source) or client.create_model_version(
-            model_name, source=source, run_id=run_id, tags=tags, description=description or None)
+            model_name, source=source, run_id=run_id, tags=tags, description=description or None
+        )
         client.set_registered_model_alias(model_name, alias, version.version)
         client.set_tag(run_id, "sweep.promoted", f"{model_name}@{alias} v{version.version}")
     return str(version.version)
@@ -68,8 +78,9 @@ def promote(store: Store, run_id: str, *, model_name: str, serving_config: Servi
 
 def _version_from(client: MlflowClient, model_name: str, run_id: str, source: str) -> ModelVersion | None:
     """The newest version of `model_name` registered from `source` of run `run_id`, or None."""
-    found = [v for v in client.search_model_versions(f"run_id = '{run_id}'")
-             if v.name == model_name and v.source == source]
+    found = [
+        v for v in client.search_model_versions(f"run_id = '{run_id}'") if v.name == model_name and v.source == source
+    ]
     return max(found, key=lambda v: int(v.version), default=None)
 
 
@@ -112,8 +123,9 @@ def resolve(store: Store, model_name: str, alias: str = "champion") -> ServingCo
             raise ValueError(f"it holds a JSON {type(data).__name__}, not an object")
         config = export.validate_serving_config({**data, "model_version": str(version.version)})
         if version.run_id and config.run_id != version.run_id:
-            raise ValueError(f"it names run {config.run_id} but version "
-                             f"{version.version} was made from run {version.run_id}")
+            raise ValueError(
+                f"it names run {config.run_id} but version {version.version} was made from run {version.run_id}"
+            )
     except (ValueError, TypeError) as e:
         raise TrackingError(
             f"The serving_config.json of {model_name!r} version {version.version} in "
@@ -123,27 +135,27 @@ def resolve(store: Store, model_name: str, alias: str = "champion") -> ServingCo
     return config
 
 
-def _download_version(store: Store, client: MlflowClient, model_name: str, version: str,
-                      dst: str) -> str:
+def _download_version(store: Store, client: MlflowClient, model_name: str, version: str, dst: str) -> str:
     # mlflow.artifacts.download_artifacts("models:/...") resolves the run's artifacts through
     # the process-global tracking URI, not the one given (3.17), so go through our client.
     uri = client.get_model_version_download_uri(model_name, version)
     if uri.startswith("runs:/"):
-        run_id, _, path = uri[len("runs:/"):].partition("/")
+        run_id, _, path = uri[len("runs:/") :].partition("/")
         return str(client.download_artifacts(run_id, path, dst))
     import mlflow.artifacts  # deferred: importing mlflow takes ~1 s
 
-    return str(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=dst,
-                                                   tracking_uri=store.tracking_uri))
+    return str(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=dst, tracking_uri=store.tracking_uri))
 
 
 def _resolve_problem(store: Store, model_name: str, alias: str, error: Exception) -> str:
     code = getattr(error, "error_code", "")
     if code == "RESOURCE_DOES_NOT_EXIST":
-        return (f"No registered model {model_name!r} in {store.where()}. Fix: (1) let a sweep "
-                f"finish (it promotes its champion), or (2) pass the model name the "
-                f"experiment's promotion.model_name uses (--model), or (3) pass the store "
-                f"that has it (--workdir or --tracking-uri).")
+        return (
+            f"No registered model {model_name!r} in {store.where()}. Fix: (1) let a sweep "
+            f"finish (it promotes its champion), or (2) pass the model name the "
+            f"experiment's promotion.model_name uses (--model), or (3) pass the store "
+            f"that has it (--workdir or --tracking-uri)."
+        )
     if code == "INVALID_PARAMETER_VALUE" and "alias" in str(error).lower():
         try:
             aliases = sorted(store.client().get_registered_model(model_name).aliases)
@@ -152,9 +164,13 @@ def _resolve_problem(store: Store, model_name: str, alias: str, error: Exception
                 raise
             aliases = []
         known = f" (it has: {', '.join(aliases)})" if aliases else " (it has no aliases)"
-        return (f"Registered model {model_name!r} in {store.where()} has no alias "
-                f"{alias!r}{known}. Fix: (1) pass one of its aliases with --alias, or "
-                f"(2) promote a champion by letting a sweep finish.")
-    return (f"Could not reach {store.where()} to resolve models:/{model_name}@{alias}: "
-            f"{convert.short(error)}. Fix: (1) start the tracking server, or (2) pass the right "
-            f"--tracking-uri / --workdir.")
+        return (
+            f"Registered model {model_name!r} in {store.where()} has no alias "
+            f"{alias!r}{known}. Fix: (1) pass one of its aliases with --alias, or "
+            f"(2) promote a champion by letting a sweep finish."
+        )
+    return (
+        f"Could not reach {store.where()} to resolve models:/{model_name}@{alias}: "
+        f"{convert.short(error)}. Fix: (1) start the tracking server, or (2) pass the right "
+        f"--tracking-uri / --workdir."
+    )

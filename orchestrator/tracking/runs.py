@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def start_sweep(store: Store, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any],
-                resume_run_id: str | None = None) -> str:
+def start_sweep(
+    store: Store, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any], resume_run_id: str | None = None
+) -> str:
     """Create the sweep's parent run (or mark `resume_run_id` RUNNING again); return its id.
 
     On resume, params already on the run are kept (MLflow params cannot change); new ones are added.
@@ -57,28 +58,36 @@ def _tag_experiment(store: Store, objective: str) -> None:
     # The direction is not among the sweep's params: latencies (`*_ms`) are minimized, rates maximized.
     direction = "minimize" if objective.endswith("_ms") else "maximize"
     client = store.client()
-    for key, value in {convert.EXPERIMENT_KIND_TAG: convert.EXPERIMENT_KIND,
-                       convert.SHARED_VIEW_TAG + convert.TRIALS_VIEW_KEY: convert.trials_view(objective, direction),
-                       convert.NOTE_TAG: convert.experiment_note(experiment_id)}.items():
+    for key, value in {
+        convert.EXPERIMENT_KIND_TAG: convert.EXPERIMENT_KIND,
+        convert.SHARED_VIEW_TAG + convert.TRIALS_VIEW_KEY: convert.trials_view(objective, direction),
+        convert.NOTE_TAG: convert.experiment_note(experiment_id),
+    }.items():
         client.set_experiment_tag(experiment_id, key, value)
 
 
-def open_trial(store: Store, parent_run_id: str, *, number: int, role: str,
-               params: Mapping[str, Any], tags: Mapping[str, Any]) -> str:
+def open_trial(
+    store: Store, parent_run_id: str, *, number: int, role: str, params: Mapping[str, Any], tags: Mapping[str, Any]
+) -> str:
     """The trial's child run, found (and set RUNNING again) or created, with every knob as a param."""
     run_id = find_trial(store, parent_run_id, number, role)
     if run_id is None:
         run_id = _create_trial(store, parent_run_id, number, role, convert.tags(tags))
     else:
         store.client().update_run(run_id, status="RUNNING")
-    new, clash_tags = convert.param_diff(convert.params(params),
-                                         store.client().get_run(run_id).data.params)
+    new, clash_tags = convert.param_diff(convert.params(params), store.client().get_run(run_id).data.params)
     store.log_batch(run_id, params=new, tags=clash_tags)
     return run_id
 
 
-def write_trial(store: Store, parent_run_id: str, outcome: TrialOutcome, run_id: str | None,
-                extra_metrics: Mapping[str, float], extra_tags: Mapping[str, str]) -> str:
+def write_trial(
+    store: Store,
+    parent_run_id: str,
+    outcome: TrialOutcome,
+    run_id: str | None,
+    extra_metrics: Mapping[str, float],
+    extra_tags: Mapping[str, str],
+) -> str:
     """Log a finished trial on its child run (`run_id`, else the one found, else a new one), upload
     its folder under `trial/` and close the run; return the run id. Idempotent."""
     role = convert.role_text(outcome.role)
@@ -94,15 +103,26 @@ def write_trial(store: Store, parent_run_id: str, outcome: TrialOutcome, run_id:
         run_id = find_trial(store, parent_run_id, outcome.number, role, trial_dir=outcome.trial_dir)
         existing = None if run_id is None else store.params_of(run_id)
     if run_id is None:
-        run_id = _create_trial(store, parent_run_id, outcome.number, role,
-                               convert.tags({TRIAL_DIR_TAG: outcome.trial_dir or None}),
-                               started_at=outcome.started_at or None)
+        run_id = _create_trial(
+            store,
+            parent_run_id,
+            outcome.number,
+            role,
+            convert.tags({TRIAL_DIR_TAG: outcome.trial_dir or None}),
+            started_at=outcome.started_at or None,
+        )
     new_params, clash_tags = convert.param_diff(convert.params(launched_params(outcome)), existing or {})
     # A fixed timestamp and step make a repeated log of the same outcome a no-op in MLflow.
     when = outcome.finished_at or outcome.started_at or time.time()
     # Step = trial number: MLflow's charts then draw each metric along the sweep.
-    store.log_batch(run_id, metrics=metrics, params=new_params, tags={**tags, **clash_tags},
-                    timestamp_ms=convert.ms(when), step=max(int(outcome.number), 0))
+    store.log_batch(
+        run_id,
+        metrics=metrics,
+        params=new_params,
+        tags={**tags, **clash_tags},
+        timestamp_ms=convert.ms(when),
+        step=max(int(outcome.number), 0),
+    )
     client = store.client()
     trial_dir = Path(outcome.trial_dir) if outcome.trial_dir else None
     if trial_dir is not None and trial_dir.is_dir():
@@ -112,22 +132,21 @@ def write_trial(store: Store, parent_run_id: str, outcome: TrialOutcome, run_id:
     return run_id
 
 
-def _create_trial(store: Store, parent_run_id: str, number: int, role: str,
-                  tags: dict[str, str], started_at: float | None = None) -> str:
+def _create_trial(
+    store: Store, parent_run_id: str, number: int, role: str, tags: dict[str, str], started_at: float | None = None
+) -> str:
     """A new child run; `started_at` when it is created after the measurement (a confirmation round,
     a replay), so its duration is the measurement's own."""
     run = store.client().create_run(
         store.experiment_of(parent_run_id),
         start_time=convert.ms(started_at) if started_at else None,
         run_name=convert.trial_run_name(role, number, tags.get(TRIAL_DIR_TAG, "")),
-        tags={**tags, PARENT_TAG: parent_run_id, KIND_TAG: "trial", TRIAL_TAG: str(number),
-              ROLE_TAG: role},
+        tags={**tags, PARENT_TAG: parent_run_id, KIND_TAG: "trial", TRIAL_TAG: str(number), ROLE_TAG: role},
     )
     return str(run.info.run_id)
 
 
-def find_trial(store: Store, parent_run_id: str, number: int, role: str,
-               trial_dir: str | None = None) -> str | None:
+def find_trial(store: Store, parent_run_id: str, number: int, role: str, trial_dir: str | None = None) -> str | None:
     """The child run of this trial number and role (and, when given, trial folder), or None.
 
     A run without a trial-folder tag (opened by `open_trial`) matches any folder; a run with
@@ -162,8 +181,14 @@ def stage_summary(stage: Path, table: pandas.DataFrame, figures: Mapping[str, Fi
         figure.savefig(stage / "figures" / filename, dpi=120, bbox_inches="tight")
 
 
-def write_summary(store: Store, parent_run_id: str, stage: Path, metrics: Mapping[str, float],
-                  tags: Mapping[str, str], table: pandas.DataFrame | None = None) -> None:
+def write_summary(
+    store: Store,
+    parent_run_id: str,
+    stage: Path,
+    metrics: Mapping[str, float],
+    tags: Mapping[str, str],
+    table: pandas.DataFrame | None = None,
+) -> None:
     """Put the staged summary on the parent run: metrics, tags, the files, and the table as an
     MLflow table (`results.json`)."""
     client = store.client()
@@ -199,14 +224,18 @@ def _log_history(store: Store, parent_run_id: str, table: pandas.DataFrame, obje
     points = []
     for _, row in table.sort_values("trial").iterrows():
         values = {f"trial_{objective}": row.get(objective), f"best_{objective}": row.get("best_so_far")}
-        points += [Metric(k, convert.rounded(float(v)), when, int(row["trial"])) for k, v in values.items()
-                   if isinstance(v, (int, float)) and v == v and int(row["trial"]) >= 0]
+        points += [
+            Metric(k, convert.rounded(float(v)), when, int(row["trial"]))
+            for k, v in values.items()
+            if isinstance(v, (int, float)) and v == v and int(row["trial"]) >= 0
+        ]
     for i in range(0, len(points), 1000):  # MLflow takes 1000 metrics per call
-        store.client().log_batch(parent_run_id, metrics=points[i:i + 1000])
+        store.client().log_batch(parent_run_id, metrics=points[i : i + 1000])
 
 
-def links(store: Store, parent_run_id: str, *, champion_trial: int | None, model: str | None,
-          version: str | None) -> dict[str, str]:
+def links(
+    store: Store, parent_run_id: str, *, champion_trial: int | None, model: str | None, version: str | None
+) -> dict[str, str]:
     """Relative MLflow UI links for the parent's description (see `Tracker.links`)."""
     experiment_id = store.experiment_of(parent_run_id)
     found = {"trials": convert.trials_view_path(experiment_id)}
@@ -218,22 +247,33 @@ def links(store: Store, parent_run_id: str, *, champion_trial: int | None, model
     return found
 
 
-def publish_report(store: Store, parent_run_id: str, *, description: str, report: Path,
-                   plots: Mapping[str, str], plotly_js: str, champion_trial: int | None,
-                   star_run_id: str | None = None) -> None:
+def publish_report(
+    store: Store,
+    parent_run_id: str,
+    *,
+    description: str,
+    report: Path,
+    plots: Mapping[str, str],
+    plotly_js: str,
+    champion_trial: int | None,
+    star_run_id: str | None = None,
+) -> None:
     """See `Tracker.publish_report`."""
     client = store.client()
-    client.set_tag(parent_run_id, NOTE_TAG, description[:convert.TAG_MAX])
+    client.set_tag(parent_run_id, NOTE_TAG, description[: convert.TAG_MAX])
     client.log_artifact(parent_run_id, str(report))
     if plots:
         with tempfile.TemporaryDirectory(prefix="optuna-plots-") as tmp:
             for name, fragment in plots.items():
-                page = (f"<!doctype html><html><head><meta charset='utf-8'><script>{plotly_js}</script></head>"
-                        f"<body>{fragment}</body></html>")
+                page = (
+                    f"<!doctype html><html><head><meta charset='utf-8'><script>{plotly_js}</script></head>"
+                    f"<body>{fragment}</body></html>"
+                )
                 (Path(tmp) / f"{convert.safe_name(name)}.html").write_text(page, encoding="utf-8")
             client.log_artifacts(parent_run_id, tmp, "optuna")
-    champion = star_run_id or (find_trial(store, parent_run_id, champion_trial, "search")
-                               if champion_trial is not None else None)
+    champion = star_run_id or (
+        find_trial(store, parent_run_id, champion_trial, "search") if champion_trial is not None else None
+    )
     if champion:
         client.set_tag(champion, convert.CHAMPION_TAG, "★ champion")
 
@@ -279,8 +319,11 @@ def _child_run_objects(store: Store, parent_run_id: str) -> list[Run]:
         token = None
         while True:
             page = client.search_runs(
-                [experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'",
-                max_results=1000, page_token=token)
+                [experiment_id],
+                filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'",
+                max_results=1000,
+                page_token=token,
+            )
             runs.extend(page)
             token = page.token
             if not token:

@@ -48,12 +48,16 @@ __all__ = ["Tracker", "TrackingError"]
 
 log = logging.getLogger(__name__)
 
-_REFUSED_FIX = ("(1) check the sweep's runs were not deleted in the MLflow UI, then (2) report it "
-                "with sweep.log: MLflow answered, so this is no outage and nothing was queued.")
+_REFUSED_FIX = (
+    "(1) check the sweep's runs were not deleted in the MLflow UI, then (2) report it "
+    "with sweep.log: MLflow answered, so this is no outage and nothing was queued."
+)
 
 # sqlite's own words for a full or failing disk (sqlite3.OperationalError, SQLITE_FULL / SQLITE_IOERR).
-_DISK_FIX = ("free space on the disk that holds the tracking store (nothing measured is lost: the trial's "
-             "files and the Optuna study keep it), then run the same command with --resume.")
+_DISK_FIX = (
+    "free space on the disk that holds the tracking store (nothing measured is lost: the trial's "
+    "files and the Optuna study keep it), then run the same command with --resume."
+)
 
 
 class Tracker:
@@ -63,8 +67,9 @@ class Tracker:
     created on first use, so building a Tracker is free and cannot fail.
     """
 
-    def __init__(self, tracking_uri: str, experiment_name: str, *, outbox_dir: Path,
-                 artifact_location: str | None = None):
+    def __init__(
+        self, tracking_uri: str, experiment_name: str, *, outbox_dir: Path, artifact_location: str | None = None
+    ):
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.outbox_dir = Path(outbox_dir)
@@ -77,19 +82,24 @@ class Tracker:
 
     # ----------------------------------------------------------------- sweep (parent run)
 
-    def start_sweep(self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any],
-                    resume_run_id: str | None = None) -> str:
+    def start_sweep(
+        self, *, run_name: str, params: Mapping[str, Any], tags: Mapping[str, Any], resume_run_id: str | None = None
+    ) -> str:
         """Create the sweep's parent run (or mark `resume_run_id` RUNNING again); return its id.
 
         On resume, params already on the run are kept (MLflow params cannot change); new ones are
         added. Raises TrackingError if MLflow cannot be reached: a sweep does not start blind.
         """
         what = f"resume the sweep run {resume_run_id}" if resume_run_id else "start the sweep run"
-        with self._store.failing_as(what, "(1) start the tracking server or correct tracking.uri in "
-                                          "the experiment file, or (2) leave tracking.uri unset to "
-                                          "use the sqlite store in the work directory."):
-            run_id = runs.start_sweep(self._store, run_name=run_name, params=params, tags=tags,
-                                      resume_run_id=resume_run_id)
+        with self._store.failing_as(
+            what,
+            "(1) start the tracking server or correct tracking.uri in "
+            "the experiment file, or (2) leave tracking.uri unset to "
+            "use the sqlite store in the work directory.",
+        ):
+            run_id = runs.start_sweep(
+                self._store, run_name=run_name, params=params, tags=tags, resume_run_id=resume_run_id
+            )
         self._outbox.backoff.up()
         return run_id
 
@@ -107,9 +117,15 @@ class Tracker:
         else:
             self._outbox.backoff.up()
 
-    def log_sweep_summary(self, parent_run_id: str, *, metrics: Mapping[str, float],
-                          tags: Mapping[str, Any], table: pandas.DataFrame,
-                          figures: Mapping[str, Figure]) -> None:
+    def log_sweep_summary(
+        self,
+        parent_run_id: str,
+        *,
+        metrics: Mapping[str, float],
+        tags: Mapping[str, Any],
+        table: pandas.DataFrame,
+        figures: Mapping[str, Figure],
+    ) -> None:
         """Put the sweep's summary on the parent run: metrics, tags, the results table as
         `results.csv`, `results.html` and an MLflow table (`results.json`), figures as
         `figures/<name>.png`. Queued (files kept under the outbox folder) if MLflow is unreachable.
@@ -118,8 +134,9 @@ class Tracker:
         runs.stage_summary(stage, table, figures)
         # 4 significant digits, as the trial runs' (docs/results.md): 79.72, not 79.718345 tok/s.
         rounded = {name: convert.rounded(value) for name, value in convert.metrics(metrics).items()}
-        entry = LogSweepSummary(parent_run_id=parent_run_id, summary_dir=str(stage.resolve()),
-                                metrics=rounded, tags=convert.tags(tags))
+        entry = LogSweepSummary(
+            parent_run_id=parent_run_id, summary_dir=str(stage.resolve()), metrics=rounded, tags=convert.tags(tags)
+        )
         if self._outbox.backoff.active():
             self._queue(entry, "MLflow was unreachable moments ago")
             return
@@ -134,8 +151,15 @@ class Tracker:
 
     # ----------------------------------------------------------------- trials (child runs)
 
-    def start_trial(self, parent_run_id: str, *, number: int, params: Mapping[str, Any],
-                    role: Any = "search", tags: Mapping[str, Any]) -> str | None:
+    def start_trial(
+        self,
+        parent_run_id: str,
+        *,
+        number: int,
+        params: Mapping[str, Any],
+        role: Any = "search",
+        tags: Mapping[str, Any],
+    ) -> str | None:
         """Open the trial's child run (RUNNING, params = every knob) and return its id.
 
         Finds the run first if this trial number and role already have one under the parent.
@@ -144,8 +168,9 @@ class Tracker:
         if self._outbox.backoff.active():
             return None
         try:
-            run_id = runs.open_trial(self._store, parent_run_id, number=number,
-                                     role=convert.role_text(role), params=params, tags=tags)
+            run_id = runs.open_trial(
+                self._store, parent_run_id, number=number, role=convert.role_text(role), params=params, tags=tags
+            )
         except Exception as e:
             self._require_outage(e, f"open the run of trial {number}")
             self._outbox.backoff.down()
@@ -154,9 +179,15 @@ class Tracker:
         self._outbox.backoff.up()
         return run_id
 
-    def log_trial(self, parent_run_id: str, outcome: TrialOutcome, *, run_id: str | None = None,
-                  extra_metrics: Mapping[str, float] | None = None,
-                  extra_tags: Mapping[str, Any] | None = None) -> None:
+    def log_trial(
+        self,
+        parent_run_id: str,
+        outcome: TrialOutcome,
+        *,
+        run_id: str | None = None,
+        extra_metrics: Mapping[str, float] | None = None,
+        extra_tags: Mapping[str, Any] | None = None,
+    ) -> None:
         """Log a finished trial on its child run and close the run; queued if MLflow is unreachable.
 
         The run is `run_id`, or the parent's child with this trial number and role, or a new one.
@@ -165,8 +196,10 @@ class Tracker:
         metrics = convert.metrics(extra_metrics or {})
         tags = convert.tags(extra_tags or {})
         if self._outbox.backoff.active():
-            self._queue(self._log_trial_entry(parent_run_id, outcome, run_id, metrics, tags),
-                        "MLflow was unreachable moments ago")
+            self._queue(
+                self._log_trial_entry(parent_run_id, outcome, run_id, metrics, tags),
+                "MLflow was unreachable moments ago",
+            )
             return
         try:
             runs.write_trial(self._store, parent_run_id, outcome, run_id, metrics, tags)
@@ -177,14 +210,25 @@ class Tracker:
         self._outbox.backoff.up()
         self._replay_if_pending()
 
-    def _log_trial_entry(self, parent_run_id: str, outcome: TrialOutcome, run_id: str | None,
-                         metrics: dict[str, float], tags: dict[str, str]) -> LogTrial:
-        return LogTrial(parent_run_id=parent_run_id, run_id=run_id,
-                        outcome_path=str(self._outbox.outcome_file(outcome)),
-                        extra_metrics=metrics, extra_tags=tags)
+    def _log_trial_entry(
+        self,
+        parent_run_id: str,
+        outcome: TrialOutcome,
+        run_id: str | None,
+        metrics: dict[str, float],
+        tags: dict[str, str],
+    ) -> LogTrial:
+        return LogTrial(
+            parent_run_id=parent_run_id,
+            run_id=run_id,
+            outcome_path=str(self._outbox.outcome_file(outcome)),
+            extra_metrics=metrics,
+            extra_tags=tags,
+        )
 
-    def find_trial(self, parent_run_id: str, number: int, role: Any = "search",
-                   trial_dir: str | None = None) -> str | None:
+    def find_trial(
+        self, parent_run_id: str, number: int, role: Any = "search", trial_dir: str | None = None
+    ) -> str | None:
         """The run id of this trial's child run under the parent (with `trial_dir`: the run of that
         folder, e.g. one confirmation round), or None."""
         with self._store.reading(f"find trial {number} of sweep run {parent_run_id}"):
@@ -237,43 +281,75 @@ class Tracker:
             # not, or a few trials would push the next attempt ten minutes out.
             self._outbox.backoff.down()
         entry = entry.model_copy(update={"queued_at": convert.now_iso(), "error": convert.short(error)})
-        log.warning("%s unreachable, %s queued in %s: %s", self._store.where(), entry.op,
-                    self._outbox.path, entry.error)
+        log.warning(
+            "%s unreachable, %s queued in %s: %s", self._store.where(), entry.op, self._outbox.path, entry.error
+        )
         self._outbox.append(entry)
 
     # ----------------------------------------------------------------- report
 
-    def links(self, parent_run_id: str, *, champion_trial: int | None, model: str | None,
-              version: str | None) -> dict[str, str]:
+    def links(
+        self, parent_run_id: str, *, champion_trial: int | None, model: str | None, version: str | None
+    ) -> dict[str, str]:
         """MLflow UI links (relative, `#/...`) for a description: `trials` (the ranked trials view),
         `champion` (its run) and `model` (the registered version), where they exist."""
         with self._store.reading(f"read the runs of sweep run {parent_run_id}"):
-            return runs.links(self._store, parent_run_id, champion_trial=champion_trial, model=model,
-                              version=version)
+            return runs.links(self._store, parent_run_id, champion_trial=champion_trial, model=model, version=version)
 
-    def publish_report(self, parent_run_id: str, *, description: str, report: Path, plots: Mapping[str, str],
-                       plotly_js: str, champion_trial: int | None, star_run_id: str | None = None) -> None:
+    def publish_report(
+        self,
+        parent_run_id: str,
+        *,
+        description: str,
+        report: Path,
+        plots: Mapping[str, str],
+        plotly_js: str,
+        champion_trial: int | None,
+        star_run_id: str | None = None,
+    ) -> None:
         """Put the report on the parent run: its description (markdown), `report.html`, Optuna's plots as
         `optuna/<name>.html`, and the tag `sweep.champion` on the promoted configuration's run
         (`star_run_id`: the registry version's source run), else on the champion trial's. Raises
         TrackingError when MLflow cannot be reached or refuses."""
-        with self._store.failing_as(f"publish the report on sweep run {parent_run_id}",
-                                    "(1) start the tracking server, then (2) run `sweep report` again."):
-            runs.publish_report(self._store, parent_run_id, description=description, report=report, plots=plots,
-                                plotly_js=plotly_js, champion_trial=champion_trial, star_run_id=star_run_id)
+        with self._store.failing_as(
+            f"publish the report on sweep run {parent_run_id}",
+            "(1) start the tracking server, then (2) run `sweep report` again.",
+        ):
+            runs.publish_report(
+                self._store,
+                parent_run_id,
+                description=description,
+                report=report,
+                plots=plots,
+                plotly_js=plotly_js,
+                champion_trial=champion_trial,
+                star_run_id=star_run_id,
+            )
 
     # ----------------------------------------------------------------- registry
 
-    def promote(self, run_id: str, *, model_name: str, serving_config: ServingConfig, alias: str = "champion",
-                description: str = "") -> str:
+    def promote(
+        self,
+        run_id: str,
+        *,
+        model_name: str,
+        serving_config: ServingConfig,
+        alias: str = "champion",
+        description: str = "",
+    ) -> str:
         """Register the trial run's serving config as a new model version with `alias`; return the version.
 
         The config is uploaded as `serving_config/serving_config.json` on the run and the version's
         source is `runs:/<run_id>/serving_config`. Raises TrackingError if MLflow refuses.
         """
-        version = registry.promote(self._store, run_id, model_name=model_name,
-                                   serving_config=serving_config, alias=alias,
-                                   description=description)
+        version = registry.promote(
+            self._store,
+            run_id,
+            model_name=model_name,
+            serving_config=serving_config,
+            alias=alias,
+            description=description,
+        )
         self._outbox.backoff.up()
         return version
 

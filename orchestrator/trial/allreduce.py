@@ -31,10 +31,29 @@ from orchestrator.config.allreduce import flag_on as _on
 from orchestrator.config.allreduce import normalize_flags as _flags
 from orchestrator.nccllog import tuner_masked
 
-__all__ = ["BACKEND_CHOICES", "CUSTOM_AR_WORLD_SIZES", "FUSE_ALLREDUCE_MAX_BATCH_SIZE", "OBJECTIVE_CLASSES", "Backend",
-           "Band", "Carried", "CommPath", "Host", "ModelFacts", "Refusal", "allreduce_path", "backend_flags",
-           "backend_refusal", "carried", "check_backend_applied", "decode_backend_in_log", "nccl_matters",
-           "plan_warnings", "refused_in_log", "resolve_path"]
+__all__ = [
+    "BACKEND_CHOICES",
+    "CUSTOM_AR_WORLD_SIZES",
+    "FUSE_ALLREDUCE_MAX_BATCH_SIZE",
+    "OBJECTIVE_CLASSES",
+    "Backend",
+    "Band",
+    "Carried",
+    "CommPath",
+    "Host",
+    "ModelFacts",
+    "Refusal",
+    "allreduce_path",
+    "backend_flags",
+    "backend_refusal",
+    "carried",
+    "check_backend_applied",
+    "decode_backend_in_log",
+    "nccl_matters",
+    "plan_warnings",
+    "refused_in_log",
+    "resolve_path",
+]
 
 
 def _tp_size(flags: Mapping[str, Any]) -> int | None:
@@ -68,9 +87,9 @@ def _link(hardware: str | None) -> str | None:
 
 _AR_NCCL = re.compile(
     r"(?i)call path: NCCL|custom AR disabled|custom ?all-?reduce(?:V2)? (?:is )?disabled|"
-    r"setup custom all-?reduce failed|custom all-?reduce.*not supported")
+    r"setup custom all-?reduce failed|custom all-?reduce.*not supported"
+)
 _AR_CUSTOM = re.compile(r"(?i)\[AR\].*custom\s*all-?reduce")
-
 
 
 def allreduce_path(flags: Mapping[str, Any], log_text: str, hardware: str | None) -> str:
@@ -145,36 +164,44 @@ def plan_warnings(
             f"either way (--disable-custom-all-reduce leaves the fusion on); NCCL only sees larger prefill "
             f"all-reduces and all-gathers. Sweep all_reduce_backend nccl (custom all-reduce and the fusion off) "
             f"to put NCCL on the verify path; `sweep plan --host <profile>` shows which backend carries each "
-            f"message class.")
+            f"message class."
+        )
     symm = _on(f, "enable_symm_mem")
     if symm:
         forced = [n for n in ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE") if n in env and env[n] != "1"]
         warnings.append(
             "--enable-symm-mem forces NCCL_CUMEM_ENABLE=1 and NCCL_NVLS_ENABLE=1 in the server"
             + (f", overwriting the plan's {', '.join(f'{n}={env[n]}' for n in forced)}" if forced else "")
-            + "; NVLink multicast (NVLS) must stay off on shared hosts.")
+            + "; NVLink multicast (NVLS) must stay off on shared hosts."
+        )
     if _on(f, "enable_nccl_nvls") and not symm and env.get("NCCL_NVLS_ENABLE", "1") != "1":
-        warnings.append(f"--enable-nccl-nvls forces NCCL_NVLS_ENABLE=1, overwriting the plan's "
-                        f"NCCL_NVLS_ENABLE={env['NCCL_NVLS_ENABLE']}.")
+        warnings.append(
+            f"--enable-nccl-nvls forces NCCL_NVLS_ENABLE=1, overwriting the plan's "
+            f"NCCL_NVLS_ENABLE={env['NCCL_NVLS_ENABLE']}."
+        )
     if "NCCL_CUMEM_ENABLE" in names and not symm:
         warnings.append(
             "NCCL_CUMEM_ENABLE: SGLang sets it to 0 itself when it is unset, so a trial without it "
-            "runs with 0 (not NCCL's default), and --enable-symm-mem would overwrite it with 1.")
+            "runs with 0 (not NCCL's default), and --enable-symm-mem would overwrite it with 1."
+        )
     if "NCCL_NVLS_ENABLE" in names and not symm and not _on(f, "enable_nccl_nvls"):
         warnings.append(
             "NCCL_NVLS_ENABLE: SGLang sets it to 0 itself when it is unset, and --enable-nccl-nvls "
-            "or --enable-symm-mem overwrite it with 1.")
+            "or --enable-symm-mem overwrite it with 1."
+        )
     if "NCCL_GRAPH_REGISTER" in names:
         warnings.append(
             "NCCL_GRAPH_REGISTER: SGLang sets it to 0 itself when unset whenever CUDA graphs capture "
-            "collectives with TP > 1, so a trial without it does not run NCCL's default.")
+            "collectives with TP > 1, so a trial without it does not run NCCL's default."
+        )
     if _on(f, "enable_deterministic_inference"):
         hit = [n for n in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if n in names]
         if hit:
             warnings.append(
                 f"--enable-deterministic-inference overwrites {', '.join(hit)} (NCCL_ALGO=allreduce:tree, "
                 f"NCCL_MIN_NCHANNELS=NCCL_MAX_NCHANNELS=8) and disables custom all-reduce: sweeping "
-                f"{'it' if len(hit) == 1 else 'them'} measures nothing.")
+                f"{'it' if len(hit) == 1 else 'them'} measures nothing."
+            )
     if masked := tuner_masked({**env, **{n: env.get(n, "") for n in names}}):
         warnings.append(masked + ".")
     return warnings
@@ -188,18 +215,26 @@ _FUSION_OFF = re.compile(
     r"(FlashInfer allreduce fusion is forcibly disabled.*|Failed to initialize FlashInfer workspace.*|"
     r"FlashInfer workspace preflight: cuMemCreate probe failed.*|FlashInfer AllReduce fusion disabled:.*|"
     r"flashinfer\.comm (?:unified )?allreduce_fusion API is not available.*|"
-    r"FlashInfer comm not available, skipping workspace initialization)")
+    r"FlashInfer comm not available, skipping workspace initialization)"
+)
 _PCIE_ON = re.compile(r"FlashInfer PCIe-IPC (?:all-reduce enabled|workspace built) \(world=\d+(?:, max_numel=(\d+))?")
 _PCIE_OFF = re.compile(
     r"(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm.*|"
     r"Deterministic inference is on; leaving PCIe-IPC all-reduce off.*|"
     r"FlashInfer PCIe-IPC all-reduce serves bf16 only.*|FlashInfer PCIe-IPC workspace \(max_numel=\d+\) failed.*|"
-    r"Setup FlashInfer PCIe-IPC allreduce failed.*|FlashInfer PCIe-IPC all-reduce skipped.*)")
-_CUSTOM_ON = re.compile(r"All Reduce config: symmetric_memory = |\[AR\] Using CustomAllReduceV2|\[AR\].*custom\s*all-?reduce")
+    r"Setup FlashInfer PCIe-IPC allreduce failed.*|FlashInfer PCIe-IPC all-reduce skipped.*)"
+)
+_CUSTOM_ON = re.compile(
+    r"All Reduce config: symmetric_memory = |\[AR\] Using CustomAllReduceV2|\[AR\].*custom\s*all-?reduce"
+)
 _TSM_OFF = re.compile(r"(TorchSymmMemCommunicator: .*not (?:supported|available).*)")
 _MSCCLPP_OFF = re.compile(r"(PyMscclpp is (?:disabled|unavailable).*)")
-_OFF = {Backend.flashinfer_fusion: _FUSION_OFF, Backend.pcie_ipc: _PCIE_OFF, Backend.torch_symm_mem: _TSM_OFF,
-        Backend.mscclpp: _MSCCLPP_OFF}
+_OFF = {
+    Backend.flashinfer_fusion: _FUSION_OFF,
+    Backend.pcie_ipc: _PCIE_OFF,
+    Backend.torch_symm_mem: _TSM_OFF,
+    Backend.mscclpp: _MSCCLPP_OFF,
+}
 
 
 def _message(line: str) -> str:
@@ -221,7 +256,7 @@ def refused_in_log(backend: str, log_text: str) -> str | None:
         return None
     for line in (log_text or "").splitlines():
         if m := pattern.search(line):
-            return _message(line[m.start():] if want is not Backend.custom else line)
+            return _message(line[m.start() :] if want is not Backend.custom else line)
     return None
 
 
@@ -251,6 +286,8 @@ def check_backend_applied(requested: str | None, log_text: str) -> tuple[bool, s
         return False, f"all_reduce_backend {requested} not applied: SGLang fell back to NCCL: {why}"
     proof = {"flashinfer_fusion": _FUSION_ON, "pcie_ipc": _PCIE_ON}.get(str(requested))
     if proof is not None and not proof.search(log_text or ""):
-        return False, (f"all_reduce_backend {requested} not applied: SGLang never logged that it is on "
-                       f"({'FlashInfer AllReduce Fusion enabled' if requested == 'flashinfer_fusion' else 'FlashInfer PCIe-IPC all-reduce enabled'} ...)")
+        return False, (
+            f"all_reduce_backend {requested} not applied: SGLang never logged that it is on "
+            f"({'FlashInfer AllReduce Fusion enabled' if requested == 'flashinfer_fusion' else 'FlashInfer PCIe-IPC all-reduce enabled'} ...)"
+        )
     return True, f"SGLang's log shows {requested} on"

@@ -28,10 +28,18 @@ _WORDS = (
 ).split()
 
 
-_TRANSPORT_ERRORS = {cls.__name__ for cls in (
-    httpx.TimeoutException, httpx.ReadTimeout, httpx.ConnectTimeout, httpx.PoolTimeout,
-    httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError,
-)}
+_TRANSPORT_ERRORS = {
+    cls.__name__
+    for cls in (
+        httpx.TimeoutException,
+        httpx.ReadTimeout,
+        httpx.ConnectTimeout,
+        httpx.PoolTimeout,
+        httpx.ConnectError,
+        httpx.RemoteProtocolError,
+        httpx.ReadError,
+    )
+}
 
 
 def make_prompt(rng: random.Random, length: int) -> str:
@@ -65,8 +73,12 @@ async def _one_request(
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")[:500]
                 return BenchRecord(
-                    index=index, warmup=warmup, ok=False, start_s=start_wall,
-                    prompt_tokens=input_len, error=f"HTTP {resp.status_code}: {text}",
+                    index=index,
+                    warmup=warmup,
+                    ok=False,
+                    start_s=start_wall,
+                    prompt_tokens=input_len,
+                    error=f"HTTP {resp.status_code}: {text}",
                 )
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
@@ -85,9 +97,16 @@ async def _one_request(
         latency = time.perf_counter() - t0
     except (httpx.HTTPError, json.JSONDecodeError, OSError) as exc:
         return BenchRecord(
-            index=index, warmup=warmup, ok=False, start_s=start_wall, prompt_tokens=input_len,
-            completion_tokens=seen, error=f"{type(exc).__name__}: {exc}"[:500],
-            chunk_times_s=tuple(chunk_times), chunk_tokens=tuple(chunk_tokens), meta_info=meta,
+            index=index,
+            warmup=warmup,
+            ok=False,
+            start_s=start_wall,
+            prompt_tokens=input_len,
+            completion_tokens=seen,
+            error=f"{type(exc).__name__}: {exc}"[:500],
+            chunk_times_s=tuple(chunk_times),
+            chunk_tokens=tuple(chunk_tokens),
+            meta_info=meta,
         )
     ok = seen > 0 and meta.get("finish_reason") is not None
     return BenchRecord(
@@ -131,10 +150,17 @@ async def run_async(
     records: list[BenchRecord] = []
     async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
         for i in range(warmup_requests):
-            records.append(await _one_request(
-                client, url, index=-(i + 1), prompt=make_prompt(rng, input_len),
-                input_len=input_len, output_len=output_len, warmup=True,
-            ))
+            records.append(
+                await _one_request(
+                    client,
+                    url,
+                    index=-(i + 1),
+                    prompt=make_prompt(rng, input_len),
+                    input_len=input_len,
+                    output_len=output_len,
+                    warmup=True,
+                )
+            )
             if not records[-1].ok:
                 return records  # a server that fails warmup would fail (or hang) every request
         prompts = [make_prompt(rng, input_len) for _ in range(requests)]
@@ -152,8 +178,13 @@ async def run_async(
                 except asyncio.QueueEmpty:
                     return
                 record = await _one_request(
-                    client, url, index=i, prompt=prompts[i], input_len=input_len,
-                    output_len=output_len, warmup=False,
+                    client,
+                    url,
+                    index=i,
+                    prompt=prompts[i],
+                    input_len=input_len,
+                    output_len=output_len,
+                    warmup=False,
                 )
                 records.append(record)
                 # A stalled or unreachable server stalls every later request too: stop sending.
@@ -169,7 +200,8 @@ async def run_async(
             done = {r.index for r in records}
             records.extend(
                 BenchRecord(index=i, ok=False, error=f"benchmark deadline of {timeout_s:.0f}s passed")
-                for i in range(requests) if i not in done
+                for i in range(requests)
+                if i not in done
             )
     return sorted(records, key=lambda r: r.index)
 
@@ -199,12 +231,37 @@ def bench_serving_argv(
     Fixed lengths need `--random-range-ratio 1.0` (its default 0.0 draws lengths from U[1, len]).
     `--output-file` appends one JSON line per run; the caller gives each run a fresh file.
     """
-    argv = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", base_url,
-            "--model", model, "--tokenizer", tokenizer or model,
-            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
-            "--random-range-ratio", "1.0", "--num-prompts", str(requests), "--max-concurrency", str(concurrency),
-            "--request-rate", "inf", "--warmup-requests", str(warmup_requests), "--seed", str(seed),
-            "--output-file", output_file]
+    argv = [
+        python,
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang",
+        "--base-url",
+        base_url,
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer or model,
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--random-range-ratio",
+        "1.0",
+        "--num-prompts",
+        str(requests),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        "inf",
+        "--warmup-requests",
+        str(warmup_requests),
+        "--seed",
+        str(seed),
+        "--output-file",
+        output_file,
+    ]
     if dataset_path:
         argv += ["--dataset-name", "random", "--dataset-path", dataset_path]
     else:

@@ -96,19 +96,27 @@ class Builtin:
     def run(self, target: Target, repeat: int, remaining_s: float) -> Measurement:
         b, server = target.sweep.benchmark, target.server
         t0 = time.monotonic()
-        common: dict[str, Any] = dict(input_len=b.input_len, output_len=b.output_len,
-                                      seed=target.seed * 1000 + repeat, timeout_s=min(b.timeout_s, remaining_s),
-                                      request_timeout_s=b.stall_timeout_s)
+        common: dict[str, Any] = dict(
+            input_len=b.input_len,
+            output_len=b.output_len,
+            seed=target.seed * 1000 + repeat,
+            timeout_s=min(b.timeout_s, remaining_s),
+            request_timeout_s=b.stall_timeout_s,
+        )
         # Warm-up first and on its own, so the /metrics window below holds the measured requests only.
-        records = bench.run(server.base_url, requests=0, concurrency=1,
-                            warmup_requests=b.warmup_requests, **common) if b.warmup_requests else []
+        records = (
+            bench.run(server.base_url, requests=0, concurrency=1, warmup_requests=b.warmup_requests, **common)
+            if b.warmup_requests
+            else []
+        )
         before = _metrics_text(server)
         gpus = None
         if all(r.ok for r in records):
             # Clocks, power, temperature and PCIe link are read under load, once, a second into the run.
             sample = _UnderLoad(delay_s=1.0) if repeat == 0 and target.sweep.engine == "sglang" else None
-            records += bench.run(server.base_url, requests=b.requests, concurrency=b.concurrency,
-                                 warmup_requests=0, **common)
+            records += bench.run(
+                server.base_url, requests=b.requests, concurrency=b.concurrency, warmup_requests=0, **common
+            )
             gpus = sample.result() if sample is not None else None
         bench_s = time.monotonic() - t0
         records = [r.model_copy(update={"repeat": repeat}) for r in records]
@@ -123,16 +131,25 @@ class Builtin:
             rc = server.exit_within(EXIT_GRACE_S)
             if rc is not None:
                 died = classify_exit(srv.tail(target.trial_dir / "server.log", 200), rc, starting=False)
-                raise TrialFailed(Failure(died.kind, f"{died.reason} during the benchmark after "
-                                                     f"{sum(r.completion_tokens for r in records)} tokens"))
+                raise TrialFailed(
+                    Failure(
+                        died.kind,
+                        f"{died.reason} during the benchmark after {sum(r.completion_tokens for r in records)} tokens",
+                    )
+                )
             verdict = classify_records(records, stall_timeout_s=b.stall_timeout_s)
             if isinstance(verdict, Failure):
                 raise TrialFailed(verdict)
             if verdict is not None:  # some requests failed while others worked: keep the measurement, say so
                 warnings = (verdict,)
         try:
-            m = metrics.compute(records, num_draft_tokens=target.num_draft_tokens, metrics_before=before,
-                                metrics_after=after, log_text=_server_log(target))
+            m = metrics.compute(
+                records,
+                num_draft_tokens=target.num_draft_tokens,
+                metrics_before=before,
+                metrics_after=after,
+                log_text=_server_log(target),
+            )
         except metrics.MetricMissing as exc:
             raise TrialFailed(Failure(FailureKind.metric_missing, str(exc))) from None
         return Measurement(m, bench_s, warnings, gpus)
@@ -153,22 +170,41 @@ class BenchServing:
         runs: list[dict[str, Any]] = []
         for repeat in range(repeats):
             argv = bench.bench_serving_argv(
-                "", server.base_url, model=srv_spec.model, tokenizer=b.tokenizer,
-                dataset_path=b.dataset_path, requests=b.requests, concurrency=b.concurrency, input_len=b.input_len,
-                output_len=b.output_len, warmup_requests=b.warmup_requests, seed=target.seed * 1000 + repeat,
-                output_file=str(d / f"bench_serving-{repeat}.jsonl"))[3:]  # without "python -m sglang.bench_serving"
-            runs.append({"argv": argv, "metrics_before": str(d / f"bench_serving-{repeat}.metrics-before.txt"),
-                         "metrics_after": str(d / f"bench_serving-{repeat}.metrics-after.txt"),
-                         "status": str(d / f"bench_serving-{repeat}.status.json")})
+                "",
+                server.base_url,
+                model=srv_spec.model,
+                tokenizer=b.tokenizer,
+                dataset_path=b.dataset_path,
+                requests=b.requests,
+                concurrency=b.concurrency,
+                input_len=b.input_len,
+                output_len=b.output_len,
+                warmup_requests=b.warmup_requests,
+                seed=target.seed * 1000 + repeat,
+                output_file=str(d / f"bench_serving-{repeat}.jsonl"),
+            )[3:]  # without "python -m sglang.bench_serving"
+            runs.append(
+                {
+                    "argv": argv,
+                    "metrics_before": str(d / f"bench_serving-{repeat}.metrics-before.txt"),
+                    "metrics_after": str(d / f"bench_serving-{repeat}.metrics-after.txt"),
+                    "status": str(d / f"bench_serving-{repeat}.status.json"),
+                }
+            )
         python = b.client_python or srv_spec.python or sys.executable
         job = {"module": "sglang.bench_serving", "metrics_url": server.base_url + "/metrics", "runs": runs}
         t0 = time.monotonic()
         rc: int | None
         with open(d / "bench_serving.log", "wb") as log:
             try:
-                rc = subprocess.run([python, str(_REPEATS_SCRIPT), json.dumps(job)], stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, timeout=min(b.timeout_s * repeats, remaining()),
-                                    env=self.env).returncode
+                rc = subprocess.run(
+                    [python, str(_REPEATS_SCRIPT), json.dumps(job)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    timeout=min(b.timeout_s * repeats, remaining()),
+                    env=self.env,
+                ).returncode
             except subprocess.TimeoutExpired:
                 rc = None
         bench_s = time.monotonic() - t0
@@ -180,33 +216,41 @@ class BenchServing:
             status = _read_json(Path(runs[repeat]["status"]))
             out_file = d / f"bench_serving-{repeat}.jsonl"
             if not status.get("ok") or not out_file.exists():
-                why = ("timed out" if rc is None else
-                       status.get("error") or f"exited with {describe_returncode(rc)}")
-                raise TrialFailed(Failure(FailureKind.bench_error,
-                                          f"sglang.bench_serving repeat {repeat} {why}; see bench_serving.log"))
+                why = "timed out" if rc is None else status.get("error") or f"exited with {describe_returncode(rc)}"
+                raise TrialFailed(
+                    Failure(
+                        FailureKind.bench_error, f"sglang.bench_serving repeat {repeat} {why}; see bench_serving.log"
+                    )
+                )
             before = _read_text(Path(runs[repeat]["metrics_before"]))
             after = _read_text(Path(runs[repeat]["metrics_after"]))
             measured.append(self._measurement(target, repeat, out_file, before, after, bench_s / repeats))
         return measured
 
     @staticmethod
-    def _measurement(target: Target, repeat: int, out_file: Path, before: str | None, after: str | None,
-                     bench_s: float) -> Measurement:
+    def _measurement(
+        target: Target, repeat: int, out_file: Path, before: str | None, after: str | None, bench_s: float
+    ) -> Measurement:
         b = target.sweep.benchmark
         rows = metrics.read_bench_serving_jsonl(out_file.read_text())
         completed = _completed(rows[-1]) if rows else None
         if completed is not None and completed <= 0:  # as the builtin client: none worked -> bench_error
-            raise TrialFailed(Failure(FailureKind.bench_error,
-                                      f"all {b.requests} requests failed: sglang.bench_serving completed none; "
-                                      f"see bench_serving.log"))
+            raise TrialFailed(
+                Failure(
+                    FailureKind.bench_error,
+                    f"all {b.requests} requests failed: sglang.bench_serving completed none; see bench_serving.log",
+                )
+            )
         try:
             m = metrics.metrics_from_bench_serving(rows[-1], requested=b.requests)
         except (metrics.MetricMissing, IndexError) as exc:
             raise TrialFailed(Failure(FailureKind.metric_missing, f"sglang.bench_serving output: {exc}")) from None
         warnings: tuple[str, ...] = ()
         if m.requests_failed:  # some failed while others worked: keep the measurement, say so
-            warnings = (f"{m.requests_failed} of {b.requests} requests failed: sglang.bench_serving completed "
-                        f"{m.requests_ok} in repeat {repeat}; see bench_serving.log",)
+            warnings = (
+                f"{m.requests_failed} of {b.requests} requests failed: sglang.bench_serving completed "
+                f"{m.requests_ok} in repeat {repeat}; see bench_serving.log",
+            )
         verify = metrics.verify_ms_from_metrics(before, after) if before and after else None
         if verify is not None:
             m = m.model_copy(update={"verify_ms": verify, "sources": {**m.sources, "verify_ms": "device_timer"}})

@@ -12,8 +12,14 @@ from orchestrator.records import BenchRecord, FailureKind
 
 _OOM_MARKERS = ("out of memory", "outofmemoryerror", "not enough memory")
 _PORT_MARKERS = ("address already in use", "errno 98")
-_NCCL_MARKERS = ("nccl error", "ncclsystemerror", "ncclinternalerror", "ncclinvalidusage", "ncclunhandledcudaerror",
-                 "distbackenderror")
+_NCCL_MARKERS = (
+    "nccl error",
+    "ncclsystemerror",
+    "ncclinternalerror",
+    "ncclinvalidusage",
+    "ncclunhandledcudaerror",
+    "distbackenderror",
+)
 _IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
 _ARGUMENT_ERRORS = ("ValueError", "AssertionError", "TypeError", "NotImplementedError")
 
@@ -23,6 +29,8 @@ _ARGUMENT_ERRORS = ("ValueError", "AssertionError", "TypeError", "NotImplemented
 _EXCEPTION_LINE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit))(?::\s?(.*))?$")
 # argparse refuses a value before any traceback: "launch_server.py: error: argument --x: invalid choice ..."
 _ARGPARSE_LINE = re.compile(r"^(?:usage: .*|\S+: error: (?P<msg>.+))$")
+
+
 @dataclass(frozen=True)
 class Failure:
     """A failure the trial's outcome reports."""
@@ -118,15 +126,16 @@ def classify_records(records: Sequence[BenchRecord], *, stall_timeout_s: float) 
     measured = [r for r in records if not r.warmup]
     if any(r.error and "timeout" in r.error.lower() for r in failed):
         # A live server that stops producing tokens is hung, however many requests worked before.
-        return Failure(FailureKind.nccl_hang,
-                       f"server alive but no token for {stall_timeout_s:g}s (benchmark.stall_timeout_s) after "
-                       f"{sum(r.ok for r in measured)} good request(s): a collective is hung")
+        return Failure(
+            FailureKind.nccl_hang,
+            f"server alive but no token for {stall_timeout_s:g}s (benchmark.stall_timeout_s) after "
+            f"{sum(r.ok for r in measured)} good request(s): a collective is hung",
+        )
     warm_failed = [r for r in failed if r.warmup]
     if warm_failed:
         return Failure(FailureKind.bench_error, f"the warm-up request failed: {warm_failed[0].error}")
     if not any(r.ok for r in measured):
-        return Failure(FailureKind.bench_error,
-                       f"all {len(measured)} requests failed; first error: {failed[0].error}")
+        return Failure(FailureKind.bench_error, f"all {len(measured)} requests failed; first error: {failed[0].error}")
     return f"{len(failed)} of {len(records)} requests failed: {failed[0].error}"
 
 

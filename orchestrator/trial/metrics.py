@@ -60,8 +60,7 @@ def parse_prometheus(text: str) -> list[Sample]:
 def pick_samples(samples: Sequence[Sample], name: str, labels: Mapping[str, str] | None = None) -> list[Sample]:
     """Samples with this exact name whose labels include every given label=value."""
     want = dict(labels or {})
-    return [s for s in samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in want.items())]
+    return [s for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in want.items())]
 
 
 def _rank0(samples: Sequence[Sample], name: str, labels: Mapping[str, str]) -> float | None:
@@ -168,25 +167,28 @@ def parse_decode_log(text: str) -> list[DecodeLogLine]:
         usage = values.pop("token usage", None)
         al = values.pop("accept len", None)
         ar = values.pop("accept rate", None)
-        lines.append(DecodeLogLine(
-            timestamp=_parse_timestamp(m.group("ts")),
-            ranks={k: int(v) for k, v in _PREFIX_RE.findall(m.group("prefix") or "")},
-            running_req=int(running),
-            gen_throughput=tps,
-            queue_req=int(queue) if queue is not None and queue.isdigit() else None,
-            num_tokens=int(tokens) if tokens is not None and tokens.isdigit() else None,
-            token_usage=_num(usage) if usage is not None else None,
-            accept_len=_num(al) if al is not None else None,
-            accept_rate=_num(ar) if ar is not None else None,
-            cuda_graph={"True": True, "False": False}.get(graph) if graph is not None else None,
-            iteration=int(m.group("iter")) if m.group("iter") else None,
-            extra=values,
-        ))
+        lines.append(
+            DecodeLogLine(
+                timestamp=_parse_timestamp(m.group("ts")),
+                ranks={k: int(v) for k, v in _PREFIX_RE.findall(m.group("prefix") or "")},
+                running_req=int(running),
+                gen_throughput=tps,
+                queue_req=int(queue) if queue is not None and queue.isdigit() else None,
+                num_tokens=int(tokens) if tokens is not None and tokens.isdigit() else None,
+                token_usage=_num(usage) if usage is not None else None,
+                accept_len=_num(al) if al is not None else None,
+                accept_rate=_num(ar) if ar is not None else None,
+                cuda_graph={"True": True, "False": False}.get(graph) if graph is not None else None,
+                iteration=int(m.group("iter")) if m.group("iter") else None,
+                extra=values,
+            )
+        )
     return lines
 
 
 # ---------------------------------------------------------------------------------------------
 # sglang.bench_serving JSONL
+
 
 def read_bench_serving_jsonl(text: str) -> list[dict[str, Any]]:
     """The runs in a bench_serving --output-file (one JSON object per line; the file appends, and
@@ -230,7 +232,8 @@ def metrics_from_bench_serving(row: Mapping[str, Any], requested: int | None = N
     if tpot is None or tpot <= 0:
         raise MetricMissing(
             f"bench_serving row has no positive median_tpot_ms ({row.get('median_tpot_ms')!r}): "
-            "decode rate needs requests with at least 2 output tokens")
+            "decode rate needs requests with at least 2 output tokens"
+        )
     decode = 1000.0 / tpot
     accept = _finite(row, "accept_length")
     errors = row.get("errors")
@@ -271,6 +274,7 @@ def metrics_from_bench_serving(row: Mapping[str, Any], requested: int | None = N
 # ---------------------------------------------------------------------------------------------
 # Records -> Metrics
 
+
 def _itl_values(record: BenchRecord) -> list[float]:
     """Per-token inter-token latencies of one streamed request, like bench_serving: a chunk that
     carries k tokens after a gap g gives k values g/k; the first token-carrying chunk is the TTFT,
@@ -278,8 +282,7 @@ def _itl_values(record: BenchRecord) -> list[float]:
     times = record.chunk_times_s
     tokens = record.chunk_tokens if record.chunk_tokens else (1,) * len(times)
     if len(tokens) != len(times):
-        raise MetricMissing(
-            f"request {record.index}: {len(times)} chunk times but {len(tokens)} chunk token counts")
+        raise MetricMissing(f"request {record.index}: {len(times)} chunk times but {len(tokens)} chunk token counts")
     values: list[float] = []
     previous: float | None = None
     for t, k in zip(times, tokens):
@@ -316,14 +319,15 @@ def _accept_rate(spec_records: Sequence[BenchRecord], num_draft_tokens: int | No
         if proposed is not None and sum(proposed) > 0:
             return sum(correct) / sum(proposed), "meta_info:sum_correct/sum_proposed"
         if num_draft_tokens is not None and num_draft_tokens > 1:
-            return (sum(correct) / (sum(vct) * (num_draft_tokens - 1)),
-                    "meta_info:sum_correct/(sum_verify_ct*(num_draft_tokens-1))")
+            return (
+                sum(correct) / (sum(vct) * (num_draft_tokens - 1)),
+                "meta_info:sum_correct/(sum_verify_ct*(num_draft_tokens-1))",
+            )
     rates = _numbers([m.get("spec_accept_rate") for m in metas])
     if rates is not None:
         # SGLang's per-request rate is correct / (verify_ct * (ndt - 1)); with one ndt per server,
         # weighting by verify_ct gives exactly sum(correct) / sum(verify_ct * (ndt - 1)).
-        return (sum(r * v for r, v in zip(rates, vct)) / sum(vct),
-                "meta_info:verify_ct_weighted_spec_accept_rate")
+        return (sum(r * v for r, v in zip(rates, vct)) / sum(vct), "meta_info:verify_ct_weighted_spec_accept_rate")
     return None, "unavailable:meta_info_lacks_spec_num_correct_drafts"
 
 
@@ -332,8 +336,11 @@ def _log_accept_length(log_text: str, start: float, end: float) -> float | None:
     #running-req (each line covers the same number of iterations; the count is per request)."""
     lines = [ln for ln in parse_decode_log(log_text) if ln.accept_len is not None]
     # Log timestamps are local wall time with 1 s resolution: allow 1 s on either side.
-    window = [(ln.accept_len, max(ln.running_req, 1)) for ln in lines
-              if ln.accept_len is not None and start - 1.0 <= ln.timestamp.timestamp() <= end + 1.0]
+    window = [
+        (ln.accept_len, max(ln.running_req, 1))
+        for ln in lines
+        if ln.accept_len is not None and start - 1.0 <= ln.timestamp.timestamp() <= end + 1.0
+    ]
     if not window:
         return None
     return sum(length * w for length, w in window) / sum(w for _, w in window)
@@ -367,7 +374,8 @@ def compute(
         raise MetricMissing(
             f"no successful measured request: {len(records)} records, "
             f"{len(records) - len(measured)} warmup, {failed} failed"
-            + (f" (first error: {first_error})" if first_error else ""))
+            + (f" (first error: {first_error})" if first_error else "")
+        )
 
     decode_rates, tpots = [], []
     for r in ok:
@@ -380,7 +388,8 @@ def compute(
     if not decode_rates:
         raise MetricMissing(
             f"decode rate needs an ok request with >= 2 completion tokens and latency > ttft; "
-            f"none of the {len(ok)} ok requests qualifies")
+            f"none of the {len(ok)} ok requests qualifies"
+        )
     decode_tok_s = float(np.median(decode_rates))
 
     ended = [(r.start_s, r.latency_s, r.completion_tokens) for r in ok if r.latency_s is not None]
@@ -410,9 +419,11 @@ def compute(
         accept_length = sum(ct for _, (ct, _) in spec_pairs) / sum(v for _, (_, v) in spec_pairs)
         sources["accept_length"] = "meta_info:sum_completion_tokens/sum_spec_verify_ct"
         accept_rate, sources["accept_rate"] = _accept_rate(spec_records, num_draft_tokens)
-        cycles = [(r.latency_s - r.ttft_s) / verify_ct * 1000.0
-                  for r, (_, verify_ct) in spec_pairs
-                  if r.latency_s is not None and r.ttft_s is not None and r.latency_s > r.ttft_s]
+        cycles = [
+            (r.latency_s - r.ttft_s) / verify_ct * 1000.0
+            for r, (_, verify_ct) in spec_pairs
+            if r.latency_s is not None and r.ttft_s is not None and r.latency_s > r.ttft_s
+        ]
         if cycles:
             cycle_ms = float(np.median(cycles))
             sources["cycle_ms"] = "derived:median_per_request_(latency-ttft)/spec_verify_ct"
@@ -433,8 +444,7 @@ def compute(
     if verify_ms is not None:
         sources["verify_ms"] = "device_timer"
     elif accept_length is not None:
-        sources["verify_ms"] = (
-            "unavailable:needs_SGLANG_ENABLE_METRICS_DEVICE_TIMER=1_and_/metrics_before_and_after")
+        sources["verify_ms"] = "unavailable:needs_SGLANG_ENABLE_METRICS_DEVICE_TIMER=1_and_/metrics_before_and_after"
 
     return Metrics(
         decode_tok_s=decode_tok_s,
@@ -458,8 +468,7 @@ def compute(
 # Repeats -> median + interval
 
 SUMMARY_FIELDS: tuple[str, ...] = tuple(
-    name for name, f in Metrics.model_fields.items()
-    if f.annotation is float or float in typing.get_args(f.annotation)
+    name for name, f in Metrics.model_fields.items() if f.annotation is float or float in typing.get_args(f.annotation)
 )
 """The Metrics fields that get a median and a bootstrap interval."""
 
@@ -488,11 +497,13 @@ def summarize(repeats: Sequence[Metrics], *, seed: int = 0, n_boot: int = 2000) 
     if len(repeats) > 1:
         sources["summary"] = f"median_of_{len(repeats)}_repeats"
 
-    median_metrics = Metrics.model_validate({
-        **{name: medians.get(name) for name in SUMMARY_FIELDS},
-        "requests_ok": sum(m.requests_ok for m in repeats),
-        "requests_failed": sum(m.requests_failed for m in repeats),
-        "sources": sources,
-    })
+    median_metrics = Metrics.model_validate(
+        {
+            **{name: medians.get(name) for name in SUMMARY_FIELDS},
+            "requests_ok": sum(m.requests_ok for m in repeats),
+            "requests_failed": sum(m.requests_failed for m in repeats),
+            "sources": sources,
+        }
+    )
     summary = MeasurementSummary(repeats=len(repeats), median=medians, ci95_low=lows, ci95_high=highs)
     return median_metrics, summary

@@ -35,10 +35,28 @@ from orchestrator.redact import redact_env, redact_text
 from orchestrator.trial import procs
 from orchestrator.trial.allreduce import allreduce_path, check_backend_applied, plan_warnings
 
-__all__ = ["RANK_WORKER_RULE", "STABLE_FIELDS", "EnvObservation", "NcclRankInfo", "ProcessEnv", "ProcessSnapshot",
-           "allreduce_path", "check_backend_applied", "check_env_applied", "evaluate_env", "fingerprint", "fingerprint_diff", "fingerprint_hash",
-           "observe_env", "parse_gpu_query", "parse_nccl_log", "plan_warnings", "rank_from_cmdline", "rank_workers",
-           "snapshot_tree"]
+__all__ = [
+    "RANK_WORKER_RULE",
+    "STABLE_FIELDS",
+    "EnvObservation",
+    "NcclRankInfo",
+    "ProcessEnv",
+    "ProcessSnapshot",
+    "allreduce_path",
+    "check_backend_applied",
+    "check_env_applied",
+    "evaluate_env",
+    "fingerprint",
+    "fingerprint_diff",
+    "fingerprint_hash",
+    "observe_env",
+    "parse_gpu_query",
+    "parse_nccl_log",
+    "plan_warnings",
+    "rank_from_cmdline",
+    "rank_workers",
+    "snapshot_tree",
+]
 """allreduce_path, check_backend_applied and plan_warnings are allreduce.py's, re-exported: the observation
 reports the path and fails a trial whose asked-for all-reduce backend SGLang refused or fell back from;
 parse_nccl_log is nccllog.py's (NCCL's line formats are documented there)."""
@@ -46,6 +64,7 @@ parse_nccl_log is nccllog.py's (NCCL's line formats are documented there)."""
 
 # ---------------------------------------------------------------------------------------------
 # The server's process tree
+
 
 @dataclass(frozen=True)
 class ProcessSnapshot:
@@ -68,9 +87,16 @@ def snapshot_tree(server_pid: int) -> list[ProcessSnapshot]:
         cmdline = procs.cmdline(pid)
         if cmdline is None and not procs.alive(pid):
             continue  # exited between listing and reading
-        snaps.append(ProcessSnapshot(pid=pid, ppid=procs.parent(pid), cmdline=cmdline or (),
-                                     exe=procs.exe(pid), environ=procs.environ(pid),
-                                     nice=procs.niceness(pid)))
+        snaps.append(
+            ProcessSnapshot(
+                pid=pid,
+                ppid=procs.parent(pid),
+                cmdline=cmdline or (),
+                exe=procs.exe(pid),
+                environ=procs.environ(pid),
+                nice=procs.niceness(pid),
+            )
+        )
     return snaps
 
 
@@ -95,8 +121,7 @@ _TITLE_TP1 = re.compile(r"^sglang::scheduler(?:_(?:DP|PP|ATTN_CP|MOE_DP|EP)\d+)*
 _SGLANG_OTHER = re.compile(r"^sglang::(?!scheduler)")
 _ARG_RANK = re.compile(r"^(?:--tp-rank|--tp_rank|--rank)(?:=(\d+))?$")
 _KV_RANK = re.compile(r"\btp_rank=(\d+)\b")
-_MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver",
-               "multiprocessing.semaphore_tracker")
+_MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "multiprocessing.semaphore_tracker")
 
 
 def rank_from_cmdline(cmdline: Sequence[str]) -> int | None:
@@ -128,9 +153,13 @@ def rank_workers(server_pid: int, snapshots: Sequence[ProcessSnapshot]) -> list[
     named = [(rank, s) for s in children if (rank := rank_from_cmdline(s.cmdline)) is not None]
     if named:
         return sorted(named, key=lambda rs: (rs[0], rs[1].pid))
-    fallback = [s for s in children
-                if _is_python(s) and not any(h in " ".join(s.cmdline) for h in _MP_HELPERS)
-                and not (s.cmdline and _SGLANG_OTHER.match(s.cmdline[0]))]
+    fallback = [
+        s
+        for s in children
+        if _is_python(s)
+        and not any(h in " ".join(s.cmdline) for h in _MP_HELPERS)
+        and not (s.cmdline and _SGLANG_OTHER.match(s.cmdline[0]))
+    ]
     return list(enumerate(fallback))
 
 
@@ -189,14 +218,20 @@ def _overwritten_by_title(snap: ProcessSnapshot) -> bool:
     return title and snap.environ is not None and "PATH" not in snap.environ
 
 
-def _spawned_environ(snap: ProcessSnapshot, snapshots: Sequence[ProcessSnapshot],
-                     by_pid: Mapping[int, ProcessSnapshot]) -> tuple[dict[str, str] | None, str]:
+def _spawned_environ(
+    snap: ProcessSnapshot, snapshots: Sequence[ProcessSnapshot], by_pid: Mapping[int, ProcessSnapshot]
+) -> tuple[dict[str, str] | None, str]:
     """The environment a retitled process was spawned with: that of a sibling multiprocessing started from
     the same parent and left untitled (its resource_tracker: the parent's os.environ at spawn time, with
     the variables SGLang sets itself before spawning), else the parent's initial one."""
     for other in snapshots:
-        if (other.ppid == snap.ppid and other.pid != snap.pid and other.environ is not None
-                and "PATH" in other.environ and any("multiprocessing" in a for a in other.cmdline)):
+        if (
+            other.ppid == snap.ppid
+            and other.pid != snap.pid
+            and other.environ is not None
+            and "PATH" in other.environ
+            and any("multiprocessing" in a for a in other.cmdline)
+        ):
             return other.environ, f"sibling {other.pid} (spawned by the same parent, not retitled)"
     parent = by_pid.get(snap.ppid) if snap.ppid is not None else None
     if parent is not None and parent.environ is not None:
@@ -230,18 +265,26 @@ def evaluate_env(
                 else:
                     present.append(name)
         nccl = {k: v for k, v in (env or {}).items() if k.startswith("NCCL_")}
-        processes.append(ProcessEnv(
-            pid=snap.pid, ppid=snap.ppid, cmdline=redact_text(" ".join(snap.cmdline))[:300],
-            rank=rank_by_pid.get(snap.pid), readable=env is not None, environ_source=source,
-            present=tuple(present), missing=tuple(missing),
-            mismatched=redact_env(mismatched), nccl_env=redact_env(nccl), nice=snap.nice,
-        ))
+        processes.append(
+            ProcessEnv(
+                pid=snap.pid,
+                ppid=snap.ppid,
+                cmdline=redact_text(" ".join(snap.cmdline))[:300],
+                rank=rank_by_pid.get(snap.pid),
+                readable=env is not None,
+                environ_source=source,
+                present=tuple(present),
+                missing=tuple(missing),
+                mismatched=redact_env(mismatched),
+                nccl_env=redact_env(nccl),
+                nice=snap.nice,
+            )
+        )
 
     workers = sorted((p for p in processes if p.rank is not None), key=lambda p: (p.rank, p.pid))
     problems = []
     if len(workers) < expected_ranks:
-        problems.append(f"found {len(workers)} rank worker(s) under pid {server_pid}, "
-                        f"expected {expected_ranks}")
+        problems.append(f"found {len(workers)} rank worker(s) under pid {server_pid}, expected {expected_ranks}")
     unreadable = [p for p in workers if not p.readable]
     if unreadable:
         problems.append(f"could not read the environment of {_fmt_ranks(unreadable)}")
@@ -252,12 +295,17 @@ def evaluate_env(
             problems.append(f"{name} did not reach {_fmt_ranks(lacking)}")
         for p in workers:
             if name in p.mismatched:
-                problems.append(f"{name} reached rank {p.rank} (pid {p.pid}) as "
-                                f"{p.mismatched[name]!r}, requested {shown[name]!r}")
+                problems.append(
+                    f"{name} reached rank {p.rank} (pid {p.pid}) as {p.mismatched[name]!r}, requested {shown[name]!r}"
+                )
     return EnvObservation(
-        server_pid=server_pid, requested=shown, expected_ranks=expected_ranks,
-        processes=tuple(processes), workers={p.pid: p.rank for p in workers if p.rank is not None},
-        ok=not problems, problems=tuple(problems),
+        server_pid=server_pid,
+        requested=shown,
+        expected_ranks=expected_ranks,
+        processes=tuple(processes),
+        workers={p.pid: p.rank for p in workers if p.rank is not None},
+        ok=not problems,
+        problems=tuple(problems),
     )
 
 
@@ -270,9 +318,11 @@ def niceness_warning(observation: EnvObservation) -> str | None:
     niced = sorted({p.nice for p in observation.processes if p.nice is not None and p.nice > 0})
     if not niced:
         return None
-    return (f"the server's processes ran at niceness {', '.join(map(str, niced))}, a deployment's at 0: with "
-            "other CPU work on the host the server got less CPU than in service; start the Ray cluster's "
-            "nodes with RAY_worker_niceness=0 in their environment (`RAY_worker_niceness=0 ray start ...`)")
+    return (
+        f"the server's processes ran at niceness {', '.join(map(str, niced))}, a deployment's at 0: with "
+        "other CPU work on the host the server got less CPU than in service; start the Ray cluster's "
+        "nodes with RAY_worker_niceness=0 in their environment (`RAY_worker_niceness=0 ray start ...`)"
+    )
 
 
 def observe_env(server_pid: int, requested: Mapping[str, str], expected_ranks: int) -> EnvObservation:
@@ -306,9 +356,14 @@ def check_env_applied(
     nccl_info = nccl_info or {}
     if nccl_info:
         problems += env_problems(requested, nccl_info, nccl_info)
-        confirmed = [name for name in requested if name.startswith("NCCL_") and name not in NOT_ECHOED
-                     and all(name in log.env for log in nccl_info.values())
-                     and all(log.env[name] == requested[name] for log in nccl_info.values())]
+        confirmed = [
+            name
+            for name in requested
+            if name.startswith("NCCL_")
+            and name not in NOT_ECHOED
+            and all(name in log.env for log in nccl_info.values())
+            and all(log.env[name] == requested[name] for log in nccl_info.values())
+        ]
     plugin = requested.get(_TUNER_PLUGIN)
     ranks = sorted(set(observation.workers.values())) or list(range(observation.expected_ranks))
     if plugin and plugin.lower() != "none":
@@ -319,8 +374,11 @@ def check_env_applied(
             confirmed.append(f"the tuner plugin ({', '.join(loaded)})")
     if problems:
         return False, "environment not applied: " + "; ".join(problems)
-    reason = (f"all {len(requested)} requested variable(s) reached all {len(observation.workers)} rank worker(s)"
-              if requested else f"no variables requested; {len(observation.workers)} rank worker(s) found")
+    reason = (
+        f"all {len(requested)} requested variable(s) reached all {len(observation.workers)} rank worker(s)"
+        if requested
+        else f"no variables requested; {len(observation.workers)} rank worker(s) found"
+    )
     if confirmed and nccl_info:
         reason += f"; NCCL confirmed {', '.join(confirmed)} on {len(nccl_info)} device(s)"
     return True, reason
@@ -333,20 +391,41 @@ Run = Callable[..., subprocess.CompletedProcess]
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 _GPU_FIELDS = (
-    ("index", "index"), ("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"),
-    ("driver_version", "driver"), ("memory.total", "memory_total_mib"),
-    ("clocks.sm", "sm_clock_mhz"), ("clocks.mem", "mem_clock_mhz"),
-    ("clocks.max.sm", "sm_clock_max_mhz"), ("clocks.max.mem", "mem_clock_max_mhz"),
-    ("power.draw", "power_w"), ("power.limit", "power_limit_w"),
+    ("index", "index"),
+    ("name", "name"),
+    ("uuid", "uuid"),
+    ("pci.bus_id", "pci_bus_id"),
+    ("driver_version", "driver"),
+    ("memory.total", "memory_total_mib"),
+    ("clocks.sm", "sm_clock_mhz"),
+    ("clocks.mem", "mem_clock_mhz"),
+    ("clocks.max.sm", "sm_clock_max_mhz"),
+    ("clocks.max.mem", "mem_clock_max_mhz"),
+    ("power.draw", "power_w"),
+    ("power.limit", "power_limit_w"),
     ("temperature.gpu", "temperature_c"),
-    ("pcie.link.gen.current", "pcie_gen"), ("pcie.link.gen.max", "pcie_gen_max"),
-    ("pcie.link.width.current", "pcie_width"), ("pcie.link.width.max", "pcie_width_max"),
+    ("pcie.link.gen.current", "pcie_gen"),
+    ("pcie.link.gen.max", "pcie_gen_max"),
+    ("pcie.link.width.current", "pcie_width"),
+    ("pcie.link.width.max", "pcie_width_max"),
 )
 _OPTIONAL_GPU_FIELDS = (("clocks_event_reasons.active", "clock_event_reasons"),)
 _TEXT_FIELDS = frozenset({"name", "uuid", "pci_bus_id", "driver", "clock_event_reasons"})
 
-STABLE_FIELDS = ("host", "gpu_count", "gpu_names", "driver", "cuda", "nccl", "torch", "sglang",
-                 "pcie_gen_max", "pcie_width_max", "topology", "simulated")
+STABLE_FIELDS = (
+    "host",
+    "gpu_count",
+    "gpu_names",
+    "driver",
+    "cuda",
+    "nccl",
+    "torch",
+    "sglang",
+    "pcie_gen_max",
+    "pcie_width_max",
+    "topology",
+    "simulated",
+)
 """The fingerprint fields that identify the setup; clocks, power and temperature are left out so a
 warm GPU does not look like another machine."""
 
@@ -413,8 +492,12 @@ def _dist_version(*names: str) -> str | None:
     return None
 
 
-_PACKAGES = {"torch": ("torch",), "sglang": ("sglang",), "sgl_kernel": ("sgl-kernel", "sglang-kernel"),
-             "nccl_package": ("nvidia-nccl-cu13", "nvidia-nccl-cu12")}
+_PACKAGES = {
+    "torch": ("torch",),
+    "sglang": ("sglang",),
+    "sgl_kernel": ("sgl-kernel", "sglang-kernel"),
+    "nccl_package": ("nvidia-nccl-cu13", "nvidia-nccl-cu12"),
+}
 """Fingerprint field -> the distributions whose version it records (the first one installed)."""
 
 # Run by the server's interpreter: the versions it imports, not the sweep's own (the two differ when
@@ -448,7 +531,10 @@ def interpreter_versions(python: str, *, run: Run = subprocess.run) -> tuple[dic
 
 
 def fingerprint(
-    *, run: Run = subprocess.run, nccl_log: str | None = None, simulated: Mapping[str, Any] | None = None,
+    *,
+    run: Run = subprocess.run,
+    nccl_log: str | None = None,
+    simulated: Mapping[str, Any] | None = None,
     python: str | None = None,
 ) -> dict[str, Any]:
     """The host as a trial saw it: GPUs (names, driver, clocks, power, temperature, PCIe link),
@@ -491,15 +577,17 @@ def fingerprint(
         fp.update({"gpu_count": 0, "nvidia_smi": why if why == "absent" else f"failed: {why}"})
     else:
         gpus = parse_gpu_query(out, keys)
-        fp.update({
-            "nvidia_smi": "ok",
-            "gpu_count": len(gpus),
-            "gpu_names": [g.get("name") for g in gpus],
-            "driver": gpus[0].get("driver") if gpus else None,
-            "pcie_gen_max": [g.get("pcie_gen_max") for g in gpus],
-            "pcie_width_max": [g.get("pcie_width_max") for g in gpus],
-            "gpus": gpus,
-        })
+        fp.update(
+            {
+                "nvidia_smi": "ok",
+                "gpu_count": len(gpus),
+                "gpu_names": [g.get("name") for g in gpus],
+                "driver": gpus[0].get("driver") if gpus else None,
+                "pcie_gen_max": [g.get("pcie_gen_max") for g in gpus],
+                "pcie_width_max": [g.get("pcie_width_max") for g in gpus],
+                "gpus": gpus,
+            }
+        )
         header, _ = _call(run, ["nvidia-smi"])
         m = re.search(r"CUDA Version:\s*([\d.]+)", header or "")
         fp["cuda"] = m.group(1) if m else None

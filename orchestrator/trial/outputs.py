@@ -28,8 +28,18 @@ import httpx
 from orchestrator.fsio import write_json
 from orchestrator.records import OutputsRecord, OutputsRequest, PromptOutput, ScoredOutput, ScoreRequest
 
-__all__ = ["OUTPUTS_FILE", "PROMPTS", "capture", "capture_request", "collect", "parse_capture", "parse_score",
-           "read", "score_request", "write"]
+__all__ = [
+    "OUTPUTS_FILE",
+    "PROMPTS",
+    "capture",
+    "capture_request",
+    "collect",
+    "parse_capture",
+    "parse_score",
+    "read",
+    "score_request",
+    "write",
+]
 
 OUTPUTS_FILE = "outputs.json"
 
@@ -38,7 +48,7 @@ PROMPTS = (
     "Explain in simple words how a transformer model predicts the next token:",
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
     "List the steps to bake a loaf of sourdough bread at home.",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "Translate into French: The weather is lovely today and the market is open.",
     "A train leaves the station at 3 pm travelling at 80 km/h. Another train",
     "Summarize the main causes of the First World War in one paragraph.",
@@ -57,8 +67,13 @@ PROMPTS = (
 def capture_request(prompt: str, max_new_tokens: int, top_logprobs: int = 0) -> dict[str, Any]:
     """A greedy /generate request that also returns the prompt's and the output's token ids (and, with
     `top_logprobs`, the server's best tokens at each position: top_logprobs_num)."""
-    body: dict[str, Any] = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens},
-                            "return_logprob": True, "logprob_start_len": 0, "stream": False}
+    body: dict[str, Any] = {
+        "text": prompt,
+        "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "stream": False,
+    }
     if top_logprobs:
         body["top_logprobs_num"] = top_logprobs
     return body
@@ -70,8 +85,14 @@ def score_request(score: ScoreRequest) -> dict[str, Any]:
     (scheduler_components/logprob_result_processor.py, _process_input_token_logprobs: "add None at
     start, remove last"), so the output's first token is rated too."""
     start = max(len(score.input_ids) - score.continuation - 1, 0)
-    return {"input_ids": list(score.input_ids), "sampling_params": {"temperature": 0, "max_new_tokens": 1},
-            "return_logprob": True, "logprob_start_len": start, "top_logprobs_num": 1, "stream": False}
+    return {
+        "input_ids": list(score.input_ids),
+        "sampling_params": {"temperature": 0, "max_new_tokens": 1},
+        "return_logprob": True,
+        "logprob_start_len": start,
+        "top_logprobs_num": 1,
+        "stream": False,
+    }
 
 
 def _entries(meta: dict[str, Any], key: str) -> list[Any]:
@@ -108,8 +129,13 @@ def parse_capture(index: int, body: Any) -> PromptOutput:
         for k, position in enumerate(listed):
             pairs = [_entry(e, f"output_top_logprobs position {k}") for e in position or ()]
             tops.append(tuple(sorted(((t, lp) for lp, t in pairs if lp is not None), key=lambda x: -x[1])))
-    return PromptOutput(prompt=index, prompt_ids=tuple(prompt), output_ids=tuple(t for _, t in out),
-                        output_logprobs=tuple(lp if lp is not None else 0.0 for lp, _ in out), output_top=tuple(tops))
+    return PromptOutput(
+        prompt=index,
+        prompt_ids=tuple(prompt),
+        output_ids=tuple(t for _, t in out),
+        output_logprobs=tuple(lp if lp is not None else 0.0 for lp, _ in out),
+        output_top=tuple(tops),
+    )
 
 
 def parse_score(score: ScoreRequest, body: Any) -> ScoredOutput:
@@ -148,6 +174,7 @@ def http_post(base_url: str) -> Post:
         response = httpx.post(base_url + "/generate", json=body, timeout=timeout_s, trust_env=False)
         response.raise_for_status()
         return response.json()
+
     return post
 
 
@@ -158,18 +185,22 @@ def collect(request: OutputsRequest, post: Post, remaining: Callable[[], float])
     scored: list[ScoredOutput] = []
 
     def one_prompt(i: int) -> PromptOutput:
-        return parse_capture(i, post(capture_request(PROMPTS[i], request.max_new_tokens, request.top_logprobs),
-                                     remaining()))
+        return parse_capture(
+            i, post(capture_request(PROMPTS[i], request.max_new_tokens, request.top_logprobs), remaining())
+        )
 
     def one_score(s: ScoreRequest) -> ScoredOutput:
         return parse_score(s, post(score_request(s), remaining()))
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(request.prompts, 1)) as pool:
-        error = _gather([(f"prompt {i}", pool.submit(one_prompt, i)) for i in range(min(request.prompts, len(PROMPTS)))],
-                        prompts)
+        error = _gather(
+            [(f"prompt {i}", pool.submit(one_prompt, i)) for i in range(min(request.prompts, len(PROMPTS)))], prompts
+        )
         if not error and request.score:
-            error = _gather([(f"scoring {s.arm}'s output of prompt {s.prompt}", pool.submit(one_score, s))
-                             for s in request.score], scored)
+            error = _gather(
+                [(f"scoring {s.arm}'s output of prompt {s.prompt}", pool.submit(one_score, s)) for s in request.score],
+                scored,
+            )
     return OutputsRecord(prompts=tuple(prompts), scored=tuple(scored), error=error)
 
 

@@ -19,11 +19,20 @@ from orchestrator.records import LaunchPlan, ParamValue, ServingConfig
 from orchestrator.trial.allreduce import plan_warnings
 
 
-def _simulator_args(spec: SweepSpec, params: Mapping[str, ParamValue], *, seed: int,
-                    drift_epoch: float | None) -> list[str]:
+def _simulator_args(
+    spec: SweepSpec, params: Mapping[str, ParamValue], *, seed: int, drift_epoch: float | None
+) -> list[str]:
     sim = spec.simulator
-    args = ["--hardware-profile", sim.hardware_profile, "--model-profile", sim.model_profile,
-            "--sim-seed", str(seed), "--sim-noise", str(sim.noise)]
+    args = [
+        "--hardware-profile",
+        sim.hardware_profile,
+        "--model-profile",
+        sim.model_profile,
+        "--sim-seed",
+        str(seed),
+        "--sim-noise",
+        str(sim.noise),
+    ]
     if sim.noise_prefill_correlation != 1:
         args += ["--sim-noise-prefill-correlation", str(sim.noise_prefill_correlation)]
     if sim.time_scale:
@@ -56,8 +65,15 @@ def make(
     env = render.tuned_env(spec, params)
     # Only the variables this trial varies; fixed ones (NCCL_DEBUG, server.env) are not "swept".
     warnings = plan_warnings(env, flags, hardware(spec), swept=list(render.env_knobs(params)))
-    return LaunchPlan(argv=tuple(argv), flags=flags, env=env, host=spec.server.host, port=port,
-                      engine=spec.engine, warnings=tuple(warnings))
+    return LaunchPlan(
+        argv=tuple(argv),
+        flags=flags,
+        env=env,
+        host=spec.server.host,
+        port=port,
+        engine=spec.engine,
+        warnings=tuple(warnings),
+    )
 
 
 def hardware(spec: SweepSpec) -> str | None:

@@ -53,7 +53,9 @@ def _cpu_allreduce_path(tp: int, fingerprint: dict[str, Any]) -> str:
 def _experiment(spec: TrialSpec) -> SweepSpec:
     # Validated once, at the edge (config.load); the trial takes the model as it is.
     if not isinstance(spec.experiment, SweepSpec):
-        raise TypeError(f"TrialSpec.experiment must be the validated SweepSpec, but got {type(spec.experiment).__name__}")
+        raise TypeError(
+            f"TrialSpec.experiment must be the validated SweepSpec, but got {type(spec.experiment).__name__}"
+        )
     return spec.experiment
 
 
@@ -64,10 +66,18 @@ def run_trial(spec: TrialSpec, *, gpu_ids: list[str] | None = None, node: str = 
     trial_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     node = node or socket.gethostname()
-    write_json(trial_dir / "spec.json", {
-        "number": spec.number, "role": spec.role.value, "params": spec.params, "repeats": spec.repeats,
-        "seed": spec.seed, "node": node, "gpu_ids": gpu_ids or [],
-    })
+    write_json(
+        trial_dir / "spec.json",
+        {
+            "number": spec.number,
+            "role": spec.role.value,
+            "params": spec.params,
+            "repeats": spec.repeats,
+            "seed": spec.seed,
+            "node": node,
+            "gpu_ids": gpu_ids or [],
+        },
+    )
     runner = _Runner(sweep, spec, trial_dir, gpu_ids or [])
     try:
         found = runner.run()
@@ -76,12 +86,21 @@ def run_trial(spec: TrialSpec, *, gpu_ids: list[str] | None = None, node: str = 
         found = runner.found
         status, failure = TrialStatus.FAILED, failed.failure
     outcome = TrialOutcome(
-        number=spec.number, params=spec.params, effective_params=spec.effective_params, role=spec.role,
-        trial_dir=str(trial_dir), node=node,
-        started_at=started, status=status,
-        failure_kind=failure.kind if failure else None, reason=failure.reason if failure else "",
+        number=spec.number,
+        params=spec.params,
+        effective_params=spec.effective_params,
+        role=spec.role,
+        trial_dir=str(trial_dir),
+        node=node,
+        started_at=started,
+        status=status,
+        failure_kind=failure.kind if failure else None,
+        reason=failure.reason if failure else "",
         log_tail=redact.redact_text(runner.log_tail()) if failure else "",
-        launch=runner.plan, finished_at=time.time(), timings=runner.timings, **found,
+        launch=runner.plan,
+        finished_at=time.time(),
+        timings=runner.timings,
+        **found,
     )
     write_json(trial_dir / "outcome.json", outcome.model_dump(mode="json"))
     return outcome
@@ -134,8 +153,9 @@ class _Runner:
         extra = {"CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids)} if self.gpu_ids else {}
         for attempt in range(3):  # another process may take the port between the check and the bind
             port = srv.pick_port(srv_spec.host, *srv_spec.port_range, start=self.spec.number * 7 + attempt * 101)
-            plan = self.plan = planner.make(self.sweep, self.spec.params, port=port, seed=self.spec.seed,
-                                            drift_epoch=self.spec.sweep_started_at)
+            plan = self.plan = planner.make(
+                self.sweep, self.spec.params, port=port, seed=self.spec.seed, drift_epoch=self.spec.sweep_started_at
+            )
             write_json(self.dir / "launch.json", _launch_record(plan, extra))
             env = srv.child_env(plan, dict(os.environ), extra)
             server = self.server = srv.ServerProcess(plan, self.dir / "server.log", env)
@@ -155,9 +175,13 @@ class _Runner:
                     continue
                 raise TrialFailed(failure)
             server.stop()
-            raise TrialFailed(Failure(FailureKind.startup_timeout,
-                                      f"server not ready after {ready.waited_s:.0f}s (server.startup_timeout_s="
-                                      f"{srv_spec.startup_timeout_s:g}); see the log tail"))
+            raise TrialFailed(
+                Failure(
+                    FailureKind.startup_timeout,
+                    f"server not ready after {ready.waited_s:.0f}s (server.startup_timeout_s="
+                    f"{srv_spec.startup_timeout_s:g}); see the log tail",
+                )
+            )
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _log_size(self) -> int:
@@ -192,8 +216,10 @@ class _Runner:
         info = server.get("/server_info")
         simulated = None
         if self.sweep.engine == "simulator":
-            simulated = {"hardware_profile": self.sweep.simulator.hardware_profile,
-                         "model_profile": self.sweep.simulator.model_profile}
+            simulated = {
+                "hardware_profile": self.sweep.simulator.hardware_profile,
+                "model_profile": self.sweep.simulator.model_profile,
+            }
         # The versions are the server interpreter's (plan.argv[0]), not this worker's.
         fp = observe.fingerprint(simulated=simulated, nccl_log=log_text, python=plan.argv[0])
         # The simulator names its interconnect; on a real host the topology matrix tells NVLink from PCIe.
@@ -202,7 +228,8 @@ class _Runner:
             fingerprint=fp,
             fingerprint_hash=observe.fingerprint_hash(fp),
             effective_env=redact.redact_env_tree(observation.model_dump(mode="json")),
-            allreduce_path=_cpu_allreduce_path(self.sweep.server.tp, fp) if self.sweep.server.device == "cpu"
+            allreduce_path=_cpu_allreduce_path(self.sweep.server.tp, fp)
+            if self.sweep.server.device == "cpu"
             else allreduce_path(plan.flags, log_text, hardware),
         )
         write_json(self.dir / "fingerprint.json", fp)
@@ -222,32 +249,42 @@ class _Runner:
     def _remaining(self) -> float:
         remaining = self.deadline - time.monotonic()
         if remaining <= 1:
-            raise TrialFailed(Failure(FailureKind.trial_timeout, f"trial deadline (budget.trial_timeout_s="
-                                                                 f"{self.sweep.budget.trial_timeout_s:g}) passed"))
+            raise TrialFailed(
+                Failure(
+                    FailureKind.trial_timeout,
+                    f"trial deadline (budget.trial_timeout_s={self.sweep.budget.trial_timeout_s:g}) passed",
+                )
+            )
         return remaining
 
     def _outputs(self, server: srv.ServerProcess, request: OutputsRequest) -> None:
         """Greedy outputs of the fixed prompts (and scores of others'), to outputs.json; a failed capture
         is a warning, the benchmark stands (the correctness gate refuses what has no outputs)."""
         t0 = time.monotonic()
-        record = outputs.capture(request, server.base_url, self.dir,
-                                 lambda: max(self.deadline - time.monotonic(), 1.0))
+        record = outputs.capture(request, server.base_url, self.dir, lambda: max(self.deadline - time.monotonic(), 1.0))
         self._timed("outputs", time.monotonic() - t0)
         if record.error:
             self._warn(f"greedy outputs for the correctness gate incomplete: {record.error}")
 
     def _measure(self, client: clients.BenchmarkClient, server: srv.ServerProcess) -> list[Metrics]:
         ndt = self.spec.params.get("speculative_num_draft_tokens")
-        target = clients.Target(server=server, sweep=self.sweep, trial_dir=self.dir, seed=self.spec.seed,
-                                num_draft_tokens=int(ndt) if ndt is not None else None)
+        target = clients.Target(
+            server=server,
+            sweep=self.sweep,
+            trial_dir=self.dir,
+            seed=self.spec.seed,
+            num_draft_tokens=int(ndt) if ndt is not None else None,
+        )
         self._remaining()
         found = []
         for measured in client.run_repeats(target, self.spec.repeats, self._remaining):
             self._timed("bench", measured.bench_s)
             self._warn(*measured.warnings)
             if measured.gpus_under_load:
-                self.found["fingerprint"] = {**self.found.get("fingerprint", {}),
-                                             "gpus_under_load": measured.gpus_under_load}
+                self.found["fingerprint"] = {
+                    **self.found.get("fingerprint", {}),
+                    "gpus_under_load": measured.gpus_under_load,
+                }
                 write_json(self.dir / "fingerprint.json", self.found["fingerprint"])
             found.append(measured.metrics)
         return found

@@ -96,8 +96,13 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                list(self.plan.argv), env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                list(self.plan.argv),
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
             )
         write_pid_record(self.log_path.parent / "server.pid", self.proc.pid, self.plan.argv)
         self.phase = Phase.starting
@@ -205,8 +210,15 @@ def recorded_server(trial_dir: Path) -> int | None:
     if not isinstance(record, dict):
         return None
     pid, start, argv = record.get("pid"), record.get("start"), record.get("argv")
-    if (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or not isinstance(start, (int, float))
-            or not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv)):
+    if (
+        not isinstance(pid, int)
+        or isinstance(pid, bool)
+        or pid <= 1
+        or not isinstance(start, (int, float))
+        or not isinstance(argv, list)
+        or not argv
+        or not all(isinstance(a, str) for a in argv)
+    ):
         return None
     wanted = tuple(a.strip() for a in argv if a.strip())
     now = procs.start_time(pid)

@@ -20,20 +20,33 @@ from typing import Any
 
 import yaml
 
-SPACE: dict[str, Any] = {"params": {
-    "NCCL_PROTO": {"choices": [None, "LL", "Simple"]},
-    "NCCL_MAX_NCHANNELS": {"low": 2, "high": 16, "step": 2, "when": {"NCCL_PROTO": "LL"}},
-    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-    "speculative_num_steps": {"low": 1, "high": 4, "when": {"speculative_algorithm": "EAGLE3"}},
-    "speculative_eagle_topk": {"choices": [2, 4], "when": {"speculative_algorithm": "EAGLE3"}},
-    "speculative_num_draft_tokens": {"choices": [4, 8], "when": {"speculative_algorithm": "EAGLE3"}},
-}}
+SPACE: dict[str, Any] = {
+    "params": {
+        "NCCL_PROTO": {"choices": [None, "LL", "Simple"]},
+        "NCCL_MAX_NCHANNELS": {"low": 2, "high": 16, "step": 2, "when": {"NCCL_PROTO": "LL"}},
+        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+        "speculative_num_steps": {"low": 1, "high": 4, "when": {"speculative_algorithm": "EAGLE3"}},
+        "speculative_eagle_topk": {"choices": [2, 4], "when": {"speculative_algorithm": "EAGLE3"}},
+        "speculative_num_draft_tokens": {"choices": [4, 8], "when": {"speculative_algorithm": "EAGLE3"}},
+    }
+}
 EXPERIMENT: dict[str, Any] = {
-    "name": "fuzz", "engine": "simulator",
-    "server": {"model": "m", "draft_model": "d", "tp": 2, "startup_timeout_s": 30,
-               "env": {"NCCL_DEBUG": "INFO"}, "flags": {"mem-fraction-static": 0.8}},
-    "simulator": {"hardware_profile": "pcie-rtxpro6000-x8", "model_profile": "kimi-k2.5", "noise": 0.02,
-                  "faults": ["slow_start=1"]},
+    "name": "fuzz",
+    "engine": "simulator",
+    "server": {
+        "model": "m",
+        "draft_model": "d",
+        "tp": 2,
+        "startup_timeout_s": 30,
+        "env": {"NCCL_DEBUG": "INFO"},
+        "flags": {"mem-fraction-static": 0.8},
+    },
+    "simulator": {
+        "hardware_profile": "pcie-rtxpro6000-x8",
+        "model_profile": "kimi-k2.5",
+        "noise": 0.02,
+        "faults": ["slow_start=1"],
+    },
     "search_space": ["space.yaml"],
     "benchmark": {"requests": 3, "concurrency": 1, "input_len": 64, "output_len": 64, "timeout_s": 60},
     "objective": {"metric": "decode_tok_s", "constraints": {"itl_ms_p99": {"max": 60}}},
@@ -105,36 +118,62 @@ def mutations(seed: int = 0, sample: int | None = None) -> list[Mutation]:
                 wrong = False  # a bound no trial reaches is no bound, but not a mistake
             if path == ("search_space", 0):
                 wrong = True
-            out.append(Mutation(f"{'.'.join(map(str, path))}={value!r:.20}", wrong,
-                                _dump(_set(EXPERIMENT, path, value))))
+            out.append(
+                Mutation(f"{'.'.join(map(str, path))}={value!r:.20}", wrong, _dump(_set(EXPERIMENT, path, value)))
+            )
         for value in ODD:
-            out.append(Mutation(f"{'.'.join(map(str, path))}={value!r:.20}", False,
-                                _dump(_set(EXPERIMENT, path, value))))
+            out.append(
+                Mutation(f"{'.'.join(map(str, path))}={value!r:.20}", False, _dump(_set(EXPERIMENT, path, value)))
+            )
     for key in ("server", "budget", "sampler", "promotion", "benchmark"):
         out.append(Mutation(f"unknown key under {key}", True, _dump(_set(EXPERIMENT, (key, "surprise"), 1))))
     for env_value in ("4\n", "4\x00", "a" * 5000):
-        out.append(Mutation(f"server.env value {env_value[:6]!r}", env_value != "a" * 5000,
-                            _dump(_set(EXPERIMENT, ("server", "env"), {"OMP_NUM_THREADS": env_value}))))
-    out.append(Mutation("unknown hardware profile", True,
-                        _dump(_set(EXPERIMENT, ("simulator", "hardware_profile"), "imaginary"))))
+        out.append(
+            Mutation(
+                f"server.env value {env_value[:6]!r}",
+                env_value != "a" * 5000,
+                _dump(_set(EXPERIMENT, ("server", "env"), {"OMP_NUM_THREADS": env_value})),
+            )
+        )
+    out.append(
+        Mutation(
+            "unknown hardware profile", True, _dump(_set(EXPERIMENT, ("simulator", "hardware_profile"), "imaginary"))
+        )
+    )
     out.append(Mutation("unknown fault", True, _dump(_set(EXPERIMENT, ("simulator", "faults"), ["explode=1"]))))
     # Hostile YAML.
     text = _dump(EXPERIMENT)
     out.append(Mutation("duplicate top-level key", True, text + "name: other\n"))
     out.append(Mutation("duplicate nested key", True, text.replace("  tp: 2\n", "  tp: 2\n  tp: 4\n")))
-    bomb = "\n".join(["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
-                     + [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")])
+    bomb = "\n".join(
+        ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+        + [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")]
+    )
     out.append(Mutation("alias bomb in the experiment", True, bomb + "\n" + text))
     out.append(Mutation("alias bomb as the search space", True, text, space=bomb + "\n"))
-    out.append(Mutation("alias bomb in a value", True,
-                        "x: &x [" + ", ".join(["lol"] * 50) + "]\n"
-                        + "y: &y [" + ", ".join(["*x"] * 50) + "]\n"
-                        + text.replace("  model: m\n", "  model: [" + ", ".join(["*y"] * 50) + "]\n")))
+    out.append(
+        Mutation(
+            "alias bomb in a value",
+            True,
+            "x: &x ["
+            + ", ".join(["lol"] * 50)
+            + "]\n"
+            + "y: &y ["
+            + ", ".join(["*x"] * 50)
+            + "]\n"
+            + text.replace("  model: m\n", "  model: [" + ", ".join(["*y"] * 50) + "]\n"),
+        )
+    )
     out.append(Mutation("recursive alias", True, "a: &a [*a]\n" + text))
     for depth in (100, 1000, 100_000):
         out.append(Mutation(f"nesting {depth} deep", True, text + "description: " + "[" * depth + "]" * depth + "\n"))
-        out.append(Mutation(f"nesting {depth} deep (mappings)", True,
-                            text + "description: " + "{a: " * depth + "1" + "}" * depth + "\n"))
+        out.append(
+            Mutation(
+                f"nesting {depth} deep (mappings)",
+                True,
+                text + "description: " + "{a: " * depth + "1" + "}" * depth + "\n",
+            )
+        )
     out.append(Mutation("huge file", True, text + "description: " + "x" * (2 << 20) + "\n"))
     out.append(Mutation("not UTF-8", True, text + "description: \udcff\n"))
     out.append(Mutation("a list at the top", True, "- 1\n- 2\n"))
@@ -143,29 +182,59 @@ def mutations(seed: int = 0, sample: int | None = None) -> list[Mutation]:
         out.append(Mutation(f"search space is {special}", True, text, special=special))
     # Entangled spaces.
     linked = copy.deepcopy(SPACE)
-    linked["params"].update({
-        "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": {"choices": [None, "1"]},
-        "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB": {"low": 0, "high": 1 << 20,
-                                                    "when": {"SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "1"}},
-        "SGLANG_FORCE_CUSTOM_ALL_REDUCE_V2_PULL_SIZE_KB": {
-            "low": 0, "high": 1 << 20, "when": {"SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB": [5, 7]}},
-    })
+    linked["params"].update(
+        {
+            "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": {"choices": [None, "1"]},
+            "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB": {
+                "low": 0,
+                "high": 1 << 20,
+                "when": {"SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "1"},
+            },
+            "SGLANG_FORCE_CUSTOM_ALL_REDUCE_V2_PULL_SIZE_KB": {
+                "low": 0,
+                "high": 1 << 20,
+                "when": {"SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB": [5, 7]},
+            },
+        }
+    )
     out.append(Mutation("two linked integer ranges", False, text, space=_dump(linked)))
-    out.append(Mutation("two linked integer ranges, grid sampler", True,
-                        _dump(_set(EXPERIMENT, ("sampler", "kind"), "grid")), space=_dump(linked)))
+    out.append(
+        Mutation(
+            "two linked integer ranges, grid sampler",
+            True,
+            _dump(_set(EXPERIMENT, ("sampler", "kind"), "grid")),
+            space=_dump(linked),
+        )
+    )
     space_leaves = list(_leaves(SPACE))
     for path in space_leaves:
         for value in [*WRONG, *ODD]:
             original: Any = SPACE
             for p in path:
                 original = original[p]
-            wrong = value in WRONG and not (value is True and not _bool_for_a_number(original, value)) \
+            wrong = (
+                value in WRONG
+                and not (value is True and not _bool_for_a_number(original, value))
                 and not (isinstance(value, float) and math.isnan(value) and path[-1] == "when")
-            out.append(Mutation(f"space {'.'.join(map(str, path))}={value!r:.20}", wrong, text,
-                                space=_dump(_set(SPACE, path, value))))
-    out.append(Mutation("attention mode without a condition", True, text,
-                        space=_dump(_set(SPACE, ("params", "speculative_attention_mode"),
-                                         {"choices": [None, "prefill", "decode"]}))))
+            )
+            out.append(
+                Mutation(
+                    f"space {'.'.join(map(str, path))}={value!r:.20}",
+                    wrong,
+                    text,
+                    space=_dump(_set(SPACE, path, value)),
+                )
+            )
+    out.append(
+        Mutation(
+            "attention mode without a condition",
+            True,
+            text,
+            space=_dump(
+                _set(SPACE, ("params", "speculative_attention_mode"), {"choices": [None, "prefill", "decode"]})
+            ),
+        )
+    )
     if sample is not None and sample < len(out):
         rng = random.Random(seed)
         out = [out[0], *rng.sample(out[1:], sample - 1)]

@@ -49,27 +49,36 @@ def _validate(exp: Path) -> tuple[int, str]:
 
 # ------------------------------------------------------------------ speculative_adaptive: the rules
 
+
 def _point(steps: int | None, topk: int | None, ndt: int | None, algo: str | None = "EAGLE3") -> dict[str, Any]:
-    return {"speculative_algorithm": algo, "speculative_num_steps": steps, "speculative_eagle_topk": topk,
-            "speculative_num_draft_tokens": ndt, "speculative_adaptive": True}
+    return {
+        "speculative_algorithm": algo,
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": ndt,
+        "speculative_adaptive": True,
+    }
 
 
-@pytest.mark.parametrize("point,why", [
-    (_point(3, 1, None), None),
-    (_point(1, 1, 2), None),
-    (_point(3, 1, 4), None),
-    # sglang/srt/arg_groups/speculative_hook.py `_init_adaptive_speculative_params`: steps in the union of
-    # adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG's slots (0, 1, 3, 5, 7), unset -> its middle, top-k -> 1
-    (_point(5, 1, None), None),
-    (_point(0, 1, None), None),
-    (_point(7, 1, 8), None),
-    (_point(None, None, None), None),
-    (_point(2, 1, None), "--speculative-num-steps=2 is not in the adaptive config candidate_steps [0, 1, 3, 5, 7]"),
-    (_point(6, 1, 7), "--speculative-num-steps=6 is not in the adaptive config candidate_steps [0, 1, 3, 5, 7]"),
-    (_point(3, 2, 4), "runs a chain (top-k 1, draft tokens = steps + 1), but got speculative_eagle_topk 2"),
-    (_point(3, 1, 8), "top-k 1 forces draft tokens = steps + 1 = 4, but got 8"),
-    (_point(None, None, None, algo=None), "speculative_adaptive set without speculative_algorithm"),
-])
+@pytest.mark.parametrize(
+    "point,why",
+    [
+        (_point(3, 1, None), None),
+        (_point(1, 1, 2), None),
+        (_point(3, 1, 4), None),
+        # sglang/srt/arg_groups/speculative_hook.py `_init_adaptive_speculative_params`: steps in the union of
+        # adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG's slots (0, 1, 3, 5, 7), unset -> its middle, top-k -> 1
+        (_point(5, 1, None), None),
+        (_point(0, 1, None), None),
+        (_point(7, 1, 8), None),
+        (_point(None, None, None), None),
+        (_point(2, 1, None), "--speculative-num-steps=2 is not in the adaptive config candidate_steps [0, 1, 3, 5, 7]"),
+        (_point(6, 1, 7), "--speculative-num-steps=6 is not in the adaptive config candidate_steps [0, 1, 3, 5, 7]"),
+        (_point(3, 2, 4), "runs a chain (top-k 1, draft tokens = steps + 1), but got speculative_eagle_topk 2"),
+        (_point(3, 1, 8), "top-k 1 forces draft tokens = steps + 1 = 4, but got 8"),
+        (_point(None, None, None, algo=None), "speculative_adaptive set without speculative_algorithm"),
+    ],
+)
 def test_adaptive_points_sglang_refuses_are_infeasible(point, why):
     problem = eagle.infeasible(point)
     if why is None:
@@ -82,8 +91,12 @@ def test_every_adaptive_point_the_rules_let_through_the_simulator_runs():
     """The same rule on both sides: what the orchestrator launches, the simulator's SGLang resolves."""
     spec = spec_mod.load(DEMO)
     for steps in range(1, 8):
-        params = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": steps, "speculative_eagle_topk": 1,
-                  "speculative_adaptive": True}
+        params = {
+            "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": steps,
+            "speculative_eagle_topk": 1,
+            "speculative_adaptive": True,
+        }
         argv = render.flag_args(render.launch_flags(spec, params, port=31000))
         if eagle.infeasible(params) is None:
             assert params_from_launch(argv, {})["speculative_adaptive"] is True
@@ -94,13 +107,30 @@ def test_every_adaptive_point_the_rules_let_through_the_simulator_runs():
 
 def test_adaptive_renders_the_switch_and_a_chain():
     spec = spec_mod.load(DEMO)
-    flags = render.tuned_flags(spec, {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-                                      "speculative_eagle_topk": 1, "speculative_adaptive": True})
+    flags = render.tuned_flags(
+        spec,
+        {
+            "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "speculative_adaptive": True,
+        },
+    )
     assert flags["--speculative-adaptive"] is True
-    assert (flags["--speculative-num-steps"], flags["--speculative-eagle-topk"],
-            flags["--speculative-num-draft-tokens"]) == ("3", "1", "4")
-    plain = render.tuned_flags(spec, {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-                                      "speculative_eagle_topk": 1, "speculative_adaptive": None})
+    assert (
+        flags["--speculative-num-steps"],
+        flags["--speculative-eagle-topk"],
+        flags["--speculative-num-draft-tokens"],
+    ) == ("3", "1", "4")
+    plain = render.tuned_flags(
+        spec,
+        {
+            "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "speculative_adaptive": None,
+        },
+    )
     assert "--speculative-adaptive" not in plain
 
 
@@ -114,18 +144,28 @@ def test_the_shipped_space_only_offers_adaptive_where_sglang_runs_it():
 
 # ------------------------------------------------------------------ speculative_adaptive: validation
 
-@pytest.mark.parametrize("change,message", [
-    ({"server": {"flags": {"speculative-adaptive": True}}},
-     "{exp}: server.flags.speculative-adaptive: set by the sweep itself from the speculative_adaptive knob (its "
-     "rules are checked before each launch); remove it from server.flags"),
-    ({"server": {"flags": {"speculative-adaptive-config": "/etc/adaptive.json"}}},
-     "{exp}: server.flags.speculative-adaptive-config: set by the sweep itself from the "
-     "speculative_adaptive_config knob (a JSON file checked at load as SGLang 0.5.23 checks it; steps are "
-     "checked against its slots' union); remove it from server.flags"),
-    ({"sglang_version": "0.5.16"},
-     "{spaces}/eagle3.yaml: params.speculative_adaptive: --speculative-adaptive is known in sglang 0.5.23, not in "
-     "sglang_version 0.5.16 of {exp}; remove the knob or set sglang_version: \"0.5.23\""),
-])
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (
+            {"server": {"flags": {"speculative-adaptive": True}}},
+            "{exp}: server.flags.speculative-adaptive: set by the sweep itself from the speculative_adaptive knob (its "
+            "rules are checked before each launch); remove it from server.flags",
+        ),
+        (
+            {"server": {"flags": {"speculative-adaptive-config": "/etc/adaptive.json"}}},
+            "{exp}: server.flags.speculative-adaptive-config: set by the sweep itself from the "
+            "speculative_adaptive_config knob (a JSON file checked at load as SGLang 0.5.23 checks it; steps are "
+            "checked against its slots' union); remove it from server.flags",
+        ),
+        (
+            {"sglang_version": "0.5.16"},
+            "{spaces}/eagle3.yaml: params.speculative_adaptive: --speculative-adaptive is known in sglang 0.5.23, not in "
+            'sglang_version 0.5.16 of {exp}; remove the knob or set sglang_version: "0.5.23"',
+        ),
+    ],
+)
 def test_adaptive_mistakes_get_one_clear_message(tmp_path: Path, change, message):
     exp = _experiment(tmp_path, change)
     code, err = _validate(exp)
@@ -135,18 +175,29 @@ def test_adaptive_mistakes_get_one_clear_message(tmp_path: Path, change, message
 
 def test_adaptive_as_a_plain_bool_outside_the_eagle_space_needs_its_rules(tmp_path: Path):
     """A space may offer the knob on its own: points without speculation are then infeasible, not launched."""
-    exp = _experiment(tmp_path, {}, space={"name": "x", "params": {
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [2, 3], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_adaptive": {"choices": [None, True]}}})
+    exp = _experiment(
+        tmp_path,
+        {},
+        space={
+            "name": "x",
+            "params": {
+                "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                "speculative_num_steps": {"choices": [2, 3], "when": {"speculative_algorithm": "EAGLE3"}},
+                "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+                "speculative_adaptive": {"choices": [None, True]},
+            },
+        },
+    )
     total, feasible, reasons = sp.census(spec_mod.load(exp).space)
-    assert reasons == {"EAGLE knobs set without speculative_algorithm": 1,
-                       "speculative_adaptive needs steps in the adaptive slots' union (0, 1, 3, 5, 7 by default)": 1}
+    assert reasons == {
+        "EAGLE knobs set without speculative_algorithm": 1,
+        "speculative_adaptive needs steps in the adaptive slots' union (0, 1, 3, 5, 7 by default)": 1,
+    }
     assert (total, feasible) == (6, 4)
 
 
 # ------------------------------------------------------------------ objective.concurrency
+
 
 def test_the_objective_level_is_where_the_search_benchmarks(tmp_path: Path):
     exp = _experiment(tmp_path, {"objective": {"metric": "output_tok_s", "concurrency": 32}})
@@ -168,14 +219,18 @@ def test_without_an_objective_level_the_benchmark_level_stands(tmp_path: Path):
     assert (spec.objective.concurrency, spec.benchmark.concurrency) == (None, 4)
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"objective": {"concurrency": 32}, "benchmark": {"concurrency": 1}},
-     "{exp}: benchmark.concurrency: 1 conflicts with objective.concurrency: 32, the load the objective is judged "
-     "at (the search trials and the promotion gate run there); remove benchmark.concurrency, or set "
-     "objective.concurrency to 1"),
-    ({"objective": {"concurrency": 0}},
-     "{exp}: objective.concurrency: must be >= 1, but got 0"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (
+            {"objective": {"concurrency": 32}, "benchmark": {"concurrency": 1}},
+            "{exp}: benchmark.concurrency: 1 conflicts with objective.concurrency: 32, the load the objective is judged "
+            "at (the search trials and the promotion gate run there); remove benchmark.concurrency, or set "
+            "objective.concurrency to 1",
+        ),
+        ({"objective": {"concurrency": 0}}, "{exp}: objective.concurrency: must be >= 1, but got 0"),
+    ],
+)
 def test_objective_level_mistakes_get_one_clear_message(tmp_path: Path, change, message):
     exp = _experiment(tmp_path, change)
     code, err = _validate(exp)

@@ -22,20 +22,26 @@ def cpu_experiment(tmp_path: Path, **server: Any) -> dict[str, Any]:
     space.write_text("name: nccl-proto\nparams:\n  NCCL_PROTO: {choices: [null, LL]}\n")
     env = {"SGLANG_USE_CPU_ENGINE": "1", **server.pop("env", {})}
     data = demo_experiment(
-        name="cpu", engine="sglang", search_space=[str(space)],
+        name="cpu",
+        engine="sglang",
+        search_space=[str(space)],
         server={"model": "/models/tiny-llama", "draft_model": None, "tp": 1, "device": "cpu", **server},
-        promotion={"explain": False})
+        promotion={"explain": False},
+    )
     data["server"]["env"] = env  # not the demo's (its device timer is the GPU's)
     return data
 
 
-@pytest.mark.parametrize("name, value", [
-    ("SGLANG_USE_CPU_ENGINE", "1"),
-    ("SGLANG_CPU_OMP_THREADS_BIND", "0-1"),
-    ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1"),
-    ("SGLANG_PCIE_IPC_MAX_NUMEL", 4194304),
-    ("SGLANG_NCCL_SO_PATH", "/opt/nccl/lib/libnccl.so.2"),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("SGLANG_USE_CPU_ENGINE", "1"),
+        ("SGLANG_CPU_OMP_THREADS_BIND", "0-1"),
+        ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1"),
+        ("SGLANG_PCIE_IPC_MAX_NUMEL", 4194304),
+        ("SGLANG_NCCL_SO_PATH", "/opt/nccl/lib/libnccl.so.2"),
+    ],
+)
 def test_the_sglang_settings_a_user_needs_reach_the_server(tmp_path: Path, name: str, value: str | int) -> None:
     spec = spec_mod.load(write_experiment(tmp_path, cpu_experiment(tmp_path, env={name: value})))
     plan_env = render.tuned_env(spec, sp.baseline_params(spec.space))
@@ -55,15 +61,24 @@ def test_a_cpu_server_is_launched_with_sglangs_cpu_device(tmp_path: Path) -> Non
 
 
 CPU_MISTAKES = [
-    ("the CPU engine's switch is missing", dict(env={"SGLANG_USE_CPU_ENGINE": "0"}),
-     "server.device: cpu: SGLang 0.5.23 takes its CPU paths only with SGLANG_USE_CPU_ENGINE=1 "
-     "(sglang/srt/utils/common.py::is_cpu); add server.env.SGLANG_USE_CPU_ENGINE: \"1\""),
-    ("the device timer needs CUDA", dict(env={"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}),
-     "server.device: cpu: SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (server.env) times forward passes with CUDA "
-     "events, and SGLang exits at start-up without a GPU (\"Found no NVIDIA driver\"); remove it (verify_ms then "
-     "comes from the log and the request timings)"),
-    ("--device is the sweep's own", dict(flags={"device": "cuda"}),
-     "server.flags.device: set by the sweep itself from server.device; remove it from server.flags"),
+    (
+        "the CPU engine's switch is missing",
+        dict(env={"SGLANG_USE_CPU_ENGINE": "0"}),
+        "server.device: cpu: SGLang 0.5.23 takes its CPU paths only with SGLANG_USE_CPU_ENGINE=1 "
+        '(sglang/srt/utils/common.py::is_cpu); add server.env.SGLANG_USE_CPU_ENGINE: "1"',
+    ),
+    (
+        "the device timer needs CUDA",
+        dict(env={"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}),
+        "server.device: cpu: SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (server.env) times forward passes with CUDA "
+        'events, and SGLang exits at start-up without a GPU ("Found no NVIDIA driver"); remove it (verify_ms then '
+        "comes from the log and the request timings)",
+    ),
+    (
+        "--device is the sweep's own",
+        dict(flags={"device": "cuda"}),
+        "server.flags.device: set by the sweep itself from server.device; remove it from server.flags",
+    ),
 ]
 
 

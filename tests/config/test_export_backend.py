@@ -19,9 +19,15 @@ KIMI = Path(__file__).resolve().parents[2] / "experiments" / "kimi-k2.5-tp8.yaml
 
 def _config(backend: str, recorded: str):
     s = spec_mod.load(KIMI)
-    return planner.serving_config(s, {"all_reduce_backend": backend}, trial_number=7, run_id="r1",
-                                  metrics={"decode_tok_s": 101.5}, fingerprint_hash="fp",
-                                  allreduce_backend=recorded)
+    return planner.serving_config(
+        s,
+        {"all_reduce_backend": backend},
+        trial_number=7,
+        run_id="r1",
+        metrics={"decode_tok_s": 101.5},
+        fingerprint_hash="fp",
+        allreduce_backend=recorded,
+    )
 
 
 def _variables(fmt: str, text: str) -> dict[str, str]:
@@ -39,8 +45,11 @@ def test_every_env_format_names_the_recorded_backend_and_carries_pcie_ipc(fmt):
     assert "# all-reduce backend: pcie_ipc (decode/verify, as trial 7's server recorded it)" in header
     variables = _variables(fmt, text)
     assert variables["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
-    args = (shlex.split(variables[export.ARGS_VAR]) if export.ARGS_VAR in variables
-            else json.loads(variables[formats.ARGS_JSON_VAR]))
+    args = (
+        shlex.split(variables[export.ARGS_VAR])
+        if export.ARGS_VAR in variables
+        else json.loads(variables[formats.ARGS_JSON_VAR])
+    )
     assert "--disable-custom-all-reduce" in args and "--enforce-disable-flashinfer-allreduce-fusion" in args
 
 

@@ -47,27 +47,55 @@ def _peak_rss_mb() -> float:
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # no procfs: an upper bound
 
-FUZZ = settings(derandomize=True, database=None, deadline=None, print_blob=False,
-                suppress_health_check=list(HealthCheck))
+
+FUZZ = settings(
+    derandomize=True, database=None, deadline=None, print_blob=False, suppress_health_check=list(HealthCheck)
+)
 
 # ---------------------------------------------------------------- values and mutations
 
-HOSTILE_TEXT = ["x\ny", "x\x00y", "\r", "a" * 5000, "*a", "&a x", "!!python/object/apply:os.system ['true']",
-                "1e999", ".nan", "-.inf", "8h\n", "${HOME}", "$(touch /tmp/x)", "; rm -rf /", "../../etc/passwd",
-                "\u202e", "\ufeff", "0x10", "1_000", "~", "null", "yes", "on", "<<: *a"]
+HOSTILE_TEXT = [
+    "x\ny",
+    "x\x00y",
+    "\r",
+    "a" * 5000,
+    "*a",
+    "&a x",
+    "!!python/object/apply:os.system ['true']",
+    "1e999",
+    ".nan",
+    "-.inf",
+    "8h\n",
+    "${HOME}",
+    "$(touch /tmp/x)",
+    "; rm -rf /",
+    "../../etc/passwd",
+    "\u202e",
+    "\ufeff",
+    "0x10",
+    "1_000",
+    "~",
+    "null",
+    "yes",
+    "on",
+    "<<: *a",
+]
 CONTROL = ("\n", "\r", "\x00", "\x1b", "\x7f")
 
 scalars = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([0, -1, 1, 2**31, 2**63, 2**64, 1e30, -1e30, 0.5]),
     st.text(max_size=40),
     st.sampled_from(HOSTILE_TEXT),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-                      max_leaves=8)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=8,
+)
 
 
 def _paths(node: Any, path: tuple = ()) -> list[tuple]:
@@ -94,8 +122,9 @@ def _parent(data: Any, path: tuple) -> Any:
 
 
 def _has(node: Any, key: Any) -> bool:
-    return (isinstance(node, dict) and key in node) or (isinstance(node, list) and isinstance(key, int)
-                                                        and key < len(node))
+    return (isinstance(node, dict) and key in node) or (
+        isinstance(node, list) and isinstance(key, int) and key < len(node)
+    )
 
 
 @st.composite
@@ -129,11 +158,29 @@ def _dump(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=False, width=1 << 20)
 
 
-BOMB = "\n".join(["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
-                 + [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")])
-SNIPPETS = [BOMB, "a: &a [*a]", "name: again", "tp: 4", "  tp: 4", "\tx: 1", "x: " + "[" * 1000 + "]" * 1000,
-            "x: " + "{a: " * 1000 + "1" + "}" * 1000, "x: !!binary AAAA", "x: !!python/name:os.system",
-            "<<: {tp: 3}", "x: *undefined", "%YAML 9.9", "---", "...", "? [a, b]\n: c", "x: \"\\x00\""]
+BOMB = "\n".join(
+    ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    + [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")]
+)
+SNIPPETS = [
+    BOMB,
+    "a: &a [*a]",
+    "name: again",
+    "tp: 4",
+    "  tp: 4",
+    "\tx: 1",
+    "x: " + "[" * 1000 + "]" * 1000,
+    "x: " + "{a: " * 1000 + "1" + "}" * 1000,
+    "x: !!binary AAAA",
+    "x: !!python/name:os.system",
+    "<<: {tp: 3}",
+    "x: *undefined",
+    "%YAML 9.9",
+    "---",
+    "...",
+    "? [a, b]\n: c",
+    'x: "\\x00"',
+]
 
 
 @st.composite
@@ -161,8 +208,14 @@ def _alarm(signum: int, frame: Any) -> None:
     raise Hang()
 
 
-FOUND: dict[str, Any] = {"calls": 0, "exit_codes": {}, "hang": [], "traceback": [], "control_accepted": [],
-                         "slowest_s": 0.0}
+FOUND: dict[str, Any] = {
+    "calls": 0,
+    "exit_codes": {},
+    "hang": [],
+    "traceback": [],
+    "control_accepted": [],
+    "slowest_s": 0.0,
+}
 
 
 def _invoke(argv: list[str], label: str, must_refuse: bool = False) -> None:
@@ -206,8 +259,9 @@ def _fuzz_files(tmp: Path, examples: int) -> None:
     counter = iter(range(1 << 30))
 
     @settings(FUZZ, max_examples=examples)
-    @given(st.one_of(yaml_text(EXPERIMENT).map(lambda t: ("experiment", t)),
-                     yaml_text(SPACE).map(lambda t: ("space", t))))
+    @given(
+        st.one_of(yaml_text(EXPERIMENT).map(lambda t: ("experiment", t)), yaml_text(SPACE).map(lambda t: ("space", t)))
+    )
     def prop(drawn: tuple[str, tuple[str, bool]]) -> None:
         which, (text, control) = drawn
         folder = tmp / f"files{next(counter)}"
@@ -218,19 +272,56 @@ def _fuzz_files(tmp: Path, examples: int) -> None:
     prop()
 
 
-PATHS = ["{exp}", "{tmp}/missing.yaml", "{tmp}", "{exp}/under-a-file", "/proc", "/proc/self/mem", "/dev/null",
-         "/dev/zero", "", "-", "x\ny", "{tmp}/corrupt", "{tmp}/empty", "/"]
+PATHS = [
+    "{exp}",
+    "{tmp}/missing.yaml",
+    "{tmp}",
+    "{exp}/under-a-file",
+    "/proc",
+    "/proc/self/mem",
+    "/dev/null",
+    "/dev/zero",
+    "",
+    "-",
+    "x\ny",
+    "{tmp}/corrupt",
+    "{tmp}/empty",
+    "/",
+]
 OPTIONS: dict[str, list[tuple[str, Any]]] = {
     "validate": [],
-    "plan": [("--limit", st.one_of(st.integers(-5, 10**12), st.sampled_from(["x", "", "1e3", "-0"]))),
-             ("--json", None)],
-    "status": [("--workdir", "path"), ("--storage", st.sampled_from(
-        ["foo://bar", "sqlite:///{tmp}/missing/dir/x.db", "sqlite:///{tmp}/corrupt/sweep.json", "sqlite://", "",
-         "x\ny", "sqlite:////proc/x.db"]))],
-    "export": [("-o", "path"), ("--format", st.sampled_from(["env", "json", "k8s", "sglang-args", "nccl-tuner",
-                                                           "docker-env", "bogus", "", "ENV"])),
-               ("--workdir", "path"), ("--tuner-file", st.text(max_size=20)), ("--keep-observation", None),
-               ("--alias", st.text(max_size=20))],
+    "plan": [
+        ("--limit", st.one_of(st.integers(-5, 10**12), st.sampled_from(["x", "", "1e3", "-0"]))),
+        ("--json", None),
+    ],
+    "status": [
+        ("--workdir", "path"),
+        (
+            "--storage",
+            st.sampled_from(
+                [
+                    "foo://bar",
+                    "sqlite:///{tmp}/missing/dir/x.db",
+                    "sqlite:///{tmp}/corrupt/sweep.json",
+                    "sqlite://",
+                    "",
+                    "x\ny",
+                    "sqlite:////proc/x.db",
+                ]
+            ),
+        ),
+    ],
+    "export": [
+        ("-o", "path"),
+        (
+            "--format",
+            st.sampled_from(["env", "json", "k8s", "sglang-args", "nccl-tuner", "docker-env", "bogus", "", "ENV"]),
+        ),
+        ("--workdir", "path"),
+        ("--tuner-file", st.text(max_size=20)),
+        ("--keep-observation", None),
+        ("--alias", st.text(max_size=20)),
+    ],
 }
 
 
@@ -297,11 +388,14 @@ def child_main(examples_files: int, examples_cli: int) -> None:
 
 
 def test_hypothesis_fuzz_of_files_and_command_lines_finds_no_traceback_and_no_hang() -> None:
-    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'tests' / 'config')!r}); "
-            f"import test_fuzz_hypothesis as t; t.child_main(300, 300)")
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT / 'tests' / 'config')!r}); "
+        f"import test_fuzz_hypothesis as t; t.child_main(300, 300)"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=1500,
-                          env=env)  # a hang guard for the whole child, not a speed check
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=1500, env=env
+    )  # a hang guard for the whole child, not a speed check
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["hang"] == []

@@ -65,8 +65,13 @@ print(json.dumps(found))
 
 
 def test_mutated_experiments_get_one_clean_answer_each() -> None:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(ROOT / "tests" / "config"), "11", "400"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1500)  # a hang guard
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(ROOT / "tests" / "config"), "11", "400"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )  # a hang guard
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["hang"] == []

@@ -46,12 +46,16 @@ def test_h200_fusion_carries_decode_and_verify_and_the_nccl_knobs_are_inert():
     assert "on 8x NVIDIA H200 (NVLink, SM90), KimiK25ForConditionalGeneration, tp 8:" in text
     assert "    decode: flashinfer_fusion (1-32 tokens, 14 KiB-448 KiB)" in text
     assert "    verify: flashinfer_fusion (2-512 tokens, 28 KiB-7.0 MiB)" in text
-    assert ("    prefill: flashinfer_fusion (512-2048 tokens, 7.0 MiB-28.0 MiB), nccl (2049-8192 tokens, "
-            "28.0 MiB-112.0 MiB)") in text
+    assert (
+        "    prefill: flashinfer_fusion (512-2048 tokens, 7.0 MiB-28.0 MiB), nccl (2049-8192 tokens, "
+        "28.0 MiB-112.0 MiB)"
+    ) in text
     # all_reduce_backend nccl (search_spaces/eagle3.yaml) turns the fusion off: NCCL carries decode and verify
     after_nccl = text.split("  all_reduce_backend nccl:")[1]
     assert after_nccl.lstrip().startswith("decode: nccl (1-32 tokens")
-    assert text.count("-> flashinfer_fusion carries decode and verify up to 2048 tokens: NCCL_* affect prefill only") == 1
+    assert (
+        text.count("-> flashinfer_fusion carries decode and verify up to 2048 tokens: NCCL_* affect prefill only") == 1
+    )
     assert f"{NCCL_KNOBS} matter only at all_reduce_backend nccl: searched only there" in text
     assert "collapsed search space: 404469 distinct combinations, 342243 feasible" in text
     assert "custom all-reduce carries every all-reduce up to 16 MB" not in text  # the old warning, blind to fusion
@@ -64,13 +68,16 @@ def test_pcie_hosts_nccl_carries_everything_and_pcie_ipc_is_offered(host):
     assert "    decode: nccl (1-32 tokens, 14 KiB-448 KiB)" in text
     assert "    verify: nccl (2-512 tokens, 28 KiB-7.0 MiB)" in text
     assert "-> NCCL carries decode and verify: the NCCL_* knobs matter" in text
-    assert ("    pcie_ipc: decode: pcie_ipc (1-32 tokens, 14 KiB-448 KiB); verify: pcie_ipc (2-512 tokens, "
-            "28 KiB-7.0 MiB)") in text
+    assert (
+        "    pcie_ipc: decode: pcie_ipc (1-32 tokens, 14 KiB-448 KiB); verify: pcie_ipc (2-512 tokens, 28 KiB-7.0 MiB)"
+    ) in text
     assert "inert for" not in text
     # both values of the space's all_reduce_backend leave decode and verify on NCCL here: the knob is dropped
-    assert ("all_reduce_backend (engine default, nccl) puts decode, verify on the same carriers on "
-            f"{host} (decode: nccl (1-32 tokens, 14 KiB-448 KiB); verify: nccl (2-512 tokens, 28 KiB-7.0 MiB)), "
-            "so all_reduce_backend is not searched") in text
+    assert (
+        "all_reduce_backend (engine default, nccl) puts decode, verify on the same carriers on "
+        f"{host} (decode: nccl (1-32 tokens, 14 KiB-448 KiB); verify: nccl (2-512 tokens, 28 KiB-7.0 MiB)), "
+        "so all_reduce_backend is not searched"
+    ) in text
     assert "collapsed search space: 404352 distinct combinations, 342144 feasible" in text  # half of 808704
     for refused in ("flashinfer_fusion:", "torch_symm_mem:", "custom:"):  # SM120 / PCIe: not offered
         assert f"    {refused}" not in text
@@ -82,25 +89,42 @@ def test_deprecated_names_warn_in_the_plan(tmp_path: Path):
     text = plan_text("h200-nvlink-x8")
     assert "is deprecated" not in text  # nccl.yaml uses NCCL_MAX_CTAS, eagle3.yaml all_reduce_backend
     old = tmp_path / "old.yaml"
-    old.write_text(KIMI.read_text(encoding="utf-8").replace(
-        "  - ../search_spaces/nccl.yaml\n", f"  - {tmp_path / 'nccl-old.yaml'}\n"), encoding="utf-8")
+    old.write_text(
+        KIMI.read_text(encoding="utf-8").replace(
+            "  - ../search_spaces/nccl.yaml\n", f"  - {tmp_path / 'nccl-old.yaml'}\n"
+        ),
+        encoding="utf-8",
+    )
     nccl = (KIMI.parents[1] / "search_spaces" / "nccl.yaml").read_text(encoding="utf-8")
-    (tmp_path / "nccl-old.yaml").write_text(nccl.replace("NCCL_MAX_CTAS:     ", "NCCL_MAX_NCHANNELS:"), encoding="utf-8")
-    (tmp_path / "eagle3.yaml").write_text((KIMI.parents[1] / "search_spaces" / "eagle3.yaml").read_text(), encoding="utf-8")
-    old.write_text(old.read_text(encoding="utf-8").replace("../search_spaces/eagle3.yaml", str(tmp_path / "eagle3.yaml")),
-                   encoding="utf-8")
+    (tmp_path / "nccl-old.yaml").write_text(
+        nccl.replace("NCCL_MAX_CTAS:     ", "NCCL_MAX_NCHANNELS:"), encoding="utf-8"
+    )
+    (tmp_path / "eagle3.yaml").write_text(
+        (KIMI.parents[1] / "search_spaces" / "eagle3.yaml").read_text(), encoding="utf-8"
+    )
+    old.write_text(
+        old.read_text(encoding="utf-8").replace("../search_spaces/eagle3.yaml", str(tmp_path / "eagle3.yaml")),
+        encoding="utf-8",
+    )
     result = CliRunner().invoke(app, ["plan", str(old), "--host", "h200-nvlink-x8", "--limit", "0"], terminal_width=400)
     assert result.exit_code == 0, result.output
-    assert ("warning: NCCL_MAX_NCHANNELS is deprecated since NCCL 2.28 in favour of NCCL_MAX_CTAS (when both are "
-            "set the more restrictive wins); it still works") in result.output
+    assert (
+        "warning: NCCL_MAX_NCHANNELS is deprecated since NCCL 2.28 in favour of NCCL_MAX_CTAS (when both are "
+        "set the more restrictive wins); it still works"
+    ) in result.output
 
 
 def test_nccl_knobs_are_searched_only_where_nccl_carries_the_objective():
     """A space offering all_reduce_backend [auto, nccl] on H200: the NCCL knobs stay only under nccl."""
     s = spec_mod.load(KIMI)
-    space = s.space.model_copy(update={"params": {
-        **{k: v for k, v in s.space.params.items() if k != "all_reduce_path"},
-        "all_reduce_backend": sp.ParamSpec(choices=("auto", "nccl"))}})
+    space = s.space.model_copy(
+        update={
+            "params": {
+                **{k: v for k, v in s.space.params.items() if k != "all_reduce_path"},
+                "all_reduce_backend": sp.ParamSpec(choices=("auto", "nccl")),
+            }
+        }
+    )
     s = s.model_copy(update={"space": space})
     ctx = comm_context(s, "h200-nvlink-x8", None)
     assert ctx is not None
@@ -117,8 +141,9 @@ def test_nccl_knobs_are_searched_only_where_nccl_carries_the_objective():
 
 def test_a_backend_the_host_cannot_take_is_counted_infeasible_in_the_plan():
     s = spec_mod.load(KIMI)
-    space = s.space.model_copy(update={"params": {
-        "all_reduce_backend": sp.ParamSpec(choices=("auto", "flashinfer_fusion", "pcie_ipc"))}})
+    space = s.space.model_copy(
+        update={"params": {"all_reduce_backend": sp.ParamSpec(choices=("auto", "flashinfer_fusion", "pcie_ipc"))}}
+    )
     s = s.model_copy(update={"space": space})
     pcie = comm_context(s, "pcie-rtxpro6000-x8", None)
     total, feasible, reasons = sp.census(space, pcie)

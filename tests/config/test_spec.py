@@ -16,10 +16,19 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "experiments" / "demo.yaml"
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("8h", 8 * 3600), ("30m", 1800), ("90s", 90), ("1.5d", 1.5 * 86400), ("45", 45), (" 2h ", 7200),
-    (600, 600), (0.5, 0.5),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("8h", 8 * 3600),
+        ("30m", 1800),
+        ("90s", 90),
+        ("1.5d", 1.5 * 86400),
+        ("45", 45),
+        (" 2h ", 7200),
+        (600, 600),
+        (0.5, 0.5),
+    ],
+)
 def test_durations(text, seconds) -> None:
     assert spec_mod.parse_duration(text) == seconds
 
@@ -30,38 +39,54 @@ def test_bad_durations(text) -> None:
         spec_mod.parse_duration(text)
 
 
-@pytest.mark.parametrize(("name", "value", "problem"), [
-    ("NCCL_PROTO", "LL", None),
-    ("NCCL_PROTO", "ll", "must be one of {LL, LL128, Simple}, but got 'll'"),
-    ("NCCL_NTHREADS", 256, None),
-    ("NCCL_NTHREADS", "256", None),  # an environment value is a string in the end
-    ("NCCL_NTHREADS", 100, "must be one of {64, 128, 256, 512}, but got 100"),
-    ("NCCL_P2P_DISABLE", 1, None),
-    ("NCCL_BUFFSIZE", 4194304, None),
-    ("NCCL_BUFFSIZE", 0, "must be a positive power of two, but got 0"),
-    ("NCCL_BUFFSIZE", 1000, "must be a positive power of two, but got 1000 (nearest: 512, 1024)"),
-    ("NCCL_BUFFSIZE", 2048, "must be in [4096, 1073741824], but got 2048"),
-    ("NCCL_MAX_NCHANNELS", 0, "must be in [1, 64], but got 0"),
-    ("NCCL_MAX_NCHANNELS", "8", "must be an integer, but got '8'"),
-    ("NCCL_MAX_NCHANNELS", True, "must be an integer, but got True"),
-    ("speculative_num_steps", 4, None),
-    ("speculative_eagle_topk", 0, "must be in [1, 16], but got 0"),
-    ("speculative_algorithm", "eagle3", "must be one of {EAGLE3, EAGLE}, but got 'eagle3'"),
-    ("cuda_graph", False, None),
-    ("cuda_graph", "no", "must be true or false, but got 'no'"),
-    ("all_reduce_path", None, None),  # None is "not set" for every knob
-])
+@pytest.mark.parametrize(
+    ("name", "value", "problem"),
+    [
+        ("NCCL_PROTO", "LL", None),
+        ("NCCL_PROTO", "ll", "must be one of {LL, LL128, Simple}, but got 'll'"),
+        ("NCCL_NTHREADS", 256, None),
+        ("NCCL_NTHREADS", "256", None),  # an environment value is a string in the end
+        ("NCCL_NTHREADS", 100, "must be one of {64, 128, 256, 512}, but got 100"),
+        ("NCCL_P2P_DISABLE", 1, None),
+        ("NCCL_BUFFSIZE", 4194304, None),
+        ("NCCL_BUFFSIZE", 0, "must be a positive power of two, but got 0"),
+        ("NCCL_BUFFSIZE", 1000, "must be a positive power of two, but got 1000 (nearest: 512, 1024)"),
+        ("NCCL_BUFFSIZE", 2048, "must be in [4096, 1073741824], but got 2048"),
+        ("NCCL_MAX_NCHANNELS", 0, "must be in [1, 64], but got 0"),
+        ("NCCL_MAX_NCHANNELS", "8", "must be an integer, but got '8'"),
+        ("NCCL_MAX_NCHANNELS", True, "must be an integer, but got True"),
+        ("speculative_num_steps", 4, None),
+        ("speculative_eagle_topk", 0, "must be in [1, 16], but got 0"),
+        ("speculative_algorithm", "eagle3", "must be one of {EAGLE3, EAGLE}, but got 'eagle3'"),
+        ("cuda_graph", False, None),
+        ("cuda_graph", "no", "must be true or false, but got 'no'"),
+        ("all_reduce_path", None, None),  # None is "not set" for every knob
+    ],
+)
 def test_knob_values(name, value, problem) -> None:
     assert knobs.KNOBS[name].check(value) == problem
 
 
-@pytest.mark.parametrize(("name", "allowed"), [
-    ("NCCL_PROTO", True), ("NCCL_DEBUG", True), ("SGLANG_ENABLE_METRICS_DEVICE_TIMER", True),
-    ("HF_HUB_OFFLINE", True), ("OMP_NUM_THREADS", True),
-    ("HF_TOKEN", False), ("AWS_SECRET_ACCESS_KEY", False), ("SGLANG_API_KEY", False), ("WANDB_API_KEY", False),
-    ("LD_PRELOAD", False), ("PATH", False), ("NCCL_SOMETHING_NEW", False), ("SGLANG_SOMETHING_NEW", False),
-    ("CUDA_VISIBLE_DEVICES", False), ("CUDA_DEVICE_MAX_CONNECTIONS", False),
-])
+@pytest.mark.parametrize(
+    ("name", "allowed"),
+    [
+        ("NCCL_PROTO", True),
+        ("NCCL_DEBUG", True),
+        ("SGLANG_ENABLE_METRICS_DEVICE_TIMER", True),
+        ("HF_HUB_OFFLINE", True),
+        ("OMP_NUM_THREADS", True),
+        ("HF_TOKEN", False),
+        ("AWS_SECRET_ACCESS_KEY", False),
+        ("SGLANG_API_KEY", False),
+        ("WANDB_API_KEY", False),
+        ("LD_PRELOAD", False),
+        ("PATH", False),
+        ("NCCL_SOMETHING_NEW", False),
+        ("SGLANG_SOMETHING_NEW", False),
+        ("CUDA_VISIBLE_DEVICES", False),
+        ("CUDA_DEVICE_MAX_CONNECTIONS", False),
+    ],
+)
 def test_env_allow_list(name: str, allowed: bool) -> None:
     assert (knobs.env_rule(name) is None) is allowed
 
@@ -123,24 +148,35 @@ def test_union_type_errors_become_one_line(tmp_path: Path) -> None:
     exp = _experiment(tmp_path, data)
     with pytest.raises(SpecError) as err:
         spec_mod.load(exp)
-    assert str(err.value) == (f"{exp}: server.flags.mem-fraction-static: must be a string or an integer or a "
-                              f"number or true or false, but got [0.8, 0.9]")
+    assert str(err.value) == (
+        f"{exp}: server.flags.mem-fraction-static: must be a string or an integer or a "
+        f"number or true or false, but got [0.8, 0.9]"
+    )
 
 
 def test_when_cycle_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "search_spaces").mkdir()
-    (tmp_path / "search_spaces" / "cycle.yaml").write_text(yaml.safe_dump({"params": {
-        "NCCL_PROTO": {"choices": [None, "LL"], "when": {"NCCL_ALGO": "Ring"}},
-        "NCCL_ALGO": {"choices": [None, "Ring"], "when": {"NCCL_PROTO": "LL"}},
-    }}, sort_keys=False))
+    (tmp_path / "search_spaces" / "cycle.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "params": {
+                    "NCCL_PROTO": {"choices": [None, "LL"], "when": {"NCCL_ALGO": "Ring"}},
+                    "NCCL_ALGO": {"choices": [None, "Ring"], "when": {"NCCL_PROTO": "LL"}},
+                }
+            },
+            sort_keys=False,
+        )
+    )
     data = _demo()
     data["search_space"] = ["../search_spaces/cycle.yaml"]
     del data["server"]["draft_model"]
     exp = _experiment(tmp_path, data)
     with pytest.raises(SpecError) as err:
         spec_mod.load(exp)
-    assert str(err.value) == (f"{tmp_path / 'search_spaces' / 'cycle.yaml'}: params.NCCL_PROTO.when: the `when` "
-                              f"conditions of NCCL_PROTO, NCCL_ALGO depend on each other in a cycle; break the cycle")
+    assert str(err.value) == (
+        f"{tmp_path / 'search_spaces' / 'cycle.yaml'}: params.NCCL_PROTO.when: the `when` "
+        f"conditions of NCCL_PROTO, NCCL_ALGO depend on each other in a cycle; break the cycle"
+    )
 
 
 def test_a_single_space_file_and_absolute_paths(tmp_path: Path) -> None:
@@ -152,10 +188,13 @@ def test_a_single_space_file_and_absolute_paths(tmp_path: Path) -> None:
     assert "speculative_algorithm" not in s.space.params
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("- a\n- b\n", "the experiment file must be a YAML mapping (key: value), but got a list"),
-    ("", "the experiment file is empty; it must be a YAML mapping (key: value)"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a\n- b\n", "the experiment file must be a YAML mapping (key: value), but got a list"),
+        ("", "the experiment file is empty; it must be a YAML mapping (key: value)"),
+    ],
+)
 def test_not_a_mapping(tmp_path: Path, text: str, message: str) -> None:
     exp = tmp_path / "exp.yaml"
     exp.write_text(text)
@@ -170,18 +209,27 @@ def test_search_space_must_be_named(tmp_path: Path) -> None:
     exp = _experiment(tmp_path, data)
     with pytest.raises(SpecError) as err:
         spec_mod.load(exp)
-    assert str(err.value) == (f"{exp}: search_space: must be a list of search-space files, but got nothing; "
-                              f"e.g. search_space: [../search_spaces/nccl.yaml]")
+    assert str(err.value) == (
+        f"{exp}: search_space: must be a list of search-space files, but got nothing; "
+        f"e.g. search_space: [../search_spaces/nccl.yaml]"
+    )
 
 
-@pytest.mark.parametrize(("fault", "message"), [
-    ({"fault": "never_ready", "whenn": {"NCCL_ALGO": "Tree"}},
-     "simulator.faults.0.whenn: unknown key; did you mean 'when'?"),
-    ({"fault": "never_ready", "when": {"NCCL_ALG": "Tree"}},
-     "simulator.faults.0.when.NCCL_ALG: not a knob of the search space, so the fault would never fire; "
-     "did you mean 'NCCL_ALGO'?"),
-    (3, "simulator.faults.0: must be a string or a mapping (key: value), but got 3"),
-])
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        (
+            {"fault": "never_ready", "whenn": {"NCCL_ALGO": "Tree"}},
+            "simulator.faults.0.whenn: unknown key; did you mean 'when'?",
+        ),
+        (
+            {"fault": "never_ready", "when": {"NCCL_ALG": "Tree"}},
+            "simulator.faults.0.when.NCCL_ALG: not a knob of the search space, so the fault would never fire; "
+            "did you mean 'NCCL_ALGO'?",
+        ),
+        (3, "simulator.faults.0: must be a string or a mapping (key: value), but got 3"),
+    ],
+)
 def test_simulator_fault_mistakes(tmp_path: Path, fault, message: str) -> None:
     data = _demo()
     data["simulator"]["faults"] = [fault]

@@ -33,19 +33,45 @@ json.dump({{"argv": sys.argv[1:], "env": dict(os.environ)}}, open(os.environ["RE
 _ADDED_BY_PYTHON = {"LC_CTYPE"}
 
 DRAFT = "/models/draft with space"
-ARGS = ["--tp-size", "8", "--enable-metrics", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", DRAFT, "--speculative-num-steps", "2", "--disable-custom-all-reduce"]
+ARGS = [
+    "--tp-size",
+    "8",
+    "--enable-metrics",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    DRAFT,
+    "--speculative-num-steps",
+    "2",
+    "--disable-custom-all-reduce",
+]
 PRODUCTION_ARGS = [a for a in ARGS if a != "--enable-metrics"]
-ENV = {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216", "NCCL_MIN_NCHANNELS": "0", "NCCL_DEBUG": "INFO",
-       "NCCL_DEBUG_SUBSYS": "INIT,ENV", "SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}
+ENV = {
+    "NCCL_PROTO": "LL",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_MIN_NCHANNELS": "0",
+    "NCCL_DEBUG": "INFO",
+    "NCCL_DEBUG_SUBSYS": "INIT,ENV",
+    "SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1",
+}
 PRODUCTION_ENV = {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216", "NCCL_MIN_NCHANNELS": "0"}
 
 
 def make_config(env: dict[str, str] | None = None, args: list[str] | None = None) -> ServingConfig:
-    return ServingConfig(experiment="demo", trial_number=7, run_id="abc123", model_version="3",
-                         engine="sglang", sglang_version="0.5.23", params={}, env=ENV if env is None else env,
-                         sglang_args=tuple(ARGS if args is None else args), metrics={"decode_tok_s": 94.0},
-                         fingerprint_hash="f00d", created_at="2026-11-29T00:00:00+00:00")
+    return ServingConfig(
+        experiment="demo",
+        trial_number=7,
+        run_id="abc123",
+        model_version="3",
+        engine="sglang",
+        sglang_version="0.5.23",
+        params={},
+        env=ENV if env is None else env,
+        sglang_args=tuple(ARGS if args is None else args),
+        metrics={"decode_tok_s": 94.0},
+        fingerprint_hash="f00d",
+        created_at="2026-11-29T00:00:00+00:00",
+    )
 
 
 def recorder(tmp_path: Path) -> Path:
@@ -55,13 +81,13 @@ def recorder(tmp_path: Path) -> Path:
     return path
 
 
-def run_entrypoint(tmp_path: Path, environ: dict[str, str], *extra: str,
-                   command: list[str] | None = None) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+def run_entrypoint(
+    tmp_path: Path, environ: dict[str, str], *extra: str, command: list[str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
     """Run the entrypoint as a process with exactly `environ` (plus PATH, the recorder and where it writes)."""
     record = tmp_path / "record.json"
     record.unlink(missing_ok=True)
-    env = {"PATH": os.environ["PATH"], "SGLANG_PYTHON": str(recorder(tmp_path)), "RECORD_TO": str(record),
-           **environ}
+    env = {"PATH": os.environ["PATH"], "SGLANG_PYTHON": str(recorder(tmp_path)), "RECORD_TO": str(record), **environ}
     cmd = command or [sys.executable, "-m", "orchestrator.results.entrypoint"]
     proc = subprocess.run([*cmd, *extra], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
     if not record.exists():
@@ -124,8 +150,15 @@ def fake_docker_daemon() -> Iterator[tuple[dict[str, str], list[dict[str, Any]]]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield ({"PATH": os.environ["PATH"], "HOME": folder, "DOCKER_HOST": f"unix://{sock}",
-                "DOCKER_CONFIG": os.path.join(folder, "config")}, server.created)
+        yield (
+            {
+                "PATH": os.environ["PATH"],
+                "HOME": folder,
+                "DOCKER_HOST": f"unix://{sock}",
+                "DOCKER_CONFIG": os.path.join(folder, "config"),
+            },
+            server.created,
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -136,8 +169,13 @@ def docker_env_file_environment(env_file: Path) -> dict[str, str]:
     """The environment `docker run --env-file env_file` gives a container, as docker's own CLI reads it."""
     assert DOCKER is not None
     with fake_docker_daemon() as (env, created):
-        proc = subprocess.run([DOCKER, "run", "--rm", "--env-file", str(env_file), "sglang-sweep-worker"],
-                              env=env, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            [DOCKER, "run", "--rm", "--env-file", str(env_file), "sglang-sweep-worker"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert created, f"docker sent no create request: {proc.stderr}"
     pairs = [item.split("=", 1) for item in created[0]["Env"]]
     return dict((k, v) for k, v in pairs)
@@ -147,16 +185,25 @@ def docker_env_file_error(env_file: Path) -> str | None:
     """docker's own complaint about an env file, or None when it reads it."""
     assert DOCKER is not None
     with fake_docker_daemon() as (env, created):
-        proc = subprocess.run([DOCKER, "run", "--rm", "--env-file", str(env_file), "img"],
-                              env=env, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            [DOCKER, "run", "--rm", "--env-file", str(env_file), "img"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     return None if created else proc.stderr.strip()
 
 
 def kubectl_configmap_data(env_file: Path, name: str = "sglang-champion") -> dict[str, str]:
     """The data of `kubectl create configmap NAME --from-env-file=FILE` (client-side dry run, no cluster)."""
     assert KUBECTL is not None
-    proc = subprocess.run([KUBECTL, "create", "configmap", name, f"--from-env-file={env_file}",
-                           "--dry-run=client", "-o", "json"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": os.environ["PATH"], "HOME": str(env_file.parent)})
+    proc = subprocess.run(
+        [KUBECTL, "create", "configmap", name, f"--from-env-file={env_file}", "--dry-run=client", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], "HOME": str(env_file.parent)},
+    )
     assert proc.returncode == 0, proc.stderr
     return dict(json.loads(proc.stdout).get("data", {}))

@@ -25,8 +25,10 @@ from ports import free_port
 DOCKER_DIR = REPO / "docker"
 COMPOSE = DOCKER_DIR / "compose.yaml"
 PODMAN_COMPOSE = shutil.which("podman-compose") or (
-    str(Path(sys.executable).parent / "podman-compose") if (Path(sys.executable).parent / "podman-compose").exists()
-    else None)
+    str(Path(sys.executable).parent / "podman-compose")
+    if (Path(sys.executable).parent / "podman-compose").exists()
+    else None
+)
 
 
 def _compose() -> dict[str, Any]:
@@ -35,6 +37,7 @@ def _compose() -> dict[str, Any]:
 
 def _interpolate(value: str, environ: dict[str, str]) -> str:
     """Compose's `${NAME:-default}` and `${NAME:?message}` (the only forms the file uses)."""
+
     def one(m: re.Match[str]) -> str:
         name, op, word = m.group(1), m.group(2), m.group(3)
         if environ.get(name):
@@ -42,19 +45,27 @@ def _interpolate(value: str, environ: dict[str, str]) -> str:
         if op == ":?":
             raise ValueError(word)
         return word
+
     return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-|:\?)([^}]*)\}", one, value)
 
 
 @pytest.mark.skipif(PODMAN_COMPOSE is None, reason="podman-compose is not installed (pip install podman-compose)")
 def test_podman_compose_config_accepts_the_file() -> None:
     env = {**os.environ, "POSTGRES_PASSWORD": "s3cret"}
-    proc = subprocess.run([PODMAN_COMPOSE, "--dry-run", "-f", str(COMPOSE), "config"], cwd=DOCKER_DIR, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [PODMAN_COMPOSE, "--dry-run", "-f", str(COMPOSE), "config"],
+        cwd=DOCKER_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     resolved = yaml.safe_load(proc.stdout)
     assert set(resolved["services"]) == {"postgres", "mlflow", "ray-head"}
     assert resolved["services"]["mlflow"]["environment"]["MLFLOW_BACKEND_STORE_URI"] == (
-        "postgresql://sweep:s3cret@postgres:5432/mlflow")
+        "postgresql://sweep:s3cret@postgres:5432/mlflow"
+    )
     head = resolved["services"]["ray-head"]["environment"]
     assert head["SWEEP_OPTUNA_STORAGE"] == "postgresql://sweep:s3cret@postgres:5432/optuna"
     assert head["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
@@ -64,8 +75,14 @@ def test_podman_compose_config_accepts_the_file() -> None:
 @pytest.mark.skipif(PODMAN_COMPOSE is None, reason="podman-compose is not installed (pip install podman-compose)")
 def test_podman_compose_config_asks_for_the_password() -> None:
     env = {k: v for k, v in os.environ.items() if k != "POSTGRES_PASSWORD"}
-    proc = subprocess.run([PODMAN_COMPOSE, "--dry-run", "-f", str(COMPOSE), "config"], cwd=DOCKER_DIR, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [PODMAN_COMPOSE, "--dry-run", "-f", str(COMPOSE), "config"],
+        cwd=DOCKER_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "set POSTGRES_PASSWORD" in proc.stderr
 
@@ -105,7 +122,8 @@ def test_driver_runs_inside_the_ray_head(tmp_path: Path) -> None:
     calls = tmp_path / "calls.txt"
     for tool in ("ray", "sweep"):
         stub = bin_dir / tool
-        stub.write_text(textwrap.dedent(f"""\
+        stub.write_text(
+            textwrap.dedent(f"""\
             #!{sys.executable}
             import json, os, sys
             with open({str(calls)!r}, "a") as f:
@@ -113,7 +131,8 @@ def test_driver_runs_inside_the_ray_head(tmp_path: Path) -> None:
             if {tool!r} == "ray":  # the environment the head's workers (and so the servers) start with
                 with open({str(calls)!r} + ".nice", "w") as f:
                     f.write(os.environ.get("RAY_worker_niceness", "unset"))
-            """))
+            """)
+        )
         stub.chmod(0o755)
     service_env = _compose()["services"]["ray-head"]["environment"]
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "POSTGRES_PASSWORD": "x"}
@@ -127,11 +146,27 @@ def test_driver_runs_inside_the_ray_head(tmp_path: Path) -> None:
         return [yaml.safe_load(line) for line in calls.read_text().splitlines()]
 
     first = run()
-    assert first[0] == ["ray", "start", "--head", "--port=6379", "--num-gpus=8", "--include-dashboard=false",
-                        "--disable-usage-stats"]
+    assert first[0] == [
+        "ray",
+        "start",
+        "--head",
+        "--port=6379",
+        "--num-gpus=8",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+    ]
     assert Path(f"{calls}.nice").read_text() == "0"  # servers at a deployment's niceness, not Ray's 15
-    sweep = ["sweep", "run", "experiments/kimi-k2.5-tp8.yaml", "--workdir", "runs/kimi-k2.5-tp8", "--timeout", "8h",
-             "--ray-address", "auto"]
+    sweep = [
+        "sweep",
+        "run",
+        "experiments/kimi-k2.5-tp8.yaml",
+        "--workdir",
+        "runs/kimi-k2.5-tp8",
+        "--timeout",
+        "8h",
+        "--ray-address",
+        "auto",
+    ]
     assert first[1] == sweep
     (tmp_path / "runs" / "kimi-k2.5-tp8").mkdir(parents=True)
     (tmp_path / "runs" / "kimi-k2.5-tp8" / "sweep.json").write_text("{}")
@@ -150,12 +185,16 @@ def mlflow_from_compose(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         command[command.index(flag) + 1] = value
     assert command[0] == "mlflow"
     command[0] = str(Path(sys.executable).parent / "mlflow")
-    env = {**os.environ, **{k: str(v) for k, v in service["environment"].items()},
-           "MLFLOW_BACKEND_STORE_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env = {
+        **os.environ,
+        **{k: str(v) for k, v in service["environment"].items()},
+        "MLFLOW_BACKEND_STORE_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    }
     env.pop("MLFLOW_TRACKING_URI", None)
     log = open(tmp_path / "mlflow.log", "wb")  # closed below, after the server
-    proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -209,8 +248,13 @@ def test_mlflow_service_accepts_its_host_name_and_proxies_artifacts(mlflow_from_
     assert httpx.get(url + search, headers={"Host": "evil.example:5000"}).status_code == 403
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    logged = subprocess.run([sys.executable, "-c", LOG_ARTIFACT, url, str(tmp_path / "champion.env")], env=env,
-                            capture_output=True, text=True, timeout=120)
+    logged = subprocess.run(
+        [sys.executable, "-c", LOG_ARTIFACT, url, str(tmp_path / "champion.env")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert logged.returncode == 0, logged.stderr
     run_id, artifact_uri, experiment_id = logged.stdout.split()
     # Proxied: the run's artifacts live behind the server, not at a path of the logging machine.
@@ -219,8 +263,13 @@ def test_mlflow_service_accepts_its_host_name_and_proxies_artifacts(mlflow_from_
     assert [p.read_text() for p in stored] == ["NCCL_PROTO=LL\n"]
 
     # Read back through the proxy, from another process, and over HTTP with the service's host name.
-    read = subprocess.run([sys.executable, "-c", READ_ARTIFACT, url, run_id, str(tmp_path / "dl")], env=env,
-                          capture_output=True, text=True, timeout=120)
+    read = subprocess.run(
+        [sys.executable, "-c", READ_ARTIFACT, url, run_id, str(tmp_path / "dl")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert read.returncode == 0, read.stderr
     assert read.stdout == "NCCL_PROTO=LL\n"
     relative = stored[0].relative_to(artifacts).as_posix()

@@ -39,8 +39,9 @@ def _write(tmp_path: Path, fmt: str, **kw: bool) -> Path:
 def _check(proc, record, *, extra: tuple[str, ...] = ()) -> None:
     assert proc.returncode == 0, proc.stderr
     assert record["argv"] == sglang_argv(MODEL, *PRODUCTION_ARGS, *extra, port="30001")
-    nccl_and_sglang = {k: v for k, v in record["env"].items()
-                       if k.startswith(("NCCL_", "SGLANG_")) and k != "SGLANG_PYTHON"}
+    nccl_and_sglang = {
+        k: v for k, v in record["env"].items() if k.startswith(("NCCL_", "SGLANG_")) and k != "SGLANG_PYTHON"
+    }
     # Exactly the measured environment: the stray NCCL_ALGO is gone, the NVLS guard stays, no carrier leaks.
     assert nccl_and_sglang == {**PRODUCTION_ENV, "NCCL_NVLS_ENABLE": "0"}
     assert "dropped NCCL variables the configuration does not set: NCCL_ALGO" in proc.stderr
@@ -85,8 +86,16 @@ def test_kubernetes_configmap_through_env_from(tmp_path: Path) -> None:
 
 def test_overrides_draft_model_host_and_port(tmp_path: Path) -> None:
     path = _write(tmp_path, "docker-env")
-    proc, record = run_entrypoint(tmp_path, {**CONTAINER, "CHAMPION_ENV": str(path), "PORT": "8000",
-                                             "HOST": "127.0.0.1", "DRAFT_MODEL_PATH": "/deploy/draft"})
+    proc, record = run_entrypoint(
+        tmp_path,
+        {
+            **CONTAINER,
+            "CHAMPION_ENV": str(path),
+            "PORT": "8000",
+            "HOST": "127.0.0.1",
+            "DRAFT_MODEL_PATH": "/deploy/draft",
+        },
+    )
     assert proc.returncode == 0, proc.stderr
     args = ["/deploy/draft" if a == DRAFT else a for a in PRODUCTION_ARGS]
     assert record["argv"] == sglang_argv(MODEL, *args, host="127.0.0.1", port="8000")
@@ -95,8 +104,9 @@ def test_overrides_draft_model_host_and_port(tmp_path: Path) -> None:
 def test_draft_override_without_a_draft_model_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "champion.env"
     path.write_text(formats.render_for(make_config(args=["--tp-size", "8"]), "docker-env"))
-    proc, record = run_entrypoint(tmp_path, {"MODEL_PATH": MODEL, "CHAMPION_ENV": str(path),
-                                             "DRAFT_MODEL_PATH": "/deploy/draft"})
+    proc, record = run_entrypoint(
+        tmp_path, {"MODEL_PATH": MODEL, "CHAMPION_ENV": str(path), "DRAFT_MODEL_PATH": "/deploy/draft"}
+    )
     assert proc.returncode == 0, proc.stderr
     assert record["argv"] == sglang_argv(MODEL, "--tp-size", "8")
     assert "DRAFT_MODEL_PATH ignored: this configuration runs no draft model" in proc.stderr
@@ -111,9 +121,11 @@ def test_observation_kept_when_exported_with_keep_observation(tmp_path: Path) ->
 
 def test_the_shell_shim_execs_the_python_entrypoint(tmp_path: Path) -> None:
     path = _write(tmp_path, "docker-env")
-    proc, record = run_entrypoint(tmp_path, {**CONTAINER, "CHAMPION_ENV": str(path),
-                                             "SERVE_CHAMPION_PYTHON": sys.executable},
-                                  command=["sh", str(REPO / "docker" / "entrypoint.sh")])
+    proc, record = run_entrypoint(
+        tmp_path,
+        {**CONTAINER, "CHAMPION_ENV": str(path), "SERVE_CHAMPION_PYTHON": sys.executable},
+        command=["sh", str(REPO / "docker" / "entrypoint.sh")],
+    )
     _check(proc, record)
 
 
@@ -134,28 +146,55 @@ def _bad(tmp_path: Path, text: str | None, **environ: str) -> str:
 GOOD = formats.render_for(make_config(), "docker-env")
 
 
-@pytest.mark.parametrize(("text", "environ", "message"), [
-    (GOOD, {"MODEL_PATH": ""}, "MODEL_PATH is not set: give the target model directory"),
-    (GOOD, {"PORT": "http"}, "PORT must be a port number (1-65535), but got 'http'"),
-    (GOOD, {"PORT": "70000"}, "PORT must be a port number (1-65535), but got '70000'"),
-    (None, {"CHAMPION_ENV": "/nonexistent/champion.env"},
-     "cannot read the champion env file /nonexistent/champion.env (No such file or directory)"),
-    (GOOD, {"CHAMPION_FORMAT": "yaml"}, "CHAMPION_FORMAT must be docker-env or env, but got 'yaml'"),
-    ("NCCL_PROTO=LL\n", {}, "the file sets neither SGLANG_SWEEP_ARGS_JSON (docker-env format) nor SGLANG_SWEEP_ARGS"),
-    (GOOD + "NCCL_ALGO=Tree\n", {}, "NCCL_ALGO set but not listed in SGLANG_SWEEP_ENV_NAMES"),
-    ("SGLANG_SWEEP_ENV_NAMES=\nSGLANG_SWEEP_ARGS_JSON='[\"--tp-size\",\"8\"]'\n", {},
-     "SGLANG_SWEEP_ARGS_JSON is not JSON"),
-    ("SGLANG_SWEEP_ARGS=\"$(touch pwned)\"\n", {}, "would be interpreted by the shell"),
-    ("SGLANG_SWEEP_ENV_NAMES=\nSGLANG_SWEEP_ARGS_JSON=[\"--port\",\"1\"]\n", {},
-     "sets --port, which the entrypoint sets from PORT; remove it there"),
-    ("SGLANG_SWEEP_ENV_NAMES=\nSGLANG_SWEEP_ARGS_JSON=[\"--model-path=/x\"]\n", {},
-     "sets --model-path, which the entrypoint sets from MODEL_PATH"),
-    ("SGLANG_SWEEP_ENV_NAMES=\nSGLANG_SWEEP_ARGS_JSON=[\"--speculative-draft-model-path\"]\n",
-     {"DRAFT_MODEL_PATH": "/d"}, "--speculative-draft-model-path has no value"),
-    (GOOD, {"SGLANG_PYTHON": "/nonexistent/python"}, "cannot start /nonexistent/python (No such file or directory, or not executable)"),
-])
-def test_bad_input_gets_one_message_and_exit_2(tmp_path: Path, text: str | None, environ: dict[str, str],
-                                               message: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "environ", "message"),
+    [
+        (GOOD, {"MODEL_PATH": ""}, "MODEL_PATH is not set: give the target model directory"),
+        (GOOD, {"PORT": "http"}, "PORT must be a port number (1-65535), but got 'http'"),
+        (GOOD, {"PORT": "70000"}, "PORT must be a port number (1-65535), but got '70000'"),
+        (
+            None,
+            {"CHAMPION_ENV": "/nonexistent/champion.env"},
+            "cannot read the champion env file /nonexistent/champion.env (No such file or directory)",
+        ),
+        (GOOD, {"CHAMPION_FORMAT": "yaml"}, "CHAMPION_FORMAT must be docker-env or env, but got 'yaml'"),
+        (
+            "NCCL_PROTO=LL\n",
+            {},
+            "the file sets neither SGLANG_SWEEP_ARGS_JSON (docker-env format) nor SGLANG_SWEEP_ARGS",
+        ),
+        (GOOD + "NCCL_ALGO=Tree\n", {}, "NCCL_ALGO set but not listed in SGLANG_SWEEP_ENV_NAMES"),
+        (
+            'SGLANG_SWEEP_ENV_NAMES=\nSGLANG_SWEEP_ARGS_JSON=\'["--tp-size","8"]\'\n',
+            {},
+            "SGLANG_SWEEP_ARGS_JSON is not JSON",
+        ),
+        ('SGLANG_SWEEP_ARGS="$(touch pwned)"\n', {}, "would be interpreted by the shell"),
+        (
+            'SGLANG_SWEEP_ENV_NAMES=\nSGLANG_SWEEP_ARGS_JSON=["--port","1"]\n',
+            {},
+            "sets --port, which the entrypoint sets from PORT; remove it there",
+        ),
+        (
+            'SGLANG_SWEEP_ENV_NAMES=\nSGLANG_SWEEP_ARGS_JSON=["--model-path=/x"]\n',
+            {},
+            "sets --model-path, which the entrypoint sets from MODEL_PATH",
+        ),
+        (
+            'SGLANG_SWEEP_ENV_NAMES=\nSGLANG_SWEEP_ARGS_JSON=["--speculative-draft-model-path"]\n',
+            {"DRAFT_MODEL_PATH": "/d"},
+            "--speculative-draft-model-path has no value",
+        ),
+        (
+            GOOD,
+            {"SGLANG_PYTHON": "/nonexistent/python"},
+            "cannot start /nonexistent/python (No such file or directory, or not executable)",
+        ),
+    ],
+)
+def test_bad_input_gets_one_message_and_exit_2(
+    tmp_path: Path, text: str | None, environ: dict[str, str], message: str
+) -> None:
     assert message in _bad(tmp_path, text, **environ)
 
 
@@ -207,8 +246,10 @@ def _hostile_file(tmp_path: Path, fmt: str) -> tuple[Path, Path]:
     if fmt == "env":
         path.write_text("".join(f"{k}={v}\n" for k, v in env.items()) + "SGLANG_SWEEP_ARGS=--tp-size\n")
     else:
-        path.write_text("".join(f"{k}={v}\n" for k, v in env.items())
-                        + f"{formats.ENV_NAMES_VAR}={','.join(env)}\n{formats.ARGS_JSON_VAR}=[\"--tp-size\"]\n")
+        path.write_text(
+            "".join(f"{k}={v}\n" for k, v in env.items())
+            + f'{formats.ENV_NAMES_VAR}={",".join(env)}\n{formats.ARGS_JSON_VAR}=["--tp-size"]\n'
+        )
     return path, mark
 
 

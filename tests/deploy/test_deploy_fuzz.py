@@ -20,15 +20,49 @@ from hypothesis import strategies as st
 from orchestrator.results import entrypoint, export, formats
 
 MARKER_DIR = Path(tempfile.mkdtemp(prefix="h5fuzz"))
-atexit.register(shutil.rmtree, MARKER_DIR, True)  # made at import (the strategies name it): every process that imports it removes it
+atexit.register(
+    shutil.rmtree, MARKER_DIR, True
+)  # made at import (the strategies name it): every process that imports it removes it
 MARKER = MARKER_DIR / "pwned"
-FRAGMENTS = [f"$(touch {MARKER})", f"`touch {MARKER}`", f"; touch {MARKER}", f"&& touch {MARKER}",
-             f"| touch {MARKER}", f"\ntouch {MARKER}\n", "$HOME", "${PATH}", "'", '"', "\\", "\n", "\r", "#",
-             " ", "\t", "=", "[", "]", "{", "}", ",", "export ", "SGLANG_SWEEP_ARGS_JSON=", "NCCL_ALGO=Tree",
-             "--port", "\x00", "é", "\u2028"]
+FRAGMENTS = [
+    f"$(touch {MARKER})",
+    f"`touch {MARKER}`",
+    f"; touch {MARKER}",
+    f"&& touch {MARKER}",
+    f"| touch {MARKER}",
+    f"\ntouch {MARKER}\n",
+    "$HOME",
+    "${PATH}",
+    "'",
+    '"',
+    "\\",
+    "\n",
+    "\r",
+    "#",
+    " ",
+    "\t",
+    "=",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    "export ",
+    "SGLANG_SWEEP_ARGS_JSON=",
+    "NCCL_ALGO=Tree",
+    "--port",
+    "\x00",
+    "é",
+    "\u2028",
+]
 hostile = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=4)), max_size=6).map("".join)
-FUZZ = settings(deadline=None, database=None, derandomize=True, max_examples=300,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    deadline=None,
+    database=None,
+    derandomize=True,
+    max_examples=300,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(autouse=True)
@@ -73,16 +107,31 @@ def test_entrypoint_passes_hostile_values_literally(value: str, arg: str, fmt: s
         path = Path(folder) / "champion.env"
         with open(path, "w", encoding="utf-8", newline="") as f:
             f.write(text)
-        environ = {"PATH": os.environ["PATH"], "CHAMPION_ENV": str(path), "MODEL_PATH": "/m",
-                   "SGLANG_PYTHON": sys.executable}
+        environ = {
+            "PATH": os.environ["PATH"],
+            "CHAMPION_ENV": str(path),
+            "MODEL_PATH": "/m",
+            "SGLANG_PYTHON": sys.executable,
+        }
         try:
             argv, env, _ = entrypoint.launch(environ)
         except entrypoint.DeployError as e:
             # The flags may spell --port & co. by chance; that is refused by name, not run.
             assert "which the entrypoint sets" in str(e)
             return
-    assert argv == [sys.executable, "-m", "sglang.launch_server", "--model-path", "/m", "--host", "0.0.0.0",
-                    "--port", "30000", "--x", arg]
+    assert argv == [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/m",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "30000",
+        "--x",
+        arg,
+    ]
     assert env["NCCL_PROTO"] == value
 
 
@@ -94,8 +143,13 @@ def test_hostile_file_contents_are_read_as_data(lines: list[str], fmt: str | Non
         path = Path(folder) / "champion.env"
         with open(path, "w", encoding="utf-8", errors="surrogatepass", newline="") as f:
             f.write("\n".join(lines))
-        environ = {"PATH": os.environ["PATH"], "CHAMPION_ENV": str(path), "MODEL_PATH": "/m",
-                   "SGLANG_PYTHON": sys.executable, **({"CHAMPION_FORMAT": fmt} if fmt else {})}
+        environ = {
+            "PATH": os.environ["PATH"],
+            "CHAMPION_ENV": str(path),
+            "MODEL_PATH": "/m",
+            "SGLANG_PYTHON": sys.executable,
+            **({"CHAMPION_FORMAT": fmt} if fmt else {}),
+        }
         try:
             entrypoint.launch(environ)
         except entrypoint.DeployError as e:
@@ -103,12 +157,21 @@ def test_hostile_file_contents_are_read_as_data(lines: list[str], fmt: str | Non
 
 
 @FUZZ
-@given(environment=st.dictionaries(st.sampled_from(["NCCL_PROTO", "NCCL_ALGO", "SGLANG_SWEEP_ENV_NAMES",
-                                                    "SGLANG_SWEEP_ARGS_JSON", "OTHER"]), hostile))
+@given(
+    environment=st.dictionaries(
+        st.sampled_from(["NCCL_PROTO", "NCCL_ALGO", "SGLANG_SWEEP_ENV_NAMES", "SGLANG_SWEEP_ARGS_JSON", "OTHER"]),
+        hostile,
+    )
+)
 def test_hostile_container_environment_is_read_as_data(environment: dict[str, str]) -> None:
     """`docker run --env-file` / envFrom: the variables arrive in the environment; still only data."""
-    environ = {"PATH": os.environ["PATH"], "MODEL_PATH": "/m", "SGLANG_PYTHON": sys.executable,
-               "CHAMPION_ENV": "", **environment}
+    environ = {
+        "PATH": os.environ["PATH"],
+        "MODEL_PATH": "/m",
+        "SGLANG_PYTHON": sys.executable,
+        "CHAMPION_ENV": "",
+        **environment,
+    }
     environ.pop("CHAMPION_ENV")
     try:
         argv, env, _ = entrypoint.launch(environ)
@@ -123,9 +186,9 @@ HOSTILE_FILES = [
     f"SGLANG_SWEEP_ARGS=`touch {MARKER}`\n",
     f"SGLANG_SWEEP_ARGS='--tp-size 8'; touch {MARKER}\n",
     f"touch {MARKER}\nSGLANG_SWEEP_ARGS=--tp-size\n",
-    f"export NCCL_PROTO=\"$(touch {MARKER})\"\nSGLANG_SWEEP_ARGS=\n",
-    f"SGLANG_SWEEP_ENV_NAMES=NCCL_PROTO\nNCCL_PROTO=$(touch {MARKER})\nSGLANG_SWEEP_ARGS_JSON=[\"--x\",\"`touch {MARKER}`\"]\n",
-    f"SGLANG_SWEEP_ENV_NAMES=\nSGLANG_SWEEP_ARGS_JSON=[\"--x\"]; touch {MARKER}\n",
+    f'export NCCL_PROTO="$(touch {MARKER})"\nSGLANG_SWEEP_ARGS=\n',
+    f'SGLANG_SWEEP_ENV_NAMES=NCCL_PROTO\nNCCL_PROTO=$(touch {MARKER})\nSGLANG_SWEEP_ARGS_JSON=["--x","`touch {MARKER}`"]\n',
+    f'SGLANG_SWEEP_ENV_NAMES=\nSGLANG_SWEEP_ARGS_JSON=["--x"]; touch {MARKER}\n',
 ]
 
 

@@ -53,8 +53,9 @@ def test_a_new_user_lands_on_the_ranked_trials_and_the_champion(ui, shots):
     champion = summary["champion"]["number"]
     url = _printed_url(proc)
     # A second `sweep ui` on the same port fails instead of pointing at this server.
-    taken = subprocess.run([*SWEEP, "ui", "--workdir", str(wd), "--port", str(port)], capture_output=True, text=True,
-                           timeout=120)
+    taken = subprocess.run(
+        [*SWEEP, "ui", "--workdir", str(wd), "--port", str(port)], capture_output=True, text=True, timeout=120
+    )
     assert taken.returncode == 2 and "not free" in taken.stderr
     shots.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
@@ -71,8 +72,10 @@ def test_a_new_user_lands_on_the_ranked_trials_and_the_champion(ui, shots):
         assert "confirm-" not in body, "confirmation runs are not ranked with the trials"
         page.screenshot(path=str(shots / "mlflow-trials.png"))
         # The parent run's description: which and how much, with links.
-        page.goto(f"{base}/#/experiments/{url.split('/experiments/')[1].split('/')[0]}/runs/{state['parent_run_id']}",
-                  wait_until="domcontentloaded")
+        page.goto(
+            f"{base}/#/experiments/{url.split('/experiments/')[1].split('/')[0]}/runs/{state['parent_run_id']}",
+            wait_until="domcontentloaded",
+        )
         page.get_by_text(f"champion trial {champion}").first.wait_for(timeout=60_000)
         assert "Confirmed gain" in page.inner_text("body")
         page.screenshot(path=str(shots / "mlflow-parent.png"))
@@ -94,13 +97,17 @@ def test_the_notebook_draws_its_plots_and_shows_the_champion_row(finished_sweep,
     nb = nbformat.read(repo / "notebooks" / "analysis.ipynb", as_version=4)
     monkeypatch.setenv("SWEEP_WORKDIR", str(wd))
     monkeypatch.delenv("MPLBACKEND", raising=False)
-    NotebookClient(nb, timeout=180, kernel_name="python3",
-                   resources={"metadata": {"path": str(repo / "notebooks")}}).execute()
+    NotebookClient(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(repo / "notebooks")}}
+    ).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert any("image/png" in o.get("data", {}) for o in outputs), "the plot cell draws inline"
     champion = json.loads((wd / "summary.json").read_text())["champion"]["number"]
-    tables = [o["data"]["text/plain"] for o in outputs if "text/plain" in o.get("data", {}) and "champion" in
-              o["data"]["text/plain"]]
+    tables = [
+        o["data"]["text/plain"]
+        for o in outputs
+        if "text/plain" in o.get("data", {}) and "champion" in o["data"]["text/plain"]
+    ]
     assert any(re.search(rf"^\s*\d+\s+{champion}\s+True\b", t, re.M) for t in tables), "the champion's row is marked"
     printed = "".join(o.get("text", "") for o in outputs)
     assert "confirmation runs left out" in printed

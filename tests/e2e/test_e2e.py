@@ -50,8 +50,11 @@ def test_mlflow_has_parent_and_one_child_per_trial_with_metrics(finished_sweep):
     assert len(parents) == 1
     parent = parents[0]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    by_number = {int(r.data.tags["sweep.trial_number"]): r for r in children
-                 if r.data.tags.get("sweep.role") in ("search", "baseline")}
+    by_number = {
+        int(r.data.tags["sweep.trial_number"]): r
+        for r in children
+        if r.data.tags.get("sweep.role") in ("search", "baseline")
+    }
     numbers = sorted(int(d.name) for d in (wd / "trials").iterdir())
     assert sorted(by_number) == numbers
     for n, run in by_number.items():
@@ -96,8 +99,11 @@ def test_champion_alias_resolves_and_export_parses_back(finished_sweep, tmp_path
     assert ("--disable-custom-all-reduce" in args) == (params.get("all_reduce_backend") == "nccl")
     # issue 19: the export header names the backend the trial's server recorded (none for a derived configuration)
     recorded = json.loads((wd / "trials" / f"{number:04d}" / "outcome.json").read_text())["allreduce_path"]
-    line = (f"# all-reduce backend: {recorded} (decode/verify, as trial {number}'s server recorded it)"
-            if summary.get("promoted_config") in (None, "champion", "runner_up") else "# all-reduce backend: not recorded")
+    line = (
+        f"# all-reduce backend: {recorded} (decode/verify, as trial {number}'s server recorded it)"
+        if summary.get("promoted_config") in (None, "champion", "runner_up")
+        else "# all-reduce backend: not recorded"
+    )
     assert line in out.read_text(), (summary.get("promoted_config"), out.read_text())
     assert f"run {version.run_id}" in out.read_text() or version.run_id in out.read_text()
 
@@ -119,8 +125,9 @@ def test_analysis_notebook_runs_against_the_sweep(finished_sweep, monkeypatch):
     wd, _ = finished_sweep
     nb = nbformat.read(REPO / "notebooks" / "analysis.ipynb", as_version=4)
     monkeypatch.setenv("SWEEP_WORKDIR", str(wd))
-    NotebookClient(nb, timeout=180, kernel_name="python3",
-                   resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    NotebookClient(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}
+    ).execute()
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "@champion = version" in printed
 
@@ -135,6 +142,7 @@ def test_export_by_tracking_uri_and_model_name_in_every_format(finished_sweep, t
     config = json.loads((tmp_path / "champion.json").read_text())
     assert config["trial_number"] == json.loads((wd / "summary.json").read_text())["champion"]["number"]
     assert shlex.split((tmp_path / "champion.sglang-args").read_text()) == config["sglang_args"]
-    missing = sweep("export", "--tracking-uri", uri, "--model", "no-such-model", "--format", "env",
-                    "-o", str(tmp_path / "x.env"))
+    missing = sweep(
+        "export", "--tracking-uri", uri, "--model", "no-such-model", "--format", "env", "-o", str(tmp_path / "x.env")
+    )
     assert missing.returncode == 1 and "no-such-model" in missing.stderr and "Traceback" not in missing.stderr

@@ -38,27 +38,36 @@ AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYsweepTESTKEY"
 
 def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlite_store_template):
     space = tmp_path / "faults.yaml"
-    space.write_text(yaml.safe_dump({"name": "faults", "params": {
-        "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"low": 2, "high": 2, "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [4], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_num_draft_tokens": {"choices": [8], "when": {"speculative_algorithm": "EAGLE3"}},
-    }}))
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "faults",
+                "params": {
+                    "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
+                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                    "speculative_num_steps": {"low": 2, "high": 2, "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_eagle_topk": {"choices": [4], "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_num_draft_tokens": {"choices": [8], "when": {"speculative_algorithm": "EAGLE3"}},
+                },
+            }
+        )
+    )
     spec_on = {"speculative_algorithm": "EAGLE3"}
     spec_off = {"speculative_algorithm": None}
     data = served_experiment(
         name="failures",
         server={"startup_timeout_s": 4},
-        simulator={"faults": [
-            {"fault": "never_ready", "when": {"NCCL_PROTO": "LL128", **spec_off}},
-            {"fault": "crash_after_tokens=20", "when": {"NCCL_PROTO": "Simple", **spec_off}},
-            {"fault": "env_drop", "when": {"NCCL_PROTO": None, **spec_on}},
-            {"fault": "nccl_hang", "when": {"NCCL_PROTO": "LL", **spec_on}},
-            {"fault": "oom_above_draft_tokens=16", "when": {"NCCL_PROTO": "LL128", **spec_on}},
-            # warm-up (32 tokens) and one measured request (32) complete, the next one hangs
-            {"fault": "hang_after_tokens=64", "when": {"NCCL_PROTO": "LL", **spec_off}},
-        ]},
+        simulator={
+            "faults": [
+                {"fault": "never_ready", "when": {"NCCL_PROTO": "LL128", **spec_off}},
+                {"fault": "crash_after_tokens=20", "when": {"NCCL_PROTO": "Simple", **spec_off}},
+                {"fault": "env_drop", "when": {"NCCL_PROTO": None, **spec_on}},
+                {"fault": "nccl_hang", "when": {"NCCL_PROTO": "LL", **spec_on}},
+                {"fault": "oom_above_draft_tokens=16", "when": {"NCCL_PROTO": "LL128", **spec_on}},
+                # warm-up (32 tokens) and one measured request (32) complete, the next one hangs
+                {"fault": "hang_after_tokens=64", "when": {"NCCL_PROTO": "LL", **spec_off}},
+            ]
+        },
         sampler={"kind": "grid", "seed": 0},
         budget={"trials": 10, "concurrent_trials": 2, "max_failure_rate": 0.9, "max_consecutive_failures": 8},
         promotion={"max_rounds": 0},  # failures are the subject here: no gate (exit 0, or 3 if not better)
@@ -68,8 +77,13 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
     exp = write_experiment(tmp_path, data)
     marker = uuid.uuid4().hex
     wd = new_workdir(tmp_path, sqlite_store_template)  # its MLflow store already migrated
-    proc = sweep("run", str(exp), "--workdir", str(wd),
-                 env={"SWEEP_TEST_MARKER": marker, "HF_TOKEN": HF_TOKEN, "AWS_SECRET_ACCESS_KEY": AWS_SECRET})
+    proc = sweep(
+        "run",
+        str(exp),
+        "--workdir",
+        str(wd),
+        env={"SWEEP_TEST_MARKER": marker, "HF_TOKEN": HF_TOKEN, "AWS_SECRET_ACCESS_KEY": AWS_SECRET},
+    )
     assert ended_cleanly(proc), proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -77,15 +91,20 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
     for d in sorted((wd / "trials").iterdir()):
         o = json.loads((d / "outcome.json").read_text())
         p = o["params"]
-        kinds[(p["NCCL_PROTO"], p["speculative_algorithm"])] = (o["status"], o["failure_kind"], o["log_tail"],
-                                                                o["reason"])
+        kinds[(p["NCCL_PROTO"], p["speculative_algorithm"])] = (
+            o["status"],
+            o["failure_kind"],
+            o["log_tail"],
+            o["reason"],
+        )
     assert len(kinds) == 8, kinds  # every grid point was measured: failures did not stop the sweep
     assert kinds[("LL128", None)][:2] == ("FAILED", "startup_timeout")
     status, kind, tail, reason = kinds[("Simple", None)]
     # SGLang's launcher SIGKILLs its tree when a scheduler dies: the reason is the scheduler's exception
     assert (status, kind) == ("FAILED", "server_crash") and tail
-    assert reason.startswith("server died: RuntimeError: CUDA error: an illegal memory access was encountered "
-                             "(killed by signal 9 (SIGKILL))"), reason
+    assert reason.startswith(
+        "server died: RuntimeError: CUDA error: an illegal memory access was encountered (killed by signal 9 (SIGKILL))"
+    ), reason
     status, kind, tail, reason = kinds[("LL128", "EAGLE3")]
     assert (status, kind) == ("FAILED", "oom") and "out of memory" in tail.lower()
     status, kind, tail, reason = kinds[(None, "EAGLE3")]

@@ -56,12 +56,17 @@ def _launched(text: str) -> set[int]:
 
 
 def test_ctrl_c_once_finishes_the_trials_in_flight_then_resume_finishes_the_budget(tmp_path, sqlite_store_template):
-    exp, wd, marker, log = (short_sweep(tmp_path, "ctrlc", 5), new_workdir(tmp_path, sqlite_store_template),
-                            uuid.uuid4().hex, tmp_path / "run.log")
+    exp, wd, marker, log = (
+        short_sweep(tmp_path, "ctrlc", 5),
+        new_workdir(tmp_path, sqlite_store_template),
+        uuid.uuid4().hex,
+        tmp_path / "run.log",
+    )
     proc = start_sweep(exp, wd, marker, log)
     try:
-        in_flight = wait_for(lambda: (lambda f, r: len(f) >= 1 and len(r) == 2 and r)(*trial_files(wd)), proc, log,
-                             timeout_s=900)
+        in_flight = wait_for(
+            lambda: (lambda f, r: len(f) >= 1 and len(r) == 2 and r)(*trial_files(wd)), proc, log, timeout_s=900
+        )
         os.killpg(proc.pid, signal.SIGINT)
         rc = proc.wait(timeout=1200)  # a hang guard: the trials in flight finish first
     finally:
@@ -87,8 +92,10 @@ def test_ctrl_c_once_finishes_the_trials_in_flight_then_resume_finishes_the_budg
     _resume_finishes_the_budget(exp, wd, "ctrlc", 5, marker)
 
 
-HUNG = [{"fault": "nccl_hang", "when": {"NCCL_PROTO": ["LL", "LL128", "Simple"]}},
-        {"fault": "nccl_hang", "when": {"NCCL_ALGO": ["Ring", "Tree"]}}]
+HUNG = [
+    {"fault": "nccl_hang", "when": {"NCCL_PROTO": ["LL", "LL128", "Simple"]}},
+    {"fault": "nccl_hang", "when": {"NCCL_ALGO": ["Ring", "Tree"]}},
+]
 """Every point but the baseline's (nothing set) hangs in its first all-reduce: no token, ever."""
 
 NEVER_S = 7200
@@ -96,17 +103,35 @@ NEVER_S = 7200
 
 
 def test_ctrl_c_twice_aborts_the_trials_in_flight_now_and_they_are_measured_again(tmp_path, sqlite_store_template):
-    name, wd, marker, log = "ctrlc2", new_workdir(tmp_path, sqlite_store_template), uuid.uuid4().hex, tmp_path / "run.log"
+    name, wd, marker, log = (
+        "ctrlc2",
+        new_workdir(tmp_path, sqlite_store_template),
+        uuid.uuid4().hex,
+        tmp_path / "run.log",
+    )
     search_space = [str(nccl_space(tmp_path, ["Ring", "Tree"]))]
     # trial_timeout_s 1800: the healthy --resume must not time its trials out on a loaded machine (the demo's 60 s
     # was passed at load 20).
-    common = dict(name=name, search_space=search_space,
-                  budget={"trials": 4, "concurrent_trials": 2, "trial_timeout_s": 1800},
-                  benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0})
+    common = dict(
+        name=name,
+        search_space=search_space,
+        budget={"trials": 4, "concurrent_trials": 2, "trial_timeout_s": 1800},
+        benchmark={"repeats": 2},
+        promotion={"max_rounds": 0, "min_gain": 0.0},
+    )
     # The first run: the search trials hang, and nothing but the abort can end them.
-    hung = write_experiment(tmp_path, served_experiment(
-        **{**common, "simulator": {"faults": HUNG}, "budget": {**common["budget"], "trial_timeout_s": NEVER_S},
-           "benchmark": {"repeats": 2, "stall_timeout_s": NEVER_S, "timeout_s": NEVER_S}}), "hung.yaml")
+    hung = write_experiment(
+        tmp_path,
+        served_experiment(
+            **{
+                **common,
+                "simulator": {"faults": HUNG},
+                "budget": {**common["budget"], "trial_timeout_s": NEVER_S},
+                "benchmark": {"repeats": 2, "stall_timeout_s": NEVER_S, "timeout_s": NEVER_S},
+            }
+        ),
+        "hung.yaml",
+    )
     exp = write_experiment(tmp_path, served_experiment(**common))  # the same sweep, healthy, for --resume
     proc = start_sweep(hung, wd, marker, log)
 
@@ -114,6 +139,7 @@ def test_ctrl_c_twice_aborts_the_trials_in_flight_now_and_they_are_measured_agai
         finished, running = trial_files(wd)
         up = {n for n in running if (wd / "trials" / f"{n:04d}" / "server.pid").exists()}
         return len(finished) >= 1 and len(up) == 2 and up
+
     try:
         in_flight = wait_for(two_servers_up, proc, log, timeout_s=900)
         os.killpg(proc.pid, signal.SIGINT)
@@ -141,8 +167,9 @@ def test_ctrl_c_twice_aborts_the_trials_in_flight_now_and_they_are_measured_agai
         assert json.loads((wd / "trials" / f"{n:04d}" / "outcome.json").read_text())["failure_kind"] == "interrupted"
         assert [t.state for t in trials if t.attrs.get("remeasure_of") == n] == ["WAITING"]
         bench = wd / "trials" / f"{n:04d}" / "bench.jsonl"
-        tokens = [json.loads(line)["completion_tokens"] for line in bench.read_text().splitlines()
-                  ] if bench.exists() else []
+        tokens = (
+            [json.loads(line)["completion_tokens"] for line in bench.read_text().splitlines()] if bench.exists() else []
+        )
         assert sum(tokens) == 0, tokens  # hung from its first request: the abort ended it, not the benchmark
 
     trials = _resume_finishes_the_budget(exp, wd, name, 4, marker)
@@ -153,24 +180,39 @@ def test_ctrl_c_twice_aborts_the_trials_in_flight_now_and_they_are_measured_agai
 
 # ---------------------------------------------------------------------- the sweep stops itself
 
-ALL_FAIL = [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL", "LL128", "Simple"]}},
-            {"fault": "crash_after_tokens=1", "when": {"NCCL_ALGO": ["Ring", "Tree"]}}]
+ALL_FAIL = [
+    {"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL", "LL128", "Simple"]}},
+    {"fault": "crash_after_tokens=1", "when": {"NCCL_ALGO": ["Ring", "Tree"]}},
+]
 """Every point but the baseline's (nothing set) fails."""
 
 
 def _failing_sweep(tmp_path, template, name: str, budget: dict, faults: list):
-    data = served_experiment(name=name, simulator={"faults": faults}, promotion={"max_rounds": 0},
-                           budget={"trials": 10, "concurrent_trials": 2, **budget},
-                           search_space=[str(nccl_space(tmp_path, ["Ring", "Tree"]))])
+    data = served_experiment(
+        name=name,
+        simulator={"faults": faults},
+        promotion={"max_rounds": 0},
+        budget={"trials": 10, "concurrent_trials": 2, **budget},
+        search_space=[str(nccl_space(tmp_path, ["Ring", "Tree"]))],
+    )
     return run_to_the_end(tmp_path, template, data)
 
 
-@pytest.mark.parametrize("rule, budget, message", [
-    ("consecutive", {"max_consecutive_failures": 3, "max_failure_rate": 1.0},
-     "3 trials failed in a row (budget.max_consecutive_failures=3)"),
-    ("rate", {"max_failure_rate": 0.5, "min_trials_for_failure_rate": 3, "max_consecutive_failures": 10},
-     "above budget.max_failure_rate=0.5"),
-])
+@pytest.mark.parametrize(
+    "rule, budget, message",
+    [
+        (
+            "consecutive",
+            {"max_consecutive_failures": 3, "max_failure_rate": 1.0},
+            "3 trials failed in a row (budget.max_consecutive_failures=3)",
+        ),
+        (
+            "rate",
+            {"max_failure_rate": 0.5, "min_trials_for_failure_rate": 3, "max_consecutive_failures": 10},
+            "above budget.max_failure_rate=0.5",
+        ),
+    ],
+)
 def test_repeated_failures_stop_the_sweep_with_a_summary(tmp_path, sqlite_store_template, rule, budget, message):
     proc, wd, trials = _failing_sweep(tmp_path, sqlite_store_template, f"fails-{rule}", budget, ALL_FAIL)
     assert proc.returncode == 1, proc.stdout + proc.stderr

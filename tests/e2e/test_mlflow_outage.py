@@ -45,9 +45,13 @@ def test_mlflow_down_mid_sweep_results_wait_in_the_outbox_and_reach_mlflow_later
     server.start()
     try:
         budget = 8
-        data = served_experiment(name="outage", budget={"trials": budget, "concurrent_trials": 2},
-                               benchmark={"repeats": 2}, promotion={"max_rounds": 0, "min_gain": 0.0},
-                               tracking={"uri": server.uri})
+        data = served_experiment(
+            name="outage",
+            budget={"trials": budget, "concurrent_trials": 2},
+            benchmark={"repeats": 2},
+            promotion={"max_rounds": 0, "min_gain": 0.0},
+            tracking={"uri": server.uri},
+        )
         exp, wd, marker, log = write_experiment(tmp_path, data), tmp_path / "wd", uuid.uuid4().hex, tmp_path / "run.log"
         proc = start_sweep(exp, wd, marker, log)
         try:
@@ -55,8 +59,12 @@ def test_mlflow_down_mid_sweep_results_wait_in_the_outbox_and_reach_mlflow_later
             server.stop()
             stopped_at = time.time()
             finished_before = set(trial_files(wd)[0])
-            wait_for(lambda: len(set(trial_files(wd)[0]) - finished_before) >= 2 and _outbox_lines(wd) >= 2,
-                     proc, log, timeout_s=180)
+            wait_for(
+                lambda: len(set(trial_files(wd)[0]) - finished_before) >= 2 and _outbox_lines(wd) >= 2,
+                proc,
+                log,
+                timeout_s=180,
+            )
             queued = _outbox_lines(wd)
             server.start()  # same port, same store
             rc = proc.wait(timeout=300)
@@ -96,7 +104,8 @@ def test_mlflow_down_mid_sweep_results_wait_in_the_outbox_and_reach_mlflow_later
                 assert run.info.status == "FINISHED"
                 # MLflow shows 4 significant digits; outcome.json keeps the full measurement.
                 assert run.data.metrics["decode_tok_s"] == pytest.approx(
-                    outcomes[t.number]["metrics"]["decode_tok_s"], rel=1e-3)
+                    outcomes[t.number]["metrics"]["decode_tok_s"], rel=1e-3
+                )
 
         summary = json.loads((wd / "summary.json").read_text())
         assert summary["promoted"], summary.get("verdict")

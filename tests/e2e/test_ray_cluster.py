@@ -32,6 +32,7 @@ from orchestrator.search.study import Study
 
 pytestmark = pytest.mark.slow
 
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[LoopbackCluster]:
     # The head as docs/cluster.md starts a node (RAY_worker_niceness=0), the worker with Ray's default (15).
@@ -45,8 +46,9 @@ def cluster(tmp_path_factory) -> Iterator[LoopbackCluster]:
 
 
 def test_two_trials_run_at_the_same_time_on_two_nodes(cluster, tmp_path, sqlite_store_template):
-    data = served_experiment(name="twonode", server={"tp": 8},
-                           budget={"trials": 4, "concurrent_trials": 2}, promotion={"max_rounds": 0})
+    data = served_experiment(
+        name="twonode", server={"tp": 8}, budget={"trials": 4, "concurrent_trials": 2}, promotion={"max_rounds": 0}
+    )
     exp, wd = write_experiment(tmp_path, data), new_workdir(tmp_path, sqlite_store_template)
     env = {"RAY_AUTH_MODE": "token"}  # the cluster uses Ray's token authentication (its default)
     proc = sweep("run", str(exp), "--workdir", str(wd), "--ray-address", cluster.address, env=env)
@@ -58,8 +60,12 @@ def test_two_trials_run_at_the_same_time_on_two_nodes(cluster, tmp_path, sqlite_
     outcomes = {n: o for n, o in trial_files(wd)[0].items()}
     assert len(outcomes) == 4
     assert {o["node"].split("/")[0] for o in outcomes.values()} == {"127.0.0.2", "127.0.0.3"}
-    overlapping = [(a, b) for a in outcomes.values() for b in outcomes.values()
-                   if a["number"] < b["number"] and a["started_at"] < b["finished_at"] and b["started_at"] < a["finished_at"]]
+    overlapping = [
+        (a, b)
+        for a in outcomes.values()
+        for b in outcomes.values()
+        if a["number"] < b["number"] and a["started_at"] < b["finished_at"] and b["started_at"] < a["finished_at"]
+    ]
     assert overlapping
     for a, b in overlapping:  # two trials at once: on different nodes, with different parameters
         assert a["node"] != b["node"]
@@ -80,11 +86,25 @@ def test_two_trials_run_at_the_same_time_on_two_nodes(cluster, tmp_path, sqlite_
 def test_sweep_without_the_clusters_token_gets_one_clear_message(cluster, tmp_path):
     exp = write_experiment(tmp_path, demo_experiment(name="notoken"))
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(exp), "--workdir",
-                           str(tmp_path / "wd"), "--ray-address", cluster.address],
-                          cwd=REPO, capture_output=True, text=True, timeout=180,
-                          # Ray retries a refused connection ~20 s by default; 2 s are enough here.
-                          env={**env, "COLUMNS": "200", "RAY_gcs_server_port_wait_time_s": "2"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "run",
+            str(exp),
+            "--workdir",
+            str(tmp_path / "wd"),
+            "--ray-address",
+            cluster.address,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        # Ray retries a refused connection ~20 s by default; 2 s are enough here.
+        env={**env, "COLUMNS": "200", "RAY_gcs_server_port_wait_time_s": "2"},
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "token authentication" in proc.stderr and "RAY_AUTH_MODE=token" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -93,20 +113,31 @@ def test_sweep_without_the_clusters_token_gets_one_clear_message(cluster, tmp_pa
 def test_concurrent_proposals_differ_constant_liar(tmp_path):
     """Two trials asked while the first is still running get different points. Measured on this space:
     0 of 40 pairs were equal with the constant liar, 19 of 40 without it."""
-    space = SearchSpace(name="tiny", params={
-        "NCCL_PROTO": ParamSpec(choices=(None, "LL", "LL128", "Simple")),
-        "NCCL_ALGO": ParamSpec(choices=(None, "Ring", "Tree")),
-        "NCCL_MAX_NCHANNELS": ParamSpec(choices=(None, 2, 4, 8)),
-    })
+    space = SearchSpace(
+        name="tiny",
+        params={
+            "NCCL_PROTO": ParamSpec(choices=(None, "LL", "LL128", "Simple")),
+            "NCCL_ALGO": ParamSpec(choices=(None, "Ring", "Tree")),
+            "NCCL_MAX_NCHANNELS": ParamSpec(choices=(None, 2, 4, 8)),
+        },
+    )
 
     def value(p):  # one clear optimum, so a sampler without the liar proposes it twice
-        return ({"LL": 30, "LL128": 20, "Simple": 10, None: 0}[p["NCCL_PROTO"]]
-                + {"Ring": 6, "Tree": 3, None: 0}[p["NCCL_ALGO"]] + (p["NCCL_MAX_NCHANNELS"] or 0))
+        return (
+            {"LL": 30, "LL128": 20, "Simple": 10, None: 0}[p["NCCL_PROTO"]]
+            + {"Ring": 6, "Tree": 3, None: 0}[p["NCCL_ALGO"]]
+            + (p["NCCL_MAX_NCHANNELS"] or 0)
+        )
 
     pairs = []
     for seed in range(5):
-        study = Study(f"sqlite:///{tmp_path / f'{seed}.db'}", "liar", space,
-                      SamplerSpec(kind="tpe", seed=seed, startup_trials=6), ["maximize"])
+        study = Study(
+            f"sqlite:///{tmp_path / f'{seed}.db'}",
+            "liar",
+            space,
+            SamplerSpec(kind="tpe", seed=seed, startup_trials=6),
+            ["maximize"],
+        )
         study.open()
         for _ in range(6):
             number, params, _ = study.ask()

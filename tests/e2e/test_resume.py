@@ -45,6 +45,7 @@ from orchestrator.search.study import read_only
 
 pytestmark = pytest.mark.slow
 
+
 def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(tmp_path, sqlite_store_template):
     budget = 8
     exp = short_sweep(tmp_path, "resume", budget)
@@ -64,9 +65,9 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
         # Kill when two trials are finished and one was launched moments ago (so it is mid-flight).
         def kill_point():
             finished, running = trial_files(wd)
-            fresh = [n for n in running
-                     if time.time() - (wd / "trials" / f"{n:04d}" / "spec.json").stat().st_mtime < 3]
+            fresh = [n for n in running if time.time() - (wd / "trials" / f"{n:04d}" / "spec.json").stat().st_mtime < 3]
             return len(finished) >= 2 and fresh
+
         wait_for(kill_point, first, first_log, timeout_s=900)
         assert marked_processes(marker), "the driver's processes carry the marker"
         os.kill(first.pid, signal.SIGKILL)
@@ -83,9 +84,14 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
     trials_at_kill, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "resume")
     running_at_kill = {t.number for t in trials_at_kill if t.state == "RUNNING"}
     assert running_at_kill
-    told_at_kill = {t.number: t for t in trials_at_kill if t.state in ("COMPLETE", "FAIL") and not t.attrs.get("skipped")}
-    runs_at_kill = {n: (r[0].info.run_id, r[0].info.status, r[0].info.end_time, dict(r[0].data.metrics))
-                    for n, r in mlflow_runs(wd, "resume").items() if n in told_at_kill}
+    told_at_kill = {
+        t.number: t for t in trials_at_kill if t.state in ("COMPLETE", "FAIL") and not t.attrs.get("skipped")
+    }
+    runs_at_kill = {
+        n: (r[0].info.run_id, r[0].info.status, r[0].info.end_time, dict(r[0].data.metrics))
+        for n, r in mlflow_runs(wd, "resume").items()
+        if n in told_at_kill
+    }
     assert len(told_at_kill) >= 2
 
     status = sweep("status", "--workdir", str(wd))
@@ -105,8 +111,9 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
         assert (by_number[n].state, by_number[n].values) == (t.state, t.values)
     runs = mlflow_runs(wd, "resume")
     for n, (run_id, status_, end, metrics) in runs_at_kill.items():
-        assert [(r.info.run_id, r.info.status, r.info.end_time, dict(r.data.metrics)) for r in runs[n]] == \
-            [(run_id, status_, end, metrics)]
+        assert [(r.info.run_id, r.info.status, r.info.end_time, dict(r.data.metrics)) for r in runs[n]] == [
+            (run_id, status_, end, metrics)
+        ]
 
     # What was running is FAIL/interrupted in Optuna, KILLED in MLflow, and measured again exactly once.
     interrupted = [t for t in trials if t.attrs.get("failure_kind") == FailureKind.interrupted.value]
@@ -135,7 +142,8 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
     assert summary["champion"] and "champion: trial" in resumed.stdout, summary.get("verdict")
     if summary["promoted"]:  # the promotion gate's verdict is select.py's; when it passes, the alias resolves
         version = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}").get_model_version_by_alias(
-            "sglang-sweep-demo", "champion")
+            "sglang-sweep-demo", "champion"
+        )
         assert version.run_id == runs[summary["champion"]["number"]][0].info.run_id
 
 
@@ -155,22 +163,28 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlit
     told_later, lost, unlogged = [study.ask() for _ in range(3)]
     run_ids = {}
     for number, params, _ in (told_later, lost):
-        run_ids[number] = tracker.start_trial(first.parent_run_id, number=number, params=params,
-                                              role="search", tags={})
+        run_ids[number] = tracker.start_trial(first.parent_run_id, number=number, params=params, role="search", tags={})
         study.set_trial_attrs(number, {"role": "search", "mlflow_run_id": run_ids[number]})
         (wd / "trials" / f"{number:04d}").mkdir(parents=True)
     number, params, _ = told_later
     now = time.time()
-    done = TrialOutcome(number=number, params=params, status=TrialStatus.COMPLETE,
-                        metrics=Metrics(decode_tok_s=55.5, output_tok_s=54.0), started_at=now - 5,
-                        finished_at=now, trial_dir=str(wd / "trials" / f"{number:04d}"))
+    done = TrialOutcome(
+        number=number,
+        params=params,
+        status=TrialStatus.COMPLETE,
+        metrics=Metrics(decode_tok_s=55.5, output_tok_s=54.0),
+        started_at=now - 5,
+        finished_at=now,
+        trial_dir=str(wd / "trials" / f"{number:04d}"),
+    )
     (wd / "trials" / f"{number:04d}" / "outcome.json").write_text(done.model_dump_json())
     # A third trial was told to Optuna, but the driver died before MLflow heard of it.
     u_number, u_params, _ = unlogged
     u_dir = wd / "trials" / f"{u_number:04d}"
     u_dir.mkdir(parents=True)
-    (u_dir / "outcome.json").write_text(done.model_copy(update={
-        "number": u_number, "params": u_params, "trial_dir": str(u_dir)}).model_dump_json())
+    (u_dir / "outcome.json").write_text(
+        done.model_copy(update={"number": u_number, "params": u_params, "trial_dir": str(u_dir)}).model_dump_json()
+    )
     study.tell_complete(u_number, [55.5], {"role": "search"})
     first._lock.release()  # the driver "dies": its lock goes with it
 
@@ -199,7 +213,8 @@ def test_outcome_written_but_not_told_is_recovered_from_the_file(tmp_path, sqlit
     parent = second.parent_run_id
     unlogged_runs = client.search_runs(
         [told_run.info.experiment_id],
-        filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.`sweep.trial_number` = '{u_number}'")
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.`sweep.trial_number` = '{u_number}'",
+    )
     assert [(r.info.status, r.data.metrics["decode_tok_s"]) for r in unlogged_runs] == [("FINISHED", 55.5)]
 
     # A second resume settles nothing again: no second re-measure of the same interruption.
@@ -216,10 +231,13 @@ def test_identical_failing_parameters_are_not_measured_again(tmp_path, sqlite_st
     """A tiny space where some points always fail: the sampler proposes them again, the driver tells
     Optuna the known failure instead of measuring them twice, and the sweep ends when nothing is left."""
     data = served_experiment(
-        name="repeats", search_space=[str(nccl_space(tmp_path, ["Tree"]))], sampler={"kind": "random", "seed": 0},
+        name="repeats",
+        search_space=[str(nccl_space(tmp_path, ["Tree"]))],
+        sampler={"kind": "random", "seed": 0},
         simulator={"faults": [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL128", "Simple"]}}]},
         budget={"trials": 8, "concurrent_trials": 2, "max_failure_rate": 0.9},
-        promotion={"max_rounds": 0})
+        promotion={"max_rounds": 0},
+    )
     proc, wd, trials = run_to_the_end(tmp_path, sqlite_store_template, data)
     assert ended_cleanly(proc), proc.stdout + proc.stderr
 

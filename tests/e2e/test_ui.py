@@ -21,16 +21,29 @@ from ports import free_port
 pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @contextlib.contextmanager
 def serving_ui(wd: Path, deadline_s: float = 180) -> Iterator[tuple[str, int, subprocess.Popen]]:
     """`sweep ui` on the sweep's store until /health answers: (base URL, port, process); stopped after."""
     port = free_port()
-    proc = subprocess.Popen([*SWEEP, "ui", "--workdir", str(wd), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [*SWEEP, "ui", "--workdir", str(wd), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
@@ -62,8 +75,9 @@ def test_mlflow_ui_shows_the_sweep_its_trials_and_the_champion(ui_server, tmp_pa
     base, wd = ui_server
     state = json.loads((wd / "sweep.json").read_text())
     summary = json.loads((wd / "summary.json").read_text())
-    exp_id = httpx.get(f"{base}/api/2.0/mlflow/experiments/get-by-name",
-                       params={"experiment_name": state["experiment"]}).json()["experiment"]["experiment_id"]
+    exp_id = httpx.get(
+        f"{base}/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": state["experiment"]}
+    ).json()["experiment"]["experiment_id"]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})

@@ -17,15 +17,26 @@ pytestmark = pytest.mark.slow
 
 def test_not_better_exits_3_and_export_reports_the_verdict(tmp_path, sqlite_store_template):
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump({"name": "two-parts", "params": {
-        "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [3], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-    }}))
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "two-parts",
+                "params": {
+                    "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
+                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                    "speculative_num_steps": {"choices": [3], "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+                },
+            }
+        )
+    )
     # About +60% on the simulated PCIe host: far from the +150% this experiment asks for.
-    data = served_experiment(name="verdict-cli", budget={"trials": 4, "concurrent_trials": 2},
-                           sampler={"kind": "grid", "seed": 0}, promotion={"min_gain": 1.5})
+    data = served_experiment(
+        name="verdict-cli",
+        budget={"trials": 4, "concurrent_trials": 2},
+        sampler={"kind": "grid", "seed": 0},
+        promotion={"min_gain": 1.5},
+    )
     data["search_space"] = [str(space)]
     wd = new_workdir(tmp_path, sqlite_store_template)  # its MLflow store already migrated
     proc = sweep("run", str(write_experiment(tmp_path, data)), "--workdir", str(wd))

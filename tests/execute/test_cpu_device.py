@@ -15,8 +15,13 @@ from orchestrator.execute.ray_actor import RayExecutor
 def test_a_cpu_server_runs_on_a_ray_cluster_without_gpus(tmp_path: Path) -> None:
     space = tmp_path / "nccl-proto.yaml"
     space.write_text("name: nccl-proto\nparams:\n  NCCL_PROTO: {choices: [null, LL]}\n")
-    data = demo_experiment(name="cpu", engine="sglang", search_space=[str(space)], promotion={"explain": False},
-                           server={"model": "/models/tiny-llama", "draft_model": None, "tp": 2, "device": "cpu"})
+    data = demo_experiment(
+        name="cpu",
+        engine="sglang",
+        search_space=[str(space)],
+        promotion={"explain": False},
+        server={"model": "/models/tiny-llama", "draft_model": None, "tp": 2, "device": "cpu"},
+    )
     data["server"]["env"] = {"SGLANG_USE_CPU_ENGINE": "1"}
     spec = spec_mod.load(write_experiment(tmp_path, data))
     executor = RayExecutor.for_sweep(spec, None)

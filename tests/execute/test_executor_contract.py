@@ -25,8 +25,12 @@ from orchestrator.records import FailureKind, ParamValue, TrialOutcome, TrialSpe
 from orchestrator.search import space as sp
 from orchestrator.testing import ModelExecutor
 
-SPECULATING: dict[str, ParamValue] = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-                                      "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}
+SPECULATING: dict[str, ParamValue] = {
+    "speculative_algorithm": "EAGLE3",
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 4,
+    "speculative_num_draft_tokens": 8,
+}
 
 Make = Callable[[spec_mod.SweepSpec], Executor]
 MAKERS: dict[str, Make] = {
@@ -37,13 +41,23 @@ MAKERS: dict[str, Make] = {
 
 
 def experiment(tmp_path: Path, **overrides: object) -> spec_mod.SweepSpec:
-    return spec_mod.load(write_experiment(tmp_path, demo_experiment(name="contract", **overrides),
-                                          name=f"exp-{len(list(tmp_path.glob('exp-*')))}.yaml"))
+    return spec_mod.load(
+        write_experiment(
+            tmp_path,
+            demo_experiment(name="contract", **overrides),
+            name=f"exp-{len(list(tmp_path.glob('exp-*')))}.yaml",
+        )
+    )
 
 
 def trial(spec: spec_mod.SweepSpec, tmp_path: Path, number: int, **params: ParamValue) -> TrialSpec:
-    return TrialSpec(number=number, params={**sp.baseline_params(spec.space), **params}, seed=number,
-                     trial_dir=str(tmp_path / f"t{number}"), experiment=spec)
+    return TrialSpec(
+        number=number,
+        params={**sp.baseline_params(spec.space), **params},
+        seed=number,
+        trial_dir=str(tmp_path / f"t{number}"),
+        experiment=spec,
+    )
 
 
 @pytest.fixture(params=sorted(MAKERS))
@@ -68,8 +82,11 @@ def wait_all(executor: Executor, count: int, budget_s: float = 180.0) -> list[Fi
 
 def files_of(outcome: TrialOutcome) -> dict[str, object]:
     d = Path(outcome.trial_dir)
-    return {"spec": json.loads((d / "spec.json").read_text()), "launch": json.loads((d / "launch.json").read_text()),
-            "outcome": json.loads((d / "outcome.json").read_text())}
+    return {
+        "spec": json.loads((d / "spec.json").read_text()),
+        "launch": json.loads((d / "launch.json").read_text()),
+        "outcome": json.loads((d / "outcome.json").read_text()),
+    }
 
 
 def test_a_trial_comes_back_measured_with_its_files(executor: tuple[str, Executor], tmp_path: Path) -> None:
@@ -116,14 +133,22 @@ def test_speculation_is_measured_with_its_acceptance(executor: tuple[str, Execut
     assert m.accept_length is not None and m.accept_length > 1.0
 
 
-@pytest.mark.parametrize("fault, params, kind, words", [
-    ("oom_above_draft_tokens=4", SPECULATING, FailureKind.oom, "out of memory"),
-    ("env_drop", {"NCCL_PROTO": "LL"}, FailureKind.env_not_applied, "NCCL_PROTO did not reach"),
-    ("crash_after_tokens=1", {}, FailureKind.server_crash, ""),
-])
-def test_an_injected_fault_comes_back_as_its_failure_kind(executor: tuple[str, Executor], tmp_path: Path,
-                                                           fault: str, params: dict[str, ParamValue],
-                                                           kind: FailureKind, words: str) -> None:
+@pytest.mark.parametrize(
+    "fault, params, kind, words",
+    [
+        ("oom_above_draft_tokens=4", SPECULATING, FailureKind.oom, "out of memory"),
+        ("env_drop", {"NCCL_PROTO": "LL"}, FailureKind.env_not_applied, "NCCL_PROTO did not reach"),
+        ("crash_after_tokens=1", {}, FailureKind.server_crash, ""),
+    ],
+)
+def test_an_injected_fault_comes_back_as_its_failure_kind(
+    executor: tuple[str, Executor],
+    tmp_path: Path,
+    fault: str,
+    params: dict[str, ParamValue],
+    kind: FailureKind,
+    words: str,
+) -> None:
     _, ex = executor  # the experiment (and its faults) travels in the TrialSpec
     spec = experiment(tmp_path, simulator={"faults": [fault]})
     ex.submit(trial(spec, tmp_path, 3, **params))
@@ -134,16 +159,20 @@ def test_an_injected_fault_comes_back_as_its_failure_kind(executor: tuple[str, E
     assert json.loads((Path(out.trial_dir) / "outcome.json").read_text())["failure_kind"] == kind.value
 
 
-def test_abort_ends_a_running_trial_and_its_outcome_still_comes_back(executor: tuple[str, Executor],
-                                                                      tmp_path: Path) -> None:
+def test_abort_ends_a_running_trial_and_its_outcome_still_comes_back(
+    executor: tuple[str, Executor], tmp_path: Path
+) -> None:
     _, ex = executor
     spec = experiment(tmp_path, benchmark={"requests": 200, "output_len": 256})
     handle = ex.submit(trial(spec, tmp_path, 4))
     clock = ex.clock
     deadline = clock.monotonic() + 60
     # A real server is aborted once it runs (its pid file exists); the model-backed one at once.
-    while isinstance(ex, (InlineExecutor, RayExecutor)) and not (tmp_path / "t4" / "server.pid").exists() \
-            and clock.monotonic() < deadline:
+    while (
+        isinstance(ex, (InlineExecutor, RayExecutor))
+        and not (tmp_path / "t4" / "server.pid").exists()
+        and clock.monotonic() < deadline
+    ):
         clock.sleep(0.1)
     ex.abort(handle)
     (done,) = wait_all(ex, 1)

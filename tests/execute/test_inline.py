@@ -19,8 +19,9 @@ from orchestrator.trial.server import recorded_server
 
 def trial(tmp_path: Path, number: int = 0, **overrides: object) -> TrialSpec:
     spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="inline", **overrides)))
-    return TrialSpec(number=number, params=sp.baseline_params(spec.space), trial_dir=str(tmp_path / f"t{number}"),
-                     experiment=spec)
+    return TrialSpec(
+        number=number, params=sp.baseline_params(spec.space), trial_dir=str(tmp_path / f"t{number}"), experiment=spec
+    )
 
 
 def wait_one(executor: InlineExecutor, timeout_s: float = 900.0):  # type: ignore[no-untyped-def]  # a hang guard
@@ -48,7 +49,9 @@ def test_a_trial_that_raises_is_an_internal_error_outcome(tmp_path: Path) -> Non
     executor.submit(broken)
     (done,) = wait_one(executor)
     assert done.outcome.failure_kind is FailureKind.internal_error and done.lost
-    assert done.outcome.reason.startswith("the trial raised ") and done.outcome.reason.endswith("(traceback in sweep.log)")
+    assert done.outcome.reason.startswith("the trial raised ") and done.outcome.reason.endswith(
+        "(traceback in sweep.log)"
+    )
 
 
 def test_submit_with_every_slot_busy_is_refused(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from orchestrator.execute.inline import InlineExecutor
 from orchestrator.sweep.driver import Sweep
 
 
-@pytest.mark.parametrize("damage", [b"", b"{\"experiment\": \"bud", b"\xff\xfe\x00garbage", b"[1, 2]", None])
+@pytest.mark.parametrize("damage", [b"", b'{"experiment": "bud', b"\xff\xfe\x00garbage", b"[1, 2]", None])
 def test_the_budget_survives_an_unreadable_sweep_json(tmp_path: Path, damage: bytes | None) -> None:
     spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="bud")))
     assert spec.budget.trials == 6

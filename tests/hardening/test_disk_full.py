@@ -26,11 +26,14 @@ SIZE = "64m"
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     mnt = tmp_path / "small"
     mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE},mode=0755", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={SIZE},mode=0755", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
-        pytest.skip(f"cannot mount a {SIZE} tmpfs here ({proc.stderr.strip() or proc.returncode}); "
-                    "the fault test needs root and mount permission")
+        pytest.skip(
+            f"cannot mount a {SIZE} tmpfs here ({proc.stderr.strip() or proc.returncode}); "
+            "the fault test needs root and mount permission"
+        )
     try:
         yield mnt
     finally:
@@ -64,12 +67,16 @@ def _complete(wd: Path, name: str) -> dict[int, float]:
     return {t.number: t.values[0] for t in measured(trials) if t.state == "COMPLETE" and t.values}
 
 
-def test_a_full_disk_stops_the_sweep_with_one_message_and_resume_loses_nothing(tmp_path: Path,
-                                                                               small_fs: Path) -> None:
+def test_a_full_disk_stops_the_sweep_with_one_message_and_resume_loses_nothing(tmp_path: Path, small_fs: Path) -> None:
     name = "diskfull"
-    exp = write_experiment(tmp_path, served_experiment(
-        name=name, budget={"trials": 5, "concurrent_trials": 1},
-        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]}))
+    exp = write_experiment(
+        tmp_path,
+        served_experiment(
+            name=name,
+            budget={"trials": 5, "concurrent_trials": 1},
+            promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]},
+        ),
+    )
     wd = small_fs / "wd"
     marker = uuid.uuid4().hex
     log = tmp_path / "run.log"
@@ -110,7 +117,6 @@ def test_a_full_disk_stops_the_sweep_with_one_message_and_resume_loses_nothing(t
     assert os.statvfs(small_fs).f_bavail > 0
 
 
-
 def test_mlflow_meeting_a_full_disk_says_so_and_how_to_fix_it(tmp_path: Path, small_fs: Path) -> None:
     """The path CI met (landing run after a207041): the disk fills between two MLflow writes, so the
     first write to fail is MLflow's sqlite commit (mlflow/store/db/utils.py make_managed_session logs
@@ -120,16 +126,25 @@ def test_mlflow_meeting_a_full_disk_says_so_and_how_to_fix_it(tmp_path: Path, sm
     from orchestrator.tracking.tracker import Tracker
 
     db = small_fs / "mlflow.db"
-    tracker = Tracker(f"sqlite:///{db}", "diskfull", outbox_dir=tmp_path / "outbox",
-                      artifact_location=(tmp_path / "artifacts").as_uri())
+    tracker = Tracker(
+        f"sqlite:///{db}",
+        "diskfull",
+        outbox_dir=tmp_path / "outbox",
+        artifact_location=(tmp_path / "artifacts").as_uri(),
+    )
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
     run_id = tracker.start_trial(parent, number=1, params={"NCCL_PROTO": "LL"}, role="search", tags={})
     filler = _fill(small_fs)
     try:
         with pytest.raises(TrackingError) as raised:
             for number in range(2, 200):  # sqlite may still fit a few rows in its free pages
-                tracker.start_trial(parent, number=number, params={"NCCL_PROTO": "LL", "n": number},
-                                    role="search", tags={"sweep.pad": "x" * 4000})
+                tracker.start_trial(
+                    parent,
+                    number=number,
+                    params={"NCCL_PROTO": "LL", "n": number},
+                    role="search",
+                    tags={"sweep.pad": "x" * 4000},
+                )
     finally:
         filler.unlink(missing_ok=True)
         for extra in small_fs.glob("filler-*"):

@@ -63,8 +63,9 @@ def test_a_failed_preflight_check_says_failed_and_the_same_command_starts_again(
     assert _studies(wd) == ["preflight"]
 
 
-def test_a_study_left_by_a_start_killed_before_its_parent_run_is_taken_over(tmp_path: Path,
-                                                                            sqlite_store_template: Path) -> None:
+def test_a_study_left_by_a_start_killed_before_its_parent_run_is_taken_over(
+    tmp_path: Path, sqlite_store_template: Path
+) -> None:
     spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="killedstart")))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)
@@ -116,15 +117,22 @@ def test_an_mlflow_that_answers_empty_json_is_one_message_and_sweep_json_says_fa
     assert _studies(wd) == []  # the same command starts once tracking.uri is fixed
 
 
-def test_a_storage_failure_mid_sweep_leaves_sweep_json_failed_and_resume_finishes(tmp_path: Path,
-                                                                                  sqlite_store_template: Path,
-                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_storage_failure_mid_sweep_leaves_sweep_json_failed_and_resume_finishes(
+    tmp_path: Path, sqlite_store_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The Optuna storage refuses writes after the first trial finished (another connection holds the
     database locked, as a full disk refuses them): the driver's one StorageWriteError, sweep.json says
     `failed` and why (it used to stay `running`), the measured trial is kept, and --resume finishes."""
-    spec = spec_mod.load(write_experiment(tmp_path, served_experiment(
-        name="midfail", budget={"trials": 3, "concurrent_trials": 1},  # the gate's pair only: the storage is the subject
-        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]})))
+    spec = spec_mod.load(
+        write_experiment(
+            tmp_path,
+            served_experiment(
+                name="midfail",
+                budget={"trials": 3, "concurrent_trials": 1},  # the gate's pair only: the storage is the subject
+                promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]},
+            ),
+        )
+    )
     from orchestrator.search import study as study_mod
 
     monkeypatch.setattr(study_mod, "SQLITE_BUSY_S", 2.0)  # the lock is held to the end: wait 2 s for it, not 30
@@ -160,15 +168,15 @@ def test_a_storage_failure_mid_sweep_leaves_sweep_json_failed_and_resume_finishe
 
 
 def test_a_resume_that_cannot_start_says_so_in_sweep_json_and_keeps_the_earlier_run(
-        tmp_path: Path, sqlite_store_template: Path) -> None:
+    tmp_path: Path, sqlite_store_template: Path
+) -> None:
     """--resume while MLflow is down (tracking.uri at a closed port): sweep.json used to stay as the
     earlier run left it (`finished`), as if nothing had been tried. Now it says the resume failed and why,
     and keeps the earlier run's counts, best, baselines and why it stopped; the study is untouched, and
     the same --resume, once MLflow is back, continues it (real Optuna and MLflow sqlite stores)."""
     from orchestrator.testing import ModelExecutor
 
-    data = demo_experiment(name="resumefail", budget={"trials": 2, "concurrent_trials": 1},
-                           promotion={"max_rounds": 0})
+    data = demo_experiment(name="resumefail", budget={"trials": 2, "concurrent_trials": 1}, promotion={"max_rounds": 0})
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)
@@ -177,8 +185,9 @@ def test_a_resume_that_cannot_start_says_so_in_sweep_json_and_keeps_the_earlier_
     assert earlier["status"] == "finished" and earlier["complete"] == 2
     trials = optuna.load_study(study_name="resumefail", storage=f"sqlite:///{wd / 'optuna.db'}").trials
 
-    down = spec_mod.load(write_experiment(tmp_path, {**data, "tracking": {"uri": "http://127.0.0.1:9"}},
-                                          name="down.yaml"))
+    down = spec_mod.load(
+        write_experiment(tmp_path, {**data, "tracking": {"uri": "http://127.0.0.1:9"}}, name="down.yaml")
+    )
     with pytest.raises(SweepToolError, match="MLflow"):
         Sweep(down, wd, executor=ModelExecutor(1), resume=True, n_trials=3).run()
     state = json.loads((wd / "sweep.json").read_text())

@@ -24,12 +24,18 @@ DAMAGES = ["truncate", "empty", "garbage", "wrong_type", "directory"]
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory,
-             sqlite_store_template: Path) -> tuple[Path, spec_mod.SweepSpec]:
+def finished(tmp_path_factory: pytest.TempPathFactory, sqlite_store_template: Path) -> tuple[Path, spec_mod.SweepSpec]:
     tmp = tmp_path_factory.mktemp("mlflowdb-template")
-    spec = spec_mod.load(write_experiment(tmp, served_experiment(
-        name="mlflowdb", budget={"trials": 2, "concurrent_trials": 1},
-        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]})))
+    spec = spec_mod.load(
+        write_experiment(
+            tmp,
+            served_experiment(
+                name="mlflowdb",
+                budget={"trials": 2, "concurrent_trials": 1},
+                promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]},
+            ),
+        )
+    )
     wd = tmp / "wd"
     copy_store(sqlite_store_template, wd)  # an MLflow store already migrated
     Sweep(spec, wd, executor=InlineExecutor(1)).run()
@@ -57,8 +63,9 @@ def _trials(wd: Path, name: str) -> list[tuple[int, str, tuple[float, ...] | Non
 
 
 @pytest.mark.parametrize("how", DAMAGES)
-def test_a_damaged_mlflow_db_under_resume_is_one_message_and_changes_nothing(finished, tmp_path: Path,
-                                                                             how: str) -> None:
+def test_a_damaged_mlflow_db_under_resume_is_one_message_and_changes_nothing(
+    finished, tmp_path: Path, how: str
+) -> None:
     template, spec = finished
     wd = tmp_path / f"wd-{how}"  # a new path per case: MLflow keeps one engine per database path
     shutil.copytree(template, wd)

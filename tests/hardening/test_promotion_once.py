@@ -17,15 +17,27 @@ MODEL = "demo-serving"
 
 
 def _config(run_id: str) -> ServingConfig:
-    return export.validate_serving_config({
-        "experiment": "demo", "trial_number": 1, "run_id": run_id, "model_version": None, "engine": "simulator",
-        "sglang_version": "0.5.23", "params": {"NCCL_PROTO": "LL"}, "env": {"NCCL_PROTO": "LL"},
-        "sglang_args": ["--tp-size", "2"], "metrics": {"decode_tok_s": 90.0}, "fingerprint_hash": "f00d",
-        "created_at": "2026-12-01T00:00:00+00:00"})
+    return export.validate_serving_config(
+        {
+            "experiment": "demo",
+            "trial_number": 1,
+            "run_id": run_id,
+            "model_version": None,
+            "engine": "simulator",
+            "sglang_version": "0.5.23",
+            "params": {"NCCL_PROTO": "LL"},
+            "env": {"NCCL_PROTO": "LL"},
+            "sglang_args": ["--tp-size", "2"],
+            "metrics": {"decode_tok_s": 90.0},
+            "fingerprint_hash": "f00d",
+            "created_at": "2026-12-01T00:00:00+00:00",
+        }
+    )
 
 
-def test_a_version_left_without_its_alias_is_reused_not_registered_again(tmp_path: Path,
-                                                                          sqlite_store_template: Path) -> None:
+def test_a_version_left_without_its_alias_is_reused_not_registered_again(
+    tmp_path: Path, sqlite_store_template: Path
+) -> None:
     tracker = Tracker(copy_store(sqlite_store_template, tmp_path), "demo", outbox_dir=tmp_path)
     client = MlflowClient(tracking_uri=tracker.tracking_uri, registry_uri=tracker.tracking_uri)
     parent = tracker.start_sweep(run_name="s", params={}, tags={})

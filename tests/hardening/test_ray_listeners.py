@@ -48,8 +48,9 @@ def test_the_private_ray_listens_where_the_docs_say_and_its_token_is_private(tmp
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    proc = subprocess.run([sys.executable, "-c", _MEASURE], capture_output=True, text=True, timeout=180,
-                          env={**env, "HOME": str(home)})
+    proc = subprocess.run(
+        [sys.executable, "-c", _MEASURE], capture_output=True, text=True, timeout=180, env={**env, "HOME": str(home)}
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     measured = json.loads(proc.stdout.strip().splitlines()[-1])
     assert measured["token_path"] == str(home / ".ray" / "auth_token")

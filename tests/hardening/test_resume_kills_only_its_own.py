@@ -59,8 +59,9 @@ def _records(pid: int, argv: tuple[str, ...]) -> list[str]:
     ]
 
 
-def test_no_record_kills_a_stranger_unless_it_names_that_very_process(tmp_path: Path,
-                                                                     stranger: subprocess.Popen[bytes]) -> None:
+def test_no_record_kills_a_stranger_unless_it_names_that_very_process(
+    tmp_path: Path, stranger: subprocess.Popen[bytes]
+) -> None:
     argv = (*SLEEPER, "stranger")
     texts = _records(stranger.pid, argv)
     for n, text in enumerate(texts):
@@ -74,8 +75,11 @@ def test_no_record_kills_a_stranger_unless_it_names_that_very_process(tmp_path: 
 
 def test_the_server_a_killed_driver_left_is_reaped(tmp_path: Path, stranger: subprocess.Popen[bytes]) -> None:
     """The record the server writes itself (pid, start time, full argv) still ends the orphan."""
-    server = ServerProcess(LaunchPlan(argv=(*SLEEPER, "trial-server"), port=1, engine="simulator"),
-                           tmp_path / "trials" / "0001" / "server.log", dict(os.environ))
+    server = ServerProcess(
+        LaunchPlan(argv=(*SLEEPER, "trial-server"), port=1, engine="simulator"),
+        tmp_path / "trials" / "0001" / "server.log",
+        dict(os.environ),
+    )
     server.start()
     assert server.proc is not None
     reap_previous_driver(Paths(tmp_path))
@@ -84,18 +88,26 @@ def test_the_server_a_killed_driver_left_is_reaped(tmp_path: Path, stranger: sub
     assert not (tmp_path / "trials" / "0001" / "server.pid").exists()
 
 
-@pytest.mark.parametrize("text", [
-    "{", "[]", '{"processes": 7}', '{"processes": [1, 2]}', '{"processes": [{"pid": "x"}]}', "\x00garbage",
-    '{"processes": [{"pid": PID, "start": START, "cmd": ""}]}',
-    '{"processes": [{"pid": PID, "start": START}]}',
-    '{"processes": [{"pid": PID, "start": 1, "cmd": "CMD"}]}',
-    '{"processes": [{"pid": PID, "start": START, "cmd": "python -c other"}]}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{",
+        "[]",
+        '{"processes": 7}',
+        '{"processes": [1, 2]}',
+        '{"processes": [{"pid": "x"}]}',
+        "\x00garbage",
+        '{"processes": [{"pid": PID, "start": START, "cmd": ""}]}',
+        '{"processes": [{"pid": PID, "start": START}]}',
+        '{"processes": [{"pid": PID, "start": 1, "cmd": "CMD"}]}',
+        '{"processes": [{"pid": PID, "start": START, "cmd": "python -c other"}]}',
+    ],
+)
 def test_a_malformed_or_foreign_ray_record_kills_nothing_and_raises_nothing(
-        tmp_path: Path, stranger: subprocess.Popen[bytes], text: str) -> None:
+    tmp_path: Path, stranger: subprocess.Popen[bytes], text: str
+) -> None:
     mine = [r for r in local_processes() if r["pid"] == stranger.pid][0]
-    text = (text.replace("PID", str(stranger.pid)).replace("START", str(mine["start"]))
-            .replace("CMD", mine["cmd"]))
+    text = text.replace("PID", str(stranger.pid)).replace("START", str(mine["start"])).replace("CMD", mine["cmd"])
     (tmp_path / "ray-processes.json").write_text(text)
     reap_previous_driver(Paths(tmp_path))
     assert stranger.poll() is None
@@ -112,16 +124,27 @@ def test_a_matching_ray_record_ends_that_process(tmp_path: Path, stranger: subpr
 def test_a_server_that_is_still_dying_is_seen_exited_within_the_grace(tmp_path: Path) -> None:
     # trial/clients.py: a benchmark whose requests failed gives the server EXIT_GRACE_S to exit before the
     # failure is read as the requests' own (a crash closes its connections a moment before it is gone).
-    dying = ServerProcess(LaunchPlan(argv=(sys.executable, "-c", "import time, sys; time.sleep(5); sys.exit(7)"),
-                                     port=1, engine="simulator"), tmp_path / "a" / "server.log", dict(os.environ))
+    dying = ServerProcess(
+        LaunchPlan(
+            argv=(sys.executable, "-c", "import time, sys; time.sleep(5); sys.exit(7)"), port=1, engine="simulator"
+        ),
+        tmp_path / "a" / "server.log",
+        dict(os.environ),
+    )
     dying.start()
     assert dying.returncode() is None  # the moment the requests fail: not yet exited
     assert dying.exit_within(30.0) == 7
-    alive = ServerProcess(LaunchPlan(argv=(*SLEEPER, "trial-server"), port=1, engine="simulator"),
-                          tmp_path / "b" / "server.log", dict(os.environ))
+    alive = ServerProcess(
+        LaunchPlan(argv=(*SLEEPER, "trial-server"), port=1, engine="simulator"),
+        tmp_path / "b" / "server.log",
+        dict(os.environ),
+    )
     alive.start()
     try:
         assert alive.exit_within(0.2) is None  # a live server: the failure is the requests' own
     finally:
         alive.stop()
-    assert ServerProcess(LaunchPlan(argv=SLEEPER, port=1, engine="simulator"), tmp_path / "c.log", {}).exit_within(0.1) is None
+    assert (
+        ServerProcess(LaunchPlan(argv=SLEEPER, port=1, engine="simulator"), tmp_path / "c.log", {}).exit_within(0.1)
+        is None
+    )

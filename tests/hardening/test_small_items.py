@@ -49,8 +49,9 @@ def test_a_lock_that_is_a_directory_is_named(tmp_path: Path) -> None:
 
 def test_clock_skew_shows_no_negative_elapsed_time(tmp_path: Path) -> None:
     spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="skew")))
-    (tmp_path / "sweep.json").write_text(json.dumps({
-        "experiment": spec.name, "status": "running", "started_at": time.time() + 3600, "budget_trials": 3}))
+    (tmp_path / "sweep.json").write_text(
+        json.dumps({"experiment": spec.name, "status": "running", "started_at": time.time() + 3600, "budget_trials": 3})
+    )
     report = status_report(tmp_path)
     assert report.elapsed_s == 0.0  # started an hour ahead: clamped, not negative
     assert report.eta_s is None or report.eta_s >= 0
@@ -75,8 +76,9 @@ def _bare_sweep(tmp_path: Path) -> Path:
     a hand-edited one)."""
     wd = tmp_path / "wd"
     wd.mkdir()
-    (wd / "sweep.json").write_text(json.dumps({"experiment": "demo", "status": "finished", "started_at": 1.0,
-                                               "budget_trials": 3}))
+    (wd / "sweep.json").write_text(
+        json.dumps({"experiment": "demo", "status": "finished", "started_at": 1.0, "budget_trials": 3})
+    )
     return wd
 
 

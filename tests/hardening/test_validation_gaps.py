@@ -36,8 +36,10 @@ def _refused(tmp_path: Path, text: str | None = None, **overrides: object) -> st
     return output
 
 
-@pytest.mark.parametrize("value", ["--foo", "-x", "--", "-1e3", "-5x", "--x=1", "--model-path",
-                                   "-1", "-0.5", "-.5", "-", "- x", "--a b", "plain"])
+@pytest.mark.parametrize(
+    "value",
+    ["--foo", "-x", "--", "-1e3", "-5x", "--x=1", "--model-path", "-1", "-0.5", "-.5", "-", "- x", "--a b", "plain"],
+)
 def test_a_flag_value_that_starts_with_a_dash_is_refused_where_sglangs_parser_refuses_it(value: str) -> None:
     """The rule against an argparse parser of `sglang serve` 0.5.23's own flags (orchestrator/simulator/cli.py,
     built from the --help dump): a value that parser reads as another option is refused, every other one
@@ -100,8 +102,13 @@ def test_plan_still_plans_for_another_host(tmp_path: Path) -> None:
 def test_wall_time_1_30_is_not_read_as_90_seconds(tmp_path: Path) -> None:
     """YAML 1.1 (PyYAML's default) reads 1:30 as base 60, the integer 90: the sweep would have run 90 s."""
     assert parse("wall_time: 1:30\nport: 190:20\n", "x") == {"wall_time": "1:30", "port": "190:20"}
-    assert parse("a: 90\nb: 1.5\nc: 0x1f\nd: .inf\ne: -3\n", "x") == {"a": 90, "b": 1.5, "c": 31,
-                                                                     "d": float("inf"), "e": -3}
+    assert parse("a: 90\nb: 1.5\nc: 0x1f\nd: .inf\ne: -3\n", "x") == {
+        "a": 90,
+        "b": 1.5,
+        "c": 31,
+        "d": float("inf"),
+        "e": -3,
+    }
     exp = write_experiment(tmp_path, demo_experiment())
     exp.write_text(exp.read_text().replace("wall_time: 30m", "wall_time: 1:30"))
     assert "wall_time: 1:30" in exp.read_text()
@@ -114,14 +121,23 @@ def test_wall_time_1_30_is_not_read_as_90_seconds(tmp_path: Path) -> None:
 @pytest.mark.parametrize("where", ["model", "flags", "env"])
 def test_a_right_to_left_override_in_a_value_that_reaches_argv_is_refused(tmp_path: Path, where: str) -> None:
     """U+202E makes `--served-model-name abc\u202edcba` read differently on screen from what runs."""
-    server = {"model": "Kimi\u202e5.2K"} if where == "model" else (
-        {"flags": {"served-model-name": "x\u202ey"}} if where == "flags" else {"env": {"NCCL_TUNER_CONFIG_FILE": "/etc/t\u202eune.conf"}})
+    server = (
+        {"model": "Kimi\u202e5.2K"}
+        if where == "model"
+        else (
+            {"flags": {"served-model-name": "x\u202ey"}}
+            if where == "flags"
+            else {"env": {"NCCL_TUNER_CONFIG_FILE": "/etc/t\u202eune.conf"}}
+        )
+    )
     text = _refused(tmp_path, server=server)
     assert "U+202E RIGHT-TO-LEFT OVERRIDE" in text and f"server.{where}" in text
 
 
-@pytest.mark.parametrize("command", [["status"], ["run", "{exp}"], ["export", "-o", "{out}"], ["sync"],
-                                     ["report"], ["ui"], ["probe", "{exp}"]])
+@pytest.mark.parametrize(
+    "command",
+    [["status"], ["run", "{exp}"], ["export", "-o", "{out}"], ["sync"], ["report"], ["ui"], ["probe", "{exp}"]],
+)
 def test_an_empty_workdir_is_refused_not_taken_as_the_current_directory(tmp_path: Path, command: list[str]) -> None:
     exp = write_experiment(tmp_path, demo_experiment())
     argv = [a.format(exp=exp, out=tmp_path / "c.env") for a in command]
@@ -142,8 +158,9 @@ def test_a_probe_json_from_another_machine_is_not_reused_on_engine_sglang(tmp_pa
     from orchestrator.probe.result import read_probe
     from orchestrator.sweep._probe_stage import reusable
 
-    spec = spec_mod.load(write_experiment(tmp_path, demo_experiment(name="elsewhere",
-                                                                     probe={"enabled": True, "budget": 12})))
+    spec = spec_mod.load(
+        write_experiment(tmp_path, demo_experiment(name="elsewhere", probe={"enabled": True, "budget": 12}))
+    )
     probed = run_probe(spec, tmp_path / "wd", budget=12)
     assert probed.machine == "" and reusable(probed, spec) is None  # the simulator's host is its profile
     real = spec.model_copy(update={"engine": "sglang"})

@@ -30,12 +30,21 @@ from orchestrator.errors import SweepToolError
 from orchestrator.execute.inline import InlineExecutor
 from orchestrator.sweep.driver import Sweep
 
-FUZZ = settings(derandomize=True, database=None, deadline=None, print_blob=False,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    derandomize=True, database=None, deadline=None, print_blob=False, suppress_health_check=list(HealthCheck)
+)
 EXIT_CODES = {0, 1, 2, 3}
 """0 success, 1 failure (the environment), 2 user error, 3 no champion (orchestrator/errors.py)."""
-STATE_FILES = ["sweep.json", "summary.json", "experiment.json", "trials/0001/outcome.json", "ray-processes.json",
-               "trials/0001/server.pid", "optuna.db", "mlflow.db"]
+STATE_FILES = [
+    "sweep.json",
+    "summary.json",
+    "experiment.json",
+    "trials/0001/outcome.json",
+    "ray-processes.json",
+    "trials/0001/server.pid",
+    "optuna.db",
+    "mlflow.db",
+]
 DAMAGES = ["truncate", "empty", "garbage", "wrong_type", "directory"]
 COMMANDS = ["status", "report", "export", "sync"]
 
@@ -50,13 +59,19 @@ def stranger() -> Iterator[subprocess.Popen[bytes]]:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory,
-             sqlite_store_template: Path) -> tuple[Path, spec_mod.SweepSpec]:
+def finished(tmp_path_factory: pytest.TempPathFactory, sqlite_store_template: Path) -> tuple[Path, spec_mod.SweepSpec]:
     """A finished three-trial sweep on the simulator (inline executor), promoted, with its records."""
     tmp = tmp_path_factory.mktemp("fuzz-template")
-    spec = spec_mod.load(write_experiment(tmp, served_experiment(
-        name="wdfuzz", budget={"trials": 3, "concurrent_trials": 1},
-        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]})))
+    spec = spec_mod.load(
+        write_experiment(
+            tmp,
+            served_experiment(
+                name="wdfuzz",
+                budget={"trials": 3, "concurrent_trials": 1},
+                promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0, "explain": False, "concurrency": [1]},
+            ),
+        )
+    )
     wd = tmp / "wd"
     copy_store(sqlite_store_template, wd)  # an MLflow store already migrated
     Sweep(spec, wd, executor=InlineExecutor(1)).run()
@@ -68,9 +83,13 @@ def _damage(path: Path, how: str, garbage: bytes, stranger_pid: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
         shutil.rmtree(path)
-    data = path.read_bytes() if path.exists() else json.dumps(
-        {"pid": stranger_pid, "start": 0, "argv": [], "processes": [{"pid": stranger_pid, "start": 0, "cmd": ""}]}
-    ).encode()
+    data = (
+        path.read_bytes()
+        if path.exists()
+        else json.dumps(
+            {"pid": stranger_pid, "start": 0, "argv": [], "processes": [{"pid": stranger_pid, "start": 0, "cmd": ""}]}
+        ).encode()
+    )
     if how == "truncate":
         path.write_bytes(data[: len(data) // 2])
     elif how == "empty":
@@ -103,7 +122,8 @@ def _check_cli(argv: list[str]) -> int:
     result = CliRunner().invoke(app, argv)
     where = f"{argv}: {result.output[-2000:]}"
     assert result.exception is None or isinstance(result.exception, SystemExit), (
-        f"{where} raised {type(result.exception).__name__}: {result.exception}")
+        f"{where} raised {type(result.exception).__name__}: {result.exception}"
+    )
     assert "Traceback" not in result.output, where
     assert result.exit_code in EXIT_CODES, where
     assert sum(line.startswith("error:") for line in result.output.splitlines()) <= 1, where
@@ -117,13 +137,21 @@ def test_damaged_state_through_status_report_export_and_sync(finished, stranger,
     seen: dict[str, set[int]] = {}
 
     @settings(FUZZ, max_examples=24)
-    @given(st.sampled_from(STATE_FILES), st.sampled_from(DAMAGES), st.sampled_from(COMMANDS),
-           st.binary(min_size=1, max_size=2048))
+    @given(
+        st.sampled_from(STATE_FILES),
+        st.sampled_from(DAMAGES),
+        st.sampled_from(COMMANDS),
+        st.binary(min_size=1, max_size=2048),
+    )
     def prop(name: str, how: str, command: str, garbage: bytes) -> None:
         wd = _copy(template, tmp_path)
         _damage(wd / name, how, garbage, stranger.pid)
-        argv = {"status": ["status"], "report": ["report", "--no-mlflow"], "sync": ["sync"],
-                "export": ["export", "-o", str(tmp_path / "champion.env")]}[command]
+        argv = {
+            "status": ["status"],
+            "report": ["report", "--no-mlflow"],
+            "sync": ["sync"],
+            "export": ["export", "-o", str(tmp_path / "champion.env")],
+        }[command]
         code = _check_cli([*argv, "--workdir", str(wd)])
         seen.setdefault(command, set()).add(code)
         assert stranger.poll() is None
@@ -185,8 +213,10 @@ def test_a_moved_or_copied_work_directory_reads_and_writes_only_itself(finished,
     state.write_text(state.read_text().replace(str(template), str(moved_from)))
     with sqlite3.connect(moved_from / "mlflow.db") as db:
         for table, column in (("experiments", "artifact_location"), ("runs", "artifact_uri")):
-            db.execute(f"update {table} set {column} = replace({column}, ?, ?)",  # noqa: S608 - fixed names
-                       (template.as_uri(), moved_from.as_uri()))
+            db.execute(
+                f"update {table} set {column} = replace({column}, ?, ?)",  # noqa: S608 - fixed names
+                (template.as_uri(), moved_from.as_uri()),
+            )
     moved_from.rename(moved)
     status = CliRunner().invoke(app, ["status", "--workdir", str(moved)])
     assert status.exit_code == 0 and f"was moved from {moved_from}" in status.output, status.output
@@ -216,8 +246,9 @@ def test_a_report_that_does_not_fit_on_the_disk_is_a_warning(finished, tmp_path:
     template, _ = finished
     small = tmp_path / "small"
     small.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(small)], capture_output=True,
-                             text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(small)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); needs root and mount permission")
     try:

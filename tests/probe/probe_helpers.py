@@ -18,8 +18,12 @@ def write_spec(tmp_path: Path, *, space: dict[str, Any] | None = None, **section
     data: dict[str, Any] = {
         "name": "probe-test",
         "engine": "simulator",
-        "server": {"model": "moonshotai/Kimi-K2.5", "draft_model": "lightseekorg/kimi-k2.5-eagle3", "tp": 8,
-                   "env": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}},
+        "server": {
+            "model": "moonshotai/Kimi-K2.5",
+            "draft_model": "lightseekorg/kimi-k2.5-eagle3",
+            "tp": 8,
+            "env": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"},
+        },
         "simulator": {"hardware_profile": "pcie-rtxpro6000-x8", "model_profile": "kimi-k2.5", "noise": 0.02},
         "search_space": [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")],
         "benchmark": {"requests": 3, "concurrency": 1, "input_len": 64, "output_len": 64},

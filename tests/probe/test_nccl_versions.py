@@ -19,8 +19,9 @@ from orchestrator.probe.result import ProbeResult, probed_nccl, write_probe
 SWEEP = [sys.executable, "-m", "orchestrator.cli"]
 
 
-@pytest.mark.parametrize(("given", "want"), [("2.30.7+cuda13.0", "2.30.7"), ("2.30.7", "2.30.7"),
-                                             (" 2.28.9+cuda12.9 ", "2.28.9")])
+@pytest.mark.parametrize(
+    ("given", "want"), [("2.30.7+cuda13.0", "2.30.7"), ("2.30.7", "2.30.7"), (" 2.28.9+cuda12.9 ", "2.28.9")]
+)
 def test_release_reads_the_init_line_and_the_wheel_alike(given, want):
     assert release(given) == want
 
@@ -32,27 +33,42 @@ def test_same_release_no_warning_and_unknown_proves_nothing():
 
 
 def test_probe_and_server_differ_names_both_and_the_fix():
-    (warning,) = version_mismatch("2.28.9+cuda12.9", {"trial 1": "2.30.7+cuda13.0", "trial 2": "2.30.7+cuda13.0"},
-                                  probe_where="probe.json")
+    (warning,) = version_mismatch(
+        "2.28.9+cuda12.9", {"trial 1": "2.30.7+cuda13.0", "trial 2": "2.30.7+cuda13.0"}, probe_where="probe.json"
+    )
     assert warning.startswith("probe.json measured NCCL 2.28.9 but trial 1, trial 2 loaded NCCL 2.30.7")
     assert "torch 2.14.1" in warning and "probe again" in warning
 
 
 def test_ranks_that_loaded_two_ncclss_are_a_warning_of_their_own():
     # A trial's fingerprint joins the versions its ranks printed (observe.fingerprint).
-    log = ("h:1:1 [0] NCCL INFO NCCL version 2.30.7+cuda13.0\n"
-           "h:2:2 [1] NCCL INFO NCCL version 2.28.9+cuda12.9\n")
+    log = "h:1:1 [0] NCCL INFO NCCL version 2.30.7+cuda13.0\nh:2:2 [1] NCCL INFO NCCL version 2.28.9+cuda12.9\n"
     joined = ", ".join(sorted({d.version for d in parse_nccl_log(log).values() if d.version}))
     warnings = version_mismatch("2.30.7", {"trial 4": joined})
-    assert warnings[0] == ("trial 4: its ranks loaded different NCCL versions (2.28.9, 2.30.7); every rank of a "
-                           "server must load one NCCL (one torch in the server's environment)")
+    assert warnings[0] == (
+        "trial 4: its ranks loaded different NCCL versions (2.28.9, 2.30.7); every rank of a "
+        "server must load one NCCL (one torch in the server's environment)"
+    )
     assert any("loaded NCCL 2.28.9" in w for w in warnings[1:])
 
 
 def _probe_json(workdir: Path, spec, version: str | None) -> None:
-    write_probe(ProbeResult(experiment=spec.name, engine=spec.engine, host="8x H200", tp=spec.server.tp,
-                            nccl_version=version, sizes=probe_sizes(spec), settings=(), rows=(), space_settings=0,
-                            searched=False, seconds=0.0), workdir / "probe.json")
+    write_probe(
+        ProbeResult(
+            experiment=spec.name,
+            engine=spec.engine,
+            host="8x H200",
+            tp=spec.server.tp,
+            nccl_version=version,
+            sizes=probe_sizes(spec),
+            settings=(),
+            rows=(),
+            space_settings=0,
+            searched=False,
+            seconds=0.0,
+        ),
+        workdir / "probe.json",
+    )
 
 
 def test_probed_nccl_reads_probe_json_and_says_none_without_one(tmp_path):
@@ -81,15 +97,18 @@ def test_sweep_plan_warns_when_server_python_loads_another_nccl_than_probe_json(
     workdir = tmp_path / "runs" / spec.name
     workdir.mkdir(parents=True)
     _probe_json(workdir, spec, "2.30.7+cuda13.0")
-    got = subprocess.run([*SWEEP, "plan", "exp.yaml", "--limit", "1"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300)
+    got = subprocess.run(
+        [*SWEEP, "plan", "exp.yaml", "--limit", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert got.returncode == 0, got.stderr
     text = " ".join(got.stdout.split())
-    assert (f"warning: runs/{spec.name}/probe.json measured NCCL 2.30.7 but server.python {python} loaded NCCL "
-            f"2.28.9") in text
+    assert (
+        f"warning: runs/{spec.name}/probe.json measured NCCL 2.30.7 but server.python {python} loaded NCCL 2.28.9"
+    ) in text
 
     _probe_json(workdir, spec, "2.28.9+cuda12.9")
-    got = subprocess.run([*SWEEP, "plan", "exp.yaml", "--limit", "1"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300)
+    got = subprocess.run(
+        [*SWEEP, "plan", "exp.yaml", "--limit", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert got.returncode == 0, got.stderr
     assert "measured NCCL" not in got.stdout

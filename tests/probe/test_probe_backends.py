@@ -13,14 +13,18 @@ from orchestrator.probe import backends, rank_settings, rank_with_backends, read
 from orchestrator.probe.comm import comm_context
 
 
-@pytest.mark.parametrize("profile,offered", [
-    ("h200-nvlink-x8", ("custom", "flashinfer_fusion", "torch_symm_mem", "mscclpp")),
-    ("h200-nvlink", ("custom", "flashinfer_fusion")),
-    ("pcie-rtxpro6000-x8", ("pcie_ipc",)),
-])
+@pytest.mark.parametrize(
+    "profile,offered",
+    [
+        ("h200-nvlink-x8", ("custom", "flashinfer_fusion", "torch_symm_mem", "mscclpp")),
+        ("h200-nvlink", ("custom", "flashinfer_fusion")),
+        ("pcie-rtxpro6000-x8", ("pcie_ipc",)),
+    ],
+)
 def test_the_host_offers_the_backends_0_5_23_would_run_there(tmp_path, profile, offered):
-    spec = write_spec(tmp_path, simulator={"hardware_profile": profile},
-                      server={"tp": 2} if profile == "h200-nvlink" else {})
+    spec = write_spec(
+        tmp_path, simulator={"hardware_profile": profile}, server={"tp": 2} if profile == "h200-nvlink" else {}
+    )
     assert backends.offered(comm_context(spec, None, None)) == offered
 
 
@@ -53,8 +57,9 @@ def test_a_gpu_host_skips_each_backend_with_the_reason(tmp_path):
     assert [b.backend for b in result.backends] == ["custom", "flashinfer_fusion", "torch_symm_mem", "mscclpp"]
     assert all(b.status == "skipped" for b in result.backends) and result.backend_rows == ()
     custom = result.backends[0]
-    assert custom.reason.startswith("sglang.srt.distributed.device_communicators.custom_all_reduce does not "
-                                    "import in the probe's environment")
+    assert custom.reason.startswith(
+        "sglang.srt.distributed.device_communicators.custom_all_reduce does not import in the probe's environment"
+    )
     assert "pip install -e '.[sglang,probe]'" in custom.reason
     assert read_probe(tmp_path / "probe.json").backends == result.backends
     assert [r.setting for r in rank_with_backends(result)] == [r.setting for r in rank_settings(result)]

@@ -13,8 +13,10 @@ from probe_helpers import write_spec
 from orchestrator.probe import GpuHost, NcclSetting, ProbeUnavailable, read_probe, run_probe
 from orchestrator.probe.sizes import message_sizes
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                                reason="torch is not installed (the probe extra: pip install 'sglang-sweep[probe]')")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is not installed (the probe extra: pip install 'sglang-sweep[probe]')",
+)
 
 SIZES = message_sizes(7168, 2, draft_tokens=[4], large=())
 
@@ -28,8 +30,17 @@ def _cuda_devices() -> int:
 @pytest.fixture
 def cpu_host(tmp_path):
     # The deadline is generous: a setting that works must not be taken for a hang on a loaded machine.
-    with GpuHost(SIZES, tmp_path / "probe", tp=2, backend="gloo", unset=("NCCL_PROTO", "NCCL_ALGO"), repeats=3,
-                 iters=3, deadline_s=600.0, env={"PATH": "/usr/bin:/bin", "NCCL_ALGO": "Tree"}) as host:
+    with GpuHost(
+        SIZES,
+        tmp_path / "probe",
+        tp=2,
+        backend="gloo",
+        unset=("NCCL_PROTO", "NCCL_ALGO"),
+        repeats=3,
+        iters=3,
+        deadline_s=600.0,
+        env={"PATH": "/usr/bin:/bin", "NCCL_ALGO": "Tree"},
+    ) as host:
         yield host
 
 
@@ -51,7 +62,9 @@ HANG_S = 3600.0
 def test_a_hung_setting_is_killed_at_its_deadline_and_the_next_one_runs(cpu_host):
     workers = [rank.proc.pid for rank in cpu_host.ranks]
     cpu_host.deadline_s = 5.0  # this setting's deadline; the next one gets the fixture's generous one again
-    record, rows = cpu_host.measure(NcclSetting.of({"NCCL_PROTO": "Simple"}), {"SWEEP_PROBE_TEST_SLEEP_S": f"{HANG_S:g}"})
+    record, rows = cpu_host.measure(
+        NcclSetting.of({"NCCL_PROTO": "Simple"}), {"SWEEP_PROBE_TEST_SLEEP_S": f"{HANG_S:g}"}
+    )
     cpu_host.deadline_s = 600.0
     # Waited out the deadline, then killed: it ended long before the sleep could have.
     assert record.status == "hang" and 5.0 <= record.seconds < HANG_S

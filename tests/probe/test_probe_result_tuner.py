@@ -21,8 +21,10 @@ from orchestrator.probe.sizes import message_sizes
 from orchestrator.probe.tuner import COLLECTIVES, SIZE_MAX, TunerRule
 
 SIZES = message_sizes(7168, 2, draft_tokens=[2, 4], large=(1 << 20,))
-LL, SIMPLE = NcclChoice(algorithm="RING", protocol="LL", channels=2), NcclChoice(algorithm="RING", protocol="SIMPLE",
-                                                                                 channels=8)
+LL, SIMPLE = (
+    NcclChoice(algorithm="RING", protocol="LL", channels=2),
+    NcclChoice(algorithm="RING", protocol="SIMPLE", channels=8),
+)
 
 
 def _result(settings: dict[str, tuple[dict[str, str], dict[str, float] | None]]) -> ProbeResult:
@@ -33,24 +35,47 @@ def _result(settings: dict[str, tuple[dict[str, str], dict[str, float] | None]])
         records.append(SettingRecord(setting=label, env=env, status=status, seconds=1.0))
         for size in SIZES:
             us = None if latencies is None else latencies[size.label]
-            rows.append(ProbeRow(setting=label, env=env, size=size.label, nbytes=size.nbytes, mode="graph",
-                                 median_us=us, repeats=5 if us else 0, status=status,
-                                 nccl_choice=None if us is None else (SIMPLE if size.kind == "large" else LL)))
-    return ProbeResult(experiment="e", engine="simulator", host="h", tp=8, nccl_version="2.28.9", sizes=SIZES,
-                       settings=tuple(records), rows=tuple(rows), space_settings=4, searched=False, seconds=4.0)
+            rows.append(
+                ProbeRow(
+                    setting=label,
+                    env=env,
+                    size=size.label,
+                    nbytes=size.nbytes,
+                    mode="graph",
+                    median_us=us,
+                    repeats=5 if us else 0,
+                    status=status,
+                    nccl_choice=None if us is None else (SIMPLE if size.kind == "large" else LL),
+                )
+            )
+    return ProbeResult(
+        experiment="e",
+        engine="simulator",
+        host="h",
+        tp=8,
+        nccl_version="2.28.9",
+        sizes=SIZES,
+        settings=tuple(records),
+        rows=tuple(rows),
+        space_settings=4,
+        searched=False,
+        seconds=4.0,
+    )
 
 
 def _lat(decode: float, v2: float, v4: float, large: float = 500.0) -> dict[str, float]:
     return {"decode": decode, "verify-2": v2, "verify-4": v4, "large-1MiB": large}
 
 
-RESULT = _result({
-    DEFAULTS_LABEL: ({}, _lat(80, 80, 90)),
-    "NCCL_PROTO=LL": ({"NCCL_PROTO": "LL"}, _lat(40, 40, 50, 900)),      # score 45: the best at verify sizes
-    "NCCL_MAX_NCHANNELS=2": ({"NCCL_MAX_NCHANNELS": "2"}, _lat(50, 50, 58)),  # 54 = 1.2 x 45
-    "NCCL_ALGO=Tree": ({"NCCL_ALGO": "Tree"}, _lat(60, 60, 60, 400)),    # 60: outside 1.2
-    "NCCL_PROTO=LL128": ({"NCCL_PROTO": "LL128"}, None),                 # hung
-})
+RESULT = _result(
+    {
+        DEFAULTS_LABEL: ({}, _lat(80, 80, 90)),
+        "NCCL_PROTO=LL": ({"NCCL_PROTO": "LL"}, _lat(40, 40, 50, 900)),  # score 45: the best at verify sizes
+        "NCCL_MAX_NCHANNELS=2": ({"NCCL_MAX_NCHANNELS": "2"}, _lat(50, 50, 58)),  # 54 = 1.2 x 45
+        "NCCL_ALGO=Tree": ({"NCCL_ALGO": "Tree"}, _lat(60, 60, 60, 400)),  # 60: outside 1.2
+        "NCCL_PROTO=LL128": ({"NCCL_PROTO": "LL128"}, None),  # hung
+    }
+)
 
 
 def test_ranking_by_verify_latency_keeps_those_within_and_always_the_defaults():
@@ -74,11 +99,14 @@ def test_keep_within_below_one_is_refused():
 def test_tuner_rules_pick_each_sizes_winner_and_end_with_catch_alls():
     rules = tuner_rules(RESULT)
     decode, v2, v4, large = (s.nbytes for s in SIZES)
-    assert rules == (
-        TunerRule("allreduce", 0, int((v4 * large) ** 0.5), "ring", "ll", 2, 1, 8),   # decode..verify-4: LL won
-        TunerRule("allreduce", int((v4 * large) ** 0.5) + 1, large, "ring", "simple", 8, 1, 8),  # 1 MiB: Tree won
-        TunerRule("allreduce", 0, SIZE_MAX, "ring", "simple", 8, 1, 8),
-        *(TunerRule(c, 0, SIZE_MAX, "ring", "simple", 8, 1, 8) for c in COLLECTIVES[1:]),
+    assert (
+        rules
+        == (
+            TunerRule("allreduce", 0, int((v4 * large) ** 0.5), "ring", "ll", 2, 1, 8),  # decode..verify-4: LL won
+            TunerRule("allreduce", int((v4 * large) ** 0.5) + 1, large, "ring", "simple", 8, 1, 8),  # 1 MiB: Tree won
+            TunerRule("allreduce", 0, SIZE_MAX, "ring", "simple", 8, 1, 8),
+            *(TunerRule(c, 0, SIZE_MAX, "ring", "simple", 8, 1, 8) for c in COLLECTIVES[1:]),
+        )
     )
 
 
@@ -106,14 +134,17 @@ def test_a_probe_without_nccl_choices_has_no_rules():
         tuner_rules(bare)
 
 
-@pytest.mark.parametrize("line,message", [
-    ("allreduce,0,100,ring,ll,2,1", "line 1: a rule has 8 to 10 comma-separated fields, but got 7"),
-    ("allsum,0,100,ring,ll,2,1,8", "line 1: collective must be one of allreduce, allgather"),
-    ("allreduce,0,100,star,ll,2,1,8", "line 1: algorithm must be one of tree, ring"),
-    ("allreduce,0,100,ring,fast,2,1,8", "line 1: protocol must be one of ll, ll128, simple, but got 'fast'"),
-    ("allreduce,0,1k,ring,ll,2,1,8", "line 1: max_bytes must be an integer, but got '1k'"),
-    ("allreduce,100,0,ring,ll,2,1,8", r"line 1: min_bytes <= max_bytes must hold, but got \(100, 0\)"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ("allreduce,0,100,ring,ll,2,1", "line 1: a rule has 8 to 10 comma-separated fields, but got 7"),
+        ("allsum,0,100,ring,ll,2,1,8", "line 1: collective must be one of allreduce, allgather"),
+        ("allreduce,0,100,star,ll,2,1,8", "line 1: algorithm must be one of tree, ring"),
+        ("allreduce,0,100,ring,fast,2,1,8", "line 1: protocol must be one of ll, ll128, simple, but got 'fast'"),
+        ("allreduce,0,1k,ring,ll,2,1,8", "line 1: max_bytes must be an integer, but got '1k'"),
+        ("allreduce,100,0,ring,ll,2,1,8", r"line 1: min_bytes <= max_bytes must hold, but got \(100, 0\)"),
+    ],
+)
 def test_bad_tuner_lines_name_the_line_and_field(line, message):
     with pytest.raises(ValueError, match=message):
         parse_tuner_config(line)

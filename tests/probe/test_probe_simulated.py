@@ -31,12 +31,15 @@ def test_the_same_seed_gives_the_same_probe(demo_spec, tmp_path):
     assert a.rows == b.rows
 
 
-@pytest.mark.parametrize("profile,tp,winner", [
-    # the field report's host: LL across sockets with P2P is what the report tuned
-    ("pcie-rtxpro6000-x8", 8, {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}),
-    # the Turin host: the same pair, which NCCL's Simple default leaves on the table
-    ("pcie-rtxpro6000-x8-turin", 8, {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}),
-])
+@pytest.mark.parametrize(
+    "profile,tp,winner",
+    [
+        # the field report's host: LL across sockets with P2P is what the report tuned
+        ("pcie-rtxpro6000-x8", 8, {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}),
+        # the Turin host: the same pair, which NCCL's Simple default leaves on the table
+        ("pcie-rtxpro6000-x8-turin", 8, {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}),
+    ],
+)
 def test_each_pcie_host_ranks_its_own_tuned_setting_far_ahead_of_the_defaults(tmp_path, profile, tp, winner):
     spec = write_spec(tmp_path, simulator={"hardware_profile": profile, "noise": 0.0}, server={"tp": tp})
     ranking = rank_settings(run_probe(spec, tmp_path / "wd", budget=48), keep_within=1.2)
@@ -56,24 +59,39 @@ def test_each_pcie_host_ranks_its_own_tuned_setting_far_ahead_of_the_defaults(tm
 
 
 def test_an_injected_nccl_hang_is_recorded_as_a_hang(tmp_path):
-    spec = write_spec(tmp_path, space={"NCCL_PROTO": {"choices": [None, "LL", "Simple"]},
-                                       "NCCL_ALGO": {"choices": [None, "Tree"]}},
-                      simulator={"faults": ["nccl_hang_when=NCCL_PROTO:Simple,NCCL_ALGO:Tree",
-                                            {"fault": "nccl_hang", "when": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Tree"}},
-                                            "crash_after_tokens=5"]})
+    spec = write_spec(
+        tmp_path,
+        space={"NCCL_PROTO": {"choices": [None, "LL", "Simple"]}, "NCCL_ALGO": {"choices": [None, "Tree"]}},
+        simulator={
+            "faults": [
+                "nccl_hang_when=NCCL_PROTO:Simple,NCCL_ALGO:Tree",
+                {"fault": "nccl_hang", "when": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Tree"}},
+                "crash_after_tokens=5",
+            ]
+        },
+    )
     result = run_probe(spec, tmp_path / "wd")
     assert not result.searched and len(result.settings) == 6
     status = {s.setting: s.status for s in result.settings}
-    assert status == {DEFAULTS_LABEL: "ok", "NCCL_PROTO=LL": "ok", "NCCL_PROTO=Simple": "ok", "NCCL_ALGO=Tree": "ok",
-                      "NCCL_ALGO=Tree NCCL_PROTO=LL": "hang", "NCCL_ALGO=Tree NCCL_PROTO=Simple": "hang"}
+    assert status == {
+        DEFAULTS_LABEL: "ok",
+        "NCCL_PROTO=LL": "ok",
+        "NCCL_PROTO=Simple": "ok",
+        "NCCL_ALGO=Tree": "ok",
+        "NCCL_ALGO=Tree NCCL_PROTO=LL": "hang",
+        "NCCL_ALGO=Tree NCCL_PROTO=Simple": "hang",
+    }
     ranked = rank_settings(result)
     assert [r.setting for r in ranked[-2:]] == ["NCCL_ALGO=Tree NCCL_PROTO=LL", "NCCL_ALGO=Tree NCCL_PROTO=Simple"]
     assert all(r.score_us is None and not r.kept for r in ranked[-2:])
 
 
 def test_the_experiments_fixed_nccl_env_applies_under_every_setting(tmp_path):
-    spec = write_spec(tmp_path, space={"NCCL_PROTO": {"choices": [None, "LL"]}},
-                      server={"env": {"NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG": "INFO"}})
+    spec = write_spec(
+        tmp_path,
+        space={"NCCL_PROTO": {"choices": [None, "LL"]}},
+        server={"env": {"NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG": "INFO"}},
+    )
     result = run_probe(spec, tmp_path / "wd")
     assert result.base_env == {"NCCL_P2P_LEVEL": "SYS"}
     other = run_probe(write_spec(tmp_path, space={"NCCL_PROTO": {"choices": [None, "LL"]}}), tmp_path / "wd2")

@@ -27,7 +27,10 @@ def test_kimi_sizes_for_the_demo_experiment(demo_spec):
 def test_concurrency_multiplies_decode_and_verify_tokens_and_big_drafts_are_left_out():
     sizes = message_sizes(7168, 2, draft_tokens=[4, 32, 0], concurrency=4, prefill_tokens=8192, large=())
     assert [(s.label, s.tokens, s.nbytes) for s in sizes] == [
-        ("decode", 4, 4 * KIMI_TOKEN), ("verify-4", 16, 16 * KIMI_TOKEN), ("prefill-8192", 8192, 8192 * KIMI_TOKEN)]
+        ("decode", 4, 4 * KIMI_TOKEN),
+        ("verify-4", 16, 16 * KIMI_TOKEN),
+        ("prefill-8192", 8192, 8192 * KIMI_TOKEN),
+    ]
     with pytest.raises(ValueError, match=r"must be >= 1, but got \(7168, 2, 0\)"):
         message_sizes(7168, 2, concurrency=0)
 
@@ -39,22 +42,29 @@ def test_the_prefill_chunk_is_capped_by_the_chunked_prefill_flag(tmp_path):
 
 def test_nccl_dimensions_of_the_demo_space(demo_spec):
     dims = nccl_dimensions(demo_spec)
-    assert set(dims) == {"NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_CTAS", "NCCL_BUFFSIZE", "NCCL_NTHREADS",
-                         "NCCL_P2P_LEVEL"}
+    assert set(dims) == {"NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_CTAS", "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_P2P_LEVEL"}
     assert all(values[0] is None for values in dims.values())
     assert space_size(dims) == 3456
 
 
 def test_a_conditional_nccl_dimension_can_also_be_unset(tmp_path):
-    spec = write_spec(tmp_path, space={"NCCL_PROTO": {"choices": ["LL", "Simple"], "when": {"cuda_graph": False}},
-                                       "cuda_graph": {"choices": [None, False]}})
+    spec = write_spec(
+        tmp_path,
+        space={
+            "NCCL_PROTO": {"choices": ["LL", "Simple"], "when": {"cuda_graph": False}},
+            "cuda_graph": {"choices": [None, False]},
+        },
+    )
     assert nccl_dimensions(spec) == {"NCCL_PROTO": (None, "LL", "Simple")}
 
 
 def test_setting_labels_and_env():
     assert NcclSetting.of({"NCCL_PROTO": None}).label == DEFAULTS_LABEL
     s = NcclSetting.of({"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": 8, "NCCL_ALGO": None})
-    assert s.label == "NCCL_MAX_NCHANNELS=8 NCCL_PROTO=LL" and s.as_env() == {"NCCL_MAX_NCHANNELS": "8", "NCCL_PROTO": "LL"}
+    assert s.label == "NCCL_MAX_NCHANNELS=8 NCCL_PROTO=LL" and s.as_env() == {
+        "NCCL_MAX_NCHANNELS": "8",
+        "NCCL_PROTO": "LL",
+    }
 
 
 def _drain(search: SettingSearch, objective) -> list[NcclSetting]:
@@ -87,7 +97,9 @@ def test_a_large_space_is_searched_within_the_budget_and_finds_the_interaction(d
     search = SettingSearch(dims, budget=40, seed=3)
     asked = _drain(search, _interaction)
     assert not search.enumerates and len(asked) == 40 == len(set(asked)) and asked[0].is_defaults
-    best_possible = min(_interaction(NcclSetting.of(dict(zip(dims, c))).as_env()) for c in itertools.product(*dims.values()))
+    best_possible = min(
+        _interaction(NcclSetting.of(dict(zip(dims, c))).as_env()) for c in itertools.product(*dims.values())
+    )
     assert _interaction(search.best().as_env()) == best_possible
     again = SettingSearch(dims, budget=40, seed=3)
     assert _drain(again, _interaction) == asked  # deterministic for a seed

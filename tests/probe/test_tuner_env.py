@@ -8,11 +8,20 @@ import pytest
 from orchestrator.records import ServingConfig
 from orchestrator.results import export, formats
 
-CONFIG = ServingConfig(experiment="demo", trial_number=7, run_id="abc123", model_version="3", engine="sglang",
-                       sglang_version="0.5.23", params={},
-                       env={"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG": "INFO"},
-                       sglang_args=("--tp-size", "8"), metrics={"decode_tok_s": 94.0}, fingerprint_hash="f00d",
-                       created_at="2026-11-29T00:00:00+00:00")
+CONFIG = ServingConfig(
+    experiment="demo",
+    trial_number=7,
+    run_id="abc123",
+    model_version="3",
+    engine="sglang",
+    sglang_version="0.5.23",
+    params={},
+    env={"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG": "INFO"},
+    sglang_args=("--tp-size", "8"),
+    metrics={"decode_tok_s": 94.0},
+    fingerprint_hash="f00d",
+    created_at="2026-11-29T00:00:00+00:00",
+)
 WANTED = {"NCCL_P2P_LEVEL": "SYS", "NCCL_TUNER_CONFIG_FILE": "/etc/nccl/tuner.csv"}
 
 
@@ -29,7 +38,8 @@ def test_docker_env_and_json_load_the_rules_too():
     env, _ = formats.deployment(variables, whole_file=True)
     assert env == WANTED
     assert '"NCCL_TUNER_CONFIG_FILE": "/etc/nccl/tuner.csv"' in formats.render_for(
-        CONFIG, "json", tuner_file="/etc/nccl/tuner.csv")
+        CONFIG, "json", tuner_file="/etc/nccl/tuner.csv"
+    )
 
 
 def test_nccl_tuner_is_not_rendered_from_a_serving_config():

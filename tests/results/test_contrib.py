@@ -16,19 +16,28 @@ def rounds(true: float, n: int = 4, noise: float = 0.01, seed: int = 0) -> dict[
     return {i: true * float(np.exp(noise * rng.standard_normal())) for i in range(n)}
 
 
-def arms(champion: float, no_speculation: float, default_communication: float,
-         noise: float = 0.01) -> dict[str, dict[int, float]]:
-    return {"baseline": rounds(60.0, noise=noise, seed=1), "champion": rounds(champion, noise=noise, seed=2),
-            "no_speculation": rounds(no_speculation, noise=noise, seed=3),
-            "default_communication": rounds(default_communication, noise=noise, seed=4)}
+def arms(
+    champion: float, no_speculation: float, default_communication: float, noise: float = 0.01
+) -> dict[str, dict[int, float]]:
+    return {
+        "baseline": rounds(60.0, noise=noise, seed=1),
+        "champion": rounds(champion, noise=noise, seed=2),
+        "no_speculation": rounds(no_speculation, noise=noise, seed=3),
+        "default_communication": rounds(default_communication, noise=noise, seed=4),
+    }
 
 
 def test_each_part_is_named_with_its_interval():
-    parts = contrib.contributions(arms(93.0, 91.5, 72.0), speculation="EAGLE-3", sole_part="EAGLE-3",
-                                  direction="maximize")
+    parts = contrib.contributions(
+        arms(93.0, 91.5, 72.0), speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize"
+    )
     text = {p.part: p.text() for p in parts}
-    assert list(text) == ["NCCL settings", "EAGLE-3 on top", "EAGLE-3 alone (NCCL at defaults)",
-                          "NCCL settings on top of EAGLE-3"]
+    assert list(text) == [
+        "NCCL settings",
+        "EAGLE-3 on top",
+        "EAGLE-3 alone (NCCL at defaults)",
+        "NCCL settings on top of EAGLE-3",
+    ]
     nccl = next(p.interval for p in parts if p.part == "NCCL settings")
     assert 0.45 < nccl.low < nccl.gain < nccl.high < 0.60 and nccl.rounds == 4
     assert text["NCCL settings"].startswith("NCCL settings +5") and "not significant" not in text["NCCL settings"]
@@ -90,8 +99,12 @@ def test_a_runner_up_that_measures_better_wins_the_near_tie():
     values = {"champion": rounds(90.0, seed=2), "runner_up": rounds(91.0, seed=2)}
     won = contrib.contender_wins(values, "runner_up", direction="maximize")
     assert won is not None and 0.0 < won.gain < 0.02
-    assert contrib.contender_wins({"champion": values["runner_up"], "runner_up": values["champion"]}, "runner_up",
-                                  direction="maximize") is None
+    assert (
+        contrib.contender_wins(
+            {"champion": values["runner_up"], "runner_up": values["champion"]}, "runner_up", direction="maximize"
+        )
+        is None
+    )
 
 
 def test_a_near_tie_with_the_runner_up_stays_open_until_settled_or_shown_equivalent():
@@ -103,12 +116,15 @@ def test_a_near_tie_with_the_runner_up_stays_open_until_settled_or_shown_equival
     better = {"champion": tie["champion"], "runner_up": {i: v * 1.04 for i, v in tie["champion"].items()}}
     assert not contrib.contender_open(better, "runner_up", margin=0.01, direction="maximize")
     # Shown equivalent: many rounds within 0.1% of each other, the whole interval inside +-1%.
-    same = {"champion": {i: 75.0 + (i % 3) for i in range(8)}, "runner_up": {i: (75.0 + (i % 3)) * (1.001 if i % 2 else 0.999)
-                                                                          for i in range(8)}}
+    same = {
+        "champion": {i: 75.0 + (i % 3) for i in range(8)},
+        "runner_up": {i: (75.0 + (i % 3)) * (1.001 if i % 2 else 0.999) for i in range(8)},
+    }
     assert not contrib.contender_open(same, "runner_up", margin=0.01, direction="maximize")
     # Not measured beside the champion twice: nothing to settle.
-    assert not contrib.contender_open({"champion": tie["champion"], "runner_up": {0: 75.0}}, "runner_up", margin=0.01,
-                                      direction="maximize")
+    assert not contrib.contender_open(
+        {"champion": tie["champion"], "runner_up": {0: 75.0}}, "runner_up", margin=0.01, direction="maximize"
+    )
     assert not contrib.contender_open({"champion": tie["champion"]}, "runner_up", margin=0.01, direction="maximize")
 
 
@@ -119,13 +135,17 @@ def test_one_part_set_takes_the_whole_gain():
 
 
 def level(c: int, gain: float) -> contrib.LevelGain:
-    return contrib.LevelGain(concurrency=c, interval=contrib.Interval(
-        gain=gain, low=gain - 0.03, high=gain + 0.03, rounds=3, a_median=1.0, b_median=1.0))
+    return contrib.LevelGain(
+        concurrency=c,
+        interval=contrib.Interval(gain=gain, low=gain - 0.03, high=gain + 0.03, rounds=3, a_median=1.0, b_median=1.0),
+    )
 
 
 def test_where_the_gain_stops_paying():
     text = contrib.stops_paying([level(32, -0.02), level(1, 0.28), level(8, 0.10)], "EAGLE-3")
-    assert text.startswith("EAGLE-3 pays up to concurrency 8 and stops paying from concurrency 32 (at concurrency 1: +28.0%")
+    assert text.startswith(
+        "EAGLE-3 pays up to concurrency 8 and stops paying from concurrency 32 (at concurrency 1: +28.0%"
+    )
     assert contrib.stops_paying([level(1, 0.28), level(8, 0.10)], "EAGLE-3").startswith("EAGLE-3 pays at every level")
     assert contrib.stops_paying([level(1, 0.01)], "EAGLE-3").startswith("EAGLE-3 stops paying from concurrency 1")
 
@@ -133,10 +153,16 @@ def test_where_the_gain_stops_paying():
 def test_the_arms_and_the_unconfirmed_label():
     baseline = {"NCCL_PROTO": None, "speculative_algorithm": None, "speculative_num_steps": None}
     champ = {"NCCL_PROTO": "LL", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3}
-    assert contrib.without_speculation(champ, baseline) == {"NCCL_PROTO": "LL", "speculative_algorithm": None,
-                                                            "speculative_num_steps": None}
+    assert contrib.without_speculation(champ, baseline) == {
+        "NCCL_PROTO": "LL",
+        "speculative_algorithm": None,
+        "speculative_num_steps": None,
+    }
     assert contrib.with_default_communication(champ, baseline) == {
-        "NCCL_PROTO": None, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3}
+        "NCCL_PROTO": None,
+        "speculative_algorithm": "EAGLE3",
+        "speculative_num_steps": 3,
+    }
     assert contrib.knobs_set(champ, baseline) == 3
     unconfirmed = contrib.unconfirmed(90.0, 60.0, "decode_tok_s", "maximize")
     assert unconfirmed.text().startswith("UNCONFIRMED") and "unconfirmed_gain" in unconfirmed.metrics()
@@ -147,8 +173,12 @@ def test_the_search_s_measurements_take_part_in_the_near_tie():
     bench at 4% noise, the 0.963 point against the optimum): the search had measured the two points' parts
     many times and put the runner-up 4.7% +- 4.0% below. On both, the champion stays; without the search
     the rounds alone would have swapped them; a search that agrees with the rounds lets the swap stand."""
-    values = {"champion": {0: 93.1, 1: 93.7, 2: 92.3}, "runner_up": {0: 95.4, 1: 93.3, 2: 92.5},
-              "baseline": {0: 56.6, 1: 59.5, 2: 54.9}, "no_speculation": {0: 86.9, 1: 85.5, 2: 85.5}}
+    values = {
+        "champion": {0: 93.1, 1: 93.7, 2: 92.3},
+        "runner_up": {0: 95.4, 1: 93.3, 2: 92.5},
+        "baseline": {0: 56.6, 1: 59.5, 2: 54.9},
+        "no_speculation": {0: 86.9, 1: 85.5, 2: 85.5},
+    }
     assert contrib.contender_wins(values, "runner_up", direction="maximize") is not None
     against = Contrast(diff=-0.047, se=0.040)
     both = contrib.settled(values, "runner_up", direction="maximize", search=against)
@@ -160,8 +190,14 @@ def test_the_search_s_measurements_take_part_in_the_near_tie():
 
 
 def _searched(number, value, params):
-    return TrialOutcome(number=number, params=params, role=TrialRole.search, status=TrialStatus.COMPLETE,
-                        metrics=Metrics(decode_tok_s=value, output_tok_s=value), effective_env={"ok": True})
+    return TrialOutcome(
+        number=number,
+        params=params,
+        role=TrialRole.search,
+        status=TrialStatus.COMPLETE,
+        metrics=Metrics(decode_tok_s=value, output_tok_s=value),
+        effective_env={"ok": True},
+    )
 
 
 def test_the_runner_up_is_ranked_in_the_fit_over_every_searched_trial():
@@ -174,14 +210,30 @@ def test_the_runner_up_is_ranked_in_the_fit_over_every_searched_trial():
     a = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1}
     b = {**a, "speculative_num_steps": 2}
     c = {**a, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6}
-    ring, ll_ring, ll, ll_ctas = ({"NCCL_ALGO": "Ring"}, {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}, {"NCCL_PROTO": "LL"},
-                                  {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": 4})
-    outcomes = [_searched(n, v, {**spec, **nccl}) for n, v, spec, nccl in (
-        (1, 88.2, a, ring), (2, 87.2, a, ll_ring), (3, 102.4, a, ll), (4, 89.4, a, ring),
-        (5, 98.5, b, ll_ctas), (6, 85.3, b, ll_ctas), (7, 97.8, b, ll_ring), (8, 95.5, c, ll_ctas))]
+    ring, ll_ring, ll, ll_ctas = (
+        {"NCCL_ALGO": "Ring"},
+        {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"},
+        {"NCCL_PROTO": "LL"},
+        {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": 4},
+    )
+    outcomes = [
+        _searched(n, v, {**spec, **nccl})
+        for n, v, spec, nccl in (
+            (1, 88.2, a, ring),
+            (2, 87.2, a, ll_ring),
+            (3, 102.4, a, ll),
+            (4, 89.4, a, ring),
+            (5, 98.5, b, ll_ctas),
+            (6, 85.3, b, ll_ctas),
+            (7, 97.8, b, ll_ring),
+            (8, 95.5, c, ll_ctas),
+        )
+    ]
     champion = select.pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1)
     assert champion is not None and champion.number == 3
-    found = contrib.runner_up(outcomes, champion, metric="decode_tok_s", direction="maximize", concurrency=1, constraints={})
+    found = contrib.runner_up(
+        outcomes, champion, metric="decode_tok_s", direction="maximize", concurrency=1, constraints={}
+    )
     assert found is not None and found.number == 8
     far = [o for o in outcomes if contrib.distance(o.params, champion.params) >= contrib.RUNNER_UP_DISTANCE]
     alone = select.pick_champion(far, metric="decode_tok_s", direction="maximize", concurrency=1)

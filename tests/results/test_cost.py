@@ -15,8 +15,11 @@ from probe_helpers import write_spec  # noqa: E402
 
 
 def test_expected_cost_is_load_warmup_and_benchmark_and_fits_the_wall_time(tmp_path):
-    spec = write_spec(tmp_path, benchmark={"requests": 16, "input_len": 512, "output_len": 512, "repeats": 3,
-                                           "warmup_requests": 2}, budget={"wall_time": "8h"})
+    spec = write_spec(
+        tmp_path,
+        benchmark={"requests": 16, "input_len": 512, "output_len": 512, "repeats": 3, "warmup_requests": 2},
+        budget={"wall_time": "8h"},
+    )
     est = cost.expected_cost(spec, sp.baseline_params(spec.space))
     assert est.cost is not None
     assert est.cost.load_s == 330  # kimi-k2.5's weights (270 s) + graph capture (60 s)
@@ -34,8 +37,11 @@ def test_an_sglang_experiment_without_a_model_profile_has_no_estimate(tmp_path):
 
 
 def test_remaining_trials_from_the_trials_own_timings():
-    timings = [{"server_start": 300.0, "bench": 280.0}, {"server_start": 320.0, "bench": 260.0, "observe": 1.0},
-               {"server_start": 340.0}]  # a failed start has no bench: not counted
+    timings = [
+        {"server_start": 300.0, "bench": 280.0},
+        {"server_start": 320.0, "bench": 260.0, "observe": 1.0},
+        {"server_start": 340.0},
+    ]  # a failed start has no bench: not counted
     left = cost.remaining_trials(timings, left_s=3600.0, concurrent=2)
     assert left is not None and left.measured == 2 and left.per_trial_s == pytest.approx(580.0)
     assert left.trials == 6 * 2

@@ -14,8 +14,10 @@ from optuna.trial import TrialState, create_trial
 
 from orchestrator.search import plots
 
-DIST = {"NCCL_PROTO": CategoricalDistribution(["LL", "LL128", "Simple"]),
-        "NCCL_ALGO": CategoricalDistribution(["Ring", "Tree"])}
+DIST = {
+    "NCCL_PROTO": CategoricalDistribution(["LL", "LL128", "Simple"]),
+    "NCCL_ALGO": CategoricalDistribution(["Ring", "Tree"]),
+}
 
 
 def _study(tmp_path) -> str:
@@ -23,22 +25,36 @@ def _study(tmp_path) -> str:
     skipped proposals between them. Trial 7 is the best; it is the 5th trial the plots draw."""
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(study_name="numbers", storage=url, direction="maximize")
-    rows = [("baseline", 50.0, {}), ("search", 60.0, {}), ("confirm", 70.0, {}), ("search", None, {"skipped": True}),
-            ("search", 55.0, {}), ("search", None, {}), ("confirm", 71.0, {}), ("search", 80.0, {}),
-            ("search", 58.0, {})]
+    rows = [
+        ("baseline", 50.0, {}),
+        ("search", 60.0, {}),
+        ("confirm", 70.0, {}),
+        ("search", None, {"skipped": True}),
+        ("search", 55.0, {}),
+        ("search", None, {}),
+        ("confirm", 71.0, {}),
+        ("search", 80.0, {}),
+        ("search", 58.0, {}),
+    ]
     protos, algos = ["LL", "LL128", "Simple"], ["Ring", "Tree"]
     for i, (role, value, attrs) in enumerate(rows):
         state = TrialState.COMPLETE if value is not None else TrialState.FAIL
         params = {} if role == "baseline" else {"NCCL_PROTO": protos[i % 3], "NCCL_ALGO": algos[i % 2]}
-        study.add_trial(create_trial(state=state, value=value, params=params,
-                                     distributions={k: DIST[k] for k in params},
-                                     user_attrs={"role": role, **attrs}))
+        study.add_trial(
+            create_trial(
+                state=state,
+                value=value,
+                params=params,
+                distributions={k: DIST[k] for k in params},
+                user_attrs={"role": role, **attrs},
+            )
+        )
     return url
 
 
 def _figure(html: str) -> dict:
     """The plotly figure of one Plot's `<div>` (its data and layout, as plotly.js receives them)."""
-    call = html[html.index("Plotly.newPlot("):]
+    call = html[html.index("Plotly.newPlot(") :]
     start = call.index("[")
     data, _ = json.JSONDecoder().raw_decode(call[start:])
     return {"data": data}

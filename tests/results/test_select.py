@@ -37,6 +37,7 @@ from orchestrator.stats import bootstrap_ci
 
 # --- bootstrap_ci ---------------------------------------------------------------------------
 
+
 def test_bootstrap_ci_of_one_sample_is_that_sample():
     assert bootstrap_ci([88.8]) == (88.8, 88.8)
 
@@ -62,11 +63,12 @@ def test_bootstrap_ci_rejects_empty_or_non_finite(samples):
 
 # --- speedup, nearest baseline, drift ---------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("value", "baseline", "direction", "expected"),
     [
-        (94.0, 88.8, "maximize", 94.0 / 88.8),   # field report row 9 over row 1: +5.9%
-        (21.7, 28.7, "minimize", 28.7 / 21.7),   # verify ms: lower is better
+        (94.0, 88.8, "maximize", 94.0 / 88.8),  # field report row 9 over row 1: +5.9%
+        (21.7, 28.7, "minimize", 28.7 / 21.7),  # verify ms: lower is better
         (88.8, 88.8, "maximize", 1.0),
     ],
 )
@@ -74,8 +76,9 @@ def test_speedup(value, baseline, direction, expected):
     assert speedup(value, baseline, direction=direction) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize(("ratio", "shown"), [
-    (94.0 / 88.8, 5.9), (1.549, 54.9), (1.0, 0.0), (0.8, -20.0), (13.345, 1234.5), (1.0004, 0.0)])
+@pytest.mark.parametrize(
+    ("ratio", "shown"), [(94.0 / 88.8, 5.9), (1.549, 54.9), (1.0, 0.0), (0.8, -20.0), (13.345, 1234.5), (1.0004, 0.0)]
+)
 def test_the_speedup_every_view_shows(ratio, shown):
     assert speedup_pct(ratio) == shown
 
@@ -90,9 +93,9 @@ def test_speedup_rejects_a_meaningless_baseline(baseline):
     ("t", "expected"),
     [
         (0.0, 89.0),
-        (40.0, 89.0),       # closer to the first
+        (40.0, 89.0),  # closer to the first
         (60.0, 83.0),
-        (50.0, 89.0),       # tie: the earlier one
+        (50.0, 89.0),  # tie: the earlier one
         (1000.0, 82.5),
     ],
 )
@@ -111,8 +114,8 @@ def test_no_baseline_yet():
         ([], 0.05, 0.0, False),
         ([(0, 89.0)], 0.05, 0.0, False),
         ([(0, 89.0), (1, 88.0), (2, 89.5)], 0.05, 1.0 / 89.0, False),
-        ([(0, 89.0), (1, 86.0), (2, 82.5)], 0.05, 6.5 / 89.0, True),   # the field report's drift
-        ([(2, 82.5), (0, 89.0)], 0.10, 6.5 / 89.0, False),              # order by time, looser threshold
+        ([(0, 89.0), (1, 86.0), (2, 82.5)], 0.05, 6.5 / 89.0, True),  # the field report's drift
+        ([(2, 82.5), (0, 89.0)], 0.10, 6.5 / 89.0, False),  # order by time, looser threshold
     ],
 )
 def test_drift(baselines, threshold, change, flagged):
@@ -123,33 +126,57 @@ def test_drift(baselines, threshold, change, flagged):
 
 # --- pick_champion --------------------------------------------------------------------------
 
-def outcome(number, decode, *, status=TrialStatus.COMPLETE, role=TrialRole.search, env_ok=True,
-            itl_p99=10.0, failure=None):
+
+def outcome(
+    number, decode, *, status=TrialStatus.COMPLETE, role=TrialRole.search, env_ok=True, itl_p99=10.0, failure=None
+):
     metrics = Metrics(decode_tok_s=decode, output_tok_s=decode, itl_ms_p99=itl_p99) if decode else None
     return TrialOutcome(
-        number=number, params={"NCCL_PROTO": "LL"}, role=role, status=status, failure_kind=failure,
-        metrics=metrics, effective_env={"ok": env_ok} if env_ok is not None else {},
+        number=number,
+        params={"NCCL_PROTO": "LL"},
+        role=role,
+        status=status,
+        failure_kind=failure,
+        metrics=metrics,
+        effective_env={"ok": env_ok} if env_ok is not None else {},
     )
 
 
 CHAMPION_CASES = [
     ("best complete trial wins", [outcome(1, 90.0), outcome(2, 95.0), outcome(3, 92.0)], {}, 2),
-    ("failed trial never wins",
-     [outcome(1, 90.0), outcome(2, 99.0, status=TrialStatus.FAILED, failure=FailureKind.bench_error)], {}, 1),
+    (
+        "failed trial never wins",
+        [outcome(1, 90.0), outcome(2, 99.0, status=TrialStatus.FAILED, failure=FailureKind.bench_error)],
+        {},
+        1,
+    ),
     ("baseline never wins", [outcome(0, 120.0, role=TrialRole.baseline), outcome(1, 90.0)], {}, 1),
-    ("env not proven applied never wins",
-     [outcome(1, 90.0), outcome(2, 99.0, env_ok=False), outcome(3, 98.0, env_ok=None)], {}, 1),
-    ("constraint itl_ms_p99 <= 12 excludes the fastest",
-     [outcome(1, 90.0, itl_p99=11.0), outcome(2, 99.0, itl_p99=30.0)], {"itl_ms_p99": (None, 12.0)}, 1),
-    ("constraint on a metric the trial lacks excludes it",
-     [outcome(1, 90.0, itl_p99=None), outcome(2, 80.0, itl_p99=5.0)], {"itl_ms_p99": (None, 12.0)}, 2),
+    (
+        "env not proven applied never wins",
+        [outcome(1, 90.0), outcome(2, 99.0, env_ok=False), outcome(3, 98.0, env_ok=None)],
+        {},
+        1,
+    ),
+    (
+        "constraint itl_ms_p99 <= 12 excludes the fastest",
+        [outcome(1, 90.0, itl_p99=11.0), outcome(2, 99.0, itl_p99=30.0)],
+        {"itl_ms_p99": (None, 12.0)},
+        1,
+    ),
+    (
+        "constraint on a metric the trial lacks excludes it",
+        [outcome(1, 90.0, itl_p99=None), outcome(2, 80.0, itl_p99=5.0)],
+        {"itl_ms_p99": (None, 12.0)},
+        2,
+    ),
     ("tie goes to the lower trial number", [outcome(5, 95.0), outcome(3, 95.0)], {}, 3),
     ("nothing eligible", [outcome(1, 90.0, env_ok=False)], {}, None),
 ]
 
 
-@pytest.mark.parametrize(("outcomes", "constraints", "winner"),
-                         [c[1:] for c in CHAMPION_CASES], ids=[c[0] for c in CHAMPION_CASES])
+@pytest.mark.parametrize(
+    ("outcomes", "constraints", "winner"), [c[1:] for c in CHAMPION_CASES], ids=[c[0] for c in CHAMPION_CASES]
+)
 def test_pick_champion(outcomes, constraints, winner):
     best = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1, constraints=constraints)
     assert (best.number if best else None) == winner
@@ -165,8 +192,7 @@ def test_pick_champion_minimize():
     [
         ({"metric": "tokens_per_second", "direction": "maximize"}, "not a measured metric"),
         ({"metric": "decode_tok_s", "direction": "up"}, "direction"),
-        ({"metric": "decode_tok_s", "direction": "maximize", "constraints": {"ttft_ms_p99": (5, 1)}},
-         "low <= high"),
+        ({"metric": "decode_tok_s", "direction": "maximize", "constraints": {"ttft_ms_p99": (5, 1)}}, "low <= high"),
     ],
 )
 def test_pick_champion_rejects_bad_input(kwargs, message):
@@ -175,6 +201,7 @@ def test_pick_champion_rejects_bad_input(kwargs, message):
 
 
 # --- promotion gate -------------------------------------------------------------------------
+
 
 def test_gate_passes_a_clear_win_and_says_why():
     baseline = [88.0, 89.0, 88.5, 89.2, 88.7, 88.9]
@@ -185,16 +212,14 @@ def test_gate_passes_a_clear_win_and_says_why():
     assert result.gain == pytest.approx(np.median(champion) / np.median(baseline) - 1)
     assert 0 < result.ci_low <= result.gain <= result.ci_high
     assert result.reason.startswith(f"champion +{result.gain * 100:.1f}% [")
-    assert "over baseline from 6 vs 6 interleaved measurements; required >= +1.0% and interval above 0" \
-        in result.reason
+    assert "over baseline from 6 vs 6 interleaved measurements; required >= +1.0% and interval above 0" in result.reason
 
 
 @pytest.mark.parametrize(
     ("champion", "baseline", "min_gain", "why"),
     [
         ([89.3, 89.5, 89.1, 89.6], [89.0, 89.2, 88.9, 89.1], 0.02, "gain below the minimum"),
-        ([95.0, 82.0, 97.0, 80.0, 96.0, 81.0], [88.0, 89.0, 88.5, 89.2, 88.7, 88.9], 0.0,
-         "interval includes 0"),
+        ([95.0, 82.0, 97.0, 80.0, 96.0, 81.0], [88.0, 89.0, 88.5, 89.2, 88.7, 88.9], 0.0, "interval includes 0"),
         ([80.0, 80.5, 79.8], [89.0, 88.5, 89.2], 0.01, "gain below the minimum and interval below 0"),
         ([95.0], [88.0], 0.01, "at least 2 measurements"),
     ],
@@ -206,8 +231,7 @@ def test_gate_fails_and_says_why(champion, baseline, min_gain, why):
 
 
 def test_gate_for_latency_counts_a_drop_as_gain():
-    result = promotion_gate([21.7, 21.9, 21.6, 21.8], [28.7, 28.5, 28.9, 28.6], min_gain=0.1,
-                            direction="minimize")
+    result = promotion_gate([21.7, 21.9, 21.6, 21.8], [28.7, 28.5, 28.9, 28.6], min_gain=0.1, direction="minimize")
     assert result.passed
     assert result.gain == pytest.approx((28.65 - 21.75) / 28.65)
 
@@ -223,8 +247,12 @@ def test_gate_rarely_promotes_a_configuration_that_is_no_better(n):
     (one side of a 95% interval), even with two confirmation rounds."""
     rng = np.random.default_rng(7)
     trials = 2000
-    passed = sum(promotion_gate(90 * (1 + 0.02 * rng.standard_normal(n)), 90 * (1 + 0.02 * rng.standard_normal(n)),
-                                min_gain=0.0).passed for _ in range(trials))
+    passed = sum(
+        promotion_gate(
+            90 * (1 + 0.02 * rng.standard_normal(n)), 90 * (1 + 0.02 * rng.standard_normal(n)), min_gain=0.0
+        ).passed
+        for _ in range(trials)
+    )
     assert passed / trials < 0.05
 
 
@@ -236,8 +264,11 @@ def test_gate_passes_a_clear_win_from_two_rounds():
 # --- pareto front ---------------------------------------------------------------------------
 
 PARETO_CASES = [
-    ("trade-off keeps both ends",
-     [{"tok": 100, "ttft": 50}, {"tok": 120, "ttft": 80}, {"tok": 90, "ttft": 90}], [0, 1]),
+    (
+        "trade-off keeps both ends",
+        [{"tok": 100, "ttft": 50}, {"tok": 120, "ttft": 80}, {"tok": 90, "ttft": 90}],
+        [0, 1],
+    ),
     ("dominated point dropped", [{"tok": 100, "ttft": 50}, {"tok": 100, "ttft": 60}], [0]),
     ("duplicates both kept", [{"tok": 100, "ttft": 50}, {"tok": 100, "ttft": 50}], [0, 1]),
     ("missing objective excluded", [{"tok": 200, "ttft": None}, {"tok": 100}, {"tok": 90, "ttft": 70}], [2]),
@@ -251,22 +282,36 @@ def test_pareto_front(points, front):
 
 
 def trial(number, decode, params):
-    return TrialOutcome(number=number, params=params, role=TrialRole.search, status=TrialStatus.COMPLETE,
-                        metrics=Metrics(decode_tok_s=decode, output_tok_s=decode), effective_env={"ok": True})
+    return TrialOutcome(
+        number=number,
+        params=params,
+        role=TrialRole.search,
+        status=TrialStatus.COMPLETE,
+        metrics=Metrics(decode_tok_s=decode, output_tok_s=decode),
+        effective_env={"ok": True},
+    )
 
 
 SPEC_A = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1}
-SPEC_B = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 2,
-          "speculative_num_draft_tokens": 6}
+SPEC_B = {
+    "speculative_algorithm": "EAGLE3",
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 2,
+    "speculative_num_draft_tokens": 6,
+}
 
 
 def test_the_pooled_pick_prefers_settings_confirmed_by_their_neighbours():
     """A measured once lucky (100.2) and three times ordinary under other NCCL channel counts; B
     measured 98.5-99.2 under the same four: the best single number is A's, the pooled pick is B's."""
-    outcomes = [trial(n, v, {**SPEC_A, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
-                for n, v, ch in ((1, 100.2, 2), (2, 96.2, 4), (3, 95.8, 8), (4, 96.5, 16))]
-    outcomes += [trial(n, v, {**SPEC_B, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
-                 for n, v, ch in ((5, 99.2, 2), (6, 98.5, 4), (7, 98.9, 8), (8, 99.1, 16))]
+    outcomes = [
+        trial(n, v, {**SPEC_A, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
+        for n, v, ch in ((1, 100.2, 2), (2, 96.2, 4), (3, 95.8, 8), (4, 96.5, 16))
+    ]
+    outcomes += [
+        trial(n, v, {**SPEC_B, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
+        for n, v, ch in ((5, 99.2, 2), (6, 98.5, 4), (7, 98.9, 8), (8, 99.1, 16))
+    ]
     raw = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1, pooled=False)
     pooled = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1)
     assert raw.number == 1
@@ -332,8 +377,11 @@ def test_near_tie_needs_two_points_and_positive_values():
 
 def test_near_tie_for_a_latency_objective_measures_the_close_second():
     """Minimised: A's 20 ms four times is the best; B at 20.2 ms is its rival, C at 40 ms is not."""
-    outcomes = (_measured(POINT_A, (20.0, 20.1, 19.9, 20.0), 1) + _measured(POINT_B, (20.2,), 5)
-                + _measured({**POINT_B, "NCCL_ALGO": "Tree"}, (40.0,), 6))
+    outcomes = (
+        _measured(POINT_A, (20.0, 20.1, 19.9, 20.0), 1)
+        + _measured(POINT_B, (20.2,), 5)
+        + _measured({**POINT_B, "NCCL_ALGO": "Tree"}, (40.0,), 6)
+    )
     again = near_tie(_eligible(outcomes), direction="minimize")
     assert again is not None and again.number == 5
 
@@ -344,10 +392,14 @@ def test_near_tie_for_a_latency_objective_measures_the_close_second():
 def test_search_contrast_is_the_pooled_fit_of_the_second_against_the_first():
     """B's four measurements 3% above A's four, each under the same two NCCL settings: the search says B
     is about 3% better, and a latency objective reads the same numbers the other way round."""
-    outcomes = [trial(n, v, {**SPEC_A, "NCCL_PROTO": p}) for n, v, p in ((1, 96.0, "LL"), (2, 97.0, "Simple"),
-                                                                          (3, 97.5, "LL"), (4, 96.5, "Simple"))]
-    outcomes += [trial(n, v, {**SPEC_B, "NCCL_PROTO": p}) for n, v, p in ((5, 99.0, "LL"), (6, 100.0, "Simple"),
-                                                                           (7, 100.4, "LL"), (8, 99.4, "Simple"))]
+    outcomes = [
+        trial(n, v, {**SPEC_A, "NCCL_PROTO": p})
+        for n, v, p in ((1, 96.0, "LL"), (2, 97.0, "Simple"), (3, 97.5, "LL"), (4, 96.5, "Simple"))
+    ]
+    outcomes += [
+        trial(n, v, {**SPEC_B, "NCCL_PROTO": p})
+        for n, v, p in ((5, 99.0, "LL"), (6, 100.0, "Simple"), (7, 100.4, "LL"), (8, 99.4, "Simple"))
+    ]
     a, b = outcomes[0].params, outcomes[4].params
     found = search_contrast(_eligible(outcomes), a, b, direction="maximize")
     assert found is not None and 0.02 < found.diff < 0.04 and 0.0 < found.se < 0.02
@@ -373,11 +425,13 @@ def test_replicate_noise_counts_only_repeats_of_the_very_same_point():
 def test_a_noisier_night_re_measures_its_near_ties_more_often():
     """sampler.remeasure_every 4 was chosen at 2% noise: at 4% it is every 2nd trial, never more often,
     and unchanged where the noise is 2% or less or not known yet."""
+
     def night(spread):
         rows = []
         for i, point in enumerate((POINT_A, POINT_B, {**POINT_A, "NCCL_ALGO": "Ring"})):
             rows += _measured(point, (100.0 * np.exp(spread), 100.0 * np.exp(-spread)), 10 * i)
         return _eligible(rows)
+
     # Two measurements +-s of their mean: sigma = s * sqrt(2).
     assert remeasure_interval(4, night(0.04 / np.sqrt(2))) == 2
     assert remeasure_interval(4, night(0.08 / np.sqrt(2))) == 2
@@ -389,13 +443,19 @@ def test_a_noisier_night_re_measures_its_near_ties_more_often():
 
 # --- run_speed: a run's TTFT takes its own speed out of the decode objective ------------------------
 
+
 def _timed(number, params, true_decode, z, ttft_ms=40.0, noise=0.04):
     """A run whose server came up slower by z standard deviations of 4% noise, at decode and at prefill
     alike (the simulator's engine.run_factors at its default correlation 1)."""
     f = 1.0 + noise * z
-    return TrialOutcome(number=number, params=params, role=TrialRole.search, status=TrialStatus.COMPLETE,
-                        metrics=Metrics(decode_tok_s=true_decode / f, output_tok_s=true_decode / f, ttft_ms_p50=ttft_ms * f),
-                        effective_env={"ok": True})
+    return TrialOutcome(
+        number=number,
+        params=params,
+        role=TrialRole.search,
+        status=TrialStatus.COMPLETE,
+        metrics=Metrics(decode_tok_s=true_decode / f, output_tok_s=true_decode / f, ttft_ms_p50=ttft_ms * f),
+        effective_env={"ok": True},
+    )
 
 
 RUNS_A = (1.2, 0.9, 1.5, 1.1)
@@ -458,8 +518,9 @@ def test_the_search_and_the_pick_take_the_runs_speed_out_by_one_rule():
     adjust alike: the same runs, the same values, a run without a usable TTFT as measured in both."""
     outcomes = [_timed(i, POINT_A, 100.0, z) for i, z in enumerate(RUNS_A, 1)]
     outcomes += [_timed(i, POINT_B, 98.0, z) for i, z in enumerate(RUNS_B, 5)]
-    outcomes[2] = outcomes[2].model_copy(update={"metrics": outcomes[2].metrics.model_copy(
-        update={"ttft_ms_p50": 0.0})})  # a TTFT not usable (SGLang's client recorded 0)
+    outcomes[2] = outcomes[2].model_copy(
+        update={"metrics": outcomes[2].metrics.model_copy(update={"ttft_ms_p50": 0.0})}
+    )  # a TTFT not usable (SGLang's client recorded 0)
     outcomes.append(trial(9, 99.0, POINT_B))  # none at all
     eligible = _eligible(outcomes)
     rows = [(*split_point(o.params), float(np.log(v))) for o, v in eligible]

@@ -20,14 +20,20 @@ from orchestrator.results.sequential import (
 PLAN = RoundsPlan(min_rounds=3, max_rounds=12, min_gain=0.01)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"min_rounds": 2, "max_rounds": 8, "min_gain": 0.0},
-     "min_rounds >= 3 must hold (an interval needs 2 degrees of freedom), but got min_rounds=2"),
-    ({"min_rounds": 5, "max_rounds": 4, "min_gain": 0.0},
-     "min_rounds <= max_rounds must hold, but got (min_rounds=5, max_rounds=4)"),
-    ({"min_rounds": 3, "max_rounds": 4, "min_gain": -0.1},
-     "0 <= min_gain < 10 must hold, but got min_gain=-0.1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"min_rounds": 2, "max_rounds": 8, "min_gain": 0.0},
+            "min_rounds >= 3 must hold (an interval needs 2 degrees of freedom), but got min_rounds=2",
+        ),
+        (
+            {"min_rounds": 5, "max_rounds": 4, "min_gain": 0.0},
+            "min_rounds <= max_rounds must hold, but got (min_rounds=5, max_rounds=4)",
+        ),
+        ({"min_rounds": 3, "max_rounds": 4, "min_gain": -0.1}, "0 <= min_gain < 10 must hold, but got min_gain=-0.1"),
+    ],
+)
 def test_plans_that_can_never_decide_are_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError) as exc:
         RoundsPlan(**kwargs)
@@ -83,7 +89,10 @@ def test_bad_measurements_are_refused() -> None:
 
 def test_rounds_alternate_who_goes_first() -> None:
     assert [round_order(i) for i in range(3)] == [
-        ("champion", "baseline"), ("baseline", "champion"), ("champion", "baseline")]
+        ("champion", "baseline"),
+        ("baseline", "champion"),
+        ("champion", "baseline"),
+    ]
 
 
 def _run(rng: np.random.Generator, gain: float, noise: float = 0.02) -> Verdict:
@@ -112,8 +121,10 @@ def _table(rng: np.random.Generator, arms: int, rounds: int, sigma: float) -> di
     """Arms at different levels, a host drifting by round, and `sigma` run-to-run noise on each run."""
     level = rng.uniform(50.0, 120.0, size=arms)
     drift = np.exp(rng.normal(0.0, 0.05, size=rounds))
-    return {f"arm{a}": {r: float(level[a] * drift[r] * np.exp(rng.normal(0.0, sigma))) for r in range(rounds)}
-            for a in range(arms)}
+    return {
+        f"arm{a}": {r: float(level[a] * drift[r] * np.exp(rng.normal(0.0, sigma))) for r in range(rounds)}
+        for a in range(arms)
+    }
 
 
 def test_round_noise_is_the_run_to_run_spread_with_arm_and_round_effects_taken_out() -> None:
@@ -144,8 +155,7 @@ def test_rounds_needed_matches_how_often_the_gate_itself_decides() -> None:
     def decided(rounds: int, sigma: float, trials: int = 4000) -> float:
         champ = 160.0 * np.exp(rng.normal(0.0, sigma, size=(trials, rounds)))
         base = 100.0 * np.exp(rng.normal(0.0, sigma, size=(trials, rounds)))
-        return float(np.mean([decide(list(c), list(b), plan).verdict is Verdict.promoted
-                              for c, b in zip(champ, base)]))
+        return float(np.mean([decide(list(c), list(b), plan).verdict is Verdict.promoted for c, b in zip(champ, base)]))
 
     assert 0.85 <= decided(3, 0.04) <= 0.94
     assert decided(4, 0.04) >= 0.99
@@ -166,23 +176,33 @@ def test_round_noise_by_least_squares_is_the_two_way_tables_residual_when_every_
     resid = table - table.mean(axis=1, keepdims=True) - table.mean(axis=0, keepdims=True) + table.mean()
     noise = round_noise(values, range(3))
     assert noise is not None and (noise.df, noise.arms, noise.rounds) == (12, 7, 3)
-    assert noise.sigma == pytest.approx(float(np.sqrt((resid ** 2).sum() / 12)), rel=1e-9)
+    assert noise.sigma == pytest.approx(float(np.sqrt((resid**2).sum() / 12)), rel=1e-9)
     # Past min_rounds only the pair goes on: each of its rounds adds one degree of freedom.
     values["arm0"][3], values["arm1"][3] = 90.0, 91.0
     more = round_noise(values, range(4))
     assert more is not None and (more.df, more.arms, more.rounds) == (13, 7, 4)
 
 
-def _night_of_arms(rng: np.random.Generator, gain: float, *, sigma: float, others: int = 5,
-                   pair_factor: float = 1.0) -> dict[str, dict[int, float]]:
+def _night_of_arms(
+    rng: np.random.Generator, gain: float, *, sigma: float, others: int = 5, pair_factor: float = 1.0
+) -> dict[str, dict[int, float]]:
     """Three rounds of a confirmation: the pair and `others` arms (the ablations, the runner-up), a host
     drifting by round, the pair's runs `pair_factor` times noisier than the others'."""
     drift = np.exp(rng.normal(0.0, 0.03, size=3))
-    level = {"champion": 100.0 * (1.0 + gain), "baseline": 100.0,
-             **{f"arm{k}": float(rng.uniform(70.0, 160.0)) for k in range(others)}}
-    return {a: {r: float(v * drift[r] * np.exp(rng.normal(0.0, sigma * (pair_factor if a in ("champion", "baseline")
-                                                                          else 1.0))))
-                for r in range(3)} for a, v in level.items()}
+    level = {
+        "champion": 100.0 * (1.0 + gain),
+        "baseline": 100.0,
+        **{f"arm{k}": float(rng.uniform(70.0, 160.0)) for k in range(others)},
+    }
+    return {
+        a: {
+            r: float(
+                v * drift[r] * np.exp(rng.normal(0.0, sigma * (pair_factor if a in ("champion", "baseline") else 1.0)))
+            )
+            for r in range(3)
+        }
+        for a, v in level.items()
+    }
 
 
 def _gate(values: dict[str, dict[int, float]], plan: RoundsPlan, pooled: bool = True):
@@ -215,8 +235,11 @@ def test_the_gate_takes_the_noise_of_every_arm_in_its_rounds() -> None:
 def test_the_pooled_bound_never_goes_below_the_pairs_own_noise() -> None:
     """The bound's noise is the larger of the pooled one and the pair's own spread: a pair whose runs
     scatter more than the other arms' keeps its own, wider bound."""
-    values = {"champion": {0: 150.0, 1: 120.0, 2: 170.0}, "baseline": {0: 100.0, 1: 101.0, 2: 99.0},
-              **{f"arm{k}": {0: 80.0 + k, 1: 80.4 + k, 2: 79.8 + k} for k in range(5)}}
+    values = {
+        "champion": {0: 150.0, 1: 120.0, 2: 170.0},
+        "baseline": {0: 100.0, 1: 101.0, 2: 99.0},
+        **{f"arm{k}": {0: 80.0 + k, 1: 80.4 + k, 2: 79.8 + k} for k in range(5)},
+    }
     champ, base = list(values["champion"].values()), list(values["baseline"].values())
     noise = round_noise(values, range(3))
     assert noise is not None and noise.df == 12
@@ -225,14 +248,17 @@ def test_the_pooled_bound_never_goes_below_the_pairs_own_noise() -> None:
     d = np.log(np.array(champ) / np.array(base))
     assert noise.sigma < d.std(ddof=1) / np.sqrt(2)  # the other arms are quiet, the pair is not
     from scipy import stats
+
     half = stats.t.ppf(PLAN.level, 12) * d.std(ddof=1) / np.sqrt(3)  # the pair's own spread on 12 df
     assert pooled.low == pytest.approx(np.exp(d.mean() - half) - 1.0, rel=1e-9)
     assert own.low < pooled.low  # 12 degrees of freedom instead of 2, never a smaller noise
     assert (own.df, own.arms, pooled.df, pooled.arms) == (2, 2, 12, 7)
     assert pooled.own_larger and not own.own_larger
     decision = decide(champ, base, PLAN, noise=noise)
-    assert "(gate bounds, 99.5% each side, the pair's own spread, above the noise of 7 arms in these rounds, t on 12 df)" \
+    assert (
+        "(gate bounds, 99.5% each side, the pair's own spread, above the noise of 7 arms in these rounds, t on 12 df)"
         in decision.message
+    )
 
 
 def test_the_plan_counts_only_the_degrees_of_freedom_the_rounds_so_far_gave():
@@ -252,6 +278,8 @@ def test_the_pooled_gate_keeps_its_error_budget(pair_factor: float, budget: floa
     --pair-noise measures it over the whole plan: docs/benchmarks.md)."""
     plan = RoundsPlan(min_rounds=3, max_rounds=3, min_gain=0.02)
     rng = np.random.default_rng(23)
-    promoted = sum(_gate(_night_of_arms(rng, 0.02, sigma=0.04, pair_factor=pair_factor), plan).verdict
-                   is Verdict.promoted for _ in range(3000))
+    promoted = sum(
+        _gate(_night_of_arms(rng, 0.02, sigma=0.04, pair_factor=pair_factor), plan).verdict is Verdict.promoted
+        for _ in range(3000)
+    )
     assert promoted / 3000 <= budget

@@ -20,13 +20,24 @@ def _spec(tmp_path: Path, profile: str) -> spec_mod.SweepSpec:
     return spec_mod.load(write_experiment(tmp_path, data))
 
 
-@pytest.mark.parametrize(("params", "corrupts"), [
-    ({"NCCL_PROTO": "LL128"}, True),
-    ({"NCCL_PROTO": "LL128", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-      "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}, True),
-    ({"NCCL_PROTO": "Simple"}, False),
-    ({}, False),
-])
+@pytest.mark.parametrize(
+    ("params", "corrupts"),
+    [
+        ({"NCCL_PROTO": "LL128"}, True),
+        (
+            {
+                "NCCL_PROTO": "LL128",
+                "speculative_algorithm": "EAGLE3",
+                "speculative_num_steps": 3,
+                "speculative_eagle_topk": 1,
+                "speculative_num_draft_tokens": 4,
+            },
+            True,
+        ),
+        ({"NCCL_PROTO": "Simple"}, False),
+        ({}, False),
+    ],
+)
 def test_forced_ll128_on_the_pcie_host_changes_the_outputs(tmp_path: Path, params: dict, corrupts: bool) -> None:
     why = truth.changes_outputs(_spec(tmp_path, "pcie-rtxpro6000-x8"))(params)
     assert bool(why) is corrupts
@@ -46,7 +57,8 @@ def test_the_optimum_a_tool_may_deploy_leaves_the_corrupting_points_out(tmp_path
     # NCCL_PROTO value, checked here, with and without speculation.
     scored = [(value(p), bool(corrupts(p)), p) for p in itertools.islice(truth.feasible_points(spec), 0, None, 7)]
     assert {(p.get("NCCL_PROTO"), p.get("speculative_algorithm")) for _, _, p in scored} == {
-        (proto, algo) for proto in (None, "LL", "LL128", "Simple") for algo in (None, "EAGLE3")}
+        (proto, algo) for proto in (None, "LL", "LL128", "Simple") for algo in (None, "EAGLE3")
+    }
     kept = [v for v, corrupt, _ in scored if not corrupt]
     assert 0 < len(kept) < len(scored)  # the demo's space holds both kinds
     assert all(p.get("NCCL_PROTO") == "LL128" for _, corrupt, p in scored if corrupt)  # only the forced LL128 points

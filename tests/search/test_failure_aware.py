@@ -9,11 +9,16 @@ from orchestrator.search.proposal import Proposal, ProposalPolicy, Settlement
 from orchestrator.search.sampler import OUTPUTS_CHANGED_ATTR
 from orchestrator.search.study import IN_MEMORY, Study
 
-SPACE = SearchSpace.model_validate({"name": "s", "params": {
-    "NCCL_MAX_NCHANNELS": {"choices": [None, 2, 4, 8, 16, 32]},
-    "NCCL_NTHREADS": {"choices": [None, 128, 256, 512]},
-    "NCCL_BUFFSIZE": {"choices": [None, 1048576, 4194304, 16777216]},
-}})
+SPACE = SearchSpace.model_validate(
+    {
+        "name": "s",
+        "params": {
+            "NCCL_MAX_NCHANNELS": {"choices": [None, 2, 4, 8, 16, 32]},
+            "NCCL_NTHREADS": {"choices": [None, 128, 256, 512]},
+            "NCCL_BUFFSIZE": {"choices": [None, 1048576, 4194304, 16777216]},
+        },
+    }
+)
 
 
 def _fails(params: dict) -> bool:
@@ -26,8 +31,9 @@ def _value(params: dict) -> float:
 
 def _bad_cells_in(name: str, n: int, seed: int, tell: Callable[[Study, ProposalPolicy, Proposal], None]) -> int:
     """How many of `n` measured TPE proposals land in the bad cells (_fails), each told by `tell`."""
-    study = Study(IN_MEMORY, f"{name}-{seed}", SPACE, SamplerSpec(kind="tpe", seed=seed, startup_trials=5),
-                  ["maximize"])
+    study = Study(
+        IN_MEMORY, f"{name}-{seed}", SPACE, SamplerSpec(kind="tpe", seed=seed, startup_trials=5), ["maximize"]
+    )
     study.open()
     policy = ProposalPolicy(study)
     bad = measured = 0
@@ -50,6 +56,7 @@ def _failures_in(n: int, learn: bool, seed: int) -> int:
         else:
             study.tell_complete(got.number, [_value(got.params)], {})
             policy.remember(got.params, got.number, [_value(got.params)])
+
     return _bad_cells_in(f"fa-{learn}", n, seed, tell)
 
 
@@ -80,12 +87,17 @@ def test_a_repeat_of_a_learned_failure_is_settled_free_and_told_the_same_way():
 def _changed_in(n: int, screened: bool, seed: int) -> int:
     """Trials TPE spends on points that are the fastest but change the outputs: told complete (their
     measurement stands), with OUTPUTS_CHANGED_ATTR when the search's correctness screen refused them."""
+
     def tell(study: Study, policy: ProposalPolicy, got: Proposal) -> None:
         value = _value(got.params) + (5.0 if _fails(got.params) else 0.0)  # the corrupting cells are fastest
         marked = screened and _fails(got.params)
-        study.tell_complete(got.number, [value],
-                            {OUTPUTS_CHANGED_ATTR: "outputs differ from the baseline's on 8 of 8 prompts ..."} if marked else {})
+        study.tell_complete(
+            got.number,
+            [value],
+            {OUTPUTS_CHANGED_ATTR: "outputs differ from the baseline's on 8 of 8 prompts ..."} if marked else {},
+        )
         policy.remember(got.params, got.number, [value])
+
     return _bad_cells_in(f"oc-{screened}", n, seed, tell)
 
 

@@ -67,11 +67,18 @@ def test_a_noisy_nights_gate_decides_on_the_noise_of_every_arm_in_its_rounds():
     takes that noise (results.sequential.evidence with contrib.pair_noise: 6 arms in rounds 1-3, t on 10
     degrees of freedom instead of 2) and promotes at the first look. Here the pair's own spread is the
     larger of the two, and the bound takes it (sequential.BoundNoise's floor), on the 10 degrees of freedom."""
-    night = overnight.night(overnight.World("pcie-rtxpro6000-x8", noise=0.04, remeasure_every=BEFORE), "two-stage",
-                            22, "plain", optimum=100.70)
+    night = overnight.night(
+        overnight.World("pcie-rtxpro6000-x8", noise=0.04, remeasure_every=BEFORE),
+        "two-stage",
+        22,
+        "plain",
+        optimum=100.70,
+    )
     assert night.verdict == "promoted", night.verdict_text
-    assert ("(gate bounds, 99.5% each side, the pair's own spread, above the noise of 6 arms in these rounds, "
-            "t on 10 df) after 3 rounds") in night.verdict_text, night.verdict_text
+    assert (
+        "(gate bounds, 99.5% each side, the pair's own spread, above the noise of 6 arms in these rounds, "
+        "t on 10 df) after 3 rounds"
+    ) in night.verdict_text, night.verdict_text
     assert night.champion_true >= 0.98 * 100.70
     assert night.wall_s <= 8 * 3600 + 3600
 
@@ -85,8 +92,13 @@ def test_a_small_gain_gets_the_gates_rounds_before_the_other_arms():
     the hold failed by rounding: kept exactly to the round's own pair, the pair did not fit, and the round
     fell back to no hold at all (seed 25), or ended the night undecided after 2 rounds (seed 9)."""
     with _sweep_log() as lines:  # overnight._night: night() without the console kept quiet
-        night = overnight._night(overnight.World("pcie-rtxpro6000-x8", objective="output@32", remeasure_every=BEFORE),
-                                 "two-stage", 25, "plain", optimum=752.71)
+        night = overnight._night(
+            overnight.World("pcie-rtxpro6000-x8", objective="output@32", remeasure_every=BEFORE),
+            "two-stage",
+            25,
+            "plain",
+            optimum=752.71,
+        )
     assert night.verdict == "promoted", night.verdict_text
     assert night.champion_true >= 0.98 * 752.71
     assert night.wall_s <= 8 * 3600 + 3600

@@ -30,8 +30,9 @@ H200 = "h200-nvlink-x8"
 
 
 def _spec(tmp_path: Path, profile: str, **sections):
-    spec = write_spec(tmp_path, simulator={"hardware_profile": profile}, probe={"enabled": True, "keep_within": 1.2},
-                      **sections)
+    spec = write_spec(
+        tmp_path, simulator={"hardware_profile": profile}, probe={"enabled": True, "keep_within": 1.2}, **sections
+    )
     inert = comm.collapsed(spec).nccl  # as the driver opens its study: NCCL knobs only where NCCL carries
     if inert is not None:
         spec = spec.model_copy(update={"space": sp.collapse_inert(spec.space, inert.knobs, inert.when)})
@@ -71,8 +72,15 @@ def test_on_h200_the_probe_keeps_the_engine_defaults_backend_and_fresh_proposals
 
 def test_the_refinement_never_flips_a_fixed_knob(tmp_path: Path) -> None:
     spec = _spec(tmp_path, H200)
-    point = sp.complete(spec.space, {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-                                     "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6})
+    point = sp.complete(
+        spec.space,
+        {
+            "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 2,
+            "speculative_num_draft_tokens": 6,
+        },
+    )
     free = Refinement(spec.space, {}, {}).neighbours(point)
     held = Refinement(spec.space, {}, {}, {"all_reduce_backend": None}).neighbours(point)
     assert any(p["all_reduce_backend"] == "nccl" for p in free)
@@ -91,7 +99,11 @@ def test_where_both_values_put_the_messages_on_nccl_nothing_is_fixed(tmp_path: P
 def test_an_objective_that_depends_on_prefill_is_left_alone(tmp_path: Path) -> None:
     # output_tok_s at 32 streams depends on prefill too, which the engine default splits between
     # flashinfer_fusion (up to 2048 tokens here) and NCCL: the probe's decode and verify sizes do not decide it
-    spec = _spec(tmp_path, H200, objective={"metric": "output_tok_s", "concurrency": 32},
-                 benchmark={"concurrency": 32, "requests": 32})
+    spec = _spec(
+        tmp_path,
+        H200,
+        objective={"metric": "output_tok_s", "concurrency": 32},
+        benchmark={"concurrency": 32, "requests": 32},
+    )
     result = run_probe(spec, tmp_path / "wd", budget=24)
     assert fixed_backend(spec, result) is None

@@ -15,14 +15,17 @@ from orchestrator.search.refine import Refinement, _log_means
 from orchestrator.search.sampler import TPE_EVERY
 from orchestrator.search.study import Study
 
-SPACE = SearchSpace(name="two-stage", params={
-    "NCCL_PROTO": ParamSpec(choices=(None, "LL", "Simple")),
-    "NCCL_MAX_NCHANNELS": ParamSpec(choices=(None, 2, 4)),
-    "speculative_algorithm": ParamSpec(choices=(None, "EAGLE3")),
-    "speculative_num_steps": ParamSpec(low=1, high=4, when={"speculative_algorithm": "EAGLE3"}),
-    "speculative_eagle_topk": ParamSpec(choices=(1, 2), when={"speculative_algorithm": "EAGLE3"}),
-    "speculative_num_draft_tokens": ParamSpec(choices=(2, 4, 6), when={"speculative_eagle_topk": 2}),
-})
+SPACE = SearchSpace(
+    name="two-stage",
+    params={
+        "NCCL_PROTO": ParamSpec(choices=(None, "LL", "Simple")),
+        "NCCL_MAX_NCHANNELS": ParamSpec(choices=(None, 2, 4)),
+        "speculative_algorithm": ParamSpec(choices=(None, "EAGLE3")),
+        "speculative_num_steps": ParamSpec(low=1, high=4, when={"speculative_algorithm": "EAGLE3"}),
+        "speculative_eagle_topk": ParamSpec(choices=(1, 2), when={"speculative_algorithm": "EAGLE3"}),
+        "speculative_num_draft_tokens": ParamSpec(choices=(2, 4, 6), when={"speculative_eagle_topk": 2}),
+    },
+)
 KEPT = {
     "NCCL_PROTO=LL": {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": None},
     "NCCL_PROTO=LL NCCL_MAX_NCHANNELS=4": {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": 4},
@@ -34,10 +37,18 @@ LATENCY = {
     "NCCL_PROTO=LL NCCL_MAX_NCHANNELS=4": {"decode": 21.0, "verify-2": 23.0, "verify-4": 26.0, "verify-6": 30.0},
     "NCCL defaults": {"decode": 50.0, "verify-2": 55.0, "verify-4": 60.0, "verify-6": 70.0},
 }
-CHAIN = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-         "speculative_num_draft_tokens": None}
-TREE = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 2,
-        "speculative_num_draft_tokens": 6}
+CHAIN = {
+    "speculative_algorithm": "EAGLE3",
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 1,
+    "speculative_num_draft_tokens": None,
+}
+TREE = {
+    "speculative_algorithm": "EAGLE3",
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 2,
+    "speculative_num_draft_tokens": 6,
+}
 
 
 @pytest.fixture
@@ -109,8 +120,13 @@ def test_the_sampler_proposes_neighbours_through_tpes_random_start_then_two_turn
     TPE would sample at random (its startup trials) every fresh proposal is an untried neighbour of the
     best measured points; after that two of every TPE_EVERY at least."""
     startup = 4
-    study = Study(f"sqlite:///{tmp_path / 'optuna.db'}", "stage-two", SPACE,
-                  SamplerSpec(kind="tpe", seed=0, startup_trials=startup), ["maximize"])
+    study = Study(
+        f"sqlite:///{tmp_path / 'optuna.db'}",
+        "stage-two",
+        SPACE,
+        SamplerSpec(kind="tpe", seed=0, startup_trials=startup),
+        ["maximize"],
+    )
     study.open()
     study.restrict_nccl(KEPT)
     study.set_attr("probe_latency", LATENCY)
@@ -140,14 +156,18 @@ def test_kept_settings_are_asked_only_where_the_nccl_knobs_are_active(tmp_path: 
     """The communication path's collapse (search.space.collapse_inert) leaves the NCCL knobs active only
     under all_reduce_path nccl on a host whose decode all-reduces NCCL does not carry (H200): a trial
     elsewhere carries no NCCL setting, and the refinement makes no NCCL move there."""
-    space = SearchSpace(name="collapsed", params={
-        "NCCL_PROTO": ParamSpec(choices=(None, "LL", "Simple"), when={"all_reduce_path": "nccl"}),
-        "NCCL_MAX_NCHANNELS": ParamSpec(choices=(None, 2, 4), when={"all_reduce_path": "nccl"}),
-        "all_reduce_path": ParamSpec(choices=(None, "nccl")),
-        "speculative_algorithm": ParamSpec(choices=(None, "EAGLE3")),
-    })
-    study = Study(f"sqlite:///{tmp_path / 'optuna.db'}", "collapsed", space, SamplerSpec(kind="random", seed=0),
-                  ["maximize"])
+    space = SearchSpace(
+        name="collapsed",
+        params={
+            "NCCL_PROTO": ParamSpec(choices=(None, "LL", "Simple"), when={"all_reduce_path": "nccl"}),
+            "NCCL_MAX_NCHANNELS": ParamSpec(choices=(None, 2, 4), when={"all_reduce_path": "nccl"}),
+            "all_reduce_path": ParamSpec(choices=(None, "nccl")),
+            "speculative_algorithm": ParamSpec(choices=(None, "EAGLE3")),
+        },
+    )
+    study = Study(
+        f"sqlite:///{tmp_path / 'optuna.db'}", "collapsed", space, SamplerSpec(kind="random", seed=0), ["maximize"]
+    )
     study.open()
     study.restrict_nccl(KEPT)
     seen = {None: 0, "nccl": 0}
@@ -165,5 +185,6 @@ def test_kept_settings_are_asked_only_where_the_nccl_knobs_are_active(tmp_path: 
     assert seen[None] and seen["nccl"]
     plain = {"NCCL_PROTO": None, "NCCL_MAX_NCHANNELS": None, "all_reduce_path": None, "speculative_algorithm": None}
     moves = Refinement(space, KEPT, LATENCY).neighbours(plain)
-    assert moves and all(p["NCCL_PROTO"] is None and p["NCCL_MAX_NCHANNELS"] is None
-                         for p in moves if p["all_reduce_path"] is None)
+    assert moves and all(
+        p["NCCL_PROTO"] is None and p["NCCL_MAX_NCHANNELS"] is None for p in moves if p["all_reduce_path"] is None
+    )

@@ -21,8 +21,13 @@ EAGLE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_dra
 
 
 def eagle(steps: int | None, topk: int | None, ndt: int | None, algo: str | None = "EAGLE3") -> dict[str, Any]:
-    return {"speculative_algorithm": algo, "speculative_num_steps": steps,
-            "speculative_eagle_topk": topk, "speculative_num_draft_tokens": ndt, "NCCL_PROTO": "LL"}
+    return {
+        "speculative_algorithm": algo,
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": ndt,
+        "NCCL_PROTO": "LL",
+    }
 
 
 # (steps, topk, draft tokens, algorithm) -> None when SGLang runs it as asked, else a part of the reason
@@ -42,17 +47,17 @@ RULES = [
     ((3, 1, 3, "EAGLE3"), "top-k 1 forces draft tokens = steps + 1 = 4, but got 3"),
     ((1, 1, 3, "EAGLE3"), "top-k 1 forces draft tokens = steps + 1 = 2, but got 3"),
     # 3. draft tokens - 1 <= topk + (steps - 1) * topk^2, at and just past the boundary
-    ((1, 2, 3, "EAGLE3"), None),                           # 2 <= 2
+    ((1, 2, 3, "EAGLE3"), None),  # 2 <= 2
     ((1, 2, 4, "EAGLE3"), "4 - 1 > 2 + 0*2^2 = 2"),
-    ((3, 2, 11, "EAGLE3"), None),                          # 10 <= 2 + 2*4
+    ((3, 2, 11, "EAGLE3"), None),  # 10 <= 2 + 2*4
     ((3, 2, 12, "EAGLE3"), "12 - 1 > 2 + 2*2^2 = 10"),
-    ((2, 4, 21, "EAGLE3"), None),                          # 20 <= 4 + 16
+    ((2, 4, 21, "EAGLE3"), None),  # 20 <= 4 + 16
     ((2, 4, 22, "EAGLE3"), "22 - 1 > 4 + 1*4^2 = 20"),
     ((1, 4, 5, "EAGLE3"), None),
     ((1, 4, 6, "EAGLE3"), "6 - 1 > 4 + 0*4^2 = 4"),
-    ((3, 2, 64, "EAGLE3"), "64 - 1 > 2 + 2*2^2 = 10"),     # resolves in SGLang, then crashes (INTERFACE 1.2)
-    ((5, 4, 8, "EAGLE3"), None),                           # SGLang's own Llama default
-    ((3, 2, 2, "EAGLE3"), None),                           # fewer draft tokens than the tree is fine
+    ((3, 2, 64, "EAGLE3"), "64 - 1 > 2 + 2*2^2 = 10"),  # resolves in SGLang, then crashes (INTERFACE 1.2)
+    ((5, 4, 8, "EAGLE3"), None),  # SGLang's own Llama default
+    ((3, 2, 2, "EAGLE3"), None),  # fewer draft tokens than the tree is fine
 ]
 
 
@@ -66,10 +71,12 @@ def test_eagle_rules(point: tuple, why: str | None) -> None:
 
 
 def test_rule_reason_says_what_sglang_would_do() -> None:
-    assert sp.infeasible_reason(eagle(3, 1, 8)) == ("top-k 1 forces draft tokens = steps + 1 = 4, but got 8 "
-                                                   "(SGLang would silently run 4)")
-    assert sp.infeasible_reason(eagle(3, 2, 12)) == ("draft tokens - 1 <= topk + (steps - 1) * topk^2 must "
-                                                    "hold, but got 12 - 1 > 2 + 2*2^2 = 10")
+    assert sp.infeasible_reason(eagle(3, 1, 8)) == (
+        "top-k 1 forces draft tokens = steps + 1 = 4, but got 8 (SGLang would silently run 4)"
+    )
+    assert sp.infeasible_reason(eagle(3, 2, 12)) == (
+        "draft tokens - 1 <= topk + (steps - 1) * topk^2 must hold, but got 12 - 1 > 2 + 2*2^2 = 10"
+    )
 
 
 def _space(params: dict[str, Any]) -> SearchSpace:
@@ -111,8 +118,12 @@ def brute_force(space: SearchSpace) -> list[dict[str, Any]]:
 def rule_broken(p: dict[str, Any]) -> str | None:
     """The rules of INTERFACE.md 1.2, written out independently of space.py."""
     p = dict(p)
-    if (p.get("speculative_algorithm") is not None and p.get("speculative_eagle_topk") == 1
-            and p.get("speculative_num_steps") is not None and p.get("speculative_num_draft_tokens") is None):
+    if (
+        p.get("speculative_algorithm") is not None
+        and p.get("speculative_eagle_topk") == 1
+        and p.get("speculative_num_steps") is not None
+        and p.get("speculative_num_draft_tokens") is None
+    ):
         p["speculative_num_draft_tokens"] = p["speculative_num_steps"] + 1  # SGLang's forced value
     given = [p.get(k) is not None for k in EAGLE]
     if p.get("speculative_algorithm") is None:
@@ -124,7 +135,7 @@ def rule_broken(p: dict[str, Any]) -> str | None:
     steps, topk, ndt = (p[k] for k in EAGLE)
     if topk == 1 and ndt != steps + 1:
         return "top-k 1 forces draft tokens = steps + 1"
-    if ndt - 1 > topk + (steps - 1) * topk ** 2:
+    if ndt - 1 > topk + (steps - 1) * topk**2:
         return "draft tokens - 1 <= topk + (steps - 1) * topk^2"
     return None
 
@@ -154,8 +165,9 @@ def test_census_names_each_rule() -> None:
 def test_demo_census_is_consistent() -> None:
     s = spec_mod.load(ROOT / "experiments" / "demo.yaml")
     total, feasible, reasons = sp.census(s.space)
-    eagle_params = {n: p for n, p in s.space.params.items()
-                    if n in ("speculative_algorithm", "speculative_adaptive") or n in EAGLE}
+    eagle_params = {
+        n: p for n, p in s.space.params.items() if n in ("speculative_algorithm", "speculative_adaptive") or n in EAGLE
+    }
     eagle_points = brute_force(_space({n: p.model_dump() for n, p in eagle_params.items()}))
     others = 1
     for n, p in s.space.params.items():
@@ -185,15 +197,24 @@ def test_points_respect_when() -> None:
 
 
 def test_when_accepts_a_list_of_values() -> None:
-    space = _space({
-        "all_reduce_path": {"choices": [None, "custom", "nccl"]},
-        "NCCL_PROTO": {"choices": ["LL", "Simple"], "when": {"all_reduce_path": ["nccl", "custom"]}},
-    })
-    assert sorted(map(sp.key, sp.points(space))) == sorted(map(sp.key, [
-        {"all_reduce_path": None, "NCCL_PROTO": None},
-        {"all_reduce_path": "custom", "NCCL_PROTO": "LL"}, {"all_reduce_path": "custom", "NCCL_PROTO": "Simple"},
-        {"all_reduce_path": "nccl", "NCCL_PROTO": "LL"}, {"all_reduce_path": "nccl", "NCCL_PROTO": "Simple"},
-    ]))
+    space = _space(
+        {
+            "all_reduce_path": {"choices": [None, "custom", "nccl"]},
+            "NCCL_PROTO": {"choices": ["LL", "Simple"], "when": {"all_reduce_path": ["nccl", "custom"]}},
+        }
+    )
+    assert sorted(map(sp.key, sp.points(space))) == sorted(
+        map(
+            sp.key,
+            [
+                {"all_reduce_path": None, "NCCL_PROTO": None},
+                {"all_reduce_path": "custom", "NCCL_PROTO": "LL"},
+                {"all_reduce_path": "custom", "NCCL_PROTO": "Simple"},
+                {"all_reduce_path": "nccl", "NCCL_PROTO": "LL"},
+                {"all_reduce_path": "nccl", "NCCL_PROTO": "Simple"},
+            ],
+        )
+    )
 
 
 def test_random_points_respect_when_and_values() -> None:

@@ -18,8 +18,11 @@ from orchestrator.sweep._probe_stage import apply_probe  # noqa: E402
 
 
 def _started(tmp_path: Path, concurrency: int) -> tuple[Study, list, object]:
-    spec = write_spec(tmp_path, benchmark={"concurrency": concurrency, "requests": max(3, concurrency)},
-                      probe={"enabled": True, "keep_within": 1.2})
+    spec = write_spec(
+        tmp_path,
+        benchmark={"concurrency": concurrency, "requests": max(3, concurrency)},
+        probe={"enabled": True, "keep_within": 1.2},
+    )
     result = run_probe(spec, tmp_path / "wd", budget=24)
     study = Study(f"sqlite:///{tmp_path / 'optuna.db'}", spec.name, spec.space, spec.sampler, ["maximize"])
     study.open()
@@ -41,6 +44,7 @@ def test_at_several_streams_the_decode_winners_start_without_speculation_and_kno
     first = asked[0]
     assert first is not None and first[2]["probe_setting"] == fastest.setting
     assert first[1]["speculative_algorithm"] is None  # the load may not speculate at all
-    assert {k: v for k, v in first[1].items() if not k.startswith("NCCL_")} == \
-        {k: v for k, v in sp.baseline_params(spec.space).items() if not k.startswith("NCCL_")}
+    assert {k: v for k, v in first[1].items() if not k.startswith("NCCL_")} == {
+        k: v for k, v in sp.baseline_params(spec.space).items() if not k.startswith("NCCL_")
+    }
     assert asked[3] is not None and asked[3][1]["speculative_algorithm"] == "EAGLE3"  # the default speculation too

@@ -45,7 +45,6 @@ def sglang_python() -> str:
 @pytest.fixture(scope="session")
 def tiny_model(sglang_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny-llama")
-    subprocess.run([sglang_python, str(HERE / "tiny_model.py"), str(out)], check=True, timeout=600,
-                   capture_output=True)
+    subprocess.run([sglang_python, str(HERE / "tiny_model.py"), str(out)], check=True, timeout=600, capture_output=True)
     assert (out / "config.json").exists() and (out / "tokenizer.json").exists()
     return out

@@ -19,15 +19,26 @@ def cpu_experiment(name: str, model: Path, python: str, space: Path, **overrides
         "engine": "sglang",
         "sglang_version": "0.5.23",
         "server": {
-            "model": str(model), "tp": 1, "device": "cpu", "python": python,
-            "port_range": [32100, 32899], "startup_timeout_s": 900,
+            "model": str(model),
+            "tp": 1,
+            "device": "cpu",
+            "python": python,
+            "port_range": [32100, 32899],
+            "startup_timeout_s": 900,
             "flags": {"disable-overlap-schedule": True, "max-total-tokens": 8192, "sleep-on-idle": True},
             "env": {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
         },
         "search_space": [str(space)],
-        "benchmark": {"requests": 3, "concurrency": 3, "input_len": 16, "output_len": 32, "warmup_requests": 1,
-                      "repeats": 2,
-                      "stall_timeout_s": 300, "timeout_s": 600},
+        "benchmark": {
+            "requests": 3,
+            "concurrency": 3,
+            "input_len": 16,
+            "output_len": 32,
+            "warmup_requests": 1,
+            "repeats": 2,
+            "stall_timeout_s": 300,
+            "timeout_s": 600,
+        },
         "objective": {"metric": "decode_tok_s", "direction": "maximize"},
         "budget": {"trials": 3, "concurrent_trials": 1, "trial_timeout_s": 1200, "max_consecutive_failures": 3},
         "sampler": {"kind": "grid", "seed": 0},
@@ -45,10 +56,17 @@ def write_space(tmp_path: Path) -> Path:
     """NCCL_PROTO reaches the scheduler's environment (proof per rank) though gloo carries CPU collectives;
     max_running_requests is a flag SGLang takes on CPU."""
     path = tmp_path / "cpu-space.yaml"
-    path.write_text(yaml.safe_dump({"name": "cpu-space", "params": {
-        "NCCL_PROTO": {"choices": [None, "LL"]},
-        "max_running_requests": {"choices": [None, 1]},
-    }}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cpu-space",
+                "params": {
+                    "NCCL_PROTO": {"choices": [None, "LL"]},
+                    "max_running_requests": {"choices": [None, 1]},
+                },
+            }
+        )
+    )
     return path
 
 

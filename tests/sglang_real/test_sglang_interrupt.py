@@ -30,7 +30,11 @@ def _server_ready(wd: Path) -> Path | None:
     """The folder of a launched trial whose real server said it is ready, if any."""
     for d in sorted((wd / "trials").glob("*")) if (wd / "trials").is_dir() else []:
         log = d / "server.log"
-        if (d / "server.pid").exists() and log.exists() and "The server is fired up and ready to roll!" in log.read_text():
+        if (
+            (d / "server.pid").exists()
+            and log.exists()
+            and "The server is fired up and ready to roll!" in log.read_text()
+        ):
             return d
     return None
 
@@ -39,10 +43,12 @@ def _sglang(processes: dict[int, str]) -> dict[int, str]:
     return {pid: cmd for pid, cmd in processes.items() if "sglang" in cmd}
 
 
-def test_ctrl_c_and_sigkill_then_resume_leave_nothing_running(tmp_path: Path, sglang_python: str,
-                                                             tiny_model: Path, sqlite_store_template: Path) -> None:
-    data = cpu_experiment("real-stop", tiny_model, sglang_python, write_space(tmp_path),
-                          budget={"trials": 2}, benchmark={"repeats": 1})
+def test_ctrl_c_and_sigkill_then_resume_leave_nothing_running(
+    tmp_path: Path, sglang_python: str, tiny_model: Path, sqlite_store_template: Path
+) -> None:
+    data = cpu_experiment(
+        "real-stop", tiny_model, sglang_python, write_space(tmp_path), budget={"trials": 2}, benchmark={"repeats": 1}
+    )
     exp = write_experiment(tmp_path, data)
     wd = new_workdir(tmp_path, sqlite_store_template)
     marker = uuid.uuid4().hex

@@ -16,9 +16,16 @@ from orchestrator.results.export import parse_env
 
 
 def test_a_sweep_on_real_sglang_reaches_a_verdict_and_exports_an_env_file(
-        tmp_path: Path, sglang_python: str, tiny_model: Path, sqlite_store_template: Path) -> None:
-    data = cpu_experiment("real-cpu", tiny_model, sglang_python, write_space(tmp_path), objective=DECISIVE_OBJECTIVE,
-                         benchmark=DECISIVE_BENCHMARK)
+    tmp_path: Path, sglang_python: str, tiny_model: Path, sqlite_store_template: Path
+) -> None:
+    data = cpu_experiment(
+        "real-cpu",
+        tiny_model,
+        sglang_python,
+        write_space(tmp_path),
+        objective=DECISIVE_OBJECTIVE,
+        benchmark=DECISIVE_BENCHMARK,
+    )
     exp = write_experiment(tmp_path, data)
     wd = new_workdir(tmp_path, sqlite_store_template)
     marker = uuid.uuid4().hex
@@ -29,8 +36,9 @@ def test_a_sweep_on_real_sglang_reaches_a_verdict_and_exports_an_env_file(
     assert wait_until_gone(marker, timeout_s=30) == {}  # servers, schedulers, detokenizers, Ray: all gone
 
     outcomes = {int(d.name): json.loads((d / "outcome.json").read_text()) for d in (wd / "trials").iterdir()}
-    assert len(outcomes) == 3 and all(o["status"] == "COMPLETE" for o in outcomes.values()), \
-        {n: (o["status"], o["reason"]) for n, o in outcomes.items()}
+    assert len(outcomes) == 3 and all(o["status"] == "COMPLETE" for o in outcomes.values()), {
+        n: (o["status"], o["reason"]) for n, o in outcomes.items()
+    }
     for n, o in outcomes.items():
         folder = wd / "trials" / f"{n:04d}"
         m = o["metrics"]

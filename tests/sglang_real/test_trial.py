@@ -23,8 +23,14 @@ _FAMILY = re.compile(r"^# TYPE (\S+) ", re.M)
 
 
 def test_a_tp2_trial_measured_by_bench_serving(tmp_path: Path, sglang_python: str, tiny_model: Path) -> None:
-    data = cpu_experiment("real-tp2", tiny_model, sglang_python, write_space(tmp_path),
-                          server={"tp": 2}, benchmark={"engine": "bench_serving", "repeats": 2})
+    data = cpu_experiment(
+        "real-tp2",
+        tiny_model,
+        sglang_python,
+        write_space(tmp_path),
+        server={"tp": 2},
+        benchmark={"engine": "bench_serving", "repeats": 2},
+    )
     # SGLang's CPU engine at TP>1 asserts that each rank's cores are named (sglang/srt/utils/common.py,
     # get_cpu_ids_by_node): one core per rank on the 2-core CI machine.
     data["server"]["env"]["SGLANG_CPU_OMP_THREADS_BIND"] = "0|1"
@@ -84,23 +90,30 @@ def _counter(text: str, name: str) -> float:
 
 
 def test_a_launch_sglang_refuses_at_start_up_is_reported_with_its_own_exception(
-        tmp_path: Path, sglang_python: str, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, sglang_python: str, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A context length above the model's: the tool's checks let it through (the model is not read before
     launch), SGLang refuses it at start-up in ModelConfig (sglang/srt/configs/model_config.py,
     _derive_context_length: a ValueError naming SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)."""
-    data = cpu_experiment("real-refused", tiny_model, sglang_python, write_space(tmp_path),
-                          server={"flags": {"disable-overlap-schedule": True, "max-total-tokens": 8192,
-                                            "context-length": 100000}})
+    data = cpu_experiment(
+        "real-refused",
+        tiny_model,
+        sglang_python,
+        write_space(tmp_path),
+        server={"flags": {"disable-overlap-schedule": True, "max-total-tokens": 8192, "context-length": 100000}},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     marker = uuid.uuid4().hex
     monkeypatch.setenv(MARKER, marker)  # every process of this server inherits it
     folder = tmp_path / "0002"
-    outcome = run_trial(TrialSpec(number=2, params=sp.baseline_params(spec.space), trial_dir=str(folder),
-                                  experiment=spec))
+    outcome = run_trial(
+        TrialSpec(number=2, params=sp.baseline_params(spec.space), trial_dir=str(folder), experiment=spec)
+    )
     assert outcome.status is TrialStatus.FAILED and outcome.failure_kind == "server_crash", outcome.reason
-    assert outcome.reason.startswith("server refused its arguments: ValueError: Warning: User-specified "
-                                     "context_length (100000) is greater than the derived context_length (2048)"), \
-        outcome.reason
+    assert outcome.reason.startswith(
+        "server refused its arguments: ValueError: Warning: User-specified "
+        "context_length (100000) is greater than the derived context_length (2048)"
+    ), outcome.reason
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" in outcome.reason
     assert re.search(r"\((exit code \d+|killed by signal \d+ \(\w+\))\)$", outcome.reason), outcome.reason
     assert "Traceback (most recent call last)" in outcome.log_tail

@@ -13,8 +13,14 @@ import httpx
 import pytest
 from ports import free_port
 
-TUNED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
-         "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
+TUNED = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
 
 
 def descendants(pid: int) -> list[int]:
@@ -27,7 +33,7 @@ def descendants(pid: int) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if fields[0] == "Z":
             continue
         parents.setdefault(int(fields[1]), []).append(int(entry))
@@ -66,20 +72,37 @@ def _alive(pid: int) -> bool:
 class Sim:
     """One `python -m orchestrator.simulator` process with its log in a file."""
 
-    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None,
-                 faults: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        tmp_path: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        faults: tuple[str, ...] = (),
+    ):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"sim-{self.port}.log"
-        argv = [sys.executable, "-m", "orchestrator.simulator", "--model-path", "kimi-k2.5", "--host", "127.0.0.1",
-                "--port", str(self.port), *args]
+        argv = [
+            sys.executable,
+            "-m",
+            "orchestrator.simulator",
+            "--model-path",
+            "kimi-k2.5",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *args,
+        ]
         for f in faults:
             argv += ["--sim-fault", f]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SGLANG_", "SWEEP_SIM"))}
         full_env.update(env or {})
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(argv, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     cwd=Path(__file__).resolve().parents[2])
+        self.proc = subprocess.Popen(
+            argv, env=full_env, stdout=self._log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2]
+        )
         self.started = time.monotonic()
         self.workers_seen: list[int] = []
 

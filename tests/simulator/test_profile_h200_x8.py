@@ -32,8 +32,12 @@ TOKEN = KIMI.hidden_size * KIMI.dtype_bytes  # one token's hidden state, bytes
 
 
 def spec(steps: int, topk: int = 1, ndt: int | None = None, drafter: str = "EAGLE3") -> dict:
-    return {"speculative_algorithm": drafter, "speculative_num_steps": steps, "speculative_eagle_topk": topk,
-            "speculative_num_draft_tokens": ndt if ndt is not None else steps + 1}
+    return {
+        "speculative_algorithm": drafter,
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": ndt if ndt is not None else steps + 1,
+    }
 
 
 def grid(drafter: str) -> list[dict]:
@@ -46,8 +50,21 @@ def grid(drafter: str) -> list[dict]:
 @functools.cache
 def running_cap() -> int:
     """SGLang's max_running_requests for an EAGLE-3 launch without --max-running-requests."""
-    ns, _ = parse(["--model-path", "m", "--tp", "8", "--speculative-algorithm", "EAGLE3",
-                   "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"], {})
+    ns, _ = parse(
+        [
+            "--model-path",
+            "m",
+            "--tp",
+            "8",
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "1",
+        ],
+        {},
+    )
     return int(resolve(ns).args["max_running_requests"])
 
 
@@ -70,6 +87,7 @@ def published_gain_at(concurrency: int) -> tuple[float, float]:
 
 # --------------------------------------------------------------------------------- the profile
 
+
 def test_eight_ranks_cost_more_than_two_on_both_all_reduce_paths():
     settings = NcclSettings()
     nccl8, nccl2 = (nccl_all_reduce(hw, settings, tp, TOKEN, True).us for hw, tp in ((X8, 8), (X2, 2)))
@@ -84,8 +102,10 @@ def test_flashinfer_fusion_carries_verify_at_tp8_so_nccl_variables_do_not_matter
     """SGLang 0.5.23 arg_groups/overrides.py _flashinfer_allreduce_fusion_auto_enable turns the fusion on for
     KimiK25ForConditionalGeneration on SM90 at TP 8; --disable-custom-all-reduce (all_reduce_path nccl) does
     not turn it off, only all_reduce_backend nccl (--enforce-disable-flashinfer-allreduce-fusion) does."""
-    runs = [evaluate({**spec(3), **env}, X8, KIMI, concurrency=48)
-            for env in ({}, {"NCCL_PROTO": "Simple"}, {"NCCL_MAX_NCHANNELS": "1"}, {"all_reduce_path": "nccl"})]
+    runs = [
+        evaluate({**spec(3), **env}, X8, KIMI, concurrency=48)
+        for env in ({}, {"NCCL_PROTO": "Simple"}, {"NCCL_MAX_NCHANNELS": "1"}, {"all_reduce_path": "nccl"})
+    ]
     assert {p.ar_path for p in runs} == {"flashinfer_fusion"}
     assert len({round(p.decode_tok_s, 9) for p in runs}) == 1
     custom = evaluate({**spec(3), "all_reduce_backend": "custom"}, X8, KIMI, concurrency=48)
@@ -95,6 +115,7 @@ def test_flashinfer_fusion_carries_verify_at_tp8_so_nccl_variables_do_not_matter
 
 
 # ------------------------------------------------------------------------- batching limits
+
 
 def test_speculation_runs_at_most_48_requests_so_more_streams_only_queue():
     assert running_cap() == SPECULATIVE_MAX_RUNNING_REQUESTS == 48  # the server's cap is the model's
@@ -140,6 +161,7 @@ def test_verify_keeps_growing_per_token_after_the_experts_saturate():
 
 # ------------------------------------------------------------------------- the hardware weights
 
+
 def _x8_file(tmp_path, old: str, new: str) -> str:
     text = resources.files("orchestrator.simulator").joinpath("profiles/h200-nvlink-x8.yaml").read_text()
     assert old in text
@@ -148,13 +170,26 @@ def _x8_file(tmp_path, old: str, new: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("old,new,message", [
-    ("verify_overhead_gpu_share: 1.0", "verify_overhead_gpu_share: 1.5",
-     "0 <= verify_overhead_gpu_share <= 1.0 must hold, but got verify_overhead_gpu_share=1.5"),
-    ("per_token_factor: 2.5", "per_token_factor: -1", "per_token_factor >= 0 must hold, but got per_token_factor=-1"),
-    ("per_unique_expert_factor: 0.2", "per_unique_expert_factor: fast",
-     "per_unique_expert_factor >= 0 must hold, but got per_unique_expert_factor='fast'"),
-])
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        (
+            "verify_overhead_gpu_share: 1.0",
+            "verify_overhead_gpu_share: 1.5",
+            "0 <= verify_overhead_gpu_share <= 1.0 must hold, but got verify_overhead_gpu_share=1.5",
+        ),
+        (
+            "per_token_factor: 2.5",
+            "per_token_factor: -1",
+            "per_token_factor >= 0 must hold, but got per_token_factor=-1",
+        ),
+        (
+            "per_unique_expert_factor: 0.2",
+            "per_unique_expert_factor: fast",
+            "per_unique_expert_factor >= 0 must hold, but got per_unique_expert_factor='fast'",
+        ),
+    ],
+)
 def test_hardware_weights_are_validated(tmp_path, old, new, message):
     with pytest.raises(ProfileError) as exc:
         load_hardware(_x8_file(tmp_path, old, new))
@@ -164,18 +199,21 @@ def test_hardware_weights_are_validated(tmp_path, old, new, message):
 def test_hardware_weights_need_a_calibration_text(tmp_path):
     text = resources.files("orchestrator.simulator").joinpath("profiles/h200-nvlink-x8.yaml").read_text()
     path = tmp_path / "hw.yaml"
-    path.write_text(text[:text.index("calibration: >")])  # calibration is the profile's last key
+    path.write_text(text[: text.index("calibration: >")])  # calibration is the profile's last key
     with pytest.raises(ProfileError) as exc:
         load_hardware(str(path))
-    assert ("per_unique_expert_factor, per_token_factor, verify_overhead_gpu_share re-weigh the model's fitted "
-            "terms; calibration must say what they are fitted to") in str(exc.value)
+    assert (
+        "per_unique_expert_factor, per_token_factor, verify_overhead_gpu_share re-weigh the model's fitted "
+        "terms; calibration must say what they are fitted to"
+    ) in str(exc.value)
 
 
 def test_the_verify_overhead_split_changes_nothing_on_the_reference_gpu_at_reference_tp():
     split = dataclasses.replace(PCIE, verify_overhead_gpu_share=1.0)
     for c in (1, 16):
         assert evaluate(spec(3), split, KIMI, concurrency=c).decode_tok_s == pytest.approx(
-            evaluate(spec(3), PCIE, KIMI, concurrency=c).decode_tok_s, rel=1e-12)
+            evaluate(spec(3), PCIE, KIMI, concurrency=c).decode_tok_s, rel=1e-12
+        )
 
 
 # ----------------------------------------------------------------------------- the gain curve

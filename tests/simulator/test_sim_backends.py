@@ -23,9 +23,17 @@ BACKENDS = ("auto", "nccl", "custom", "flashinfer_fusion", "pcie_ipc", "torch_sy
 
 def host_of(name: str) -> ar.Host:
     hw = load_hardware(name)
-    return ar.Host(name, hw.gpu_name, hw.compute_capability, "nvlink" if hw.interconnect == "nvlink" else "pcie",
-                   hw.gpus, nodes=hw.nodes, nvlink_multicast=hw.nvlink_multicast,
-                   flashinfer_pcie_ipc=hw.pcie_ipc is not None, default_cuda_graph_max_bs=hw.default_cuda_graph_max_bs)
+    return ar.Host(
+        name,
+        hw.gpu_name,
+        hw.compute_capability,
+        "nvlink" if hw.interconnect == "nvlink" else "pcie",
+        hw.gpus,
+        nodes=hw.nodes,
+        nvlink_multicast=hw.nvlink_multicast,
+        flashinfer_pcie_ipc=hw.pcie_ipc is not None,
+        default_cuda_graph_max_bs=hw.default_cuda_graph_max_bs,
+    )
 
 
 def test_the_fusion_architectures_are_one_list():
@@ -44,8 +52,13 @@ def test_simulator_and_orchestrator_resolve_alike(profile, backend):
     ctx = ar.CommContext(model, host_of(profile), tp)
     if ctx.refusal({"all_reduce_backend": backend}) is not None:
         return
-    params = {"all_reduce_backend": backend, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-              "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+    params = {
+        "all_reduce_backend": backend,
+        "speculative_algorithm": "EAGLE3",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    }
     cfg = resolve(params, hw, KIMI)
     assert not isinstance(cfg, str)
     path = ctx.path(params, draft_tokens=4)
@@ -81,8 +94,10 @@ def test_the_sglang_lines_the_simulator_writes():
     assert not isinstance(h200, str) and not isinstance(pcie, str)
     texts = [t for _, _, t in h200.comm.lines]
     assert texts[0] == "Auto-enabling FlashInfer AllReduce Fusion (auto) for KimiK25ForConditionalGeneration"
-    assert ("FlashInfer AllReduce Fusion enabled and workspace initialized: backend=trtllm, rank=0, world_size=8, "
-            "max_token_num=2048, hidden_dim=7168") in texts
+    assert (
+        "FlashInfer AllReduce Fusion enabled and workspace initialized: backend=trtllm, rank=0, world_size=8, "
+        "max_token_num=2048, hidden_dim=7168"
+    ) in texts
     texts = [t for _, _, t in pcie.comm.lines]
     assert "FlashInfer PCIe-IPC all-reduce enabled (world=8, workspace sized on first reduction)" in texts
     assert "FlashInfer PCIe-IPC workspace built (world=8, max_numel=1146880, hidden=7168)" in texts  # 160 x 7168

@@ -19,8 +19,16 @@ from orchestrator.trial import bench, metrics
 
 
 def eagle(steps: int) -> tuple[str, ...]:
-    return ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
-            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(steps + 1))
+    return (
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        str(steps),
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        str(steps + 1),
+    )
 
 
 CONFIGS = {
@@ -52,8 +60,9 @@ def _value(samples, name: str, labels: dict[str, str] | None = None) -> float:
 def _measure(sim, steps: int) -> dict[str, float]:
     sim.wait_ready(30)
     before = httpx.get(sim.url + "/metrics").text
-    records = bench.run(sim.url, requests=3, concurrency=1, input_len=32, output_len=200, warmup_requests=1,
-                        seed=0, timeout_s=90)
+    records = bench.run(
+        sim.url, requests=3, concurrency=1, input_len=32, output_len=200, warmup_requests=1, seed=0, timeout_s=90
+    )
     after = httpx.get(sim.url + "/metrics").text
     m = metrics.compute(records, metrics_before=before, metrics_after=after)
     out = {"decode_tok_s": m.decode_tok_s, "accept_length": m.accept_length or 1.0}
@@ -61,11 +70,12 @@ def _measure(sim, steps: int) -> dict[str, float]:
         out["verify_ms"] = m.verify_ms
         b, a = metrics.parse_prometheus(before), metrics.parse_prometheus(after)
         name, draft = "sglang:forward_execution_seconds_total", {"category": "eagle_draft"}
-        passes = sum(_value(a, "sglang:cuda_graph_passes_total", {"mode": mode})
-                     - _value(b, "sglang:cuda_graph_passes_total", {"mode": mode})
-                     for mode in ("decode_cuda_graph", "decode_none"))
-        out["draft_step_ms"] = (_value(a, name, draft) - _value(b, name, draft)) \
-            / passes / steps * 1e3
+        passes = sum(
+            _value(a, "sglang:cuda_graph_passes_total", {"mode": mode})
+            - _value(b, "sglang:cuda_graph_passes_total", {"mode": mode})
+            for mode in ("decode_cuda_graph", "decode_none")
+        )
+        out["draft_step_ms"] = (_value(a, name, draft) - _value(b, name, draft)) / passes / steps * 1e3
     return out
 
 
@@ -74,9 +84,21 @@ def measured(tmp_path_factory):
     from sim_helpers import Sim, descendants, wait_gone
 
     tmp = tmp_path_factory.mktemp("calibration")
-    sims = {name: Sim(tmp, "--tp-size", "8", *args, "--enable-metrics", "--sim-noise", "0", "--sim-seed", str(i),
-                      env={**env, "SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"})
-            for i, (name, (args, env, _)) in enumerate(CONFIGS.items())}
+    sims = {
+        name: Sim(
+            tmp,
+            "--tp-size",
+            "8",
+            *args,
+            "--enable-metrics",
+            "--sim-noise",
+            "0",
+            "--sim-seed",
+            str(i),
+            env={**env, "SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"},
+        )
+        for i, (name, (args, env, _)) in enumerate(CONFIGS.items())
+    }
     try:
         with concurrent.futures.ThreadPoolExecutor(len(sims)) as pool:
             futures = {name: pool.submit(_measure, sims[name], CONFIGS[name][2]) for name in sims}
@@ -105,8 +127,12 @@ def test_measured_rate_matches_the_model_within_2_percent(measured, config):
     args, env, steps = CONFIGS[config]
     params = {**env, "tp": 8}
     if steps:
-        params.update(speculative_algorithm="EAGLE3", speculative_num_steps=steps, speculative_eagle_topk=1,
-                      speculative_num_draft_tokens=steps + 1)
+        params.update(
+            speculative_algorithm="EAGLE3",
+            speculative_num_steps=steps,
+            speculative_eagle_topk=1,
+            speculative_num_draft_tokens=steps + 1,
+        )
     pred = evaluate(params, load_hardware(), load_model())
     got = measured[config]
     expected = got["accept_length"] / pred.cycle_ms * 1e3 if steps else pred.decode_tok_s

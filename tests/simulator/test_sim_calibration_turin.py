@@ -26,8 +26,9 @@ def all_reduce(env: dict[str, str], nbytes: int):
     return nccl_all_reduce(load_hardware(HOST), NcclSettings.from_env(env), 8, nbytes, True)
 
 
-@pytest.mark.parametrize("kib,untuned_us,tuned_us", [
-    (32, 48.16, 26.20), (64, 48.69, 25.59), (128, 51.56, 32.09), (256, 56.48, 37.26)])
+@pytest.mark.parametrize(
+    "kib,untuned_us,tuned_us", [(32, 48.16, 26.20), (64, 48.69, 25.59), (128, 51.56, 32.09), (256, 56.48, 37.26)]
+)
 def test_small_all_reduce_latency_without_and_with_tuning(kib, untuned_us, tuned_us):
     untuned, tuned = all_reduce(P2P, kib << 10), all_reduce(TUNED, kib << 10)
     assert untuned.us == pytest.approx(untuned_us, rel=TOLERANCE)
@@ -52,8 +53,9 @@ def test_proto_ll_matters_here_unlike_on_the_field_report_host():
     """Issue 9: on the field report's host NCCL already picks LL below 64 KB, so NCCL_PROTO=LL alone
     changes nothing there; here it does, and with P2P across sockets it reaches the tuned speed."""
     field = load_hardware("pcie-rtxpro6000-x8")
-    ll, default = (nccl_all_reduce(field, NcclSettings.from_env(e), 8, 1 << 15, True).us
-                   for e in ({"NCCL_PROTO": "LL"}, {}))
+    ll, default = (
+        nccl_all_reduce(field, NcclSettings.from_env(e), 8, 1 << 15, True).us for e in ({"NCCL_PROTO": "LL"}, {})
+    )
     assert ll == default
     assert all_reduce({"NCCL_PROTO": "LL"}, 1 << 15).us < 0.8 * all_reduce({}, 1 << 15).us
     assert all_reduce(TUNED, 1 << 15).us < all_reduce({"NCCL_PROTO": "LL"}, 1 << 15).us
@@ -65,13 +67,16 @@ def decode_measured(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("turin")
     configs = {"defaults": {}, "tuned": TUNED}
-    sims = {name: Sim(tmp, "--tp-size", "8", "--hardware-profile", HOST, "--sim-noise", "0", "--sim-seed", "1",
-                      env=env) for name, env in configs.items()}
+    sims = {
+        name: Sim(tmp, "--tp-size", "8", "--hardware-profile", HOST, "--sim-noise", "0", "--sim-seed", "1", env=env)
+        for name, env in configs.items()
+    }
 
     def measure(sim: Sim) -> float:
         sim.wait_ready(30)
-        records = bench.run(sim.url, requests=2, concurrency=1, input_len=32, output_len=120, warmup_requests=1,
-                            seed=0, timeout_s=90)
+        records = bench.run(
+            sim.url, requests=2, concurrency=1, input_len=32, output_len=120, warmup_requests=1, seed=0, timeout_s=90
+        )
         return metrics.compute(records).decode_tok_s
 
     try:

@@ -32,18 +32,25 @@ def test_every_flag_of_the_help_dump_is_accepted():
             assert hasattr(ns, opt.dest)
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--model-path", "m", "--cuda-graph-max-bs", "8"],
-     "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
-    (["--model-path", "m", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-    (["--tp-size", "8"], "the following arguments are required: --model-path"),
-    (["--model-path", "m", "--tp-size", "eight"], "argument --tp-size/--tensor-parallel-size: invalid int value"),
-    (["--model-path", "m", "--speculative-attention-mode", "tree"], "invalid choice: 'tree'"),
-    (["--model-path", "m", "--cuda-graph-config", "1"],
-     "argument --cuda-graph-config: --cuda-graph-config must be a JSON object, got int"),
-    (["--model-path", "m", "--sim-fault", "explode"], "unknown fault 'explode'"),
-    (["--model-path", "m", "--sim-noi", "0"], "unrecognized arguments: --sim-noi"),  # ours never abbreviate
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["--model-path", "m", "--cuda-graph-max-bs", "8"],
+            "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill",
+        ),
+        (["--model-path", "m", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--tp-size", "8"], "the following arguments are required: --model-path"),
+        (["--model-path", "m", "--tp-size", "eight"], "argument --tp-size/--tensor-parallel-size: invalid int value"),
+        (["--model-path", "m", "--speculative-attention-mode", "tree"], "invalid choice: 'tree'"),
+        (
+            ["--model-path", "m", "--cuda-graph-config", "1"],
+            "argument --cuda-graph-config: --cuda-graph-config must be a JSON object, got int",
+        ),
+        (["--model-path", "m", "--sim-fault", "explode"], "unknown fault 'explode'"),
+        (["--model-path", "m", "--sim-noi", "0"], "unrecognized arguments: --sim-noi"),  # ours never abbreviate
+    ],
+)
 def test_bad_command_lines_exit_2_with_argparse_messages(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.parse(argv, {})
@@ -57,28 +64,47 @@ def test_abbreviations_resolve_as_in_sglang():
 
 
 def test_simulator_flags_and_faults_from_the_environment():
-    _, sim = cli.parse(["--model-path", "m", "--hardware-profile", "h200-nvlink", "--sim-seed", "4",
-                        "--sim-noise", "0", "--sim-fault", "env_drop"], {"SWEEP_SIM_FAULTS": "slow_start=2;never_ready"})
+    _, sim = cli.parse(
+        [
+            "--model-path",
+            "m",
+            "--hardware-profile",
+            "h200-nvlink",
+            "--sim-seed",
+            "4",
+            "--sim-noise",
+            "0",
+            "--sim-fault",
+            "env_drop",
+        ],
+        {"SWEEP_SIM_FAULTS": "slow_start=2;never_ready"},
+    )
     assert sim.hardware_profile == "h200-nvlink" and sim.seed == 4 and sim.noise == 0
     assert sim.faults == Faults(env_drop=True, slow_start_s=2.0, never_ready=True)
 
 
-@pytest.mark.parametrize("spec,expected", [
-    ("never_ready", Faults(never_ready=True)),
-    ("slow_start=1.5", Faults(slow_start_s=1.5)),
-    ("crash_after_tokens=100", Faults(crash_after_tokens=100)),
-    ("nccl_hang", Faults(nccl_hang_when=())),
-    ("nccl_hang_when=NCCL_PROTO:Simple,NCCL_ALGO:Tree",
-     Faults(nccl_hang_when=(("NCCL_PROTO", "Simple"), ("NCCL_ALGO", "Tree")))),
-    ("oom_above_draft_tokens=16", Faults(oom_above_draft_tokens=16)),
-    ("env_drop", Faults(env_drop=True)),
-])
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("never_ready", Faults(never_ready=True)),
+        ("slow_start=1.5", Faults(slow_start_s=1.5)),
+        ("crash_after_tokens=100", Faults(crash_after_tokens=100)),
+        ("nccl_hang", Faults(nccl_hang_when=())),
+        (
+            "nccl_hang_when=NCCL_PROTO:Simple,NCCL_ALGO:Tree",
+            Faults(nccl_hang_when=(("NCCL_PROTO", "Simple"), ("NCCL_ALGO", "Tree"))),
+        ),
+        ("oom_above_draft_tokens=16", Faults(oom_above_draft_tokens=16)),
+        ("env_drop", Faults(env_drop=True)),
+    ],
+)
 def test_fault_specs(spec, expected):
     assert parse_faults([spec]) == expected
 
 
-@pytest.mark.parametrize("spec", ["slow_start=soon", "crash_after_tokens=-1", "nccl_hang_when=NCCL_PROTO",
-                                  "env_drop=1", "melt"])
+@pytest.mark.parametrize(
+    "spec", ["slow_start=soon", "crash_after_tokens=-1", "nccl_hang_when=NCCL_PROTO", "env_drop=1", "melt"]
+)
 def test_bad_fault_specs_name_the_spec(spec):
     with pytest.raises(ValueError, match=re.escape(spec)):
         parse_faults([spec])
@@ -90,28 +116,75 @@ def test_hang_condition_matches_all_pairs():
     assert not f.hangs({"NCCL_PROTO": "Simple"})
 
 
-@pytest.mark.parametrize("flags,steps,topk,ndt,warned", [
-    ([], None, None, None, False),
-    (["--speculative-algorithm", "EAGLE3"], 3, 1, 4, False),  # SGLang's auto choice for DeepSeek-style models
-    (["--speculative-algorithm", "eagle3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-      "--speculative-num-draft-tokens", "8"], 3, 1, 4, True),
-    (["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2", "--speculative-eagle-topk", "4",
-      "--speculative-num-draft-tokens", "8"], 2, 4, 8, False),
-])
+@pytest.mark.parametrize(
+    "flags,steps,topk,ndt,warned",
+    [
+        ([], None, None, None, False),
+        (["--speculative-algorithm", "EAGLE3"], 3, 1, 4, False),  # SGLang's auto choice for DeepSeek-style models
+        (
+            [
+                "--speculative-algorithm",
+                "eagle3",
+                "--speculative-num-steps",
+                "3",
+                "--speculative-eagle-topk",
+                "1",
+                "--speculative-num-draft-tokens",
+                "8",
+            ],
+            3,
+            1,
+            4,
+            True,
+        ),
+        (
+            [
+                "--speculative-algorithm",
+                "NEXTN",
+                "--speculative-num-steps",
+                "2",
+                "--speculative-eagle-topk",
+                "4",
+                "--speculative-num-draft-tokens",
+                "8",
+            ],
+            2,
+            4,
+            8,
+            False,
+        ),
+    ],
+)
 def test_eagle_resolution(flags, steps, topk, ndt, warned):
     res = cli.resolve(parse(*flags)[0])
     args = res.args
-    assert (args["speculative_num_steps"], args["speculative_eagle_topk"], args["speculative_num_draft_tokens"]) \
-        == (steps, topk, ndt)
+    assert (args["speculative_num_steps"], args["speculative_eagle_topk"], args["speculative_num_draft_tokens"]) == (
+        steps,
+        topk,
+        ndt,
+    )
     assert any("adjusted to speculative_num_steps + 1" in w for w in res.log_warnings) == warned
     if flags:
         assert args["max_running_requests"] == 48
 
 
 def test_partial_eagle_parameters_fail_with_sglangs_assertion_traceback():
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.simulator", "--model-path", "m",
-                           "--speculative-algorithm", "EAGLE3", "--speculative-eagle-topk", "2"],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.simulator",
+            "--model-path",
+            "m",
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-eagle-topk",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 1
     assert "Traceback (most recent call last):" in proc.stderr
     assert proc.stderr.rstrip().endswith("AssertionError")

@@ -10,8 +10,7 @@ from sim_helpers import Sim
 
 from orchestrator.simulator import ProfileError, cli, evaluate, load_hardware, load_model, trial_cost
 
-KIMI_BENCH = {"requests": 16, "output_len": 512, "input_len": 512, "concurrency": 1, "repeats": 3,
-              "warmup_requests": 2}
+KIMI_BENCH = {"requests": 16, "output_len": 512, "input_len": 512, "concurrency": 1, "repeats": 3, "warmup_requests": 2}
 
 
 def test_kimi_trial_costs_about_ten_minutes_on_the_field_report_host():
@@ -26,8 +25,16 @@ def test_kimi_trial_costs_about_ten_minutes_on_the_field_report_host():
 
 def test_cost_follows_the_predicted_rate_concurrency_and_graphs():
     model, hw = load_model(), load_hardware()
-    pred = evaluate({"speculative_algorithm": "EAGLE3", "speculative_num_steps": 2, "speculative_eagle_topk": 1,
-                     "speculative_num_draft_tokens": 3}, hw, model)
+    pred = evaluate(
+        {
+            "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": 2,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 3,
+        },
+        hw,
+        model,
+    )
     slow = trial_cost(model, hw, decode_tok_s=pred.decode_tok_s / 2, **KIMI_BENCH)
     fast = trial_cost(model, hw, decode_tok_s=pred.decode_tok_s, **KIMI_BENCH)
     assert slow.load_s == fast.load_s and slow.benchmark_s > 1.9 * fast.benchmark_s
@@ -37,11 +44,14 @@ def test_cost_follows_the_predicted_rate_concurrency_and_graphs():
     assert eager.load_s == model.load_weights_s
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"decode_tok_s": 0.0}, "decode_tok_s must be > 0, but got 0.0"),
-    ({"repeats": 0}, "repeats must be >= 1, but got 0"),
-    ({"requests": 0}, "requests must be >= 1, but got 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"decode_tok_s": 0.0}, "decode_tok_s must be > 0, but got 0.0"),
+        ({"repeats": 0}, "repeats must be >= 1, but got 0"),
+        ({"requests": 0}, "requests must be >= 1, but got 0"),
+    ],
+)
 def test_cost_refuses_what_cannot_be_planned(kwargs, message):
     args = {"decode_tok_s": 90.0, "requests": 16, "output_len": 512, **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -56,12 +66,15 @@ def _model_file(tmp_path, load_block: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("block,message", [
-    ("", "missing key load"),
-    ("load: {weights_s: 1, graph_capture_s: 1}\n", "load.source must say where"),
-    ("load: {weights_s: -1, graph_capture_s: 1, source: x}\n", "load.weights_s must be a number of seconds >= 0"),
-    ("load: {weights_s: 1, graph_capture_s: 1, source: x, disk: nvme}\n", "unknown key(s) load.disk"),
-])
+@pytest.mark.parametrize(
+    "block,message",
+    [
+        ("", "missing key load"),
+        ("load: {weights_s: 1, graph_capture_s: 1}\n", "load.source must say where"),
+        ("load: {weights_s: -1, graph_capture_s: 1, source: x}\n", "load.weights_s must be a number of seconds >= 0"),
+        ("load: {weights_s: 1, graph_capture_s: 1, source: x, disk: nvme}\n", "unknown key(s) load.disk"),
+    ],
+)
 def test_load_figures_are_validated_strictly(tmp_path, block, message):
     with pytest.raises(ProfileError) as exc:
         load_model(_model_file(tmp_path, block))

@@ -10,8 +10,16 @@ import httpx
 import pytest
 from sim_helpers import descendants, environ_of, wait_gone
 
-SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "2",
-        "--speculative-num-draft-tokens", "6")
+SPEC = (
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "2",
+    "--speculative-num-draft-tokens",
+    "6",
+)
 
 
 def health(url: str) -> int | None:
@@ -55,8 +63,12 @@ def test_crash_after_tokens_cuts_the_stream_and_kills_the_tree(sim_factory):
     workers = sim.workers(4)
     received = 0
     with pytest.raises(httpx.HTTPError):
-        with httpx.stream("POST", sim.url + "/generate", timeout=30, json={
-                "text": "a b c", "sampling_params": {"max_new_tokens": 200}, "stream": True}) as resp:
+        with httpx.stream(
+            "POST",
+            sim.url + "/generate",
+            timeout=30,
+            json={"text": "a b c", "sampling_params": {"max_new_tokens": 200}, "stream": True},
+        ) as resp:
             for line in resp.iter_lines():
                 if line.startswith("data: {"):
                     received += 1
@@ -69,13 +81,22 @@ def test_crash_after_tokens_cuts_the_stream_and_kills_the_tree(sim_factory):
 
 
 def test_nccl_hang_keeps_the_process_alive_without_tokens(sim_factory):
-    sim = sim_factory("--tp-size", "2", "--watchdog-timeout", "1.5",
-                      env={"NCCL_PROTO": "Simple", "NCCL_ALGO": "Tree", "SGLANG_HEALTH_CHECK_TIMEOUT": "1"},
-                      faults=("nccl_hang_when=NCCL_PROTO:Simple,NCCL_ALGO:Tree",))
+    sim = sim_factory(
+        "--tp-size",
+        "2",
+        "--watchdog-timeout",
+        "1.5",
+        env={"NCCL_PROTO": "Simple", "NCCL_ALGO": "Tree", "SGLANG_HEALTH_CHECK_TIMEOUT": "1"},
+        faults=("nccl_hang_when=NCCL_PROTO:Simple,NCCL_ALGO:Tree",),
+    )
     sim.wait_ready()
     with pytest.raises(httpx.ReadTimeout):
-        with httpx.stream("POST", sim.url + "/generate", timeout=httpx.Timeout(10, read=2.0), json={
-                "text": "a b c", "sampling_params": {"max_new_tokens": 20}, "stream": True}) as resp:
+        with httpx.stream(
+            "POST",
+            sim.url + "/generate",
+            timeout=httpx.Timeout(10, read=2.0),
+            json={"text": "a b c", "sampling_params": {"max_new_tokens": 20}, "stream": True},
+        ) as resp:
             for _ in resp.iter_lines():
                 pass
     assert sim.proc.poll() is None
@@ -103,8 +124,19 @@ def test_oom_above_draft_token_limit(sim_factory):
 @pytest.mark.parametrize("graph_flags,at_capture", [((), True), (("--cuda-graph-backend-decode", "disabled"), False)])
 def test_draft_tree_too_small_for_draft_tokens_crashes(sim_factory, graph_flags, at_capture):
     """At CUDA-graph capture, or without graphs at the first verify (the warmup request)."""
-    sim = sim_factory("--tp-size", "2", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
-                      "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "8", *graph_flags)
+    sim = sim_factory(
+        "--tp-size",
+        "2",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "2",
+        "--speculative-num-draft-tokens",
+        "8",
+        *graph_flags,
+    )
     assert sim.wait_exit() == KILLED
     log = sim.log()
     assert "RuntimeError: selected index k out of range" in log
@@ -131,15 +163,20 @@ def test_port_in_use_fails_like_uvicorn(sim_factory):
         port = taken.getsockname()[1]
         sim = sim_factory("--tp-size", "2", port=port)
         assert sim.wait_exit() == 1
-    assert (f"[Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): address already in use"
-            in sim.log())
+    assert (
+        f"[Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): address already in use"
+        in sim.log()
+    )
     assert descendants(sim.proc.pid) == []
 
 
-@pytest.mark.parametrize("args,env,text", [
-    (("--tp-size", "4"), {}, "invalid device ordinal"),
-    (("--tp-size", "2"), {"NCCL_ALGO": "NVLS"}, "no algorithm/protocol available"),
-])
+@pytest.mark.parametrize(
+    "args,env,text",
+    [
+        (("--tp-size", "4"), {}, "invalid device ordinal"),
+        (("--tp-size", "2"), {"NCCL_ALGO": "NVLS"}, "no algorithm/protocol available"),
+    ],
+)
 def test_start_up_errors_kill_the_tree(sim_factory, args, env, text):
     sim = sim_factory(*args, "--hardware-profile", "h200-nvlink", env=env)
     assert sim.wait_exit() == KILLED

@@ -12,20 +12,36 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sim_helpers import Sim, descendants, environ_of, wait_gone
 
-METRIC_NAMES = set((Path(__file__).resolve().parents[2] / "orchestrator/reference/sglang_0_5_23/metric_names.txt")
-                   .read_text().split())
-NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", "NCCL_PROTO": "LL",
-            "NCCL_MAX_NCHANNELS": "4"}
+METRIC_NAMES = set(
+    (Path(__file__).resolve().parents[2] / "orchestrator/reference/sglang_0_5_23/metric_names.txt").read_text().split()
+)
+NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "4"}
 STEPS, TOPK, NDT = 3, 2, 6
 
 
 @pytest.fixture(scope="module")
 def spec_server(tmp_path_factory):
-    sim = Sim(tmp_path_factory.mktemp("http"), "--tp-size", "8", "--speculative-algorithm", "EAGLE3",
-              "--speculative-num-steps", str(STEPS), "--speculative-eagle-topk", str(TOPK),
-              "--speculative-num-draft-tokens", str(NDT), "--enable-metrics", "--decode-log-interval", "5",
-              "--sim-noise", "0", "--sim-seed", "1",
-              env={**NCCL_ENV, "SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1", "SGLANG_RECORD_STEP_TIME": "1"})
+    sim = Sim(
+        tmp_path_factory.mktemp("http"),
+        "--tp-size",
+        "8",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        str(STEPS),
+        "--speculative-eagle-topk",
+        str(TOPK),
+        "--speculative-num-draft-tokens",
+        str(NDT),
+        "--enable-metrics",
+        "--decode-log-interval",
+        "5",
+        "--sim-noise",
+        "0",
+        "--sim-seed",
+        "1",
+        env={**NCCL_ENV, "SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1", "SGLANG_RECORD_STEP_TIME": "1"},
+    )
     sim.wait_ready()
     sim.workers(8)
     yield sim
@@ -36,8 +52,11 @@ def spec_server(tmp_path_factory):
 
 def stream_generate(url: str, max_new_tokens: int, text: str = "tell me about rings") -> list[dict]:
     events = []
-    body = {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0,
-                                              "ignore_eos": True}, "stream": True}
+    body = {
+        "text": text,
+        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": True},
+        "stream": True,
+    }
     with httpx.stream("POST", url + "/generate", json=body, timeout=30) as resp:
         assert resp.status_code == 200
         for line in resp.iter_lines():
@@ -77,16 +96,21 @@ def test_streaming_generate_meta_info_is_consistent(spec_server):
 
 def test_non_streaming_generate_and_openai_completions(spec_server):
     url = spec_server.url
-    out = httpx.post(url + "/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 12}},
-                     timeout=30).json()
+    out = httpx.post(
+        url + "/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 12}}, timeout=30
+    ).json()
     assert out["meta_info"]["completion_tokens"] == 12 and len(out["output_ids"]) == 12
-    done = httpx.post(url + "/v1/completions", json={"model": "kimi-k2.5", "prompt": "hi there", "max_tokens": 9},
-                      timeout=30).json()
+    done = httpx.post(
+        url + "/v1/completions", json={"model": "kimi-k2.5", "prompt": "hi there", "max_tokens": 9}, timeout=30
+    ).json()
     assert done["object"] == "text_completion" and done["usage"]["completion_tokens"] == 9
     deltas = []
-    with httpx.stream("POST", url + "/v1/completions", timeout=30,
-                      json={"prompt": "hi", "max_tokens": 10, "stream": True,
-                            "stream_options": {"include_usage": True}}) as resp:
+    with httpx.stream(
+        "POST",
+        url + "/v1/completions",
+        timeout=30,
+        json={"prompt": "hi", "max_tokens": 10, "stream": True, "stream_options": {"include_usage": True}},
+    ) as resp:
         for line in resp.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 deltas.append(json.loads(line[6:]))
@@ -113,11 +137,22 @@ def test_metrics_use_sglang_names_and_the_device_timer(spec_server):
     for f in families.values():
         exposed = f.name + "_total" if f.type == "counter" else f.name
         assert exposed in METRIC_NAMES, exposed
-    for name in ("sglang:gen_throughput", "sglang:num_running_reqs", "sglang:spec_accept_length",
-                 "sglang:spec_accept_rate", "sglang:spec_num_steps", "sglang:spec_num_draft_tokens",
-                 "sglang:spec_verify_calls", "sglang:generation_tokens", "sglang:prompt_tokens",
-                 "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
-                 "sglang:e2e_request_latency_seconds", "sglang:cuda_graph_passes", "sglang:is_cuda_graph"):
+    for name in (
+        "sglang:gen_throughput",
+        "sglang:num_running_reqs",
+        "sglang:spec_accept_length",
+        "sglang:spec_accept_rate",
+        "sglang:spec_num_steps",
+        "sglang:spec_num_draft_tokens",
+        "sglang:spec_verify_calls",
+        "sglang:generation_tokens",
+        "sglang:prompt_tokens",
+        "sglang:time_to_first_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:e2e_request_latency_seconds",
+        "sglang:cuda_graph_passes",
+        "sglang:is_cuda_graph",
+    ):
         assert name in families, name
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
     steps = [v for (n, lb), v in samples.items() if n == "sglang:spec_num_steps"]
@@ -134,15 +169,23 @@ def test_logs_are_sglangs(spec_server):
     log = spec_server.log()
     assert "The server is fired up and ready to roll!" in log
     assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Prefill batch, #new-seq: 1, ", log, re.M)
-    decode = re.search(r"^\[[\d\- :]+ TP0\] Decode batch, #running-req: \d+, #token: \d+, token usage: [\d.]+, "
-                       r"accept len: (?P<al>[\d.]+), accept rate: (?P<ar>[\d.]+), cuda graph: (?P<cg>True|False), "
-                       r"gen throughput \(token/s\): (?P<tps>[\d.]+), #queue-req: \d+$", log, re.M)
+    decode = re.search(
+        r"^\[[\d\- :]+ TP0\] Decode batch, #running-req: \d+, #token: \d+, token usage: [\d.]+, "
+        r"accept len: (?P<al>[\d.]+), accept rate: (?P<ar>[\d.]+), cuda graph: (?P<cg>True|False), "
+        r"gen throughput \(token/s\): (?P<tps>[\d.]+), #queue-req: \d+$",
+        log,
+        re.M,
+    )
     assert decode and decode["cg"] == "True" and float(decode["tps"]) > 0
     # 0.5.23 custom_all_reduce_utils.py can_use_custom_all_reduce_with_nvlink, for V2 and then V1 (no [AR]
     # line on CUDA: that one is ROCm's)
     for cls in ("CustomAllReduceV2", "CustomAllreduce"):
-        assert re.search(rf"^\[[\d\- :]+ TP0\] {cls} is disabled because it's not supported on more than two "
-                         r"PCIe-only GPUs\.", log, re.M)
+        assert re.search(
+            rf"^\[[\d\- :]+ TP0\] {cls} is disabled because it's not supported on more than two "
+            r"PCIe-only GPUs\.",
+            log,
+            re.M,
+        )
     assert "[AR]" not in log
 
 
@@ -155,8 +198,9 @@ def test_each_rank_prints_nccl_lines_from_its_own_environment(spec_server):
         assert re.search(prefix + r"NCCL version 2\.28\.9\+cuda13\.0$", log, re.M)
         assert re.search(prefix + r"NCCL_PROTO set by environment to LL$", log, re.M)
         assert re.search(prefix + r"NCCL_MAX_NCHANNELS set by environment to 4\.$", log, re.M)
-        assert re.search(prefix + r"AllReduce: \d+ Bytes -> Algo RING proto LL channel\{Lo\.\.Hi\}=\{0\.\.\d+\}$",
-                         log, re.M)
+        assert re.search(
+            prefix + r"AllReduce: \d+ Bytes -> Algo RING proto LL channel\{Lo\.\.Hi\}=\{0\.\.\d+\}$", log, re.M
+        )
     for pid in workers:
         env = environ_of(pid)
         assert env["NCCL_PROTO"] == "LL" and env["NCCL_MAX_NCHANNELS"] == "4"

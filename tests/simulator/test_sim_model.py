@@ -19,8 +19,12 @@ PCIE, KIMI = load_hardware("pcie-rtxpro6000-x8"), load_model("kimi-k2.5")
 
 
 def eagle3(steps: int, topk: int = 1, ndt: int | None = None) -> dict:
-    return {"speculative_algorithm": "EAGLE3", "speculative_num_steps": steps, "speculative_eagle_topk": topk,
-            "speculative_num_draft_tokens": ndt if ndt is not None else steps + 1}
+    return {
+        "speculative_algorithm": "EAGLE3",
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": ndt if ndt is not None else steps + 1,
+    }
 
 
 # (row, params, field, target, tolerance) from reference/seed-calibration.md
@@ -75,18 +79,26 @@ def test_custom_all_reduce_makes_nccl_variables_irrelevant_unless_disabled():
     assert len({round(p.decode_tok_s, 6) for p in custom}) == 1
     # SGLang 0.5.23 auto-enables FlashInfer fusion for Kimi-K2.5 on SM90: all_reduce_path nccl
     # (--disable-custom-all-reduce) leaves it on; all_reduce_backend nccl turns it off too.
-    assert evaluate({**base, "all_reduce_backend": None, "all_reduce_path": "nccl"}, h200, KIMI).ar_path == \
-        "flashinfer_fusion"
-    nccl = [evaluate({**base, **env, "all_reduce_backend": "nccl"}, h200, KIMI) for env in ({}, {"NCCL_PROTO": "Simple"})]
+    assert (
+        evaluate({**base, "all_reduce_backend": None, "all_reduce_path": "nccl"}, h200, KIMI).ar_path
+        == "flashinfer_fusion"
+    )
+    nccl = [
+        evaluate({**base, **env, "all_reduce_backend": "nccl"}, h200, KIMI) for env in ({}, {"NCCL_PROTO": "Simple"})
+    ]
     assert {p.ar_path for p in nccl} == {"nccl"}
     assert nccl[1].decode_tok_s < nccl[0].decode_tok_s < custom[0].decode_tok_s
     assert evaluate(TUNED, PCIE, KIMI).ar_path == "nccl"  # PCIe x8: no custom all-reduce at all
 
 
 def test_nccl_response_has_bad_settings_and_an_interior_optimum():
-    grid = {"NCCL_PROTO": [None, "LL", "LL128", "Simple"], "NCCL_ALGO": [None, "Ring", "Tree"],
-            "NCCL_MAX_NCHANNELS": [None, 1, 2, 4, 8, 16], "NCCL_NTHREADS": [None, 64, 128, 256, 512],
-            "NCCL_P2P_LEVEL": [None, "PXB", "PHB", "SYS"]}
+    grid = {
+        "NCCL_PROTO": [None, "LL", "LL128", "Simple"],
+        "NCCL_ALGO": [None, "Ring", "Tree"],
+        "NCCL_MAX_NCHANNELS": [None, 1, 2, 4, 8, 16],
+        "NCCL_NTHREADS": [None, 64, 128, 256, 512],
+        "NCCL_P2P_LEVEL": [None, "PXB", "PHB", "SYS"],
+    }
     points = [{**eagle3(3, 2, 6), **dict(zip(grid, values))} for values in itertools.product(*grid.values())]
     ranked = truth(points, PCIE, KIMI)
     best = ranked[0].params
@@ -99,8 +111,9 @@ def test_nccl_response_has_bad_settings_and_an_interior_optimum():
         return evaluate({**eagle3(3, 2, 6), "NCCL_P2P_LEVEL": "SYS", **env}, PCIE, KIMI).decode_tok_s
 
     # Not separable: the best channel count depends on the thread count.
-    best_channels = {nt: max([1, 2, 4, 8], key=lambda c: tok_s(NCCL_MAX_NCHANNELS=c, NCCL_NTHREADS=nt))
-                     for nt in (128, 512)}
+    best_channels = {
+        nt: max([1, 2, 4, 8], key=lambda c: tok_s(NCCL_MAX_NCHANNELS=c, NCCL_NTHREADS=nt)) for nt in (128, 512)
+    }
     assert best_channels[128] != best_channels[512]
     assert tok_s(NCCL_ALGO="Tree") < tok_s(NCCL_ALGO="Ring")
 
@@ -117,12 +130,15 @@ def test_wider_draft_trees_accept_more_with_diminishing_returns():
     assert all(g > 0 for g in gains) and gains[0] > gains[1] > gains[2]
 
 
-@pytest.mark.parametrize("params,reason", [
-    ({**eagle3(3, 2, 8), "speculative_num_draft_tokens": 64}, "selected index k out of range"),
-    ({"speculative_algorithm": "EAGLE3", "speculative_eagle_topk": 2}, "AssertionError"),
-    ({"NCCL_ALGO": "NVLS"}, "no algorithm/protocol available"),
-    ({"tp": 16}, "needs more GPUs"),
-])
+@pytest.mark.parametrize(
+    "params,reason",
+    [
+        ({**eagle3(3, 2, 8), "speculative_num_draft_tokens": 64}, "selected index k out of range"),
+        ({"speculative_algorithm": "EAGLE3", "speculative_eagle_topk": 2}, "AssertionError"),
+        ({"NCCL_ALGO": "NVLS"}, "no algorithm/protocol available"),
+        ({"tp": 16}, "needs more GPUs"),
+    ],
+)
 def test_configurations_sglang_or_nccl_refuse_fail(params, reason):
     p = evaluate(params, PCIE, KIMI)
     assert not p.ok and reason in p.failure and p.decode_tok_s == 0
@@ -137,9 +153,25 @@ def test_eager_mode_is_slower_than_cuda_graphs():
 
 
 def test_params_from_launch_reads_flags_and_environment_like_the_server():
-    argv = ["--model-path", "m", "--tp", "8", "--speculative-algorithm", "eagle3", "--speculative-num-steps", "2",
-            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "7", "--disable-custom-all-reduce",
-            "--cuda-graph-backend-decode", "disabled", "--cuda-graph-max-bs-decode", "16"]
+    argv = [
+        "--model-path",
+        "m",
+        "--tp",
+        "8",
+        "--speculative-algorithm",
+        "eagle3",
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "7",
+        "--disable-custom-all-reduce",
+        "--cuda-graph-backend-decode",
+        "disabled",
+        "--cuda-graph-max-bs-decode",
+        "16",
+    ]
     params = params_from_launch(argv, {"NCCL_PROTO": "LL", "HOME": "/root"})
     assert params["tp"] == 8 and params["speculative_algorithm"] == "EAGLE3"
     assert params["speculative_num_draft_tokens"] == 3  # top-k 1 forces steps + 1
@@ -147,5 +179,6 @@ def test_params_from_launch_reads_flags_and_environment_like_the_server():
     assert params["cuda_graph_max_bs"] == 16 and params["NCCL_PROTO"] == "LL"
     assert evaluate(params, PCIE, KIMI).ok
     with pytest.raises(ValueError, match="AssertionError"):
-        params_from_launch(["--model-path", "m", "--speculative-algorithm", "EAGLE3",
-                            "--speculative-eagle-topk", "2"], {})
+        params_from_launch(
+            ["--model-path", "m", "--speculative-algorithm", "EAGLE3", "--speculative-eagle-topk", "2"], {}
+        )

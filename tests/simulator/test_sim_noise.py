@@ -36,6 +36,7 @@ def test_the_prefill_factor_is_correlated_as_asked() -> None:
     def correlation(c: float) -> float:
         pairs = [run_factors(seed, 0.04, c) for seed in range(600)]
         return statistics.correlation([d for d, _ in pairs], [p for _, p in pairs])
+
     assert correlation(1.0) == pytest.approx(1.0)
     assert abs(correlation(0.0)) < 0.12
     assert 0.4 < correlation(0.6) < 0.8
@@ -59,8 +60,9 @@ def test_the_flag_is_parsed_and_checked() -> None:
 
 
 def _spec(tmp_path, correlation: float) -> spec_mod.SweepSpec:  # type: ignore[no-untyped-def]
-    data = demo_experiment(name=f"noise{int(correlation * 10)}",
-                           simulator={"noise": 0.2, "noise_prefill_correlation": correlation})
+    data = demo_experiment(
+        name=f"noise{int(correlation * 10)}", simulator={"noise": 0.2, "noise_prefill_correlation": correlation}
+    )
     data["benchmark"]["input_len"] = 1024  # long enough for the prefill's all-reduces to show
     return spec_mod.load(write_experiment(tmp_path, data, name=f"noise-{correlation}.yaml"))
 
@@ -80,8 +82,13 @@ def _ttft_and_decode(tmp_path, correlation: float, params: dict) -> list[tuple[f
     out = []
     for seed in range(6):
         number = len(list(tmp_path.glob("t*")))
-        trial = TrialSpec(number=number, params={**sp.baseline_params(spec.space), **params}, seed=seed,
-                          trial_dir=str(tmp_path / f"t{number}"), experiment=spec)
+        trial = TrialSpec(
+            number=number,
+            params={**sp.baseline_params(spec.space), **params},
+            seed=seed,
+            trial_dir=str(tmp_path / f"t{number}"),
+            experiment=spec,
+        )
         outcome = ex.answer(trial, started_at=0.0).outcome
         assert outcome.status is TrialStatus.COMPLETE and outcome.metrics is not None
         assert outcome.metrics.ttft_ms_p50 is not None

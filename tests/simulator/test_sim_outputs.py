@@ -18,8 +18,16 @@ from orchestrator.simulator.profiles import load_hardware, load_model
 from orchestrator.testing.model_executor import model_outputs
 from orchestrator.trial import outputs
 
-SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", "4")
+SPEC = (
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+)
 ASK = OutputsRequest(prompts=4, max_new_tokens=64)
 LONG = OutputsRequest(prompts=8, max_new_tokens=160)
 """Long enough for the modelled corruption rates (1% of tokens with LL128 on PCIe) to show."""
@@ -41,9 +49,11 @@ def _captures(*asks: tuple[str, OutputsRequest]) -> list[OutputsRecord]:
 def _scored_by(url: str, arm: str, other: OutputsRecord, own: OutputsRecord) -> OutputsRecord:
     """`url`'s server scoring `other`'s outputs that differ from `own`'s."""
     base = {p.prompt: p for p in own.prompts}
-    score = tuple(ScoreRequest(arm=arm, prompt=p.prompt, input_ids=(*p.prompt_ids, *p.output_ids),
-                               continuation=len(p.output_ids))
-                  for p in other.prompts if p.output_ids != base[p.prompt].output_ids)
+    score = tuple(
+        ScoreRequest(arm=arm, prompt=p.prompt, input_ids=(*p.prompt_ids, *p.output_ids), continuation=len(p.output_ids))
+        for p in other.prompts
+        if p.output_ids != base[p.prompt].output_ids
+    )
     return _capture(url, OutputsRequest(prompts=0, max_new_tokens=1, score=score))
 
 
@@ -112,19 +122,29 @@ def test_logprob_fields_have_sglangs_shapes(sim_factory):
     sim = sim_factory("--tp-size", "2")
     sim.wait_ready()
     prompt = "the model of the ring"
-    meta = httpx.post(sim.url + "/generate", json={
-        "text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 5}, "return_logprob": True,
-        "logprob_start_len": 0, "top_logprobs_num": 1}, timeout=30).json()["meta_info"]
+    meta = httpx.post(
+        sim.url + "/generate",
+        json={
+            "text": prompt,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 5},
+            "return_logprob": True,
+            "logprob_start_len": 0,
+            "top_logprobs_num": 1,
+        },
+        timeout=30,
+    ).json()["meta_info"]
     ins, outs = meta["input_token_logprobs"], meta["output_token_logprobs"]
     assert [e[1] for e in ins] == tokens.tokenize(prompt) and ins[0][0] is None and ins[0][2] is None
     assert len(outs) == meta["output_token_logprobs_length"] == 5 and all(e[0] <= 0 for e in outs)
     assert len(meta["input_top_logprobs"]) == len(ins) and len(meta["output_top_logprobs"]) == 5
     assert all(top[0][0] >= e[0] for top, e in zip(meta["output_top_logprobs"], outs))  # greedy: the top one
-    no_logprobs = httpx.post(sim.url + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 2}},
-                             timeout=30).json()["meta_info"]
+    no_logprobs = httpx.post(
+        sim.url + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 2}}, timeout=30
+    ).json()["meta_info"]
     assert "input_token_logprobs" not in no_logprobs
-    bad = httpx.post(sim.url + "/generate", json={"text": prompt, "return_logprob": True, "logprob_start_len": -5},
-                     timeout=30)
+    bad = httpx.post(
+        sim.url + "/generate", json={"text": prompt, "return_logprob": True, "logprob_start_len": -5}, timeout=30
+    )
     assert bad.status_code == 400 and "logprob_start_len" in bad.json()["error"]["message"]
 
 
@@ -159,9 +179,12 @@ def test_the_baselines_top_tokens_let_the_search_screen_refuse_ll128_and_keep_sp
     assert all(len(p.output_top) == 160 and all(len(top) == 5 for top in p.output_top) for p in own.prompts)
     # best first; greedy: the output token is the top one, or at a near tie the launch's numerics flipped
     # (simulator/tokens.py next_token) the second, within NEAR_TIE_NATS of it
-    assert all([lp for _, lp in top] == sorted((lp for _, lp in top), reverse=True)
-               and top[0][1] - dict(top).get(t, -99.0) < tokens.NEAR_TIE_NATS
-               for p in own.prompts for top, t in zip(p.output_top, p.output_ids))
+    assert all(
+        [lp for _, lp in top] == sorted((lp for _, lp in top), reverse=True)
+        and top[0][1] - dict(top).get(t, -99.0) < tokens.NEAR_TIE_NATS
+        for p in own.prompts
+        for top, t in zip(p.output_top, p.output_ids)
+    )
     hw, md = load_hardware("pcie-rtxpro6000-x8"), load_model("kimi-k2.5")
     cfg = resolve({"tp": 2}, hw, md)
     assert not isinstance(cfg, str)

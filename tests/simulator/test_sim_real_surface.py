@@ -12,8 +12,11 @@ import httpx
 # A real server's lines (tests/sglang_real, server.log of a CPU trial):
 #   [2026-12-01 22:26:26] INFO:     127.0.0.1:55998 - "GET /health HTTP/1.1" 503 Service Unavailable
 #   [2026-12-01 22:26:27] INFO:     127.0.0.1:56010 - "POST /generate HTTP/1.1" 200 OK
-ACCESS = re.compile(r'^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] INFO:     127\.0\.0\.1:\d+ - "(GET|POST) (\S+) HTTP/1\.1" '
-                    r'(\d{3}) [A-Za-z ]+$', re.M)
+ACCESS = re.compile(
+    r'^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] INFO:     127\.0\.0\.1:\d+ - "(GET|POST) (\S+) HTTP/1\.1" '
+    r"(\d{3}) [A-Za-z ]+$",
+    re.M,
+)
 
 
 def test_access_lines_and_server_info_as_a_real_server_writes_them(sim_factory):

@@ -21,7 +21,9 @@ PCIE = load_hardware("pcie-rtxpro6000-x8")
 KIMI = load_model("kimi-k2.5")
 PLAIN = ["--model-path", "kimi-k2.5", "--tp-size", "8"]
 EAGLE3 = [*PLAIN, "--speculative-algorithm", "EAGLE3"]
-ALL_REDUCE = re.compile(r"\[(\d+)\] NCCL INFO AllReduce: (\d+) Bytes -> Algo (\w+) proto (\w+) channel\{Lo\.\.Hi\}=\{0\.\.(\d+)\}")
+ALL_REDUCE = re.compile(
+    r"\[(\d+)\] NCCL INFO AllReduce: (\d+) Bytes -> Algo (\w+) proto (\w+) channel\{Lo\.\.Hi\}=\{0\.\.(\d+)\}"
+)
 
 
 def plugin_env(tmp_path: Path, rules: str | None, **extra: str) -> dict[str, str]:
@@ -66,14 +68,21 @@ def test_a_rule_forcing_simple_on_one_channel_is_slower(tmp_path, argv, concurre
     assert forced.decode_tok_s < speed(argv, {}, concurrency).decode_tok_s
 
 
-@pytest.mark.parametrize(("case", "env"), [
-    ("no plugin asked for", {}),
-    ("a plugin path that does not exist", {"NCCL_TUNER_PLUGIN": "/nonexistent/libnccl-tuner-example.so",
-                                           "NCCL_TUNER_CONFIG_FILE": "{tmp}/rules.csv"}),
-    ("a library that is no tuner", {"NCCL_TUNER_PLUGIN": "{tmp}/libnccl-net.so",
-                                    "NCCL_TUNER_CONFIG_FILE": "{tmp}/rules.csv"}),
-    ("the plugin turned off", {"NCCL_TUNER_PLUGIN": "none", "NCCL_TUNER_CONFIG_FILE": "{tmp}/rules.csv"}),
-])
+@pytest.mark.parametrize(
+    ("case", "env"),
+    [
+        ("no plugin asked for", {}),
+        (
+            "a plugin path that does not exist",
+            {"NCCL_TUNER_PLUGIN": "/nonexistent/libnccl-tuner-example.so", "NCCL_TUNER_CONFIG_FILE": "{tmp}/rules.csv"},
+        ),
+        (
+            "a library that is no tuner",
+            {"NCCL_TUNER_PLUGIN": "{tmp}/libnccl-net.so", "NCCL_TUNER_CONFIG_FILE": "{tmp}/rules.csv"},
+        ),
+        ("the plugin turned off", {"NCCL_TUNER_PLUGIN": "none", "NCCL_TUNER_CONFIG_FILE": "{tmp}/rules.csv"}),
+    ],
+)
 def test_a_plugin_that_does_not_load_changes_nothing(tmp_path, case, env):
     (tmp_path / "libnccl-net.so").write_bytes(b"\x7fELF")
     (tmp_path / "rules.csv").write_text(SIMPLE_1)
@@ -109,16 +118,37 @@ def logged_choices(text: str) -> dict[int, tuple[str, str, int]]:
     return per_rank[0]
 
 
-@pytest.mark.parametrize(("case", "rules", "extra"), [
-    ("rules by size", "allreduce,0,20000,ring,ll,2,1,8\nallreduce,20001,50000,tree,ll128,-1,1,8\n"
-                      "allreduce,50001,1048576,ring,simple,0,1,8\n", {}),
-    ("a masked rule and no match", "allreduce,0,20000,ring,ll,5,1,8\nallreduce,0,30000,ring,simple,3,1,4\n",
-     {"NCCL_PROTO": "^LL"}),
-])
+@pytest.mark.parametrize(
+    ("case", "rules", "extra"),
+    [
+        (
+            "rules by size",
+            "allreduce,0,20000,ring,ll,2,1,8\nallreduce,20001,50000,tree,ll128,-1,1,8\n"
+            "allreduce,50001,1048576,ring,simple,0,1,8\n",
+            {},
+        ),
+        (
+            "a masked rule and no match",
+            "allreduce,0,20000,ring,ll,5,1,8\nallreduce,0,30000,ring,simple,3,1,4\n",
+            {"NCCL_PROTO": "^LL"},
+        ),
+    ],
+)
 def test_the_ranks_tuning_lines_are_the_choices_the_model_times(sim_factory, tmp_path, case, rules, extra):
     env = {**plugin_env(tmp_path, rules, **extra), "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING"}
-    argv = ["--tp-size", "8", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
-            "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4", "--disable-custom-all-reduce"]
+    argv = [
+        "--tp-size",
+        "8",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "2",
+        "--speculative-num-draft-tokens",
+        "4",
+        "--disable-custom-all-reduce",
+    ]
     sim = sim_factory(*argv, "--sim-noise", "0", env=env)
     sim.wait_ready()
     logged = logged_choices(sim.log())
@@ -137,13 +167,19 @@ def probe_spec(tmp_path: Path):
     """The demo's probe on the field report's PCIe host, without noise."""
     repo = Path(__file__).resolve().parents[2]
     data = {
-        "name": "tuner-e2e", "engine": "simulator",
-        "server": {"model": "moonshotai/Kimi-K2.5", "draft_model": "lightseekorg/kimi-k2.5-eagle3", "tp": 8,
-                   "env": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}},
+        "name": "tuner-e2e",
+        "engine": "simulator",
+        "server": {
+            "model": "moonshotai/Kimi-K2.5",
+            "draft_model": "lightseekorg/kimi-k2.5-eagle3",
+            "tp": 8,
+            "env": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"},
+        },
         "simulator": {"hardware_profile": "pcie-rtxpro6000-x8", "model_profile": "kimi-k2.5", "noise": 0.0},
         "search_space": [str(repo / "search_spaces" / "nccl.yaml"), str(repo / "search_spaces" / "eagle3.yaml")],
         "benchmark": {"requests": 3, "concurrency": 1, "input_len": 64, "output_len": 64},
-        "sampler": {"seed": 1}, "promotion": {"model_name": "tuner-e2e"},
+        "sampler": {"seed": 1},
+        "promotion": {"model_name": "tuner-e2e"},
     }
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return load(tmp_path / "exp.yaml")

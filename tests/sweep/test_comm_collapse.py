@@ -24,8 +24,12 @@ def launched_params(wd) -> list[dict]:  # type: ignore[no-untyped-def]
 
 
 def run(tmp_path, template, profile: str):  # type: ignore[no-untyped-def]
-    data = demo_experiment(name=profile.replace("-", ""), simulator={"hardware_profile": profile},
-                           budget={"trials": 8, "concurrent_trials": 2}, promotion={"max_rounds": 0})
+    data = demo_experiment(
+        name=profile.replace("-", ""),
+        simulator={"hardware_profile": profile},
+        budget={"trials": 8, "concurrent_trials": 2},
+        promotion={"max_rounds": 0},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data, name=f"{profile}.yaml"))
     wd = tmp_path / profile
     copy_store(template, wd)
@@ -43,8 +47,9 @@ def test_on_the_h200_profile_nccl_knobs_are_searched_only_where_nccl_carries(tmp
     assert all(t["all_reduce_backend"] == "nccl" for t in tuned), tuned
     assert any(t["all_reduce_backend"] != "nccl" for t in trials[1:])  # the auto path was searched too
     log = (wd / "sweep.log").read_text()
-    assert ("communication path: NCCL carries decode, verify on h200-nvlink-x8 only with all_reduce_backend in "
-            "['nccl']") in log and "are searched only there" in log
+    assert (
+        "communication path: NCCL carries decode, verify on h200-nvlink-x8 only with all_reduce_backend in ['nccl']"
+    ) in log and "are searched only there" in log
 
 
 def test_on_the_pcie_profile_the_nccl_knobs_are_searched_and_the_backend_knob_is_not(tmp_path, sqlite_store_template):
@@ -59,5 +64,7 @@ def test_on_the_pcie_profile_the_nccl_knobs_are_searched_and_the_backend_knob_is
     assert all(t.get("all_reduce_backend") is None for t in trials), trials
     log = (wd / "sweep.log").read_text()
     assert "NCCL carries" not in log  # the NCCL knobs are not collapsed
-    assert ("communication path: all_reduce_backend (engine default, nccl) puts decode, verify on the same "
-            "carriers on pcie-rtxpro6000-x8") in log and "so all_reduce_backend is not searched" in log
+    assert (
+        "communication path: all_reduce_backend (engine default, nccl) puts decode, verify on the same "
+        "carriers on pcie-rtxpro6000-x8"
+    ) in log and "so all_reduce_backend is not searched" in log

@@ -24,20 +24,30 @@ def space(tmp_path: Path, steps: int) -> Path:
     """NCCL_P2P_LEVEL=SYS (about +48% on the simulated PCIe host) and EAGLE-3 with `steps` draft steps
     (on top of it: about -1% with 1 step, +8% with 3; nothing left from about 16 streams on)."""
     path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump({"name": "two-parts", "params": {
-        "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [steps], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-    }}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "two-parts",
+                "params": {
+                    "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
+                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                    "speculative_num_steps": {"choices": [steps], "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+                },
+            }
+        )
+    )
     return path
 
 
 def experiment(tmp_path: Path, steps: int, **promotion: object) -> dict:
     """Every point of the space measured once (grid), then the confirmation."""
-    data = demo_experiment(name="verdict", budget={"trials": 4, "concurrent_trials": 2},
-                           sampler={"kind": "grid", "seed": 0},
-                           promotion={"min_rounds": 3, "max_rounds": 6, "explain": True, **promotion})
+    data = demo_experiment(
+        name="verdict",
+        budget={"trials": 4, "concurrent_trials": 2},
+        sampler={"kind": "grid", "seed": 0},
+        promotion={"min_rounds": 3, "max_rounds": 6, "explain": True, **promotion},
+    )
     data["search_space"] = [str(space(tmp_path, steps))]
     return data
 
@@ -45,11 +55,19 @@ def experiment(tmp_path: Path, steps: int, **promotion: object) -> dict:
 def test_summary_names_each_contribution(tmp_path, sqlite_store_template):
     wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, experiment(tmp_path, steps=3, min_gain=0.05))
     assert summary.champion is not None and summary.champion["params"] == {
-        "NCCL_P2P_LEVEL": "SYS", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-        "speculative_eagle_topk": 1}
+        "NCCL_P2P_LEVEL": "SYS",
+        "speculative_algorithm": "EAGLE3",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+    }
     parts = {p.part: p.interval for p in summary.contributions}
-    assert list(parts) == ["NCCL settings", "EAGLE-3 on top", "EAGLE-3 alone (NCCL at defaults)",
-                           "NCCL settings on top of EAGLE-3", "champion over the runner-up"]
+    assert list(parts) == [
+        "NCCL settings",
+        "EAGLE-3 on top",
+        "EAGLE-3 alone (NCCL at defaults)",
+        "NCCL settings on top of EAGLE-3",
+        "champion over the runner-up",
+    ]
     assert parts["NCCL settings"].low > 0.2 and parts["EAGLE-3 alone (NCCL at defaults)"].low > 0.1
     for part in parts:
         assert part in (summary.verdict or "")
@@ -107,7 +125,8 @@ def test_resuming_a_decided_sweep_measures_and_registers_nothing_again(tmp_path,
     assert resumed.promoted and resumed.model_version == first.model_version
     assert "already decided before this --resume" in (resumed.verdict or "")
     versions = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}").search_model_versions(
-        f"name='{spec.promotion.model_name}'")
+        f"name='{spec.promotion.model_name}'"
+    )
     assert len(versions) == 1
 
 

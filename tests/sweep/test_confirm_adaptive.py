@@ -16,9 +16,17 @@ from orchestrator.execute.inline import InlineExecutor
 
 def _experiment(tmp_path: Path) -> dict:
     # About x0.97 at 1 stream and x1.05 at 8 for adaptive against the fixed 3 steps.
-    return chain_experiment(tmp_path, "adaptive", objective={"concurrency": 1},
-                            promotion={"min_rounds": 4, "max_rounds": 5, "concurrency": [1, 8],
-                                       "correctness": {"max_new_tokens": CAPTURE_TOKENS}})
+    return chain_experiment(
+        tmp_path,
+        "adaptive",
+        objective={"concurrency": 1},
+        promotion={
+            "min_rounds": 4,
+            "max_rounds": 5,
+            "concurrency": [1, 8],
+            "correctness": {"max_new_tokens": CAPTURE_TOKENS},
+        },
+    )
 
 
 def test_the_verdict_says_per_level_whether_adaptive_beats_the_fixed_count(tmp_path, sqlite_store_template):
@@ -26,8 +34,9 @@ def test_the_verdict_says_per_level_whether_adaptive_beats_the_fixed_count(tmp_p
     wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, _experiment(tmp_path), inner=InlineExecutor(2))
     assert summary.champion is not None and summary.champion["params"]["speculative_num_steps"] == 3
     levels = {lv.concurrency: lv.steps for lv in summary.concurrency}
-    assert set(levels) == {1, 8} and all(g is not None and g.fixed == "fixed 3 steps" for g in levels.values()), \
+    assert set(levels) == {1, 8} and all(g is not None and g.fixed == "fixed 3 steps" for g in levels.values()), (
         summary.confirmations
+    )
     one, eight = levels[1], levels[8]
     assert one is not None and eight is not None
     # Signs and order, not significance: 4 rounds on a loaded 2-core host resolve some 5%, not 3%.

@@ -18,21 +18,26 @@ from orchestrator.sweep import publish
 
 
 def _experiment(tmp_path: Path) -> dict:
-    return chain_experiment(tmp_path, "gate-level", objective={"concurrency": 8},
-                            promotion={"min_rounds": 3, "max_rounds": 4, "concurrency": []})
+    return chain_experiment(
+        tmp_path,
+        "gate-level",
+        objective={"concurrency": 8},
+        promotion={"min_rounds": 3, "max_rounds": 4, "concurrency": []},
+    )
 
 
 def test_the_verdict_names_the_gate_level_and_compares_adaptive_steps_there(tmp_path, sqlite_store_template):
     wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, _experiment(tmp_path))
-    assert summary.champion is not None and summary.champion["params"]["speculative_num_steps"] == 3, \
-        summary.verdict
+    assert summary.champion is not None and summary.champion["params"]["speculative_num_steps"] == 3, summary.verdict
     verdict = summary.verdict or ""
     head = verdict.split(": ")[0]
-    assert head in ("promoted at 8 concurrent streams (objective decode_tok_s)",
-                    "not better at 8 concurrent streams (objective decode_tok_s)",
-                    "undecided after 4 rounds at 8 concurrent streams (objective decode_tok_s)",
-                    # a loaded host widens the intervals: EAGLE-3 may add nothing significant on top
-                    "promoted the simpler configuration without speculation"), verdict
+    assert head in (
+        "promoted at 8 concurrent streams (objective decode_tok_s)",
+        "not better at 8 concurrent streams (objective decode_tok_s)",
+        "undecided after 4 rounds at 8 concurrent streams (objective decode_tok_s)",
+        # a loaded host widens the intervals: EAGLE-3 may add nothing significant on top
+        "promoted the simpler configuration without speculation",
+    ), verdict
     assert " at 8 concurrent streams (objective decode_tok_s): " in verdict, verdict
 
     # The adaptive arm ran at the gate's level for min_rounds rounds, as SGLang's flag.
@@ -42,8 +47,9 @@ def test_the_verdict_names_the_gate_level_and_compares_adaptive_steps_there(tmp_
     [level] = summary.concurrency
     assert level.concurrency == 8 and level.steps is not None and level.steps.fixed == "fixed 3 steps"
     said = summary.concurrency_verdict or ""
-    assert said.startswith("Adaptive steps (--speculative-adaptive) against fixed 3 steps: x") and \
-        said.endswith(" at 8 streams (" + said.rsplit(" at 8 streams (", 1)[1])
+    assert said.startswith("Adaptive steps (--speculative-adaptive) against fixed 3 steps: x") and said.endswith(
+        " at 8 streams (" + said.rsplit(" at 8 streams (", 1)[1]
+    )
     assert said in verdict
 
     assert summary.confirmed is not None and summary.confirmed.concurrency == 8
@@ -56,5 +62,6 @@ def test_the_verdict_names_the_gate_level_and_compares_adaptive_steps_there(tmp_
         assert "confirmed_concurrency=8" in header
         assert export.parse_env(header)  # the header stays comments
         [version] = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}").search_model_versions(
-            "name='sglang-sweep-demo'")
+            "name='sglang-sweep-demo'"
+        )
         assert "at 8 concurrent streams" in (version.description or "")

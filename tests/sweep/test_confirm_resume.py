@@ -45,7 +45,8 @@ def test_resume_with_summary_json_unreadable_registers_nothing_again(tmp_path, s
     assert resumed.model_version == first.model_version
     assert "already decided before this --resume" in (resumed.verdict or "")
     versions = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}").search_model_versions(
-        f"name='{spec.promotion.model_name}'")
+        f"name='{spec.promotion.model_name}'"
+    )
     assert len(versions) == (1 if first.promoted else 0)
     assert st.SweepSummary.model_validate_json((wd / "summary.json").read_text()).outcome is first.outcome
     if first.promoted:  # what was registered the first time is what `sweep export` writes

@@ -9,15 +9,32 @@ from orchestrator.records import TrialStatus
 from orchestrator.sweep._confirm import ConfirmationRow
 
 
-@pytest.mark.parametrize(("row", "record"), [
-    (ConfirmationRow(round=0, who="champion", status=TrialStatus.COMPLETE, concurrency=8, value=81.5),
-     {"round": 0, "who": "champion", "concurrency": 8, "status": "COMPLETE", "decode_tok_s": 81.5}),
-    (ConfirmationRow(round=2, who="baseline@16", status=TrialStatus.FAILED, concurrency=16, reason="server crashed"),
-     {"round": 2, "who": "baseline@16", "concurrency": 16, "status": "FAILED", "decode_tok_s": None,
-      "reason": "server crashed"}),
-    (ConfirmationRow(round=1, who="adaptive", status=TrialStatus.FAILED, reason="actor died"),
-     {"round": 1, "who": "adaptive", "status": "FAILED", "reason": "actor died"}),
-])
+@pytest.mark.parametrize(
+    ("row", "record"),
+    [
+        (
+            ConfirmationRow(round=0, who="champion", status=TrialStatus.COMPLETE, concurrency=8, value=81.5),
+            {"round": 0, "who": "champion", "concurrency": 8, "status": "COMPLETE", "decode_tok_s": 81.5},
+        ),
+        (
+            ConfirmationRow(
+                round=2, who="baseline@16", status=TrialStatus.FAILED, concurrency=16, reason="server crashed"
+            ),
+            {
+                "round": 2,
+                "who": "baseline@16",
+                "concurrency": 16,
+                "status": "FAILED",
+                "decode_tok_s": None,
+                "reason": "server crashed",
+            },
+        ),
+        (
+            ConfirmationRow(round=1, who="adaptive", status=TrialStatus.FAILED, reason="actor died"),
+            {"round": 1, "who": "adaptive", "status": "FAILED", "reason": "actor died"},
+        ),
+    ],
+)
 def test_a_row_is_recorded_as_summary_json_holds_it(row: ConfirmationRow, record: dict) -> None:
     assert row.record("decode_tok_s") == record
     assert row.lost is ("concurrency" not in record)

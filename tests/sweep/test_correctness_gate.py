@@ -27,11 +27,16 @@ def _night(tmp_path, sqlite_store_template, name: str, protos: list, concurrency
     promotion.setdefault("correctness", {"screen": False})
     space = tmp_path / f"{name}.yaml"
     space.write_text(yaml.safe_dump({"name": name, "params": {"NCCL_PROTO": {"choices": protos}}}))
-    data = demo_experiment(name=name, search_space=[str(space)], sampler={"kind": "grid", "seed": 0},
-                           simulator={"noise": 0.002}, benchmark={"concurrency": concurrency}, objective={"concurrency": concurrency,
-                                                                              "constraints": {}},
-                           budget={"trials": len(protos) + 1, "concurrent_trials": 1},
-                           promotion={"min_rounds": 3, "max_rounds": 8, "min_gain": 0.0, **promotion})
+    data = demo_experiment(
+        name=name,
+        search_space=[str(space)],
+        sampler={"kind": "grid", "seed": 0},
+        simulator={"noise": 0.002},
+        benchmark={"concurrency": concurrency},
+        objective={"concurrency": concurrency, "constraints": {}},
+        budget={"trials": len(protos) + 1, "concurrent_trials": 1},
+        promotion={"min_rounds": 3, "max_rounds": 8, "min_gain": 0.0, **promotion},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / name
     copy_store(sqlite_store_template, wd)
@@ -47,8 +52,11 @@ def test_forced_ll128_on_pcie_is_refused_by_the_correctness_gate_with_its_figure
     assert "Speed: promoted" in verdict
     # ... but refused, naming the check and its figure
     assert "correctness gate (the baseline's logprob score): REFUSED: outputs differ from the baseline's on" in verdict
-    assert re.search(r"on [1-8] of 8 prompts \(first at token \d+\); the baseline's server scores token \d+ of "
-                     r"prompt \d \d+\.\d\d nats below its own top choice \(tolerance 0\.5 nats\)", verdict), verdict
+    assert re.search(
+        r"on [1-8] of 8 prompts \(first at token \d+\); the baseline's server scores token \d+ of "
+        r"prompt \d \d+\.\d\d nats below its own top choice \(tolerance 0\.5 nats\)",
+        verdict,
+    ), verdict
     kept = json.loads((wd / "confirm" / "correctness.json").read_text())["champion"]
     assert kept["passed"] is False and kept["worst_nats"] > 0.5 and kept["differing"] >= 1
     assert not (wd / "champion.env").exists()
@@ -76,8 +84,14 @@ def test_a_resume_after_the_refusal_measures_nothing_again(tmp_path, sqlite_stor
 
 
 def test_without_the_gate_the_same_night_promotes_the_corrupting_setting(tmp_path, sqlite_store_template):
-    summary, wd = _night(tmp_path, sqlite_store_template, "ll128off", [None, "LL128"], 32,
-                         correctness={"enabled": False, "screen": False})
+    summary, wd = _night(
+        tmp_path,
+        sqlite_store_template,
+        "ll128off",
+        [None, "LL128"],
+        32,
+        correctness={"enabled": False, "screen": False},
+    )
     assert summary.outcome is st.Outcome.promoted and (wd / "champion.env").exists()
     assert "NCCL_PROTO=LL128" in (wd / "champion.env").read_text()
     assert not (wd / "confirm" / "00-champion" / "outputs.json").exists()  # nothing captured when off
@@ -88,15 +102,34 @@ def test_a_refused_champion_gives_way_to_the_runner_up_that_passes_both_gates(tm
     another region (2 channels at most, NCCL's own protocol: +0.95% in the model) is faster than the baseline
     and decodes as it does."""
     space = tmp_path / "fallback.yaml"
-    space.write_text(yaml.safe_dump({"name": "fallback", "params": {
-        "NCCL_PROTO": {"choices": [None, "LL128"]}, "NCCL_MAX_NCHANNELS": {"choices": [None, 2]},
-        "NCCL_ALGO": {"choices": [None, "Tree"]}}}))
-    data = demo_experiment(name="fallback", search_space=[str(space)], sampler={"kind": "grid", "seed": 0},
-                           simulator={"noise": 0.0005}, benchmark={"concurrency": 32},
-                           objective={"concurrency": 32, "constraints": {}},
-                           budget={"trials": 8, "concurrent_trials": 2},
-                           promotion={"min_rounds": 3, "max_rounds": 8, "min_gain": 0.0, "explain": True,
-                                      "correctness": {"screen": False}})
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "fallback",
+                "params": {
+                    "NCCL_PROTO": {"choices": [None, "LL128"]},
+                    "NCCL_MAX_NCHANNELS": {"choices": [None, 2]},
+                    "NCCL_ALGO": {"choices": [None, "Tree"]},
+                },
+            }
+        )
+    )
+    data = demo_experiment(
+        name="fallback",
+        search_space=[str(space)],
+        sampler={"kind": "grid", "seed": 0},
+        simulator={"noise": 0.0005},
+        benchmark={"concurrency": 32},
+        objective={"concurrency": 32, "constraints": {}},
+        budget={"trials": 8, "concurrent_trials": 2},
+        promotion={
+            "min_rounds": 3,
+            "max_rounds": 8,
+            "min_gain": 0.0,
+            "explain": True,
+            "correctness": {"screen": False},
+        },
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "fallback"
     copy_store(sqlite_store_template, wd)
@@ -107,9 +140,14 @@ def test_a_refused_champion_gives_way_to_the_runner_up_that_passes_both_gates(tm
     assert kept["champion"]["passed"] is False
     assert summary.outcome is st.Outcome.promoted, verdict
     assert summary.promoted_config == "runner_up" and kept["runner_up"]["passed"] is True, kept
-    assert re.search(r"promoted trial \d+ \(the runner-up\) instead of trial \d+, which changes the outputs "
-                     r"\(champion: correctness gate \(the baseline's logprob score\): REFUSED: outputs differ", verdict), verdict
-    assert verdict.endswith("correctness gate (equal token streams): passed: 8 of 8 prompts decode to the baseline's "
-                            "256 tokens, token for token")
+    assert re.search(
+        r"promoted trial \d+ \(the runner-up\) instead of trial \d+, which changes the outputs "
+        r"\(champion: correctness gate \(the baseline's logprob score\): REFUSED: outputs differ",
+        verdict,
+    ), verdict
+    assert verdict.endswith(
+        "correctness gate (equal token streams): passed: 8 of 8 prompts decode to the baseline's "
+        "256 tokens, token for token"
+    )
     env = (wd / "champion.env").read_text()
     assert "NCCL_MAX_NCHANNELS=2" in env and "NCCL_PROTO=LL128" not in env

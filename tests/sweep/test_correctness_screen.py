@@ -30,14 +30,28 @@ from orchestrator.testing import ModelExecutor
 
 def _run(tmp_path, template, name: str, **correctness):  # type: ignore[no-untyped-def]
     space = tmp_path / f"{name}-space.yaml"
-    space.write_text(yaml.safe_dump({"name": name, "params": {
-        "NCCL_PROTO": {"choices": [None, "LL128"]}, "NCCL_MAX_NCHANNELS": {"choices": [None, 2]},
-        "NCCL_ALGO": {"choices": [None, "Tree"]}}}))
-    data = demo_experiment(name=name, search_space=[str(space)], sampler={"kind": "grid", "seed": 0},
-                           simulator={"noise": 0.0005}, benchmark={"concurrency": 32},
-                           objective={"concurrency": 32, "constraints": {}},
-                           budget={"trials": 8, "concurrent_trials": 2},
-                           promotion={"min_rounds": 3, "max_rounds": 8, "min_gain": 0.0, "correctness": correctness})
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "params": {
+                    "NCCL_PROTO": {"choices": [None, "LL128"]},
+                    "NCCL_MAX_NCHANNELS": {"choices": [None, 2]},
+                    "NCCL_ALGO": {"choices": [None, "Tree"]},
+                },
+            }
+        )
+    )
+    data = demo_experiment(
+        name=name,
+        search_space=[str(space)],
+        sampler={"kind": "grid", "seed": 0},
+        simulator={"noise": 0.0005},
+        benchmark={"concurrency": 32},
+        objective={"concurrency": 32, "constraints": {}},
+        budget={"trials": 8, "concurrent_trials": 2},
+        promotion={"min_rounds": 3, "max_rounds": 8, "min_gain": 0.0, "correctness": correctness},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data, name=f"{name}.yaml"))
     wd = tmp_path / name
     copy_store(template, wd)
@@ -58,8 +72,10 @@ def test_trials_whose_outputs_changed_are_measured_but_never_the_champion(tmp_pa
     for o in ll128.values():
         assert o["status"] == "COMPLETE" and o["metrics"]["decode_tok_s"] > 0
         assert o["outputs_changed"].startswith("outputs differ from the baseline's on "), o["outputs_changed"]
-        assert "below its own top choice there (tolerance 0.5 nats): the configuration changes the outputs" \
+        assert (
+            "below its own top choice there (tolerance 0.5 nats): the configuration changes the outputs"
             in o["outputs_changed"]
+        )
     assert not any(o["outputs_changed"] for o in others.values())
     # ... though they measured fastest: the pick went to the best trial the screen kept
     fastest = max(outcomes.values(), key=lambda o: o["metrics"]["decode_tok_s"] if o["role"] == "search" else 0)
@@ -82,12 +98,17 @@ def test_trials_whose_outputs_changed_are_measured_but_never_the_champion(tmp_pa
     marked = {t.number for t in study.trials if t.user_attrs.get(OUTPUTS_CHANGED_ATTR)}
     assert marked == set(ll128)
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                              "tags.`sweep.outputs_changed` != ''")
+    runs = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], "tags.`sweep.outputs_changed` != ''"
+    )
     assert {int(r.data.tags["sweep.trial_number"]) for r in runs} >= set(ll128)
     assert all("decode_tok_s" in r.data.metrics for r in runs)  # nothing measured is lost
-    parent = next(r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
-                  if r.data.tags.get("sweep.kind") == "sweep")
+    parent = next(
+        r
+        for e in client.search_experiments()
+        for r in client.search_runs([e.experiment_id])
+        if r.data.tags.get("sweep.kind") == "sweep"
+    )
     table = pd.read_csv(client.download_artifacts(parent.info.run_id, "results.csv", str(tmp_path)))
     refused = table[table["outputs_changed"].fillna("") != ""]
     assert set(refused["trial"]) == set(ll128)

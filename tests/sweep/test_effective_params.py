@@ -21,14 +21,25 @@ from orchestrator.testing import ModelExecutor
 
 def test_a_top_k_1_trial_shows_the_draft_tokens_it_was_launched_with(tmp_path, sqlite_store_template):
     space = tmp_path / "chain.yaml"
-    space.write_text(yaml.safe_dump({"name": "chain", "params": {
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [4], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [1, 4], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_num_draft_tokens": {"choices": [8], "when": {"speculative_eagle_topk": [4]}},
-    }}))
-    data = demo_experiment(name="chain", search_space=[str(space)], budget={"trials": 3, "concurrent_trials": 1},
-                           promotion={"max_rounds": 0})
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "chain",
+                "params": {
+                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                    "speculative_num_steps": {"choices": [4], "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_eagle_topk": {"choices": [1, 4], "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_num_draft_tokens": {"choices": [8], "when": {"speculative_eagle_topk": [4]}},
+                },
+            }
+        )
+    )
+    data = demo_experiment(
+        name="chain",
+        search_space=[str(space)],
+        budget={"trials": 3, "concurrent_trials": 1},
+        promotion={"max_rounds": 0},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)

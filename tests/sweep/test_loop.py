@@ -64,8 +64,9 @@ class CountingExecutor:
         return done
 
 
-def run_sweep(tmp_path: Path, template: Path, data: dict, slots: int = 2,
-              inner: Executor | None = None) -> tuple[Path, st.SweepSummary, CountingExecutor, list]:
+def run_sweep(
+    tmp_path: Path, template: Path, data: dict, slots: int = 2, inner: Executor | None = None
+) -> tuple[Path, st.SweepSummary, CountingExecutor, list]:
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(template, wd)
@@ -77,17 +78,23 @@ def run_sweep(tmp_path: Path, template: Path, data: dict, slots: int = 2,
 
 def tiny_space(tmp_path: Path) -> Path:
     space = tmp_path / "tiny.yaml"
-    space.write_text(yaml.safe_dump({"name": "tiny", "params": {
-        "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
-        "NCCL_ALGO": {"choices": [None, "Tree"]},
-    }}))
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "params": {
+                    "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
+                    "NCCL_ALGO": {"choices": [None, "Tree"]},
+                },
+            }
+        )
+    )
     return space
 
 
 @pytest.mark.parametrize("where", ["model", "inline"])
 def test_keeps_two_trials_in_flight_and_writes_what_status_reads(tmp_path, sqlite_store_template, where):
-    data = demo_experiment(name="inline", budget={"trials": 5, "concurrent_trials": 2},
-                           promotion={"max_rounds": 0})
+    data = demo_experiment(name="inline", budget={"trials": 5, "concurrent_trials": 2}, promotion={"max_rounds": 0})
     inner = InlineExecutor(2) if where == "inline" else None  # real simulator servers, as an integration check
     wd, summary, executor, events = run_sweep(tmp_path, sqlite_store_template, data, inner=inner)
 
@@ -117,13 +124,14 @@ def test_keeps_two_trials_in_flight_and_writes_what_status_reads(tmp_path, sqlit
         assert attrs["bench_s"] == round(timings["bench"], 3) > 0
 
 
-def test_a_failure_is_recorded_as_data_and_its_parameters_are_settled_without_a_launch(
-        tmp_path, sqlite_store_template):
+def test_a_failure_is_recorded_as_data_and_its_parameters_are_settled_without_a_launch(tmp_path, sqlite_store_template):
     data = demo_experiment(
-        name="failing", sampler={"kind": "random", "seed": 0},
+        name="failing",
+        sampler={"kind": "random", "seed": 0},
         simulator={"faults": [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL128", "Simple"]}}]},
         budget={"trials": 8, "concurrent_trials": 2, "max_failure_rate": 0.9},
-        promotion={"max_rounds": 0})
+        promotion={"max_rounds": 0},
+    )
     data["search_space"] = [str(tiny_space(tmp_path))]
     wd, summary, executor, _ = run_sweep(tmp_path, sqlite_store_template, data)
 
@@ -134,17 +142,22 @@ def test_a_failure_is_recorded_as_data_and_its_parameters_are_settled_without_a_
     for t in failed:
         outcome = json.loads((wd / "trials" / f"{t.number:04d}" / "outcome.json").read_text())
         assert outcome["failure_kind"] == "server_crash" and outcome["log_tail"]
-    repeats = [t for t in trials if t.attrs.get("skipped") and str(t.attrs.get("failure_kind", "")).startswith(
-        "duplicate_of")]
+    repeats = [
+        t for t in trials if t.attrs.get("skipped") and str(t.attrs.get("failure_kind", "")).startswith("duplicate_of")
+    ]
     assert repeats, "the sampler never proposed a measured point again (unlikely in 8 points)"
     assert not set(t.number for t in repeats) & set(executor.submitted)  # settled, never launched
     assert len(executor.submitted) == len(set(executor.submitted)) == 8
 
 
 def test_a_failed_baseline_stops_the_sweep_with_its_kind(tmp_path, sqlite_store_template):
-    data = demo_experiment(name="nobase", budget={"trials": 4, "concurrent_trials": 1},
-                           simulator={"faults": [{"fault": "never_ready"}]},
-                           server={"startup_timeout_s": 2}, promotion={"max_rounds": 0})
+    data = demo_experiment(
+        name="nobase",
+        budget={"trials": 4, "concurrent_trials": 1},
+        simulator={"faults": [{"fault": "never_ready"}]},
+        server={"startup_timeout_s": 2},
+        promotion={"max_rounds": 0},
+    )
     wd, summary, executor, _ = run_sweep(tmp_path, sqlite_store_template, data, slots=1)
     # On the sweep's clock: the baseline's start-up deadline, not a trial budget's worth of waiting.
     assert executor.clock.monotonic() <= 2 + 5
@@ -154,14 +167,23 @@ def test_a_failed_baseline_stops_the_sweep_with_its_kind(tmp_path, sqlite_store_
 
 
 def test_confirmation_runs_go_through_the_executor(tmp_path, sqlite_store_template):
-    data = demo_experiment(name="confirm", budget={"trials": 3, "concurrent_trials": 2},
-                           promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0})
+    data = demo_experiment(
+        name="confirm",
+        budget={"trials": 3, "concurrent_trials": 2},
+        promotion={"min_rounds": 3, "max_rounds": 3, "min_gain": 0.0},
+    )
     wd, summary, executor, events = run_sweep(tmp_path, sqlite_store_template, data)
     # A speculating champion also has its adaptive-or-fixed counterpart measured beside the main pair.
     runs = [e for e in events if isinstance(e, st.ConfirmationRun) and e.who in ("champion", "baseline")]
     # Interleaved A B, B A, A B: drift during the night hits both alike.
-    assert [(e.who, e.round) for e in runs] == [("champion", 1), ("baseline", 1), ("baseline", 2), ("champion", 2),
-                                                ("champion", 3), ("baseline", 3)]
+    assert [(e.who, e.round) for e in runs] == [
+        ("champion", 1),
+        ("baseline", 1),
+        ("baseline", 2),
+        ("champion", 2),
+        ("champion", 3),
+        ("baseline", 3),
+    ]
     assert executor.submitted.count(-1) == 3  # the baseline's confirmation runs, on the executor
     assert summary.confirmations and {r["status"] for r in summary.confirmations} == {"COMPLETE"}
     assert (wd / "confirm" / "00-champion" / "outcome.json").exists()
@@ -173,16 +195,28 @@ def test_the_console_shows_each_skipped_proposal_in_one_line(tmp_path, sqlite_st
     from orchestrator.cli.running import _progress_printer
 
     space = tmp_path / "skips.yaml"
-    space.write_text(yaml.safe_dump({"name": "skips", "params": {
-        "NCCL_PROTO": {"choices": [None, "LL"]},
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [2], "when": {"speculative_algorithm": "EAGLE3"}},
-        # 12 - 1 > 2 + 0 * 2^2: infeasible
-        "speculative_num_draft_tokens": {"choices": [2, 12], "when": {"speculative_algorithm": "EAGLE3"}},
-    }}))
-    data = demo_experiment(name="skips", search_space=[str(space)], sampler={"kind": "random", "seed": 0},
-                           budget={"trials": 4, "concurrent_trials": 2}, promotion={"max_rounds": 0})
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "skips",
+                "params": {
+                    "NCCL_PROTO": {"choices": [None, "LL"]},
+                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                    "speculative_num_steps": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_eagle_topk": {"choices": [2], "when": {"speculative_algorithm": "EAGLE3"}},
+                    # 12 - 1 > 2 + 0 * 2^2: infeasible
+                    "speculative_num_draft_tokens": {"choices": [2, 12], "when": {"speculative_algorithm": "EAGLE3"}},
+                },
+            }
+        )
+    )
+    data = demo_experiment(
+        name="skips",
+        search_space=[str(space)],
+        sampler={"kind": "random", "seed": 0},
+        budget={"trials": 4, "concurrent_trials": 2},
+        promotion={"max_rounds": 0},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)
@@ -195,10 +229,15 @@ def test_the_console_shows_each_skipped_proposal_in_one_line(tmp_path, sqlite_st
     skipped = {t.number: t for t in trials if t.attrs.get("skipped")}
     assert set(shown) == set(skipped) and 0 not in shown
     rule = "infeasible (draft tokens - 1 <= topk + (steps - 1) * topk^2)"
-    assert {n for n, why in shown.items() if why == rule} == {
-        n for n, t in skipped.items() if t.attrs.get("failure_kind") == "infeasible"} != set()
+    assert (
+        {n for n, why in shown.items() if why == rule}
+        == {n for n, t in skipped.items() if t.attrs.get("failure_kind") == "infeasible"}
+        != set()
+    )
     repeats = {n: why for n, why in shown.items() if why != rule}
     assert repeats, "the sampler never proposed a measured point again (unlikely: 4 of 6 points measured)"
     for n, why in repeats.items():
-        assert why in (f"same parameters as trial {skipped[n].attrs.get('duplicate_of')}",
-                       skipped[n].attrs.get("reason"))
+        assert why in (
+            f"same parameters as trial {skipped[n].attrs.get('duplicate_of')}",
+            skipped[n].attrs.get("reason"),
+        )

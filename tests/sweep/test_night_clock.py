@@ -21,19 +21,28 @@ from orchestrator.testing import ModelExecutor
 
 def real_scale(**overrides: object) -> dict:
     """The demo experiment as a GPU host would run it: real load times, 16 x 512 tokens per repeat."""
-    return demo_experiment(**{
-        "simulator": {"time_scale": 1.0},
-        "server": {"startup_timeout_s": 1800},
-        "benchmark": {"requests": 16, "input_len": 512, "output_len": 512, "warmup_requests": 2,
-                      "stall_timeout_s": 300},
-        "budget": {"trials": 1000, "concurrent_trials": 1, "trial_timeout_s": 3600},
-        "promotion": {"min_rounds": 3, "max_rounds": 12, "explain": True, "concurrency": [1, 8, 32]},
-        **overrides})
+    return demo_experiment(
+        **{
+            "simulator": {"time_scale": 1.0},
+            "server": {"startup_timeout_s": 1800},
+            "benchmark": {
+                "requests": 16,
+                "input_len": 512,
+                "output_len": 512,
+                "warmup_requests": 2,
+                "stall_timeout_s": 300,
+            },
+            "budget": {"trials": 1000, "concurrent_trials": 1, "trial_timeout_s": 3600},
+            "promotion": {"min_rounds": 3, "max_rounds": 12, "explain": True, "concurrency": [1, 8, 32]},
+            **overrides,
+        }
+    )
 
 
 def test_a_confirmation_that_would_not_fit_drops_arms_and_the_night_ends_on_time(tmp_path, sqlite_store_template):
-    data = real_scale(name="tight", budget={"trials": 1000, "concurrent_trials": 1, "trial_timeout_s": 3600,
-                                            "wall_time": "3h"})
+    data = real_scale(
+        name="tight", budget={"trials": 1000, "concurrent_trials": 1, "trial_timeout_s": 3600, "wall_time": "3h"}
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     night = schedule.night_plan(spec)
     assert night.fits and night.confirmation.dropped  # the plan already leaves arms out of a 3-hour night
@@ -63,15 +72,23 @@ def test_a_confirmation_that_would_not_fit_drops_arms_and_the_night_ends_on_time
 
 def test_sweep_plan_prints_the_night_and_refuses_one_whose_minimum_cannot_fit(tmp_path):
     fits = write_experiment(tmp_path, real_scale(name="fits", budget={"wall_time": "8h"}), name="fits.yaml")
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", str(fits), "--limit", "0"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "plan", str(fits), "--limit", "0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     night = next(line for line in proc.stdout.splitlines() if line.startswith("night: "))
     assert "probe" in night and "search" in night and "confirmation" in night
     assert "confirmation: champion at 1 stream(s), 3 round(s)" in proc.stdout
     too_short = write_experiment(tmp_path, real_scale(name="short", budget={"wall_time": "30m"}), name="short.yaml")
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", str(too_short), "--limit", "0"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "plan", str(too_short), "--limit", "0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "does not fit budget.wall_time" in proc.stdout + proc.stderr
     assert "lower promotion.min_rounds" in proc.stdout + proc.stderr
@@ -82,8 +99,9 @@ def test_sweep_status_shows_the_schedule_live(tmp_path, sqlite_store_template):
     report carries it: when the search ends and each confirmation arm held back."""
     from orchestrator.sweep.status import status_report
 
-    data = real_scale(name="live", budget={"trials": 4, "concurrent_trials": 1, "trial_timeout_s": 3600,
-                                           "wall_time": "8h"})
+    data = real_scale(
+        name="live", budget={"trials": 4, "concurrent_trials": 1, "trial_timeout_s": 3600, "wall_time": "8h"}
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)
@@ -105,9 +123,12 @@ def test_an_undecided_gate_takes_the_time_held_for_the_arms_measured_after_it(tm
     (promotion.concurrency 8) describes nothing while nothing is decided, so the gate's rounds 4-6 take it
     and it promotes; the other load's arms are then dropped with a line, and the deadline holds. Before
     this change the same night (this experiment, seed 0) ended `undecided after 3 complete round(s)`."""
-    data = real_scale(name="held", simulator={"time_scale": 1.0, "noise": 0.12},
-                      budget={"trials": 1000, "concurrent_trials": 1, "trial_timeout_s": 3600, "wall_time": "6h"},
-                      promotion={"min_rounds": 3, "max_rounds": 12, "explain": False, "concurrency": [1, 8]})
+    data = real_scale(
+        name="held",
+        simulator={"time_scale": 1.0, "noise": 0.12},
+        budget={"trials": 1000, "concurrent_trials": 1, "trial_timeout_s": 3600, "wall_time": "6h"},
+        promotion={"min_rounds": 3, "max_rounds": 12, "explain": False, "concurrency": [1, 8]},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)

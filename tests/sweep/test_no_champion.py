@@ -16,11 +16,14 @@ from orchestrator.testing import ModelExecutor
 def test_only_the_baseline_measured_says_so_with_the_counts(tmp_path, sqlite_store_template):
     space = tmp_path / "tiny.yaml"
     space.write_text(yaml.safe_dump({"name": "tiny", "params": {"NCCL_PROTO": {"choices": [None, "LL", "Simple"]}}}))
-    data = demo_experiment(name="nochamp", search_space=[str(space)], sampler={"kind": "random", "seed": 0},
-                           simulator={"faults": [{"fault": "crash_after_tokens=1",
-                                                  "when": {"NCCL_PROTO": ["LL", "Simple"]}}]},
-                           budget={"trials": 3, "concurrent_trials": 1, "max_failure_rate": 1.0},
-                           promotion={"max_rounds": 0})
+    data = demo_experiment(
+        name="nochamp",
+        search_space=[str(space)],
+        sampler={"kind": "random", "seed": 0},
+        simulator={"faults": [{"fault": "crash_after_tokens=1", "when": {"NCCL_PROTO": ["LL", "Simple"]}}]},
+        budget={"trials": 3, "concurrent_trials": 1, "max_failure_rate": 1.0},
+        promotion={"max_rounds": 0},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)

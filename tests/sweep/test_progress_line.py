@@ -17,15 +17,21 @@ from orchestrator.testing import ModelExecutor
 
 
 def test_each_finished_trial_shows_the_objectives_metric(tmp_path, sqlite_store_template, capsys):
-    data = demo_experiment(name="itl", budget={"trials": 4, "concurrent_trials": 2}, promotion={"max_rounds": 0},
-                           objective={"metric": "itl_ms_p50", "direction": "minimize", "constraints": {}})
+    data = demo_experiment(
+        name="itl",
+        budget={"trials": 4, "concurrent_trials": 2},
+        promotion={"max_rounds": 0},
+        objective={"metric": "itl_ms_p50", "direction": "minimize", "constraints": {}},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)
     Sweep(spec, wd, executor=ModelExecutor(2), on_event=_progress_printer(objective="itl_ms_p50")).run()
 
-    shown = {int(m.group(1)): float(m.group(2)) for m in re.finditer(
-        r"✔ trial +(\d+) itl_ms_p50 ([\d.]+)", capsys.readouterr().out)}
+    shown = {
+        int(m.group(1)): float(m.group(2))
+        for m in re.finditer(r"✔ trial +(\d+) itl_ms_p50 ([\d.]+)", capsys.readouterr().out)
+    }
     measured = {}
     for d in (wd / "trials").iterdir():
         o = json.loads((d / "outcome.json").read_text())

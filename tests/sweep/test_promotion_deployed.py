@@ -34,21 +34,31 @@ def space(tmp_path: Path, steps: int, *, nccl_alone: bool = True) -> Path:
     nccl: dict = {"choices": [None, "SYS"]}
     if not nccl_alone:
         nccl["when"] = {"speculative_algorithm": "EAGLE3"}
-    path.write_text(yaml.safe_dump({"name": "two-parts", "params": {
-        "NCCL_P2P_LEVEL": nccl,
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [steps], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-    }}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "two-parts",
+                "params": {
+                    "NCCL_P2P_LEVEL": nccl,
+                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                    "speculative_num_steps": {"choices": [steps], "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+                },
+            }
+        )
+    )
     return path
 
 
 def experiment(tmp_path: Path, steps: int, noise: float, nccl_alone: bool = True, **promotion: object) -> dict:
     """Every point of the space measured once (grid), then the confirmation with the ablations."""
-    data = demo_experiment(name="deployed", budget={"trials": 4, "concurrent_trials": 2},
-                           sampler={"kind": "grid", "seed": 0}, simulator={"noise": noise},
-                           promotion={"min_rounds": 3, "max_rounds": 6, "explain": True, "min_gain": 0.05,
-                                      **promotion})
+    data = demo_experiment(
+        name="deployed",
+        budget={"trials": 4, "concurrent_trials": 2},
+        sampler={"kind": "grid", "seed": 0},
+        simulator={"noise": noise},
+        promotion={"min_rounds": 3, "max_rounds": 6, "explain": True, "min_gain": 0.05, **promotion},
+    )
     data["search_space"] = [str(space(tmp_path, steps, nccl_alone=nccl_alone))]
     return data
 
@@ -56,8 +66,11 @@ def experiment(tmp_path: Path, steps: int, noise: float, nccl_alone: bool = True
 def test_a_simpler_promotion_is_measured_registered_and_starred_as_itself(tmp_path, sqlite_store_template):
     # One draft step adds about -1% on top of NCCL_P2P_LEVEL=SYS; at 0.3% noise three rounds show it adds
     # less than 1%: trial <n> without speculation is deployed, and every figure about it is its own.
-    wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template,
-                                  experiment(tmp_path, steps=1, noise=0.003, nccl_alone=False, concurrency=[1, 8]))
+    wd, summary, _, _ = run_sweep(
+        tmp_path,
+        sqlite_store_template,
+        experiment(tmp_path, steps=1, noise=0.003, nccl_alone=False, concurrency=[1, 8]),
+    )
     print(summary.verdict)
     assert summary.promoted and summary.outcome is st.Outcome.promoted, summary.verdict
     champion = summary.champion or {}
@@ -65,8 +78,12 @@ def test_a_simpler_promotion_is_measured_registered_and_starred_as_itself(tmp_pa
     assert summary.promoted_config == "no_speculation"
     number = champion["number"]
     label = f"trial {number} without speculation"
-    assert summary.deployed == {"name": "no_speculation", "label": label, "number": number,
-                                "params": {"NCCL_P2P_LEVEL": "SYS"}}
+    assert summary.deployed == {
+        "name": "no_speculation",
+        "label": label,
+        "number": number,
+        "params": {"NCCL_P2P_LEVEL": "SYS"},
+    }
     verdict = summary.verdict or ""
     assert verdict.startswith(f"promoted {label} at 1 stream (objective decode_tok_s): "), verdict
     assert "EAGLE-3 on top" in verdict and "shown to add less than +1.0% (promotion.equivalence_margin)" in verdict
@@ -106,8 +123,9 @@ def test_a_simpler_promotion_is_measured_registered_and_starred_as_itself(tmp_pa
     assert f"**Deployed: {label}** (the figures below are its own)." in described
     assert described.splitlines()[0].endswith(f", deployed: {label}")  # the parent run's title names it too
     publish.publish(wd)
-    starred = [r.info.run_id for r in client.search_runs([run.info.experiment_id])
-               if r.data.tags.get(convert.CHAMPION_TAG)]
+    starred = [
+        r.info.run_id for r in client.search_runs([run.info.experiment_id]) if r.data.tags.get(convert.CHAMPION_TAG)
+    ]
     assert starred == [summary.run_id]
 
 
@@ -147,7 +165,8 @@ def test_the_summary_never_contradicts_itself_about_the_gate_level(tmp_path, sql
     assert "stops paying from concurrency 1 " not in said and "stops paying from concurrency 1." not in said
     assert said.startswith("EAGLE-3 (with its NCCL settings) ")
     assert [p.part for p in summary.contributions] == [
-        "EAGLE-3 with 1 communication setting(s) (not measured apart: promotion.explain is false)"]
+        "EAGLE-3 with 1 communication setting(s) (not measured apart: promotion.explain is false)"
+    ]
 
 
 def test_a_champion_without_speculation_is_told_what_speculation_would_add(tmp_path, sqlite_store_template):
@@ -169,16 +188,27 @@ def near_tie(tmp_path: Path, *, max_rounds: int) -> dict:
     """A two-step grid at 6% noise whose seeded pick is EAGLE-3 with 4 steps on NCCL_P2P_LEVEL=SYS, truly about
     12% slower than a runner-up two knobs away; a +5% gate of 3 to `max_rounds` rounds."""
     path = tmp_path / "near-tie.yaml"
-    path.write_text(yaml.safe_dump({"name": "near-tie", "params": {
-        "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
-        "NCCL_PROTO": {"choices": [None, "LL"]},
-        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-        "speculative_num_steps": {"choices": [2, 4], "when": {"speculative_algorithm": "EAGLE3"}},
-        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-    }}))
-    data = demo_experiment(name="neartie", budget={"trials": 12, "concurrent_trials": 2},
-                           sampler={"kind": "grid", "seed": 3}, simulator={"noise": 0.06},
-                           promotion={"min_rounds": 3, "max_rounds": max_rounds, "explain": True, "min_gain": 0.05})
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "near-tie",
+                "params": {
+                    "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
+                    "NCCL_PROTO": {"choices": [None, "LL"]},
+                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                    "speculative_num_steps": {"choices": [2, 4], "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+                },
+            }
+        )
+    )
+    data = demo_experiment(
+        name="neartie",
+        budget={"trials": 12, "concurrent_trials": 2},
+        sampler={"kind": "grid", "seed": 3},
+        simulator={"noise": 0.06},
+        promotion={"min_rounds": 3, "max_rounds": max_rounds, "explain": True, "min_gain": 0.05},
+    )
     data["search_space"] = [str(path)]
     return data
 
@@ -190,8 +220,12 @@ def test_a_near_tie_is_settled_by_measurement_and_the_runner_up_deployed(tmp_pat
     data = near_tie(tmp_path, max_rounds=6)
     wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, data)
     champion = summary.champion or {}
-    assert champion["params"] == {"NCCL_P2P_LEVEL": "SYS", "speculative_algorithm": "EAGLE3",
-                                  "speculative_eagle_topk": 1, "speculative_num_steps": 4}, champion
+    assert champion["params"] == {
+        "NCCL_P2P_LEVEL": "SYS",
+        "speculative_algorithm": "EAGLE3",
+        "speculative_eagle_topk": 1,
+        "speculative_num_steps": 4,
+    }, champion
     assert summary.promoted and summary.promoted_config == "runner_up", summary.verdict
     deployed = summary.deployed or {}
     assert deployed["number"] != champion["number"] and deployed["label"] == f"trial {deployed['number']}"
@@ -209,8 +243,9 @@ def test_a_near_tie_is_settled_by_measurement_and_the_runner_up_deployed(tmp_pat
     assert tags["sweep.role"] == "search" and tags["sweep.trial_number"] == str(deployed["number"])
 
 
-def test_a_leading_runner_up_is_measured_beside_the_gate_s_pair_until_its_own_gate_decides(tmp_path,
-                                                                                           sqlite_store_template):
+def test_a_leading_runner_up_is_measured_beside_the_gate_s_pair_until_its_own_gate_decides(
+    tmp_path, sqlite_store_template
+):
     # The near-tie above at 6% noise and a +5% gate with up to 8 rounds: the gate's pair needs rounds past
     # min_rounds, where the ablations stop. The runner-up, while it measured better than the champion on
     # all the evidence (contrib.contender_wins with the search's contrast) and its own gate had not decided,
@@ -231,7 +266,9 @@ def test_a_leading_runner_up_is_measured_beside_the_gate_s_pair_until_its_own_ga
     outcomes = [TrialOutcome.model_validate_json(f.read_text()) for f in sorted((wd / "trials").glob("*/outcome.json"))]
     eligible = select.eligible_values(outcomes, metric="decode_tok_s", constraints=spec.objective.bounds())
     runner = next(r for r in summary.confirmations or [] if r["who"] == "runner_up")
-    runner_params = json.loads((wd / "confirm" / f"{runner['round']:02d}-runner_up" / "spec.json").read_text())["params"]
+    runner_params = json.loads((wd / "confirm" / f"{runner['round']:02d}-runner_up" / "spec.json").read_text())[
+        "params"
+    ]
     search = select.search_contrast(eligible, summary.champion["params"], runner_params, direction="maximize")
     plan = RoundsPlan(3, 8, 0.05)
     leading_rounds = 0

@@ -11,26 +11,33 @@ from orchestrator.search import space as sp
 from orchestrator.search.proposal import Proposal, ProposalPolicy, Settled, Settlement
 from orchestrator.search.study import Study
 
-SPACE = SearchSpace(name="eagle", params={
-    "speculative_algorithm": ParamSpec(choices=(None, "EAGLE3")),
-    "speculative_num_steps": ParamSpec(choices=(None, 1, 3)),
-    "speculative_eagle_topk": ParamSpec(choices=(None, 1, 2)),
-    "speculative_num_draft_tokens": ParamSpec(choices=(None, 2, 4, 8)),
-})
-FEASIBLE = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-            "speculative_num_draft_tokens": 4}
+SPACE = SearchSpace(
+    name="eagle",
+    params={
+        "speculative_algorithm": ParamSpec(choices=(None, "EAGLE3")),
+        "speculative_num_steps": ParamSpec(choices=(None, 1, 3)),
+        "speculative_eagle_topk": ParamSpec(choices=(None, 1, 2)),
+        "speculative_num_draft_tokens": ParamSpec(choices=(None, 2, 4, 8)),
+    },
+)
+FEASIBLE = {
+    "speculative_algorithm": "EAGLE3",
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 1,
+    "speculative_num_draft_tokens": 4,
+}
 
 
 @pytest.fixture
 def study(tmp_path: Path) -> Study:
-    s = Study(f"sqlite:///{tmp_path / 'optuna.db'}", "policy", SPACE, SamplerSpec(kind="random", seed=0),
-              ["maximize"])
+    s = Study(f"sqlite:///{tmp_path / 'optuna.db'}", "policy", SPACE, SamplerSpec(kind="random", seed=0), ["maximize"])
     s.open()
     return s
 
 
-def next_of(policy: ProposalPolicy, study: Study, params: dict, role: str = "search",
-            in_flight: dict[str, int] | None = None) -> Proposal | Settled | None:
+def next_of(
+    policy: ProposalPolicy, study: Study, params: dict, role: str = "search", in_flight: dict[str, int] | None = None
+) -> Proposal | Settled | None:
     study.enqueue(params, {"role": role})
     return policy.next(in_flight)
 

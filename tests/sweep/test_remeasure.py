@@ -18,9 +18,12 @@ from orchestrator.testing import ModelExecutor
 
 
 def _night(tmp_path, template, name: str, every: int) -> tuple[list[TrialOutcome], list, str]:
-    data = demo_experiment(name=name, simulator={"noise": 0.04},
-                           sampler={"kind": "tpe", "seed": 3, "startup_trials": 4, "remeasure_every": every},
-                           budget={"trials": 16, "concurrent_trials": 1, "trial_timeout_s": 60})
+    data = demo_experiment(
+        name=name,
+        simulator={"noise": 0.04},
+        sampler={"kind": "tpe", "seed": 3, "startup_trials": 4, "remeasure_every": every},
+        budget={"trials": 16, "concurrent_trials": 1, "trial_timeout_s": 60},
+    )
     (tmp_path / name).mkdir()
     spec = spec_mod.load(write_experiment(tmp_path / name, data))
     wd = tmp_path / name / "wd"

@@ -36,8 +36,9 @@ def _finished_at(wd: Path, number: int) -> float:
 @pytest.mark.parametrize("confirm", [False, True], ids=["search-only", "after-a-confirmation"])
 def test_a_resume_keeps_every_baseline_at_its_measured_time(tmp_path, sqlite_store_template, confirm):
     promotion = {"min_rounds": 3, "max_rounds": 3} if confirm else {"max_rounds": 0}
-    data = demo_experiment(name="bases", budget={"trials": 6, "concurrent_trials": 1, "baseline_every": 3},
-                           promotion=promotion)
+    data = demo_experiment(
+        name="bases", budget={"trials": 6, "concurrent_trials": 1, "baseline_every": 3}, promotion=promotion
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)
@@ -45,8 +46,11 @@ def test_a_resume_keeps_every_baseline_at_its_measured_time(tmp_path, sqlite_sto
     Sweep(spec, wd, executor=ModelExecutor(1, clock=clock)).run()  # stops on its trial budget
     live = _sweep_json(wd).baselines
     trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", spec.name) or ([], {})
-    searched = sorted((_finished_at(wd, t.number), float(t.values[0])) for t in trials
-                      if t.role == "baseline" and t.state == "COMPLETE" and t.values)
+    searched = sorted(
+        (_finished_at(wd, t.number), float(t.values[0]))
+        for t in trials
+        if t.role == "baseline" and t.state == "COMPLETE" and t.values
+    )
     assert len(searched) >= 2  # the first baseline and at least one re-measurement (baseline_every)
     rounds = [b for b in live if b not in searched]
     if confirm:  # the confirmation's rounds measured the baseline too: the live sweep kept those
@@ -62,8 +66,7 @@ def test_a_resume_keeps_every_baseline_at_its_measured_time(tmp_path, sqlite_sto
         if isinstance(event, st.ExecutorReady):
             seen.append(list(resumed[0].progress.baselines))
 
-    resumed.append(Sweep(spec, wd, executor=ModelExecutor(1, clock=clock), resume=True, n_trials=8,
-                         on_event=at_ready))
+    resumed.append(Sweep(spec, wd, executor=ModelExecutor(1, clock=clock), resume=True, n_trials=8, on_event=at_ready))
     resumed[0].run()
 
     # What the resume rebuilt: the live list, values and times alike, the confirmation's included.
@@ -73,8 +76,10 @@ def test_a_resume_keeps_every_baseline_at_its_measured_time(tmp_path, sqlite_sto
     # the nearest in time among the live ones and those measured since.
     after, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", spec.name) or ([], {})
     before = {t.number for t in trials}
-    new = sorted((t for t in after if t.number not in before and t.state == "COMPLETE" and t.values),
-                 key=lambda t: _finished_at(wd, t.number))
+    new = sorted(
+        (t for t in after if t.number not in before and t.state == "COMPLETE" and t.values),
+        key=lambda t: _finished_at(wd, t.number),
+    )
     assert any(t.role == "search" for t in new), "the resumed run measured trials"
     known = list(live)
     picked: list[float] = []
@@ -115,7 +120,6 @@ def test_a_baseline_whose_outcome_json_is_lost_keeps_its_measured_time(tmp_path,
         if isinstance(event, st.ExecutorReady):
             seen.append(list(resumed[0].progress.baselines))
 
-    resumed.append(Sweep(spec, wd, executor=ModelExecutor(1, clock=clock), resume=True, n_trials=4,
-                         on_event=at_ready))
+    resumed.append(Sweep(spec, wd, executor=ModelExecutor(1, clock=clock), resume=True, n_trials=4, on_event=at_ready))
     resumed[0].run()
     assert seen == [live]

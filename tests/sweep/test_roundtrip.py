@@ -17,16 +17,36 @@ from orchestrator.errors import SpecError
 
 # Every value type an experiment may give server.env: an integer for an integer knob, a power of two,
 # a zero, an integer for a 0/1 knob, an integer written as a string, an integer for a variable without a knob.
-ENV = {"NCCL_BUFFSIZE": 16777216, "NCCL_P2P_DISABLE": 0, "NCCL_MAX_CTAS": 16, "SGLANG_HEALTH_CHECK_TIMEOUT": "60",
-       "NCCL_NTHREADS": 256, "NCCL_DEBUG": "INFO"}
-FLAGS = {"mem-fraction-static": 0.85, "enable-metrics": True, "cuda-graph-max-bs-decode": 8,
-         "attention-backend": "triton", "chunked-prefill-size": -1}
+ENV = {
+    "NCCL_BUFFSIZE": 16777216,
+    "NCCL_P2P_DISABLE": 0,
+    "NCCL_MAX_CTAS": 16,
+    "SGLANG_HEALTH_CHECK_TIMEOUT": "60",
+    "NCCL_NTHREADS": 256,
+    "NCCL_DEBUG": "INFO",
+}
+FLAGS = {
+    "mem-fraction-static": 0.85,
+    "enable-metrics": True,
+    "cuda-graph-max-bs-decode": 8,
+    "attention-backend": "triton",
+    "chunked-prefill-size": -1,
+}
 
 
 def experiment(tmp_path, name: str = "roundtrip", **overrides):
     nccl = tmp_path / "nccl-no-ll128.yaml"  # LL128 forced on a PCIe host changes outputs (the correctness gate)
-    nccl.write_text(yaml.safe_dump({"name": "nccl-no-ll128", "params": {
-        "NCCL_PROTO": {"choices": [None, "LL", "Simple"]}, "NCCL_ALGO": {"choices": [None, "Ring", "Tree"]}}}))
+    nccl.write_text(
+        yaml.safe_dump(
+            {
+                "name": "nccl-no-ll128",
+                "params": {
+                    "NCCL_PROTO": {"choices": [None, "LL", "Simple"]},
+                    "NCCL_ALGO": {"choices": [None, "Ring", "Tree"]},
+                },
+            }
+        )
+    )
     space = [str(nccl), str(REPO / "search_spaces" / "eagle3.yaml")]
     data = demo_experiment(name=name, search_space=space, **overrides)
     data["server"]["env"].update(ENV)
@@ -43,13 +63,16 @@ def test_every_value_type_reads_back_from_experiment_json(tmp_path):
     assert back.server.flags == FLAGS and type(back.server.flags["cuda-graph-max-bs-decode"]) is int
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("NCCL_BUFFSIZE", "16M", "NCCL_BUFFSIZE must be an integer, but got '16M'"),
-    ("NCCL_BUFFSIZE", "3000000", "must be a positive power of two, but got 3000000"),
-    ("NCCL_MAX_CTAS", "65", "must be in [1, 64], but got 65"),
-    ("NCCL_P2P_DISABLE", True, "must be a string or an integer, but got True"),
-    ("NCCL_BUFFSIZE", 1.5, "must be a string or an integer, but got 1.5"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("NCCL_BUFFSIZE", "16M", "NCCL_BUFFSIZE must be an integer, but got '16M'"),
+        ("NCCL_BUFFSIZE", "3000000", "must be a positive power of two, but got 3000000"),
+        ("NCCL_MAX_CTAS", "65", "must be in [1, 64], but got 65"),
+        ("NCCL_P2P_DISABLE", True, "must be a string or an integer, but got True"),
+        ("NCCL_BUFFSIZE", 1.5, "must be a string or an integer, but got 1.5"),
+    ],
+)
 def test_a_value_that_cannot_round_trip_is_refused_at_validate(tmp_path, name, value, message):
     data = experiment(tmp_path)
     data["server"]["env"][name] = value
@@ -64,8 +87,11 @@ def _mlflow_speedups(wd, name: str) -> dict[int, float | None]:
     client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
     exp = client.get_experiment_by_name(name)
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`sweep.kind` = 'trial'", max_results=1000)
-    return {int(r.data.tags["sweep.trial_number"]): r.data.metrics.get("speedup_pct") for r in runs
-            if r.data.tags.get("sweep.role") != "confirm"}
+    return {
+        int(r.data.tags["sweep.trial_number"]): r.data.metrics.get("speedup_pct")
+        for r in runs
+        if r.data.tags.get("sweep.role") != "confirm"
+    }
 
 
 def _parent(wd, name: str, tmp_path) -> tuple[dict[int, float | None], dict[str, float]]:
@@ -81,8 +107,9 @@ def _parent(wd, name: str, tmp_path) -> tuple[dict[int, float | None], dict[str,
     return csv, dict(parent.data.metrics)
 
 
-def test_a_sweep_with_integer_env_values_reads_back_everywhere_with_one_speedup_per_trial(tmp_path,
-                                                                                        sqlite_store_template):
+def test_a_sweep_with_integer_env_values_reads_back_everywhere_with_one_speedup_per_trial(
+    tmp_path, sqlite_store_template
+):
     """A sweep on the model-backed executor with NCCL_BUFFSIZE: 16777216 in server.env, baselines measured
     again during the search and by the confirmation rounds; then `sweep status`, `sweep report`, `sweep
     export` and `sweep run --resume` through the CLI, and each trial's speed-up in every view."""
@@ -93,8 +120,12 @@ def test_a_sweep_with_integer_env_values_reads_back_everywhere_with_one_speedup_
     from orchestrator.sweep.driver import Sweep
     from orchestrator.testing import ModelExecutor
 
-    data = experiment(tmp_path, name="ints", budget={"trials": 10, "concurrent_trials": 2, "baseline_every": 4},
-                      promotion={"min_rounds": 3, "max_rounds": 4, "min_gain": 0.0})
+    data = experiment(
+        tmp_path,
+        name="ints",
+        budget={"trials": 10, "concurrent_trials": 2, "baseline_every": 4},
+        promotion={"min_rounds": 3, "max_rounds": 4, "min_gain": 0.0},
+    )
     path = write_experiment(tmp_path, data)
     spec = spec_mod.load(path)
     wd = tmp_path / "wd"
@@ -108,8 +139,9 @@ def test_a_sweep_with_integer_env_values_reads_back_everywhere_with_one_speedup_
     # One figure per trial: MLflow's runs, the report's table (report.html), the parent's results.csv.
     in_mlflow = _mlflow_speedups(wd, "ints")
     page = publish.build(wd)
-    in_report = {int(t): (None if s != s else s) for t, s in zip(page.content.table["trial"],
-                                                                  page.content.table["speedup_pct"])}
+    in_report = {
+        int(t): (None if s != s else s) for t, s in zip(page.content.table["trial"], page.content.table["speedup_pct"])
+    }
     in_csv, parent_metrics = _parent(wd, "ints", tmp_path)
     measured = {n for n, v in in_mlflow.items() if v is not None}
     assert len(measured) >= 8
@@ -128,7 +160,9 @@ def test_a_sweep_with_integer_env_values_reads_back_everywhere_with_one_speedup_
     # The CLI's readers: status, report, export, resume.
     shown = sweep("status", "--workdir", str(wd))
     assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert f"trial {best.number}: decode_tok_s = {best.value:.2f} ({best.speedup_pct:+.1f}% vs baseline)" in shown.stdout
+    assert (
+        f"trial {best.number}: decode_tok_s = {best.value:.2f} ({best.speedup_pct:+.1f}% vs baseline)" in shown.stdout
+    )
     assert f"({len(drift_baselines)} measurement(s))" in shown.stdout  # every baseline measured, as the drift
     reported = sweep("report", "--workdir", str(wd))
     assert reported.returncode == 0 and "warning" not in reported.stderr, reported.stdout + reported.stderr

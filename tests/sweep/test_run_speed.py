@@ -21,9 +21,13 @@ from orchestrator.testing import ModelExecutor
 
 
 def run(tmp_path, template, correlation: float, streams: int = 1):  # type: ignore[no-untyped-def]
-    data = demo_experiment(name=f"speed{int(correlation)}", simulator={"noise": 0.04, "noise_prefill_correlation": correlation},
-                           budget={"trials": 24, "concurrent_trials": 2}, promotion={"max_rounds": 0},
-                           sampler={"remeasure_every": 2, "startup_trials": 4})
+    data = demo_experiment(
+        name=f"speed{int(correlation)}",
+        simulator={"noise": 0.04, "noise_prefill_correlation": correlation},
+        budget={"trials": 24, "concurrent_trials": 2},
+        promotion={"max_rounds": 0},
+        sampler={"remeasure_every": 2, "startup_trials": 4},
+    )
     data["benchmark"]["input_len"] = 256
     data["objective"]["concurrency"] = streams
     spec = spec_mod.load(write_experiment(tmp_path, data, name=f"speed-{correlation}-{streams}.yaml"))
@@ -35,18 +39,25 @@ def run(tmp_path, template, correlation: float, streams: int = 1):  # type: igno
 
 def test_the_runs_ttft_reaches_the_study_and_the_pick_says_it_adjusted(tmp_path, sqlite_store_template):
     _, wd = run(tmp_path, sqlite_store_template, 1.0)
-    outcomes = {json.loads(p.read_text())["number"]: json.loads(p.read_text())
-                for p in (wd / "trials").glob("*/outcome.json")}
+    outcomes = {
+        json.loads(p.read_text())["number"]: json.loads(p.read_text()) for p in (wd / "trials").glob("*/outcome.json")
+    }
     log = (wd / "sweep.log").read_text()
-    found = re.search(r"the pick takes each run's own speed out of decode_tok_s: a run's TTFT moves with it "
-                      r"\(slope (-?[\d.]+) \+- ([\d.]+), (\d+) degrees of freedom", log)
+    found = re.search(
+        r"the pick takes each run's own speed out of decode_tok_s: a run's TTFT moves with it "
+        r"\(slope (-?[\d.]+) \+- ([\d.]+), (\d+) degrees of freedom",
+        log,
+    )
     assert found is not None, log
     # one speed for the run: the slope is -1 but for the repeats' own jitter, drawn apart for decode and prefill
     assert -1.15 < float(found[1]) < -0.85 and float(found[2]) < 0.1 and int(found[3]) >= 3
     storage = f"sqlite:///{wd / 'optuna.db'}"
     (name,) = optuna.get_all_study_names(storage)
-    complete = [t for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.COMPLETE]
+    complete = [
+        t
+        for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        if t.state == optuna.trial.TrialState.COMPLETE
+    ]
     assert len(complete) >= 12
     for t in complete:
         assert t.user_attrs[RUN_TTFT_ATTR] == outcomes[t.number]["metrics"]["ttft_ms_p50"]
@@ -65,13 +76,18 @@ def test_above_one_stream_the_pick_uses_the_measurements_as_they_are(tmp_path, s
     # configuration's cycle time.
     _, wd = run(tmp_path, sqlite_store_template, 1.0, streams=4)
     log = (wd / "sweep.log").read_text()
-    assert ("the pick uses decode_tok_s as measured: at 4 streams a request's TTFT also waits for the running "
-            "batch's decode cycle") in log, log
+    assert (
+        "the pick uses decode_tok_s as measured: at 4 streams a request's TTFT also waits for the running "
+        "batch's decode cycle"
+    ) in log, log
     assert "the pick takes each run's own speed out" not in log
     storage = f"sqlite:///{wd / 'optuna.db'}"
     (name,) = optuna.get_all_study_names(storage)
-    complete = [t for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.COMPLETE]
+    complete = [
+        t
+        for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        if t.state == optuna.trial.TrialState.COMPLETE
+    ]
     assert len(complete) >= 12 and not any(RUN_TTFT_ATTR in t.user_attrs for t in complete)
 
 

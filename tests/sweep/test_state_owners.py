@@ -22,15 +22,21 @@ FIELDS = frozenset(f.name for f in dataclasses.fields(Progress))
 
 def _is_progress(node: ast.AST, aliases: set[str]) -> bool:
     """`<x>.progress` or a local name bound to it."""
-    return (isinstance(node, ast.Attribute) and node.attr == "progress") or \
-        (isinstance(node, ast.Name) and node.id in aliases)
+    return (isinstance(node, ast.Attribute) and node.attr == "progress") or (
+        isinstance(node, ast.Name) and node.id in aliases
+    )
 
 
 def writes(tree: ast.AST) -> list[int]:
     """Lines that change a Progress: `<progress>.<field> = / += ...`, `<progress>.<field>[k] = ...`,
     `<progress>.<field>.append(...)` and the like, through `ctx.progress` or an alias of it."""
-    aliases = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
-               and n.value.attr == "progress" for t in n.targets if isinstance(t, ast.Name)}
+    aliases = {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute) and n.value.attr == "progress"
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     found = []
     for n in ast.walk(tree):
         targets: list[ast.AST] = []

@@ -19,8 +19,12 @@ from orchestrator.testing import ModelExecutor
 
 
 def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(tmp_path, sqlite_store_template):
-    data = demo_experiment(name="twostage", budget={"trials": 6, "concurrent_trials": 2},
-                           promotion={"max_rounds": 0}, probe={"enabled": True, "keep_within": 1.1})
+    data = demo_experiment(
+        name="twostage",
+        budget={"trials": 6, "concurrent_trials": 2},
+        promotion={"max_rounds": 0},
+        probe={"enabled": True, "keep_within": 1.1},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)
@@ -72,9 +76,17 @@ def test_a_probe_json_is_reused_only_for_the_same_space_host_and_a_whole_probe(t
     assert reusable(first, spec) is None
     again, how, fresh = probe_or_reuse(spec, wd)
     assert "reusing" in how and again == first and not fresh
-    other_host = spec_mod.load(write_experiment(tmp_path, demo_experiment(
-        name="reuse", probe={"enabled": True, "budget": 12},
-        simulator={"hardware_profile": "pcie-rtxpro6000-x8-turin"}), name="turin.yaml"))
+    other_host = spec_mod.load(
+        write_experiment(
+            tmp_path,
+            demo_experiment(
+                name="reuse",
+                probe={"enabled": True, "budget": 12},
+                simulator={"hardware_profile": "pcie-rtxpro6000-x8-turin"},
+            ),
+            name="turin.yaml",
+        )
+    )
     assert "pcie-rtxpro6000-x8-turin" in (reusable(first, other_host) or "")
     cut = first.model_copy(update={"settings": first.settings[:5]})
     assert "cut short" in (reusable(cut, spec) or "")
@@ -87,9 +99,14 @@ def test_a_probe_json_is_reused_only_for_the_same_space_host_and_a_whole_probe(t
 def test_the_probe_s_real_scale_time_comes_before_the_first_launch_on_the_clock(tmp_path, sqlite_store_template):
     """At simulator.time_scale 1 (a night at real scale) stage one costs the cost model's probe seconds
     (results.cost.probe_seconds) before any trial starts, so the night's budget pays for it."""
-    data = demo_experiment(name="probeclock", budget={"trials": 2, "concurrent_trials": 1, "trial_timeout_s": 7200},
-                           server={"startup_timeout_s": 3600}, promotion={"max_rounds": 0},
-                           probe={"enabled": True}, simulator={"time_scale": 1.0})
+    data = demo_experiment(
+        name="probeclock",
+        budget={"trials": 2, "concurrent_trials": 1, "trial_timeout_s": 7200},
+        server={"startup_timeout_s": 3600},
+        promotion={"max_rounds": 0},
+        probe={"enabled": True},
+        simulator={"time_scale": 1.0},
+    )
     spec = spec_mod.load(write_experiment(tmp_path, data))
     wd = tmp_path / "wd"
     copy_store(sqlite_store_template, wd)

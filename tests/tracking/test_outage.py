@@ -58,38 +58,57 @@ def _validation_error() -> pydantic.ValidationError:
 
 CASES = [
     # outages: the server or the store is away or busy
-    ("refused connection via http_request", _wrapped_while_handling(
-        requests.ConnectionError("Connection refused"),
-        MlflowException("API request to http://127.0.0.1:1/api failed with exception ...")), Failure.outage),
+    (
+        "refused connection via http_request",
+        _wrapped_while_handling(
+            requests.ConnectionError("Connection refused"),
+            MlflowException("API request to http://127.0.0.1:1/api failed with exception ..."),
+        ),
+        Failure.outage,
+    ),
     ("timeout", _wrapped_from(requests.Timeout("read timed out"), MlflowException("timeout")), Failure.outage),
-    ("retries used up", _wrapped_while_handling(
-        requests.exceptions.RetryError("too many 503"), MlflowException("failed")), Failure.outage),
+    (
+        "retries used up",
+        _wrapped_while_handling(requests.exceptions.RetryError("too many 503"), MlflowException("failed")),
+        Failure.outage,
+    ),
     ("urllib3 protocol error", urllib3.exceptions.ProtocolError("reset"), Failure.outage),
     ("httpx transport", httpx.ConnectError("refused"), Failure.outage),
     ("socket refused", ConnectionRefusedError(111, "refused"), Failure.outage),
     ("artifact upload 502", _http_error(502), Failure.outage),
-    ("server says unavailable", RestException({"error_code": "TEMPORARILY_UNAVAILABLE", "message": "busy"}),
-     Failure.outage),
+    (
+        "server says unavailable",
+        RestException({"error_code": "TEMPORARILY_UNAVAILABLE", "message": "busy"}),
+        Failure.outage,
+    ),
     ("server 500", RestException({"error_code": "INTERNAL_ERROR", "message": "oops"}), Failure.outage),
-    ("sqlite locked", _wrapped_from(_db_error("database is locked"),
-                                    MlflowException("locked", error_code=TEMPORARILY_UNAVAILABLE)), Failure.outage),
+    (
+        "sqlite locked",
+        _wrapped_from(_db_error("database is locked"), MlflowException("locked", error_code=TEMPORARILY_UNAVAILABLE)),
+        Failure.outage,
+    ),
     ("sqlite file gone", _db_error("unable to open database file"), Failure.outage),
     ("postgres down", _db_error("could not connect to server: Connection refused"), Failure.outage),
     # refusals: MLflow answered no, or the artifact store cannot take the files
-    ("run not found", RestException({"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no run"}),
-     Failure.refused),
+    ("run not found", RestException({"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no run"}), Failure.refused),
     ("bad parameter", MlflowException("too long", error_code=INVALID_PARAMETER_VALUE), Failure.refused),
     ("artifact upload 403", _http_error(403), Failure.refused),
     ("disk full", OSError(28, "No space left on device"), Failure.refused),
-    ("schema problem", _wrapped_from(_db_error("no such table: runs"),
-                                     MlflowException("db", error_code=TEMPORARILY_UNAVAILABLE)), Failure.refused),
+    (
+        "schema problem",
+        _wrapped_from(_db_error("no such table: runs"), MlflowException("db", error_code=TEMPORARILY_UNAVAILABLE)),
+        Failure.refused,
+    ),
     # bugs: ours, raised as they are
     ("type error", TypeError("unsupported operand"), Failure.bug),
     ("key error", KeyError("sweep.status"), Failure.bug),
     ("value error", ValueError("bad"), Failure.bug),
     ("validation error", _validation_error(), Failure.bug),
-    ("our TypeError wrapped by the sqlite store", _wrapped_from(
-        TypeError("float() argument must be a string"), MlflowException("x", error_code=INTERNAL_ERROR)), Failure.bug),
+    (
+        "our TypeError wrapped by the sqlite store",
+        _wrapped_from(TypeError("float() argument must be a string"), MlflowException("x", error_code=INTERNAL_ERROR)),
+        Failure.bug,
+    ),
 ]
 
 

@@ -40,8 +40,13 @@ from orchestrator.tracking.tracker import Tracker
 
 matplotlib.use("Agg")
 
-KNOBS = {"NCCL_PROTO": "LL", "NCCL_ALGO": None, "NCCL_MAX_NCHANNELS": 16,
-         "speculative_num_steps": 3, "speculative_eagle_topk": 1}
+KNOBS = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": None,
+    "NCCL_MAX_NCHANNELS": 16,
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 1,
+}
 BASELINE_KNOBS = {k: None for k in KNOBS}
 
 TRIES_PER_CALL = 2
@@ -63,7 +68,7 @@ class Knocks:
 
     def since_last(self) -> int:
         """Connections to `port` since the previous call."""
-        n = self._ports[self._seen:].count(self.port)
+        n = self._ports[self._seen :].count(self.port)
         self._seen = len(self._ports)
         return n
 
@@ -81,10 +86,16 @@ def knocks(monkeypatch: pytest.MonkeyPatch) -> Knocks:
     return seen
 
 
-def write_trial(workdir: Path, number: int, *, role: TrialRole = TrialRole.search,
-                status: TrialStatus = TrialStatus.COMPLETE,
-                failure_kind: FailureKind | None = None, params: dict | None = None,
-                decode_tok_s: float = 150.0) -> TrialOutcome:
+def write_trial(
+    workdir: Path,
+    number: int,
+    *,
+    role: TrialRole = TrialRole.search,
+    status: TrialStatus = TrialStatus.COMPLETE,
+    failure_kind: FailureKind | None = None,
+    params: dict | None = None,
+    decode_tok_s: float = 150.0,
+) -> TrialOutcome:
     """A trial folder as trial.py leaves it, outcome.json included."""
     trial_dir = workdir / "trials" / str(number)
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -100,18 +111,29 @@ def write_trial(workdir: Path, number: int, *, role: TrialRole = TrialRole.searc
         failure_kind=failure_kind,
         reason="" if complete else "CUDA out of memory while allocating the draft KV cache",
         log_tail="" if complete else "torch.OutOfMemoryError: CUDA out of memory",
-        metrics=Metrics(decode_tok_s=decode_tok_s, output_tok_s=290.5, ttft_ms_p50=41.0,
-                        itl_ms_p99=9.5, accept_length=2.61, verify_ms=None,
-                        requests_ok=8, sources={"accept_length": "meta_info"})
-        if complete else None,
-        summary=MeasurementSummary(repeats=3, median={"decode_tok_s": decode_tok_s},
-                                   ci95_low={"decode_tok_s": decode_tok_s - 4},
-                                   ci95_high={"decode_tok_s": decode_tok_s + 4})
-        if complete else None,
+        metrics=Metrics(
+            decode_tok_s=decode_tok_s,
+            output_tok_s=290.5,
+            ttft_ms_p50=41.0,
+            itl_ms_p99=9.5,
+            accept_length=2.61,
+            verify_ms=None,
+            requests_ok=8,
+            sources={"accept_length": "meta_info"},
+        )
+        if complete
+        else None,
+        summary=MeasurementSummary(
+            repeats=3,
+            median={"decode_tok_s": decode_tok_s},
+            ci95_low={"decode_tok_s": decode_tok_s - 4},
+            ci95_high={"decode_tok_s": decode_tok_s + 4},
+        )
+        if complete
+        else None,
         fingerprint_hash="fp-1234",
         allreduce_path="nccl",
-        launch=LaunchPlan(argv=("python", "-m", "orchestrator.simulator"), port=30000,
-                          engine="simulator"),
+        launch=LaunchPlan(argv=("python", "-m", "orchestrator.simulator"), port=30000, engine="simulator"),
         trial_dir=str(trial_dir),
         node="127.0.0.2",
         started_at=1_750_000_000.0 + number * 100,
@@ -123,16 +145,15 @@ def write_trial(workdir: Path, number: int, *, role: TrialRole = TrialRole.searc
 
 
 @pytest.fixture(scope="module", autouse=True)
-def booting_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-                   sqlite_store_template: Path) -> Iterator[MlflowServer | None]:
+def booting_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, sqlite_store_template: Path
+) -> Iterator[MlflowServer | None]:
     """Launch the real server before the first test, so it boots while the sqlite tests run
     (a start costs 5-15 s on a 2-core machine); only if a selected test needs it."""
-    if not any(item.module is request.module and "live_server" in item.fixturenames
-               for item in request.session.items):
+    if not any(item.module is request.module and "live_server" in item.fixturenames for item in request.session.items):
         yield None
         return
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"),
-                          store_template=sqlite_store_template)
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"), store_template=sqlite_store_template)
     server.launch()
     try:
         yield server
@@ -162,30 +183,25 @@ def client_of(tracker: Tracker) -> MlflowClient:
 
 def children(client: MlflowClient, parent_run_id: str) -> dict[str, object]:
     experiment_id = client.get_run(parent_run_id).info.experiment_id
-    runs = client.search_runs([experiment_id],
-                              f"tags.`mlflow.parentRunId` = '{parent_run_id}'")
+    runs = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}'")
     return {run.info.run_name: run for run in runs}
 
 
-def test_a_sweep_reads_back_as_parent_and_one_child_per_trial(tracker: Tracker,
-                                                                workdir: Path) -> None:
-    parent = tracker.start_sweep(run_name="demo-sweep", params={"n_trials": 20},
-                                 tags={"sweep.experiment": "demo"})
-    baseline = write_trial(workdir, 0, role=TrialRole.baseline, params=BASELINE_KNOBS,
-                           decode_tok_s=100.0)
+def test_a_sweep_reads_back_as_parent_and_one_child_per_trial(tracker: Tracker, workdir: Path) -> None:
+    parent = tracker.start_sweep(run_name="demo-sweep", params={"n_trials": 20}, tags={"sweep.experiment": "demo"})
+    baseline = write_trial(workdir, 0, role=TrialRole.baseline, params=BASELINE_KNOBS, decode_tok_s=100.0)
     run0 = tracker.start_trial(parent, number=0, params=BASELINE_KNOBS, role="baseline", tags={})
     assert run0 is not None
     assert client_of(tracker).get_run(run0).info.status == "RUNNING"
-    tracker.log_trial(parent, baseline, run_id=run0, extra_metrics={"speedup_vs_baseline": 1.0},
-                      extra_tags={})
+    tracker.log_trial(parent, baseline, run_id=run0, extra_metrics={"speedup_vs_baseline": 1.0}, extra_tags={})
     good = write_trial(workdir, 1, decode_tok_s=150.0)
     run1 = tracker.start_trial(parent, number=1, params=KNOBS, role=TrialRole.search, tags={})
-    tracker.log_trial(parent, good, run_id=run1, extra_metrics={"speedup_vs_baseline": 1.5},
-                      extra_tags={"sweep.drift": "none"})
+    tracker.log_trial(
+        parent, good, run_id=run1, extra_metrics={"speedup_vs_baseline": 1.5}, extra_tags={"sweep.drift": "none"}
+    )
     oom = write_trial(workdir, 2, status=TrialStatus.FAILED, failure_kind=FailureKind.oom)
     tracker.log_trial(parent, oom, run_id=None, extra_metrics={}, extra_tags={})
-    cut = write_trial(workdir, 3, status=TrialStatus.FAILED,
-                      failure_kind=FailureKind.interrupted)
+    cut = write_trial(workdir, 3, status=TrialStatus.FAILED, failure_kind=FailureKind.interrupted)
     tracker.log_trial(parent, cut, run_id=None, extra_metrics={}, extra_tags={})
     tracker.end_sweep(parent, "FINISHED")
 
@@ -200,12 +216,20 @@ def test_a_sweep_reads_back_as_parent_and_one_child_per_trial(tracker: Tracker,
     runs = children(client, parent)
     assert sorted(runs) == ["baseline-0000", "trial-0001", "trial-0002", "trial-0003"]
     assert {name: run.info.status for name, run in runs.items()} == {
-        "baseline-0000": "FINISHED", "trial-0001": "FINISHED",
-        "trial-0002": "FAILED", "trial-0003": "KILLED"}
+        "baseline-0000": "FINISHED",
+        "trial-0001": "FINISHED",
+        "trial-0002": "FAILED",
+        "trial-0003": "KILLED",
+    }
 
     data = runs["trial-0001"].data
-    assert data.params == {"NCCL_PROTO": "LL", "NCCL_ALGO": "unset", "NCCL_MAX_NCHANNELS": "16",
-                           "speculative_num_steps": "3", "speculative_eagle_topk": "1"}
+    assert data.params == {
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "unset",
+        "NCCL_MAX_NCHANNELS": "16",
+        "speculative_num_steps": "3",
+        "speculative_eagle_topk": "1",
+    }
     assert runs["baseline-0000"].data.params["NCCL_PROTO"] == "unset"
     assert data.metrics["decode_tok_s"] == 150.0
     assert data.metrics["decode_tok_s_ci95_low"] == 146.0
@@ -219,14 +243,19 @@ def test_a_sweep_reads_back_as_parent_and_one_child_per_trial(tracker: Tracker,
     assert data.metrics["accept_length"] == 2.61
     assert data.metrics["requests_ok"] == 8
     assert "verify_ms" not in data.metrics, "a metric nobody measured is not logged as 0"
-    for key, value in {"sweep.status": "COMPLETE", "sweep.engine": "simulator",
-                       "sweep.fingerprint_hash": "fp-1234", "sweep.trial_number": "1",
-                       "sweep.role": "search", "sweep.allreduce_path": "nccl",
-                       "sweep.node": "127.0.0.2", "sweep.drift": "none"}.items():
+    for key, value in {
+        "sweep.status": "COMPLETE",
+        "sweep.engine": "simulator",
+        "sweep.fingerprint_hash": "fp-1234",
+        "sweep.trial_number": "1",
+        "sweep.role": "search",
+        "sweep.allreduce_path": "nccl",
+        "sweep.node": "127.0.0.2",
+        "sweep.drift": "none",
+    }.items():
         assert data.tags[key] == value, key
     artifacts = {f.path for f in client.list_artifacts(run1, "trial")}
-    assert artifacts == {"trial/spec.json", "trial/server.log", "trial/bench.jsonl",
-                         "trial/outcome.json"}
+    assert artifacts == {"trial/spec.json", "trial/server.log", "trial/bench.jsonl", "trial/outcome.json"}
     assert list((workdir / "mlartifacts").rglob("server.log")), "artifacts live in the workdir"
 
     failed = runs["trial-0002"].data
@@ -237,17 +266,14 @@ def test_a_sweep_reads_back_as_parent_and_one_child_per_trial(tracker: Tracker,
     assert runs["trial-0003"].data.tags["sweep.failure_kind"] == "interrupted"
 
 
-def test_logging_the_same_trial_twice_leaves_one_run_with_the_same_contents(
-        tracker: Tracker, workdir: Path) -> None:
+def test_logging_the_same_trial_twice_leaves_one_run_with_the_same_contents(tracker: Tracker, workdir: Path) -> None:
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
     outcome = write_trial(workdir, 7)
     for _ in range(2):
-        tracker.log_trial(parent, outcome, run_id=None, extra_metrics={"speedup_vs_baseline": 1.2},
-                          extra_tags={})
+        tracker.log_trial(parent, outcome, run_id=None, extra_metrics={"speedup_vs_baseline": 1.2}, extra_tags={})
     # A resumed driver that started the run before the crash passes no id either.
     assert tracker.start_trial(parent, number=7, params=KNOBS, role="search", tags={}) is not None
-    tracker.log_trial(parent, outcome, run_id=None, extra_metrics={"speedup_vs_baseline": 1.2},
-                      extra_tags={})
+    tracker.log_trial(parent, outcome, run_id=None, extra_metrics={"speedup_vs_baseline": 1.2}, extra_tags={})
     client = client_of(tracker)
     runs = children(client, parent)
     assert list(runs) == ["trial-0007"]
@@ -257,8 +283,7 @@ def test_logging_the_same_trial_twice_leaves_one_run_with_the_same_contents(
     assert tracker.pending() == 0
 
 
-def test_confirmation_rounds_of_one_trial_get_one_run_each(tracker: Tracker,
-                                                          workdir: Path) -> None:
+def test_confirmation_rounds_of_one_trial_get_one_run_each(tracker: Tracker, workdir: Path) -> None:
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
     rounds = []
     for i in range(2):
@@ -276,10 +301,8 @@ def test_confirmation_rounds_of_one_trial_get_one_run_each(tracker: Tracker,
 
 def test_changed_params_are_flagged_not_fatal(tracker: Tracker, workdir: Path) -> None:
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
-    run_id = tracker.start_trial(parent, number=4, params={**KNOBS, "NCCL_PROTO": "Simple"},
-                                 role="search", tags={})
-    tracker.log_trial(parent, write_trial(workdir, 4), run_id=run_id, extra_metrics={},
-                      extra_tags={})
+    run_id = tracker.start_trial(parent, number=4, params={**KNOBS, "NCCL_PROTO": "Simple"}, role="search", tags={})
+    tracker.log_trial(parent, write_trial(workdir, 4), run_id=run_id, extra_metrics={}, extra_tags={})
     run = client_of(tracker).get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags["sweep.param_mismatch"] == "NCCL_PROTO"
@@ -289,8 +312,7 @@ def test_changed_params_are_flagged_not_fatal(tracker: Tracker, workdir: Path) -
 def test_resume_reopens_the_parent_and_keeps_its_params(tracker: Tracker) -> None:
     parent = tracker.start_sweep(run_name="s", params={"n_trials": 20}, tags={})
     tracker.end_sweep(parent, "KILLED")
-    again = tracker.start_sweep(run_name="s", params={"n_trials": 30, "seed": 1}, tags={},
-                                resume_run_id=parent)
+    again = tracker.start_sweep(run_name="s", params={"n_trials": 30, "seed": 1}, tags={}, resume_run_id=parent)
     assert again == parent
     client = client_of(tracker)
     run = client.get_run(parent)
@@ -302,8 +324,13 @@ def test_resume_reopens_the_parent_and_keeps_its_params(tracker: Tracker) -> Non
 def test_child_runs_table_for_sweep_status(tracker: Tracker, workdir: Path) -> None:
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
     for number in (2, 0, 1):
-        tracker.log_trial(parent, write_trial(workdir, number, decode_tok_s=100.0 + number),
-                          run_id=None, extra_metrics={}, extra_tags={})
+        tracker.log_trial(
+            parent,
+            write_trial(workdir, number, decode_tok_s=100.0 + number),
+            run_id=None,
+            extra_metrics={},
+            extra_tags={},
+        )
     frame = tracker.child_runs(parent)
     assert list(frame["trial_number"]) == [0, 1, 2]
     assert list(frame["run_name"]) == ["trial-0000", "trial-0001", "trial-0002"]
@@ -315,14 +342,16 @@ def test_child_runs_table_for_sweep_status(tracker: Tracker, workdir: Path) -> N
 
 def test_sweep_summary_lands_on_the_parent(tracker: Tracker) -> None:
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
-    table = pd.DataFrame({"trial": [0, 1], "decode_tok_s": [100.0, 150.5],
-                          "NCCL_PROTO": [None, "LL"]})
+    table = pd.DataFrame({"trial": [0, 1], "decode_tok_s": [100.0, 150.5], "NCCL_PROTO": [None, "LL"]})
     figure = Figure()
     figure.add_subplot().plot([0, 1], [100.0, 150.5])
-    tracker.log_sweep_summary(parent, metrics={"best_decode_tok_s": 150.5, "confirmed_decode_tok_s": 79.718345,
-                                               "confirmed_gain": 0.041234567},
-                              tags={"sweep.champion_trial": 1}, table=table,
-                              figures={"tok_s by trial": figure})
+    tracker.log_sweep_summary(
+        parent,
+        metrics={"best_decode_tok_s": 150.5, "confirmed_decode_tok_s": 79.718345, "confirmed_gain": 0.041234567},
+        tags={"sweep.champion_trial": 1},
+        table=table,
+        figures={"tok_s by trial": figure},
+    )
     client = client_of(tracker)
     run = client.get_run(parent)
     assert run.data.metrics["best_decode_tok_s"] == 150.5
@@ -336,18 +365,25 @@ def test_sweep_summary_lands_on_the_parent(tracker: Tracker) -> None:
     csv = Path(client.download_artifacts(parent, "results.csv", str(tracker.outbox_dir / "dl")))
     assert pd.read_csv(csv)["decode_tok_s"].tolist() == [100.0, 150.5]
     assert not (tracker.outbox_dir / "outbox-files").exists() or not any(
-        (tracker.outbox_dir / "outbox-files").iterdir()), "staged files are cleaned up"
+        (tracker.outbox_dir / "outbox-files").iterdir()
+    ), "staged files are cleaned up"
 
 
 def stored_config(run_id: str, trial_number: int, tok_s: float) -> dict:
     """A serving config as serving_config.json holds it."""
     return {
-        "experiment": "demo", "trial_number": trial_number, "run_id": run_id,
-        "model_version": None, "engine": "simulator", "sglang_version": "0.5.23",
-        "params": KNOBS, "env": {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"},
+        "experiment": "demo",
+        "trial_number": trial_number,
+        "run_id": run_id,
+        "model_version": None,
+        "engine": "simulator",
+        "sglang_version": "0.5.23",
+        "params": KNOBS,
+        "env": {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"},
         "sglang_args": ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"],
         "metrics": {"decode_tok_s": tok_s, "speedup_vs_baseline": 1.5},
-        "fingerprint_hash": "fp-1234", "created_at": "2025-06-01T03:04:05+00:00",
+        "fingerprint_hash": "fp-1234",
+        "created_at": "2025-06-01T03:04:05+00:00",
     }
 
 
@@ -359,24 +395,25 @@ def test_promote_then_resolve_through_the_alias(tracker: Tracker, workdir: Path)
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
     runs = []
     for number in (1, 2):
-        tracker.log_trial(parent, write_trial(workdir, number), run_id=None, extra_metrics={},
-                          extra_tags={})
+        tracker.log_trial(parent, write_trial(workdir, number), run_id=None, extra_metrics={}, extra_tags={})
         runs.append(tracker.find_trial(parent, number))
-    first = tracker.promote(runs[0], model_name="demo-serving",
-                            serving_config=serving_config(runs[0], 1, 150.0))
+    first = tracker.promote(runs[0], model_name="demo-serving", serving_config=serving_config(runs[0], 1, 150.0))
     assert first == "1"
     assert tracker.resolve("demo-serving") == serving_config(runs[0], 1, 150.0).model_copy(
-        update={"model_version": "1"})
+        update={"model_version": "1"}
+    )
     version = client_of(tracker).get_model_version("demo-serving", "1")
     assert version.source == f"runs:/{runs[0]}/serving_config"
 
-    second = tracker.promote(runs[1], model_name="demo-serving",
-                             serving_config=serving_config(runs[1], 2, 160.0),
-                             description="beats trial 1")
+    second = tracker.promote(
+        runs[1],
+        model_name="demo-serving",
+        serving_config=serving_config(runs[1], 2, 160.0),
+        description="beats trial 1",
+    )
     assert second == "2"
     resolved = tracker.resolve("demo-serving", "champion")
-    assert (resolved.model_version, resolved.trial_number, resolved.run_id) == (
-        "2", 2, runs[1])
+    assert (resolved.model_version, resolved.trial_number, resolved.run_id) == ("2", 2, runs[1])
     version = client_of(tracker).get_model_version("demo-serving", "2")
     assert version.tags["sweep.trial_number"] == "2"
     assert version.tags["metric.decode_tok_s"] == "160"
@@ -397,47 +434,43 @@ def test_promote_refuses_a_config_of_another_run(tracker: Tracker, workdir: Path
         tracker.promote(run_id, model_name="m", serving_config=serving_config("other", 1, 1.0))
 
 
-def test_resolve_says_what_is_missing_and_how_to_fix_it(tracker: Tracker, tmp_path: Path,
-                                                        workdir: Path) -> None:
-    nowhere = Tracker(f"sqlite:///{tmp_path / 'absent' / 'mlflow.db'}", "demo",
-                      outbox_dir=tmp_path / "absent")
+def test_resolve_says_what_is_missing_and_how_to_fix_it(tracker: Tracker, tmp_path: Path, workdir: Path) -> None:
+    nowhere = Tracker(f"sqlite:///{tmp_path / 'absent' / 'mlflow.db'}", "demo", outbox_dir=tmp_path / "absent")
     with pytest.raises(TrackingError, match="There is no MLflow store at .*absent.*--workdir"):
         nowhere.resolve("demo-serving")
     assert not (tmp_path / "absent" / "mlflow.db").exists(), "resolve never creates a store"
 
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
-    with pytest.raises(TrackingError, match="No registered model 'demo-serving' in MLflow at "
-                                            "sqlite:///.*Fix: \\(1\\)"):
+    with pytest.raises(TrackingError, match="No registered model 'demo-serving' in MLflow at sqlite:///.*Fix: \\(1\\)"):
         tracker.resolve("demo-serving")
-    tracker.log_trial(parent, write_trial(workdir, 1), run_id=None, extra_metrics={},
-                      extra_tags={})
+    tracker.log_trial(parent, write_trial(workdir, 1), run_id=None, extra_metrics={}, extra_tags={})
     run_id = tracker.find_trial(parent, 1)
-    tracker.promote(run_id, model_name="demo-serving", alias="staging",
-                    serving_config=serving_config(run_id, 1, 150.0))
+    tracker.promote(run_id, model_name="demo-serving", alias="staging", serving_config=serving_config(run_id, 1, 150.0))
     with pytest.raises(TrackingError, match="has no alias 'champion' \\(it has: staging\\)"):
         tracker.resolve("demo-serving")
 
 
-def test_promote_takes_the_serving_config_model_and_stores_the_same_json(
-        tracker: Tracker, workdir: Path) -> None:
+def test_promote_takes_the_serving_config_model_and_stores_the_same_json(tracker: Tracker, workdir: Path) -> None:
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
-    tracker.log_trial(parent, write_trial(workdir, 1), run_id=None, extra_metrics={},
-                      extra_tags={})
+    tracker.log_trial(parent, write_trial(workdir, 1), run_id=None, extra_metrics={}, extra_tags={})
     run_id = tracker.find_trial(parent, 1)
     as_dict = stored_config(run_id, 1, 150.0)
-    assert tracker.promote(run_id, model_name="demo-serving",
-                           serving_config=ServingConfig.model_validate(as_dict)) == "1"
+    assert (
+        tracker.promote(run_id, model_name="demo-serving", serving_config=ServingConfig.model_validate(as_dict)) == "1"
+    )
     resolved = tracker.resolve("demo-serving")
     assert resolved == export.validate_serving_config({**as_dict, "model_version": "1"})
-    stored = Path(client_of(tracker).download_artifacts(
-        run_id, "serving_config/serving_config.json", str(workdir / "dl")))
+    stored = Path(
+        client_of(tracker).download_artifacts(run_id, "serving_config/serving_config.json", str(workdir / "dl"))
+    )
     # The file holds the model as it validates: the given fields, and the defaults of the fields they leave out.
     assert json.loads(stored.read_text()) == ServingConfig.model_validate(as_dict).model_dump(mode="json")
     assert json.loads(stored.read_text()).items() >= as_dict.items()
 
 
 def test_a_bug_of_ours_raises_and_is_not_queued_as_an_outage(
-        tracker: Tracker, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tracker: Tracker, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
 
     def broken(outcome: TrialOutcome) -> dict[str, str]:
@@ -445,20 +478,17 @@ def test_a_bug_of_ours_raises_and_is_not_queued_as_an_outage(
 
     monkeypatch.setattr(convert, "outcome_tags", broken)
     with pytest.raises(KeyError, match="sweep.status"):
-        tracker.log_trial(parent, write_trial(workdir, 1), run_id=None, extra_metrics={},
-                          extra_tags={})
+        tracker.log_trial(parent, write_trial(workdir, 1), run_id=None, extra_metrics={}, extra_tags={})
     assert tracker.pending() == 0
     assert not (workdir / OUTBOX_FILE).exists()
     # No back-off either: the next trial goes to MLflow at once.
     assert tracker.start_trial(parent, number=2, params=KNOBS, role="search", tags={}) is not None
 
 
-def test_mlflow_refusing_a_write_raises_tracking_error_and_queues_nothing(
-        tracker: Tracker, workdir: Path) -> None:
+def test_mlflow_refusing_a_write_raises_tracking_error_and_queues_nothing(tracker: Tracker, workdir: Path) -> None:
     tracker.start_sweep(run_name="s", params={}, tags={})
     with pytest.raises(TrackingError, match="refused to log trial 1: .*Fix: \\(1\\)"):
-        tracker.log_trial("0" * 32, write_trial(workdir, 1), run_id=None, extra_metrics={},
-                          extra_tags={})
+        tracker.log_trial("0" * 32, write_trial(workdir, 1), run_id=None, extra_metrics={}, extra_tags={})
     assert tracker.pending() == 0
 
 
@@ -472,17 +502,26 @@ def test_an_unreachable_server_queues_writes_at_once(tmp_path: Path, knocks: Kno
     assert 1 <= knocks.since_last() <= TRIES_PER_CALL
     assert tracker.start_trial("p" * 32, number=1, params=KNOBS, role="search", tags={}) is None
     assert knocks.since_last() <= TRIES_PER_CALL
-    tracker.log_trial("p" * 32, write_trial(workdir, 1), run_id=None,
-                      extra_metrics={"speedup_vs_baseline": 1.5}, extra_tags={"sweep.x": "y"})
+    tracker.log_trial(
+        "p" * 32,
+        write_trial(workdir, 1),
+        run_id=None,
+        extra_metrics={"speedup_vs_baseline": 1.5},
+        extra_tags={"sweep.x": "y"},
+    )
     assert knocks.since_last() <= TRIES_PER_CALL
     tracker.end_sweep("p" * 32, "FAILED")
     assert knocks.since_last() <= TRIES_PER_CALL
     lines = [json.loads(line) for line in (workdir / OUTBOX_FILE).read_text().splitlines()]
     assert [line["op"] for line in lines] == ["log_trial", "end_sweep"]
     assert {k: v for k, v in lines[0].items() if k not in ("queued_at", "error")} == {
-        "op": "log_trial", "parent_run_id": "p" * 32, "run_id": None,
+        "op": "log_trial",
+        "parent_run_id": "p" * 32,
+        "run_id": None,
         "outcome_path": str((workdir / "trials" / "1" / "outcome.json").resolve()),
-        "extra_metrics": {"speedup_vs_baseline": 1.5}, "extra_tags": {"sweep.x": "y"}}
+        "extra_metrics": {"speedup_vs_baseline": 1.5},
+        "extra_tags": {"sweep.x": "y"},
+    }
     assert lines[1]["status"] == "FAILED" and lines[1]["queued_at"]
     assert tracker.replay_outbox() == (0, 2)
 
@@ -496,11 +535,16 @@ def test_outbox_lines_of_the_previous_version_replay(tracker: Tracker, workdir: 
     (stage / "results.html").write_text("<table></table>")
     lines = [  # as the single-class Tracker wrote them: dicts dumped with sorted keys
         {"error": "e", "op": "kill_trial", "queued_at": "t", "run_id": running},
-        {"error": "e", "metrics": {"best_decode_tok_s": 150.5}, "op": "log_sweep_summary",
-         "parent_run_id": parent, "queued_at": "t", "summary_dir": str(stage.resolve()),
-         "tags": {"sweep.champion_trial": "5"}},
-        {"error": "e", "op": "end_sweep", "parent_run_id": parent, "queued_at": "t",
-         "status": "FINISHED"},
+        {
+            "error": "e",
+            "metrics": {"best_decode_tok_s": 150.5},
+            "op": "log_sweep_summary",
+            "parent_run_id": parent,
+            "queued_at": "t",
+            "summary_dir": str(stage.resolve()),
+            "tags": {"sweep.champion_trial": "5"},
+        },
+        {"error": "e", "op": "end_sweep", "parent_run_id": parent, "queued_at": "t", "status": "FINISHED"},
     ]
     (workdir / OUTBOX_FILE).write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
     assert tracker.replay_outbox() == (3, 0)
@@ -536,7 +580,8 @@ def test_unreadable_outbox_lines_are_set_aside(tracker: Tracker, workdir: Path) 
 
 @pytest.mark.slow
 def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
-        live_server: MlflowServer, tmp_path: Path, knocks: Knocks) -> None:
+    live_server: MlflowServer, tmp_path: Path, knocks: Knocks
+) -> None:
     workdir = tmp_path / "runs" / "demo"
     tracker = Tracker(live_server.uri, "demo", outbox_dir=workdir)
     parent = tracker.start_sweep(run_name="s", params={"n_trials": 3}, tags={})
@@ -548,12 +593,10 @@ def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
 
     live_server.stop()
     outcome1 = write_trial(workdir, 1)
-    outcome2 = write_trial(workdir, 2, status=TrialStatus.FAILED,
-                           failure_kind=FailureKind.nccl_hang)
+    outcome2 = write_trial(workdir, 2, status=TrialStatus.FAILED, failure_kind=FailureKind.nccl_hang)
     knocks.port = live_server.port
     knocks.since_last()  # connections from here on are to a stopped server
-    tracker.log_trial(parent, outcome1, run_id=run1,
-                      extra_metrics={"speedup_vs_baseline": 1.5}, extra_tags={})
+    tracker.log_trial(parent, outcome1, run_id=run1, extra_metrics={"speedup_vs_baseline": 1.5}, extra_tags={})
     assert knocks.since_last() <= TRIES_PER_CALL, "a stopped server stalled log_trial"
     assert tracker.start_trial(parent, number=2, params=KNOBS, role="search", tags={}) is None
     assert knocks.since_last() <= TRIES_PER_CALL
@@ -572,17 +615,18 @@ def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
     assert tracker.replay_outbox() == (0, 3), "still down: nothing lost, nothing sent"
     knocks.since_last()  # the replay's own connections: not what this test bounds
     # Reads and the registry cannot be queued: they fail at once with what, where and the fix.
-    with pytest.raises(TrackingError, match=f"Could not read the trial runs .* {parent} in MLflow "
-                                            f"at {live_server.uri}.*Fix"):
+    with pytest.raises(
+        TrackingError, match=f"Could not read the trial runs .* {parent} in MLflow at {live_server.uri}.*Fix"
+    ):
         tracker.child_runs(parent)
     assert knocks.since_last() <= TRIES_PER_CALL
-    with pytest.raises(TrackingError, match=f"Could not reach MLflow at {live_server.uri} to "
-                                            "resolve models:/demo-serving@champion"):
+    with pytest.raises(
+        TrackingError, match=f"Could not reach MLflow at {live_server.uri} to resolve models:/demo-serving@champion"
+    ):
         tracker.resolve("demo-serving")
     assert knocks.since_last() <= TRIES_PER_CALL
     with pytest.raises(TrackingError, match="Could not start the sweep run in MLflow at http"):
-        Tracker(live_server.uri, "other", outbox_dir=tmp_path / "other").start_sweep(
-            run_name="s", params={}, tags={})
+        Tracker(live_server.uri, "other", outbox_dir=tmp_path / "other").start_sweep(run_name="s", params={}, tags={})
     assert knocks.since_last() <= TRIES_PER_CALL
 
     live_server.start()  # same port, same store
@@ -598,6 +642,5 @@ def test_server_down_mid_sweep_queues_fast_and_replays_when_back(
     assert runs["trial-0001"].data.metrics["speedup_pct"] == 50.0
     assert runs["trial-0002"].info.status == "FAILED"
     assert runs["trial-0002"].data.tags["sweep.failure_kind"] == "nccl_hang"
-    assert {f.path for f in client.list_artifacts(run1, "trial")} >= {"trial/server.log",
-                                                                     "trial/outcome.json"}
+    assert {f.path for f in client.list_artifacts(run1, "trial")} >= {"trial/server.log", "trial/outcome.json"}
     assert tracker.replay_outbox() == (0, 0)

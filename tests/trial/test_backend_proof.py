@@ -23,17 +23,21 @@ from orchestrator.tracking.convert import outcome_tags
 from orchestrator.trial.runner import run_trial
 
 DEMO = Path(__file__).resolve().parents[2] / "experiments" / "demo.yaml"
-FALLBACK = ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm; "
-            "falling back to NCCL all-reduce.")
+FALLBACK = (
+    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set but this FlashInfer build has no pcie_ipc_comm; "
+    "falling back to NCCL all-reduce."
+)
 
 
 def demo_on(hardware_profile: str, tp: int = 8) -> SweepSpec:
     s = spec_mod.load(DEMO)
-    return s.model_copy(update={
-        "server": s.server.model_copy(update={"tp": tp}),
-        "simulator": s.simulator.model_copy(update={"hardware_profile": hardware_profile}),
-        "benchmark": s.benchmark.model_copy(update={"requests": 2, "output_len": 16}),
-    })
+    return s.model_copy(
+        update={
+            "server": s.server.model_copy(update={"tp": tp}),
+            "simulator": s.simulator.model_copy(update={"hardware_profile": hardware_profile}),
+            "benchmark": s.benchmark.model_copy(update={"requests": 2, "output_len": 16}),
+        }
+    )
 
 
 def trial(s: SweepSpec, params: dict, folder: Path, tp: int = 8):

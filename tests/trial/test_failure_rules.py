@@ -9,14 +9,17 @@ from orchestrator.records import BenchRecord, FailureKind
 from orchestrator.trial.failures import Failure, classify_exit, classify_records, describe_returncode
 
 
-@pytest.mark.parametrize(("code", "words"), [
-    (None, "still running"),
-    (0, "exit code 0"),
-    (1, "exit code 1"),
-    (-9, "killed by signal 9 (SIGKILL)"),
-    (-15, "killed by signal 15 (SIGTERM)"),
-    (-200, "killed by signal 200"),
-])
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        (None, "still running"),
+        (0, "exit code 0"),
+        (1, "exit code 1"),
+        (-9, "killed by signal 9 (SIGKILL)"),
+        (-15, "killed by signal 15 (SIGTERM)"),
+        (-200, "killed by signal 200"),
+    ],
+)
 def test_describe_returncode(code: int | None, words: str) -> None:
     assert describe_returncode(code) == words
 
@@ -24,46 +27,96 @@ def test_describe_returncode(code: int | None, words: str) -> None:
 # SGLang 0.5.23 prints a failing scheduler's traceback, then its launcher logs the SIGQUIT and kills its
 # own process tree with SIGKILL (sglang/srt/entrypoints/engine.py::launch_phase_sigquit_handler,
 # srt/utils/common.py::kill_process_tree): the exception is the cause, the signal only how it ended.
-_SCHEDULER = ("[2026-12-01 21:14:03 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
-              '  File "/v/sglang/srt/managers/scheduler.py", line 3361, in run_scheduler_process\n'
-              "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)\n{exc}\n\n"
-              "[2026-12-01 21:14:03] Received sigquit from a child process. It usually means the child failed.")
+_SCHEDULER = (
+    "[2026-12-01 21:14:03 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/v/sglang/srt/managers/scheduler.py", line 3361, in run_scheduler_process\n'
+    "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)\n{exc}\n\n"
+    "[2026-12-01 21:14:03] Received sigquit from a child process. It usually means the child failed."
+)
 
 
-@pytest.mark.parametrize(("log", "code", "kind", "reason"), [
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", 1,
-     FailureKind.oom, "server ran out of memory: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-                      "2.00 GiB (exit code 1)"),
-    ("RuntimeError: Not enough memory to capture CUDA graphs", -6,
-     FailureKind.oom, "server ran out of memory: RuntimeError: Not enough memory to capture CUDA graphs "
-                      "(killed by signal 6 (SIGABRT))"),
-    ("the kernel's OOM killer: not enough memory", -9,
-     FailureKind.oom, "server ran out of GPU memory (killed by signal 9 (SIGKILL))"),
-    ("OSError: [Errno 98] Address already in use", 1,
-     FailureKind.port_in_use, "server could not bind its port: OSError: [Errno 98] Address already in use (exit code 1)"),
-    ("ERROR: [Errno 98] error while attempting to bind on address", 1,
-     FailureKind.port_in_use, "server could not bind its port (exit code 1)"),
-    ("Traceback (most recent call last):\nAssertionError", 1,
-     FailureKind.server_crash, "server refused its arguments: AssertionError (exit code 1)"),
-    ("", -9, FailureKind.server_crash, "server died (killed by signal 9 (SIGKILL))"),
-    (_SCHEDULER.format(exc="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB"), -9,
-     FailureKind.oom, "server ran out of memory: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-                      "1.50 GiB (killed by signal 9 (SIGKILL))"),
-    (_SCHEDULER.format(exc="ValueError: speculative_eagle_topk must be 1 with --speculative-adaptive"), -9,
-     FailureKind.server_crash, "server refused its arguments: ValueError: speculative_eagle_topk must be 1 with "
-                               "--speculative-adaptive (killed by signal 9 (SIGKILL))"),
-    (_SCHEDULER.format(exc="ModuleNotFoundError: No module named 'sgl_kernel'"), -9,
-     FailureKind.server_crash, "server could not import a module: ModuleNotFoundError: No module named "
-                               "'sgl_kernel' (killed by signal 9 (SIGKILL))"),
-    (_SCHEDULER.format(exc="torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
-                           "unhandled system error"), -9,
-     FailureKind.server_crash, "server hit an NCCL error: torch.distributed.DistBackendError: NCCL error in: "
-                               "ProcessGroupNCCL.cpp:1970, unhandled system error (killed by signal 9 (SIGKILL))"),
-    ("usage: launch_server.py [-h] [--model-path MODEL_PATH]\n"
-     "launch_server.py: error: argument --device: invalid choice: 'tpu'", 2,
-     FailureKind.server_crash, "server refused its arguments: argparse error: argument --device: invalid choice: "
-                               "'tpu' (exit code 2)"),
-])
+@pytest.mark.parametrize(
+    ("log", "code", "kind", "reason"),
+    [
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+            1,
+            FailureKind.oom,
+            "server ran out of memory: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+            "2.00 GiB (exit code 1)",
+        ),
+        (
+            "RuntimeError: Not enough memory to capture CUDA graphs",
+            -6,
+            FailureKind.oom,
+            "server ran out of memory: RuntimeError: Not enough memory to capture CUDA graphs "
+            "(killed by signal 6 (SIGABRT))",
+        ),
+        (
+            "the kernel's OOM killer: not enough memory",
+            -9,
+            FailureKind.oom,
+            "server ran out of GPU memory (killed by signal 9 (SIGKILL))",
+        ),
+        (
+            "OSError: [Errno 98] Address already in use",
+            1,
+            FailureKind.port_in_use,
+            "server could not bind its port: OSError: [Errno 98] Address already in use (exit code 1)",
+        ),
+        (
+            "ERROR: [Errno 98] error while attempting to bind on address",
+            1,
+            FailureKind.port_in_use,
+            "server could not bind its port (exit code 1)",
+        ),
+        (
+            "Traceback (most recent call last):\nAssertionError",
+            1,
+            FailureKind.server_crash,
+            "server refused its arguments: AssertionError (exit code 1)",
+        ),
+        ("", -9, FailureKind.server_crash, "server died (killed by signal 9 (SIGKILL))"),
+        (
+            _SCHEDULER.format(exc="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB"),
+            -9,
+            FailureKind.oom,
+            "server ran out of memory: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+            "1.50 GiB (killed by signal 9 (SIGKILL))",
+        ),
+        (
+            _SCHEDULER.format(exc="ValueError: speculative_eagle_topk must be 1 with --speculative-adaptive"),
+            -9,
+            FailureKind.server_crash,
+            "server refused its arguments: ValueError: speculative_eagle_topk must be 1 with "
+            "--speculative-adaptive (killed by signal 9 (SIGKILL))",
+        ),
+        (
+            _SCHEDULER.format(exc="ModuleNotFoundError: No module named 'sgl_kernel'"),
+            -9,
+            FailureKind.server_crash,
+            "server could not import a module: ModuleNotFoundError: No module named "
+            "'sgl_kernel' (killed by signal 9 (SIGKILL))",
+        ),
+        (
+            _SCHEDULER.format(
+                exc="torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+                "unhandled system error"
+            ),
+            -9,
+            FailureKind.server_crash,
+            "server hit an NCCL error: torch.distributed.DistBackendError: NCCL error in: "
+            "ProcessGroupNCCL.cpp:1970, unhandled system error (killed by signal 9 (SIGKILL))",
+        ),
+        (
+            "usage: launch_server.py [-h] [--model-path MODEL_PATH]\n"
+            "launch_server.py: error: argument --device: invalid choice: 'tpu'",
+            2,
+            FailureKind.server_crash,
+            "server refused its arguments: argparse error: argument --device: invalid choice: 'tpu' (exit code 2)",
+        ),
+    ],
+)
 def test_classify_exit(log: str, code: int, kind: FailureKind, reason: str) -> None:
     assert classify_exit(log, code) == Failure(kind, reason)
 
@@ -71,7 +124,8 @@ def test_classify_exit(log: str, code: int, kind: FailureKind, reason: str) -> N
 def test_an_argument_error_after_start_up_is_a_crash_not_a_refused_argument() -> None:
     log = _SCHEDULER.format(exc="ValueError: bad token id")
     assert classify_exit(log, -9, starting=False) == Failure(
-        FailureKind.server_crash, "server died: ValueError: bad token id (killed by signal 9 (SIGKILL))")
+        FailureKind.server_crash, "server died: ValueError: bad token id (killed by signal 9 (SIGKILL))"
+    )
 
 
 def rec(index: int, ok: bool = True, error: str | None = None, warmup: bool = False) -> BenchRecord:
@@ -81,15 +135,30 @@ def rec(index: int, ok: bool = True, error: str | None = None, warmup: bool = Fa
 STALL = "ReadTimeout: timed out"
 RECORD_CASES = [
     ("all requests worked", [rec(-1, warmup=True), rec(0), rec(1)], None),
-    ("a stalled request after good ones is a hang", [rec(0), rec(1, False, STALL)],
-     Failure(FailureKind.nccl_hang, "server alive but no token for 20s (benchmark.stall_timeout_s) after 1 good "
-                                    "request(s): a collective is hung")),
-    ("a failed warm-up", [rec(-1, False, "HTTP 500: boom", warmup=True)],
-     Failure(FailureKind.bench_error, "the warm-up request failed: HTTP 500: boom")),
-    ("every measured request failed", [rec(0, False, "HTTP 500: a"), rec(1, False, "HTTP 500: b")],
-     Failure(FailureKind.bench_error, "all 2 requests failed; first error: HTTP 500: a")),
-    ("some failed: the measurement stands, with a warning", [rec(0), rec(1, False, "HTTP 503: busy"), rec(2)],
-     "1 of 3 requests failed: HTTP 503: busy"),
+    (
+        "a stalled request after good ones is a hang",
+        [rec(0), rec(1, False, STALL)],
+        Failure(
+            FailureKind.nccl_hang,
+            "server alive but no token for 20s (benchmark.stall_timeout_s) after 1 good "
+            "request(s): a collective is hung",
+        ),
+    ),
+    (
+        "a failed warm-up",
+        [rec(-1, False, "HTTP 500: boom", warmup=True)],
+        Failure(FailureKind.bench_error, "the warm-up request failed: HTTP 500: boom"),
+    ),
+    (
+        "every measured request failed",
+        [rec(0, False, "HTTP 500: a"), rec(1, False, "HTTP 500: b")],
+        Failure(FailureKind.bench_error, "all 2 requests failed; first error: HTTP 500: a"),
+    ),
+    (
+        "some failed: the measurement stands, with a warning",
+        [rec(0), rec(1, False, "HTTP 503: busy"), rec(2)],
+        "1 of 3 requests failed: HTTP 503: busy",
+    ),
 ]
 
 

@@ -23,21 +23,44 @@ from orchestrator.trial.metrics import (
 T0 = 1_800_000_000.0
 
 
-def rec(index, *, start=0.0, ttft=0.1, latency=1.1, tokens=51, warmup=False, ok=True, error=None,
-        chunks=(), chunk_tokens=(), meta=None):
-    return BenchRecord(index=index, warmup=warmup, ok=ok, error=error, completion_tokens=tokens,
-                       start_s=T0 + start, ttft_s=ttft, latency_s=latency, chunk_times_s=chunks,
-                       chunk_tokens=chunk_tokens, meta_info=meta or {})
+def rec(
+    index,
+    *,
+    start=0.0,
+    ttft=0.1,
+    latency=1.1,
+    tokens=51,
+    warmup=False,
+    ok=True,
+    error=None,
+    chunks=(),
+    chunk_tokens=(),
+    meta=None,
+):
+    return BenchRecord(
+        index=index,
+        warmup=warmup,
+        ok=ok,
+        error=error,
+        completion_tokens=tokens,
+        start_s=T0 + start,
+        ttft_s=ttft,
+        latency_s=latency,
+        chunk_times_s=chunks,
+        chunk_tokens=chunk_tokens,
+        meta_info=meta or {},
+    )
 
 
 PLAIN = [
     rec(0, start=0.0, ttft=0.1, latency=2.1, tokens=101),  # 100 tokens / 2.0 s = 50 tok/s
-    rec(1, start=0.5, ttft=0.2, latency=1.2, tokens=41),   # 40 / 1.0 = 40
+    rec(1, start=0.5, ttft=0.2, latency=1.2, tokens=41),  # 40 / 1.0 = 40
     rec(2, start=1.0, ttft=0.3, latency=2.3, tokens=121),  # 120 / 2.0 = 60
 ]
 
 
 # --- compute: plain decoding ------------------------------------------------------------------
+
 
 def test_plain_decoding_numbers():
     m = compute(PLAIN)
@@ -69,8 +92,7 @@ def test_itl_splits_a_speculative_chunk_into_per_token_gaps():
     # Chunk 1 is the first token (TTFT). Chunk 2 brings 3 tokens after 30 ms: 10, 10, 10.
     # Chunk 3 carries no token and does not reset the clock; chunk 4 brings 2 tokens 30 ms after
     # chunk 2: 15, 15.
-    r = rec(0, ttft=0.100, latency=0.160, tokens=6,
-            chunks=(0.100, 0.130, 0.140, 0.160), chunk_tokens=(1, 3, 0, 2))
+    r = rec(0, ttft=0.100, latency=0.160, tokens=6, chunks=(0.100, 0.130, 0.140, 0.160), chunk_tokens=(1, 3, 0, 2))
     m = compute([r])
     assert m.itl_ms_p50 == pytest.approx(10.0)
     assert m.itl_ms_p99 == pytest.approx(15.0)
@@ -90,29 +112,45 @@ SHORT = dict(completion_tokens=10, spec_verify_ct=10, spec_num_correct_drafts=0)
 
 def spec_records(long_meta, short_meta):
     return [
-        rec(0, ttft=0.1, latency=0.6, tokens=100, meta=long_meta),    # 25 cycles in 0.5 s: 20 ms
-        rec(1, ttft=0.1, latency=0.35, tokens=10, meta=short_meta),   # 10 cycles in 0.25 s: 25 ms
+        rec(0, ttft=0.1, latency=0.6, tokens=100, meta=long_meta),  # 25 cycles in 0.5 s: 20 ms
+        rec(1, ttft=0.1, latency=0.35, tokens=10, meta=short_meta),  # 10 cycles in 0.25 s: 25 ms
     ]
 
 
 ACCEPT_RATE_CASES = [
-    ("proposed drafts reported",
-     {**LONG, "spec_num_proposed_drafts": 125}, {**SHORT, "spec_num_proposed_drafts": 50}, None,
-     75 / 175, "meta_info:sum_correct/sum_proposed"),
-    ("draft token count given",
-     LONG, SHORT, 6, 75 / 175, "meta_info:sum_correct/(sum_verify_ct*(num_draft_tokens-1))"),
-    ("only per-request rates",
-     {"spec_verify_ct": 25, "spec_accept_rate": 0.6, "completion_tokens": 100},
-     {"spec_verify_ct": 10, "spec_accept_rate": 0.0, "completion_tokens": 10}, None,
-     75 / 175, "meta_info:verify_ct_weighted_spec_accept_rate"),
-    ("nothing to compute it from",
-     {"spec_verify_ct": 25, "completion_tokens": 100}, {"spec_verify_ct": 10, "completion_tokens": 10}, None,
-     None, "unavailable:meta_info_lacks_spec_num_correct_drafts"),
+    (
+        "proposed drafts reported",
+        {**LONG, "spec_num_proposed_drafts": 125},
+        {**SHORT, "spec_num_proposed_drafts": 50},
+        None,
+        75 / 175,
+        "meta_info:sum_correct/sum_proposed",
+    ),
+    ("draft token count given", LONG, SHORT, 6, 75 / 175, "meta_info:sum_correct/(sum_verify_ct*(num_draft_tokens-1))"),
+    (
+        "only per-request rates",
+        {"spec_verify_ct": 25, "spec_accept_rate": 0.6, "completion_tokens": 100},
+        {"spec_verify_ct": 10, "spec_accept_rate": 0.0, "completion_tokens": 10},
+        None,
+        75 / 175,
+        "meta_info:verify_ct_weighted_spec_accept_rate",
+    ),
+    (
+        "nothing to compute it from",
+        {"spec_verify_ct": 25, "completion_tokens": 100},
+        {"spec_verify_ct": 10, "completion_tokens": 10},
+        None,
+        None,
+        "unavailable:meta_info_lacks_spec_num_correct_drafts",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("long_meta", "short_meta", "ndt", "rate", "source"),
-                         [c[1:] for c in ACCEPT_RATE_CASES], ids=[c[0] for c in ACCEPT_RATE_CASES])
+@pytest.mark.parametrize(
+    ("long_meta", "short_meta", "ndt", "rate", "source"),
+    [c[1:] for c in ACCEPT_RATE_CASES],
+    ids=[c[0] for c in ACCEPT_RATE_CASES],
+)
 def test_acceptance_is_weighted_by_verify_passes(long_meta, short_meta, ndt, rate, source):
     m = compute(spec_records(long_meta, short_meta), num_draft_tokens=ndt)
     # 110 tokens over 35 verify passes, not the mean of the per-request ratios (4.0 and 1.0 -> 2.5).
@@ -163,8 +201,8 @@ def test_verify_ms_from_the_device_timer():
 @pytest.mark.parametrize(
     ("before", "after"),
     [
-        ("sglang:gen_throughput 812.4\n", "sglang:gen_throughput 800.0\n"),   # device timer off
-        (scrape(10.0, 0, 1000, 10), scrape(10.0, 0, 1000, 10)),             # no decode pass
+        ("sglang:gen_throughput 812.4\n", "sglang:gen_throughput 800.0\n"),  # device timer off
+        (scrape(10.0, 0, 1000, 10), scrape(10.0, 0, 1000, 10)),  # no decode pass
     ],
 )
 def test_no_verify_ms_without_timer_or_passes(before, after):
@@ -186,15 +224,19 @@ def test_prometheus_sample_lookup_by_labels():
 def test_accept_length_from_the_decode_log_when_requests_carry_no_meta_info():
     def line(offset_s, running, accept):
         ts = dt.datetime.fromtimestamp(T0 + offset_s).strftime("%Y-%m-%d %H:%M:%S")
-        return (f"[{ts} TP0] Decode batch, #running-req: {running}, #token: 5120, token usage: 0.02, "
-                f"accept len: {accept:.2f}, accept rate: 0.71, cuda graph: True, "
-                f"gen throughput (token/s): 812.40, #queue-req: 0")
+        return (
+            f"[{ts} TP0] Decode batch, #running-req: {running}, #token: 5120, token usage: 0.02, "
+            f"accept len: {accept:.2f}, accept rate: 0.71, cuda graph: True, "
+            f"gen throughput (token/s): 812.40, #queue-req: 0"
+        )
 
-    log = "\n".join([
-        line(-60, 1, 1.00),   # warmup, a minute before: outside the measured window
-        line(1, 8, 3.00),
-        line(2, 2, 2.00),
-    ])
+    log = "\n".join(
+        [
+            line(-60, 1, 1.00),  # warmup, a minute before: outside the measured window
+            line(1, 8, 3.00),
+            line(2, 2, 2.00),
+        ]
+    )
     m = compute(PLAIN, log_text=log)
     assert m.accept_length == pytest.approx((3.0 * 8 + 2.0 * 2) / 10)
     assert m.sources["accept_length"] == "decode_log:running_req_weighted_mean_in_window"
@@ -204,8 +246,11 @@ def test_accept_length_from_the_decode_log_when_requests_carry_no_meta_info():
 MISSING_CASES = [
     ("no records", [], "no successful measured request"),
     ("only warmup", [rec(0, warmup=True)], "1 warmup"),
-    ("all failed", [rec(0, ok=False, error="connection refused", ttft=None, latency=None)],
-     "first error: connection refused"),
+    (
+        "all failed",
+        [rec(0, ok=False, error="connection refused", ttft=None, latency=None)],
+        "first error: connection refused",
+    ),
     ("single-token answers", [rec(0, tokens=1)], "at least|>= 2 completion tokens"),
 ]
 
@@ -220,26 +265,54 @@ def test_metric_missing(records, message):
 # --- decode log lines -------------------------------------------------------------------------
 
 LOG_CASES = [
-    ("reference line",
-     "[2026-11-29 13:14:07 TP0] Decode batch, #running-req: 8, #token: 5120, token usage: 0.02, "
-     "accept len: 3.12, accept rate: 0.71, cuda graph: True, gen throughput (token/s): 812.40, #queue-req: 0",
-     dict(ranks={"TP": 0}, running_req=8, num_tokens=5120, token_usage=0.02, accept_len=3.12,
-          accept_rate=0.71, cuda_graph=True, gen_throughput=812.40, queue_req=0, iteration=None,
-          timestamp=dt.datetime(2026, 11, 29, 13, 14, 7))),
-    ("no speculation, TP 1 (no prefix)",
-     "[2026-11-29 13:14:07] Decode batch, #running-req: 1, #token: 130, token usage: 0.00, "
-     "cuda graph: False, gen throughput (token/s): 88.80, #queue-req: 3",
-     dict(ranks={}, running_req=1, accept_len=None, accept_rate=None, cuda_graph=False,
-          gen_throughput=88.8, queue_req=3)),
-    ("iteration counter (SGLANG_LOG_FORWARD_ITERS=1)",
-     "[2026-11-29 13:14:07 TP0] Decode batch [1240], #running-req: 4, #token: 900, token usage: 0.01, "
-     "accept len: 2.40, accept rate: 0.60, cuda graph: True, gen throughput (token/s): 104.70, #queue-req: 0",
-     dict(iteration=1240, accept_len=2.40, gen_throughput=104.7)),
-    ("milliseconds (SGLANG_LOG_MS=1), DP and TP prefix, extra fields",
-     "[2026-11-29 13:14:07.123 DP1 TP3] Decode batch, #running-req: 2, #token: 512, token usage: 0.10, "
-     "cuda graph: True, gen throughput (token/s): 75.90, #queue-req: 0, est. decode TFLOPS/s (per GPU): 12.30",
-     dict(ranks={"DP": 1, "TP": 3}, timestamp=dt.datetime(2026, 11, 29, 13, 14, 7, 123000),
-          extra={"est. decode TFLOPS/s (per GPU)": "12.30"})),
+    (
+        "reference line",
+        "[2026-11-29 13:14:07 TP0] Decode batch, #running-req: 8, #token: 5120, token usage: 0.02, "
+        "accept len: 3.12, accept rate: 0.71, cuda graph: True, gen throughput (token/s): 812.40, #queue-req: 0",
+        dict(
+            ranks={"TP": 0},
+            running_req=8,
+            num_tokens=5120,
+            token_usage=0.02,
+            accept_len=3.12,
+            accept_rate=0.71,
+            cuda_graph=True,
+            gen_throughput=812.40,
+            queue_req=0,
+            iteration=None,
+            timestamp=dt.datetime(2026, 11, 29, 13, 14, 7),
+        ),
+    ),
+    (
+        "no speculation, TP 1 (no prefix)",
+        "[2026-11-29 13:14:07] Decode batch, #running-req: 1, #token: 130, token usage: 0.00, "
+        "cuda graph: False, gen throughput (token/s): 88.80, #queue-req: 3",
+        dict(
+            ranks={},
+            running_req=1,
+            accept_len=None,
+            accept_rate=None,
+            cuda_graph=False,
+            gen_throughput=88.8,
+            queue_req=3,
+        ),
+    ),
+    (
+        "iteration counter (SGLANG_LOG_FORWARD_ITERS=1)",
+        "[2026-11-29 13:14:07 TP0] Decode batch [1240], #running-req: 4, #token: 900, token usage: 0.01, "
+        "accept len: 2.40, accept rate: 0.60, cuda graph: True, gen throughput (token/s): 104.70, #queue-req: 0",
+        dict(iteration=1240, accept_len=2.40, gen_throughput=104.7),
+    ),
+    (
+        "milliseconds (SGLANG_LOG_MS=1), DP and TP prefix, extra fields",
+        "[2026-11-29 13:14:07.123 DP1 TP3] Decode batch, #running-req: 2, #token: 512, token usage: 0.10, "
+        "cuda graph: True, gen throughput (token/s): 75.90, #queue-req: 0, est. decode TFLOPS/s (per GPU): 12.30",
+        dict(
+            ranks={"DP": 1, "TP": 3},
+            timestamp=dt.datetime(2026, 11, 29, 13, 14, 7, 123000),
+            extra={"est. decode TFLOPS/s (per GPU)": "12.30"},
+        ),
+    ),
 ]
 
 
@@ -262,10 +335,12 @@ def test_parse_decode_log_ignores_other_lines():
 
 # --- bench_serving JSONL ----------------------------------------------------------------------
 
-ROW = ('{"tag": null, "backend": "sglang", "dataset_name": "random-ids", "request_rate": Infinity, '
-       '"max_concurrency": 1, "duration": 12.5, "completed": 16, "total_output_tokens": 8192, '
-       '"output_throughput": 655.4, "median_ttft_ms": 41.0, "p99_ttft_ms": 95.5, '
-       '"median_itl_ms": 9.1, "p99_itl_ms": 30.2, "median_tpot_ms": 10.6, "accept_length": 2.91}')
+ROW = (
+    '{"tag": null, "backend": "sglang", "dataset_name": "random-ids", "request_rate": Infinity, '
+    '"max_concurrency": 1, "duration": 12.5, "completed": 16, "total_output_tokens": 8192, '
+    '"output_throughput": 655.4, "median_ttft_ms": 41.0, "p99_ttft_ms": 95.5, '
+    '"median_itl_ms": 9.1, "p99_itl_ms": 30.2, "median_tpot_ms": 10.6, "accept_length": 2.91}'
+)
 
 
 def test_bench_serving_jsonl_with_infinity_and_appended_runs():
@@ -283,7 +358,13 @@ def test_metrics_from_bench_serving_labels_its_lifetime_accept_length():
     m = metrics_from_bench_serving(read_bench_serving_jsonl(ROW)[0])
     assert m.decode_tok_s == pytest.approx(1000 / 10.6)
     assert (m.output_tok_s, m.ttft_ms_p50, m.ttft_ms_p99, m.itl_ms_p50, m.itl_ms_p99, m.tpot_ms_p50) == (
-        655.4, 41.0, 95.5, 9.1, 30.2, 10.6)
+        655.4,
+        41.0,
+        95.5,
+        9.1,
+        30.2,
+        10.6,
+    )
     assert m.accept_length == 2.91
     assert m.sources["accept_length"] == "bench_serving:server_lifetime"
     assert m.requests_ok == 16
@@ -296,8 +377,9 @@ def test_metrics_from_bench_serving_counts_requests_it_did_not_complete_as_faile
     assert metrics_from_bench_serving(row).requests_failed == 0
 
 
-@pytest.mark.parametrize("change", ['"completed": 0', '"completed": Infinity', '"output_throughput": 0.0',
-                                    '"median_tpot_ms": NaN'])
+@pytest.mark.parametrize(
+    "change", ['"completed": 0', '"completed": Infinity', '"output_throughput": 0.0', '"median_tpot_ms": NaN']
+)
 def test_metrics_from_bench_serving_without_results(change):
     key = change.split(":")[0]
     row = read_bench_serving_jsonl(__import__("re").sub(key + r": [^,]+", change, ROW))[0]
@@ -307,12 +389,19 @@ def test_metrics_from_bench_serving_without_results(change):
 
 # --- repeats ----------------------------------------------------------------------------------
 
+
 def m(decode, *, verify=None, ok=8, failed=0, verify_source=None):
     sources = {"decode_tok_s": "client"}
     if verify_source:
         sources["verify_ms"] = verify_source
-    return Metrics(decode_tok_s=decode, output_tok_s=decode * 4, verify_ms=verify,
-                   requests_ok=ok, requests_failed=failed, sources=sources)
+    return Metrics(
+        decode_tok_s=decode,
+        output_tok_s=decode * 4,
+        verify_ms=verify,
+        requests_ok=ok,
+        requests_failed=failed,
+        sources=sources,
+    )
 
 
 def test_summarize_one_repeat_interval_is_the_value():
@@ -324,8 +413,13 @@ def test_summarize_one_repeat_interval_is_the_value():
 
 
 def test_summarize_medians_intervals_and_counts():
-    repeats = [m(82.0, verify=22.0), m(89.0, verify=None, failed=2), m(85.0, verify=21.0),
-               m(84.0, verify=21.5), m(86.0, verify=21.8, verify_source="device_timer")]
+    repeats = [
+        m(82.0, verify=22.0),
+        m(89.0, verify=None, failed=2),
+        m(85.0, verify=21.0),
+        m(84.0, verify=21.5),
+        m(86.0, verify=21.8, verify_source="device_timer"),
+    ]
     median, summary = summarize(repeats, seed=1)
     assert median.decode_tok_s == 85.0
     assert median.output_tok_s == 340.0

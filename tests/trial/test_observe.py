@@ -35,10 +35,14 @@ from orchestrator.trial.observe import (
 REQUESTED = {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "4"}
 
 # Captured on the H200 host.
-QUERY_FULL = ("0, NVIDIA H200, GPU-690e8d4c-05c8-5700-2d7f-c0afe34935a7, 00000000:00:06.0, 580.159.04, 143771, "
-              "345, 3201, 1980, 3201, 77.57, 700.00, 33, 5, 5, 16, 16, 0x0000000000000001\n")
-QUERY = ("0, NVIDIA H200, GPU-690e8d4c-05c8-5700-2d7f-c0afe34935a7, 00000000:00:06.0, 580.159.04, 143771, "
-         "345, 3201, 1980, 3201, 77.51, 700.00, 34, 5, 5, 16, 16\n")
+QUERY_FULL = (
+    "0, NVIDIA H200, GPU-690e8d4c-05c8-5700-2d7f-c0afe34935a7, 00000000:00:06.0, 580.159.04, 143771, "
+    "345, 3201, 1980, 3201, 77.57, 700.00, 33, 5, 5, 16, 16, 0x0000000000000001\n"
+)
+QUERY = (
+    "0, NVIDIA H200, GPU-690e8d4c-05c8-5700-2d7f-c0afe34935a7, 00000000:00:06.0, 580.159.04, 143771, "
+    "345, 3201, 1980, 3201, 77.51, 700.00, 34, 5, 5, 16, 16\n"
+)
 PLAIN = """Sun Nov 29 14:03:26 2026
 +-----------------------------------------------------------------------------------------+
 | NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |
@@ -60,10 +64,14 @@ TOPO = (
 )
 
 # Two NVLinked GPUs (as on the H200x2 host) and a PCIe box, in the same format.
-TOPO_NV = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tNV18\t0-47\t0\t\tN/A\n"
-           "GPU1\tNV18\t X \t0-47\t0\t\tN/A\n\nLegend:\n\n  X    = Self\n  PIX  = Connection traversing PCIe\n")
-TOPO_PCIE = ("\tGPU0\tGPU1\tGPU2\tGPU3\nGPU0\t X \tPIX\tPHB\tSYS\nGPU1\tPIX\t X \tPHB\tSYS\n"
-             "GPU2\tPHB\tPHB\t X \tSYS\nGPU3\tSYS\tSYS\tSYS\t X \n\nLegend:\n  NV#  = NVLinks\n")
+TOPO_NV = (
+    "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tNV18\t0-47\t0\t\tN/A\n"
+    "GPU1\tNV18\t X \t0-47\t0\t\tN/A\n\nLegend:\n\n  X    = Self\n  PIX  = Connection traversing PCIe\n"
+)
+TOPO_PCIE = (
+    "\tGPU0\tGPU1\tGPU2\tGPU3\nGPU0\t X \tPIX\tPHB\tSYS\nGPU1\tPIX\t X \tPHB\tSYS\n"
+    "GPU2\tPHB\tPHB\t X \tSYS\nGPU3\tSYS\tSYS\tSYS\t X \n\nLegend:\n  NV#  = NVLinks\n"
+)
 
 
 # --- real processes ---------------------------------------------------------------------------
@@ -104,8 +112,9 @@ def server():
 
     def start(**extra):
         env = {**os.environ, **REQUESTED, **extra}
-        proc = subprocess.Popen([sys.executable, "-c", SERVER], env=env, stdout=subprocess.PIPE,
-                                text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SERVER], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
         started.append(proc)
         assert proc.stdout.readline().strip() == "ready"
         return proc.pid
@@ -177,6 +186,7 @@ def test_too_few_real_workers(server):
 
 # --- the rank rule, on snapshots --------------------------------------------------------------
 
+
 def snap(pid, cmdline, env, exe="/usr/bin/python3"):
     return ProcessSnapshot(pid=pid, ppid=1, cmdline=tuple(cmdline), exe=exe, environ=env)
 
@@ -189,7 +199,7 @@ def test_sglang_process_titles_name_the_ranks():
         snap(100, ["python", "-m", "sglang.launch_server", "--tp-size", "2"], GOOD),
         snap(101, ["sglang::scheduler_TP1"], GOOD),
         snap(102, ["sglang::scheduler_TP0"], GOOD),
-        snap(103, ["sglang::detokenizer"], {}),           # not a rank: its env is not required
+        snap(103, ["sglang::detokenizer"], {}),  # not a rank: its env is not required
         snap(104, ["python", "-c", "from multiprocessing.resource_tracker import main;main(5)"], {}),
     ]
     obs = evaluate_env(100, snaps, REQUESTED, expected_ranks=2)
@@ -284,29 +294,63 @@ vm:472:472 [1] NCCL INFO AllGather: 1048576 Bytes -> Algo RING proto SIMPLE chan
 
 
 def ok_observation():
-    return evaluate_env(1, [snap(1, ["python"], REQUESTED), snap(2, ["sglang::scheduler_TP0"], REQUESTED),
-                            snap(3, ["sglang::scheduler_TP1"], REQUESTED)], REQUESTED, 2)
+    return evaluate_env(
+        1,
+        [
+            snap(1, ["python"], REQUESTED),
+            snap(2, ["sglang::scheduler_TP0"], REQUESTED),
+            snap(3, ["sglang::scheduler_TP1"], REQUESTED),
+        ],
+        REQUESTED,
+        2,
+    )
 
 
 NCCL_CHECK_CASES = [
     ("both devices confirm", NCCL_LOG, {}, True, "NCCL confirmed NCCL_PROTO, NCCL_MAX_NCHANNELS on 2 device(s)"),
-    ("one device never took it", NCCL_LOG.replace("vm:472:472 [1] NCCL INFO NCCL_PROTO set by environment to LL\n", ""),
-     {}, False, "NCCL did not report NCCL_PROTO on device(s) 1 (reported on 0)"),
-    ("another value", NCCL_LOG.replace("[1] NCCL INFO NCCL_MAX_NCHANNELS set by environment to 4.",
-                                       "[1] NCCL INFO NCCL_MAX_NCHANNELS set by environment to 2."),
-     {}, False, "NCCL on device 1 took NCCL_MAX_NCHANNELS='2', requested '4'"),
-    ("a variable NCCL never echoes is not held against the trial", NCCL_LOG,
-     {"NCCL_DEBUG": "INFO", "NCCL_ALGO": "Ring"}, True, "all 4 requested variable(s)"),
+    (
+        "one device never took it",
+        NCCL_LOG.replace("vm:472:472 [1] NCCL INFO NCCL_PROTO set by environment to LL\n", ""),
+        {},
+        False,
+        "NCCL did not report NCCL_PROTO on device(s) 1 (reported on 0)",
+    ),
+    (
+        "another value",
+        NCCL_LOG.replace(
+            "[1] NCCL INFO NCCL_MAX_NCHANNELS set by environment to 4.",
+            "[1] NCCL INFO NCCL_MAX_NCHANNELS set by environment to 2.",
+        ),
+        {},
+        False,
+        "NCCL on device 1 took NCCL_MAX_NCHANNELS='2', requested '4'",
+    ),
+    (
+        "a variable NCCL never echoes is not held against the trial",
+        NCCL_LOG,
+        {"NCCL_DEBUG": "INFO", "NCCL_ALGO": "Ring"},
+        True,
+        "all 4 requested variable(s)",
+    ),
     ("no NCCL log", "", {}, True, "reached all 2 rank worker(s)"),
 ]
 
 
-@pytest.mark.parametrize(("log", "more", "ok", "text"), [c[1:] for c in NCCL_CHECK_CASES],
-                         ids=[c[0] for c in NCCL_CHECK_CASES])
+@pytest.mark.parametrize(
+    ("log", "more", "ok", "text"), [c[1:] for c in NCCL_CHECK_CASES], ids=[c[0] for c in NCCL_CHECK_CASES]
+)
 def test_check_env_applied_with_nccl_log(log, more, ok, text):
     requested = {**REQUESTED, **more}
-    obs = evaluate_env(1, [snap(1, ["python"], requested), snap(2, ["sglang::scheduler_TP0"], requested),
-                           snap(3, ["sglang::scheduler_TP1"], requested)], requested, 2)
+    obs = evaluate_env(
+        1,
+        [
+            snap(1, ["python"], requested),
+            snap(2, ["sglang::scheduler_TP0"], requested),
+            snap(3, ["sglang::scheduler_TP1"], requested),
+        ],
+        requested,
+        2,
+    )
     got_ok, reason = check_env_applied(requested, obs, parse_nccl_log(log))
     assert got_ok is ok
     assert text in reason
@@ -315,18 +359,42 @@ def test_check_env_applied_with_nccl_log(log, more, ok, text):
 # --- all-reduce path ------------------------------------------------------------------------------
 
 AR_CASES = [
-    ("SGLang says NCCL", {"tp_size": 8}, "[2026-11-29 13:14:07 TP0] [AR] All-reduce call path: NCCL (custom AR disabled)",
-     "nvlink", "nccl"),
-    ("SGLang says custom", {"--tp-size": "2"}, "[2026-11-29 13:14:07 TP0] [AR] Using CustomAllReduceV2 (JIT-compiled)",
-     None, "custom"),
-    ("custom disabled on PCIe", {"tp_size": 2},
-     "WARNING Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs.",
-     "nvlink", "nccl"),
-    ("custom setup failed", {"tp_size": 8},
-     "Setup Custom allreduce failed with CUDA error. To silence this warning, specify --disable-custom-all-reduce explicitly.",
-     "nvlink", "nccl"),
+    (
+        "SGLang says NCCL",
+        {"tp_size": 8},
+        "[2026-11-29 13:14:07 TP0] [AR] All-reduce call path: NCCL (custom AR disabled)",
+        "nvlink",
+        "nccl",
+    ),
+    (
+        "SGLang says custom",
+        {"--tp-size": "2"},
+        "[2026-11-29 13:14:07 TP0] [AR] Using CustomAllReduceV2 (JIT-compiled)",
+        None,
+        "custom",
+    ),
+    (
+        "custom disabled on PCIe",
+        {"tp_size": 2},
+        "WARNING Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs.",
+        "nvlink",
+        "nccl",
+    ),
+    (
+        "custom setup failed",
+        {"tp_size": 8},
+        "Setup Custom allreduce failed with CUDA error. To silence this warning, specify --disable-custom-all-reduce explicitly.",
+        "nvlink",
+        "nccl",
+    ),
     ("flag disables custom", {"--disable-custom-all-reduce": True, "--tp-size": 8}, "", "H200 SXM NVLink", "nccl"),
-    ("deterministic inference disables custom", {"enable_deterministic_inference": True, "tp_size": 8}, "", "nvlink", "nccl"),
+    (
+        "deterministic inference disables custom",
+        {"enable_deterministic_inference": True, "tp_size": 8},
+        "",
+        "nvlink",
+        "nccl",
+    ),
     ("NVLink TP8 defaults to custom", {"tp_size": 8}, "", "8x H200 SXM (NVSwitch)", "custom"),
     ("PCIe with 8 GPUs has no custom kernel", {"tp_size": 8}, "", "8x RTX PRO 6000 PCIe Gen5", "nccl"),
     ("PCIe with 2 GPUs is not known", {"tp_size": 2}, "", "pcie", "unknown"),
@@ -354,31 +422,72 @@ def test_the_plans_flags_decide_the_allreduce_path():
 
 
 WARN_CASES = [
-    ("NCCL swept under custom all-reduce", {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}, {"tp_size": 8}, "nvlink",
-     ["NCCL_ALGO, NCCL_PROTO are swept, but on this NVLink host SGLang's custom all-reduce carries"]),
-    ("NCCL on the verify path: nothing to say", {"NCCL_PROTO": "LL"},
-     {"tp_size": 8, "disable_custom_all_reduce": True}, "nvlink", []),
+    (
+        "NCCL swept under custom all-reduce",
+        {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"},
+        {"tp_size": 8},
+        "nvlink",
+        ["NCCL_ALGO, NCCL_PROTO are swept, but on this NVLink host SGLang's custom all-reduce carries"],
+    ),
+    (
+        "NCCL on the verify path: nothing to say",
+        {"NCCL_PROTO": "LL"},
+        {"tp_size": 8, "disable_custom_all_reduce": True},
+        "nvlink",
+        [],
+    ),
     ("PCIe TP8: NCCL carries it", {"NCCL_PROTO": "LL"}, {"tp_size": 8}, "pcie", []),
     ("debug variables are not tuning", {"NCCL_DEBUG": "INFO"}, {"tp_size": 8}, "nvlink", []),
-    ("symm-mem overwrites CUMEM", {"NCCL_CUMEM_ENABLE": "0"}, {"tp_size": 8, "enable_symm_mem": True,
-                                                                "disable_custom_all_reduce": True}, "nvlink",
-     ["--enable-symm-mem forces NCCL_CUMEM_ENABLE=1 and NCCL_NVLS_ENABLE=1 in the server, overwriting the plan's NCCL_CUMEM_ENABLE=0"]),
-    ("deterministic inference overwrites ALGO and channels",
-     {"NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16"}, {"tp_size": 8, "enable_deterministic_inference": True},
-     "nvlink", ["--enable-deterministic-inference overwrites NCCL_ALGO, NCCL_MAX_NCHANNELS"]),
-    ("SGLang's own defaults", {"NCCL_GRAPH_REGISTER": "1", "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "1"},
-     {"tp_size": 8, "disable_custom_all_reduce": True}, "nvlink",
-     ["NCCL_CUMEM_ENABLE: SGLang sets it to 0", "NCCL_NVLS_ENABLE: SGLang sets it to 0", "NCCL_GRAPH_REGISTER: SGLang sets it to 0"]),
-    ("a tuner plugin alone", {"NCCL_TUNER_PLUGIN": "/opt/libnccl-tuner-example.so",
-                              "NCCL_TUNER_CONFIG_FILE": "/srv/rules.csv"}, {"tp_size": 8}, "pcie", []),
-    ("NCCL_PROTO masks the tuner plugin", {"NCCL_TUNER_PLUGIN": "/opt/libnccl-tuner-example.so", "NCCL_PROTO": "LL",
-                                           "NCCL_ALGO": "Ring"}, {"tp_size": 8}, "pcie",
-     ["NCCL_TUNER_PLUGIN loads a tuner plugin, but NCCL_ALGO=Ring, NCCL_PROTO=LL are set too: NCCL_ALGO / NCCL_PROTO "
-      "mask the plugin"]),
+    (
+        "symm-mem overwrites CUMEM",
+        {"NCCL_CUMEM_ENABLE": "0"},
+        {"tp_size": 8, "enable_symm_mem": True, "disable_custom_all_reduce": True},
+        "nvlink",
+        [
+            "--enable-symm-mem forces NCCL_CUMEM_ENABLE=1 and NCCL_NVLS_ENABLE=1 in the server, overwriting the plan's NCCL_CUMEM_ENABLE=0"
+        ],
+    ),
+    (
+        "deterministic inference overwrites ALGO and channels",
+        {"NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "16"},
+        {"tp_size": 8, "enable_deterministic_inference": True},
+        "nvlink",
+        ["--enable-deterministic-inference overwrites NCCL_ALGO, NCCL_MAX_NCHANNELS"],
+    ),
+    (
+        "SGLang's own defaults",
+        {"NCCL_GRAPH_REGISTER": "1", "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "1"},
+        {"tp_size": 8, "disable_custom_all_reduce": True},
+        "nvlink",
+        [
+            "NCCL_CUMEM_ENABLE: SGLang sets it to 0",
+            "NCCL_NVLS_ENABLE: SGLang sets it to 0",
+            "NCCL_GRAPH_REGISTER: SGLang sets it to 0",
+        ],
+    ),
+    (
+        "a tuner plugin alone",
+        {"NCCL_TUNER_PLUGIN": "/opt/libnccl-tuner-example.so", "NCCL_TUNER_CONFIG_FILE": "/srv/rules.csv"},
+        {"tp_size": 8},
+        "pcie",
+        [],
+    ),
+    (
+        "NCCL_PROTO masks the tuner plugin",
+        {"NCCL_TUNER_PLUGIN": "/opt/libnccl-tuner-example.so", "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"},
+        {"tp_size": 8},
+        "pcie",
+        [
+            "NCCL_TUNER_PLUGIN loads a tuner plugin, but NCCL_ALGO=Ring, NCCL_PROTO=LL are set too: NCCL_ALGO / NCCL_PROTO "
+            "mask the plugin"
+        ],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("env", "flags", "hardware", "expected"), [c[1:] for c in WARN_CASES], ids=[c[0] for c in WARN_CASES])
+@pytest.mark.parametrize(
+    ("env", "flags", "hardware", "expected"), [c[1:] for c in WARN_CASES], ids=[c[0] for c in WARN_CASES]
+)
 def test_plan_warnings(env, flags, hardware, expected):
     warnings = plan_warnings(env, flags, hardware)
     assert len(warnings) == len(expected), warnings
@@ -387,6 +496,7 @@ def test_plan_warnings(env, flags, hardware, expected):
 
 
 # --- fingerprint ----------------------------------------------------------------------------------
+
 
 class FakeSmi:
     """Stands in for subprocess.run at the nvidia-smi boundary, answering with captured output."""
@@ -406,7 +516,8 @@ class FakeSmi:
         if "clocks_event_reasons.active" in argv[1]:
             if not self.event_reasons:
                 return subprocess.CompletedProcess(
-                    argv, 2, 'Field "clocks_event_reasons.active" is not a valid field to query.\n', "")
+                    argv, 2, 'Field "clocks_event_reasons.active" is not a valid field to query.\n', ""
+                )
             return subprocess.CompletedProcess(argv, 0, QUERY_FULL, "")
         return subprocess.CompletedProcess(argv, 0, QUERY, "")
 
@@ -414,7 +525,12 @@ class FakeSmi:
 def test_fingerprint_of_the_h200_host():
     fp = fingerprint(run=FakeSmi(), nccl_log=NCCL_LOG)
     assert (fp["gpu_count"], fp["gpu_names"], fp["driver"], fp["cuda"], fp["nccl"]) == (
-        1, ["NVIDIA H200"], "580.159.04", "13.0", "2.28.9+cuda13.0")
+        1,
+        ["NVIDIA H200"],
+        "580.159.04",
+        "13.0",
+        "2.28.9+cuda13.0",
+    )
     gpu = fp["gpus"][0]
     assert (gpu["sm_clock_mhz"], gpu["mem_clock_mhz"], gpu["power_w"], gpu["temperature_c"]) == (345, 3201, 77.57, 33)
     assert (gpu["pcie_gen"], gpu["pcie_gen_max"], gpu["pcie_width"], gpu["pcie_width_max"]) == (5, 5, 16, 16)
@@ -431,9 +547,11 @@ def test_fingerprint_on_an_older_driver_drops_the_unknown_field():
 
 @pytest.mark.parametrize(
     ("error", "status"),
-    [(FileNotFoundError("nvidia-smi"), "absent"),
-     (subprocess.TimeoutExpired(["nvidia-smi"], 15), "failed: timed out after 15 s"),
-     (PermissionError("denied"), "failed: PermissionError: denied")],
+    [
+        (FileNotFoundError("nvidia-smi"), "absent"),
+        (subprocess.TimeoutExpired(["nvidia-smi"], 15), "failed: timed out after 15 s"),
+        (PermissionError("denied"), "failed: PermissionError: denied"),
+    ],
 )
 def test_fingerprint_without_nvidia_smi_never_raises(error, status):
     fp = fingerprint(run=FakeSmi(fail=error))
@@ -442,22 +560,28 @@ def test_fingerprint_without_nvidia_smi_never_raises(error, status):
 
 
 def test_fingerprint_of_the_simulator_is_marked():
-    fp = fingerprint(run=FakeSmi(fail=FileNotFoundError()),
-                     simulated={"gpu_count": 8, "gpu_names": ["RTX PRO 6000 (simulated)"] * 8})
+    fp = fingerprint(
+        run=FakeSmi(fail=FileNotFoundError()), simulated={"gpu_count": 8, "gpu_names": ["RTX PRO 6000 (simulated)"] * 8}
+    )
     assert fp["simulated"] is True and fp["gpu_count"] == 8
 
 
 def test_hash_ignores_clocks_and_temperature_but_not_the_driver():
     a = fingerprint(run=FakeSmi(), nccl_log=NCCL_LOG)
-    warm = {**a, "gpus": [{**a["gpus"][0], "sm_clock_mhz": 1980, "temperature_c": 71, "power_w": 650.0}],
-            "topology": a["topology"].replace("\t", "  ")}
+    warm = {
+        **a,
+        "gpus": [{**a["gpus"][0], "sm_clock_mhz": 1980, "temperature_c": 71, "power_w": 650.0}],
+        "topology": a["topology"].replace("\t", "  "),
+    }
     assert fingerprint_hash(warm) == fingerprint_hash(a)
     assert fingerprint_diff(a, warm) == []
 
     upgraded = {**a, "driver": "580.160.01", "nccl": "2.29.1+cuda13.0"}
     assert fingerprint_hash(upgraded) != fingerprint_hash(a)
-    assert fingerprint_diff(a, upgraded) == ["driver: '580.159.04' -> '580.160.01'",
-                                             "nccl: '2.28.9+cuda13.0' -> '2.29.1+cuda13.0'"]
+    assert fingerprint_diff(a, upgraded) == [
+        "driver: '580.159.04' -> '580.160.01'",
+        "nccl: '2.28.9+cuda13.0' -> '2.29.1+cuda13.0'",
+    ]
 
 
 def _venv_with(tmp_path: Path, **versions: str) -> str:
@@ -500,10 +624,16 @@ def test_a_rank_whose_environ_its_process_title_overwrote_is_read_from_what_spaw
     environment. The ranks' environment is read from that sibling, and the observation says so."""
     spawned = {**REQUESTED, "PATH": "/usr/bin", "NCCL_CUMEM_ENABLE": "0"}
     snaps = [
-        ProcessSnapshot(100, 1, ("/v/bin/python", "-m", "sglang.launch_server"), "/v/bin/python",
-                        {**REQUESTED, "PATH": "/usr/bin"}),
-        ProcessSnapshot(101, 100, ("/v/bin/python", "-B", "-c", "from multiprocessing.resource_tracker import main;"
-                                   "main(6)"), "/v/bin/python", spawned),
+        ProcessSnapshot(
+            100, 1, ("/v/bin/python", "-m", "sglang.launch_server"), "/v/bin/python", {**REQUESTED, "PATH": "/usr/bin"}
+        ),
+        ProcessSnapshot(
+            101,
+            100,
+            ("/v/bin/python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(6)"),
+            "/v/bin/python",
+            spawned,
+        ),
         ProcessSnapshot(102, 100, ("sglang::scheduler_TP0",), "/v/bin/python", {}),
         ProcessSnapshot(103, 100, ("sglang::scheduler_TP1",), "/v/bin/python", {"": "\x00 padding"}),
     ]
@@ -516,7 +646,9 @@ def test_a_rank_whose_environ_its_process_title_overwrote_is_read_from_what_spaw
 
 def test_a_rank_that_lost_a_variable_is_still_caught_through_its_own_environ():
     snaps = [
-        ProcessSnapshot(100, 1, ("python", "-m", "sglang.launch_server"), "/usr/bin/python3", {**REQUESTED, "PATH": "/b"}),
+        ProcessSnapshot(
+            100, 1, ("python", "-m", "sglang.launch_server"), "/usr/bin/python3", {**REQUESTED, "PATH": "/b"}
+        ),
         ProcessSnapshot(102, 100, ("sglang::scheduler_TP0",), "/usr/bin/python3", {"PATH": "/b"}),
     ]
     obs = evaluate_env(100, snaps, REQUESTED, expected_ranks=1)

@@ -91,11 +91,23 @@ def test_every_flag_of_every_plan_is_in_the_0_5_23_help() -> None:
             assert all(in_help_0_5_23(f) for f in flags), sorted(f for f in flags if not in_help_0_5_23(f))
             emitted |= flags
     # the sample reached every flag the knobs can produce
-    assert {"--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
-            "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--speculative-attention-mode",
-            "--disable-custom-all-reduce", "--cuda-graph-backend-decode", "--cuda-graph-max-bs-decode",
-            "--max-running-requests", "--enable-metrics", "--tp-size", "--model-path", "--host",
-            "--port"} <= emitted
+    assert {
+        "--speculative-algorithm",
+        "--speculative-draft-model-path",
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+        "--speculative-attention-mode",
+        "--disable-custom-all-reduce",
+        "--cuda-graph-backend-decode",
+        "--cuda-graph-max-bs-decode",
+        "--max-running-requests",
+        "--enable-metrics",
+        "--tp-size",
+        "--model-path",
+        "--host",
+        "--port",
+    } <= emitted
 
 
 def test_known_flags_are_the_declared_options_and_their_aliases() -> None:
@@ -120,22 +132,37 @@ def test_tp_size_not_the_abbreviation() -> None:
 GRAPH_OFF = {"cuda_graph": False, "cuda_graph_max_bs": 64}
 
 
-@pytest.mark.parametrize(("version", "present", "absent"), [
-    ("0.5.9", [["--disable-cuda-graph"], ["--cuda-graph-max-bs", "64"]],
-     ["--cuda-graph-max-bs-decode", "--cuda-graph-backend-decode"]),
-    ("0.5.16", [["--disable-cuda-graph"], ["--cuda-graph-max-bs-decode", "64"]],
-     ["--cuda-graph-max-bs", "--cuda-graph-backend-decode"]),
-    ("0.5.23", [["--cuda-graph-backend-decode", "disabled"], ["--cuda-graph-max-bs-decode", "64"]],
-     ["--cuda-graph-max-bs", "--disable-cuda-graph"]),
-])
+@pytest.mark.parametrize(
+    ("version", "present", "absent"),
+    [
+        (
+            "0.5.9",
+            [["--disable-cuda-graph"], ["--cuda-graph-max-bs", "64"]],
+            ["--cuda-graph-max-bs-decode", "--cuda-graph-backend-decode"],
+        ),
+        (
+            "0.5.16",
+            [["--disable-cuda-graph"], ["--cuda-graph-max-bs-decode", "64"]],
+            ["--cuda-graph-max-bs", "--cuda-graph-backend-decode"],
+        ),
+        (
+            "0.5.23",
+            [["--cuda-graph-backend-decode", "disabled"], ["--cuda-graph-max-bs-decode", "64"]],
+            ["--cuda-graph-max-bs", "--disable-cuda-graph"],
+        ),
+    ],
+)
 def test_flag_names_follow_the_sglang_version(version: str, present: list[list[str]], absent: list[str]) -> None:
-    s = with_knobs(load("kimi-k2.5-tp8.yaml"), cuda_graph=EXTRA_KNOBS["cuda_graph"],
-                   cuda_graph_max_bs=EXTRA_KNOBS["cuda_graph_max_bs"])
+    s = with_knobs(
+        load("kimi-k2.5-tp8.yaml"),
+        cuda_graph=EXTRA_KNOBS["cuda_graph"],
+        cuda_graph_max_bs=EXTRA_KNOBS["cuda_graph_max_bs"],
+    )
     s = s.model_copy(update={"sglang_version": version})
     argv = list(make(s, {**sp.baseline_params(s.space), **GRAPH_OFF}).argv)
     for seq in present:
         i = argv.index(seq[0])
-        assert argv[i:i + len(seq)] == seq
+        assert argv[i : i + len(seq)] == seq
     for flag in absent:
         assert flag not in argv
 
@@ -148,10 +175,20 @@ def test_0_5_23_graph_flags_are_valid_there() -> None:
 
 def test_argv_is_a_list_of_words_never_a_shell_string() -> None:
     s = load("kimi-k2.5-tp8.yaml")
-    s = s.model_copy(update={"server": s.server.model_copy(update={
-        "model": "/models/Kimi K2.5; rm -rf /", "draft_model": "/models/draft $(id)"})})
-    params = {**sp.baseline_params(s.space), "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-              "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+    s = s.model_copy(
+        update={
+            "server": s.server.model_copy(
+                update={"model": "/models/Kimi K2.5; rm -rf /", "draft_model": "/models/draft $(id)"}
+            )
+        }
+    )
+    params = {
+        **sp.baseline_params(s.space),
+        "speculative_algorithm": "EAGLE3",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    }
     lp = make(s, params)
     argv = list(lp.argv)
     assert all(isinstance(a, str) for a in argv)
@@ -183,9 +220,22 @@ def test_env_holds_only_allowed_names_and_the_trials_values_as_strings() -> None
 def test_none_knobs_produce_nothing() -> None:
     s = with_knobs(load("kimi-k2.5-tp8.yaml"), **EXTRA_KNOBS)
     lp = make(s, sp.baseline_params(s.space))
-    assert list(lp.argv[3:]) == ["--model-path", "/models/Kimi-K2.5", "--tp-size", "8", "--host", "127.0.0.1",
-                                 "--port", "30000", "--trust-remote-code", "--mem-fraction-static", "0.85",
-                                 "--decode-log-interval", "40", "--enable-metrics"]
+    assert list(lp.argv[3:]) == [
+        "--model-path",
+        "/models/Kimi-K2.5",
+        "--tp-size",
+        "8",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "30000",
+        "--trust-remote-code",
+        "--mem-fraction-static",
+        "0.85",
+        "--decode-log-interval",
+        "40",
+        "--enable-metrics",
+    ]
     assert lp.env == s.server.env
     # cuda_graph true is the engine's default: nothing to pass either
     assert make(s, {**sp.baseline_params(s.space), "cuda_graph": True}).argv == lp.argv
@@ -193,21 +243,33 @@ def test_none_knobs_produce_nothing() -> None:
 
 def test_serving_config_has_env_and_tuned_args_but_no_per_host_args() -> None:
     s = load("kimi-k2.5-tp8.yaml")
-    params = {**sp.baseline_params(s.space), "NCCL_PROTO": "LL", "NCCL_BUFFSIZE": 4194304,
-              "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 2,
-              "speculative_num_draft_tokens": 6, "all_reduce_path": "nccl"}
-    cfg = planner.serving_config(s, params, trial_number=7, run_id="r1", metrics={"decode_tok_s": 123},
-                                 fingerprint_hash="fp")
+    params = {
+        **sp.baseline_params(s.space),
+        "NCCL_PROTO": "LL",
+        "NCCL_BUFFSIZE": 4194304,
+        "speculative_algorithm": "EAGLE3",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 2,
+        "speculative_num_draft_tokens": 6,
+        "all_reduce_path": "nccl",
+    }
+    cfg = planner.serving_config(
+        s, params, trial_number=7, run_id="r1", metrics={"decode_tok_s": 123}, fingerprint_hash="fp"
+    )
     json.dumps(cfg.model_dump(mode="json"))  # what the registry stores must be plain JSON
     lp = make(s, params)
     assert cfg.env == lp.env and cfg.env["NCCL_PROTO"] == "LL" and cfg.env["NCCL_BUFFSIZE"] == "4194304"
     args = list(cfg.sglang_args)
     assert not {"--model-path", "--model", "--port", "--host"} & set(args)
-    for flag, value in [("--speculative-num-steps", "3"), ("--speculative-eagle-topk", "2"),
-                        ("--speculative-num-draft-tokens", "6"), ("--tp-size", "8")]:
+    for flag, value in [
+        ("--speculative-num-steps", "3"),
+        ("--speculative-eagle-topk", "2"),
+        ("--speculative-num-draft-tokens", "6"),
+        ("--tp-size", "8"),
+    ]:
         assert args[args.index(flag) + 1] == value
     assert "--disable-custom-all-reduce" in args
-    tail = list(lp.argv[lp.argv.index("--port") + 2:])
+    tail = list(lp.argv[lp.argv.index("--port") + 2 :])
     assert args[2:] == tail  # the same flags the trial ran with, after --tp-size
 
 
@@ -217,7 +279,7 @@ def test_simulator_gets_the_same_sglang_argv() -> None:
     params = next(p for p in feasible_points(sim, n=5) if p["speculative_algorithm"])
     a, b = list(make(sim, params).argv), list(make(real, params).argv)
     assert a[2] == "orchestrator.simulator" and b[2] == "sglang.launch_server"
-    assert a[3:len(b)] == b[3:]
+    assert a[3 : len(b)] == b[3:]
     assert a[len(b)] == "--hardware-profile"
 
 
@@ -226,8 +288,11 @@ def test_simulator_gets_the_same_sglang_argv() -> None:
 
 def test_warns_when_deterministic_inference_overwrites_nccl_algo() -> None:
     s = load("kimi-k2.5-tp8.yaml")
-    s = s.model_copy(update={"server": s.server.model_copy(update={
-        "flags": {**s.server.flags, "enable-deterministic-inference": True}})})
+    s = s.model_copy(
+        update={
+            "server": s.server.model_copy(update={"flags": {**s.server.flags, "enable-deterministic-inference": True}})
+        }
+    )
     assert in_help_0_5_23("--enable-deterministic-inference")
     base = sp.baseline_params(s.space)
     hit = make(s, {**base, "NCCL_ALGO": "Ring"}).warnings
@@ -243,22 +308,31 @@ def test_warns_when_nccl_is_swept_under_custom_all_reduce_on_nvlink() -> None:
     s = nvlink(load("demo.yaml"))
     base = sp.baseline_params(s.space)
     custom = make(s, {**base, "NCCL_PROTO": "LL"}).warnings
-    assert any(w.startswith("NCCL_PROTO is swept, but on this NVLink host SGLang's custom all-reduce")
-               for w in custom), custom
+    assert any(
+        w.startswith("NCCL_PROTO is swept, but on this NVLink host SGLang's custom all-reduce") for w in custom
+    ), custom
     # issue 19: the warning knows 0.5.23's FlashInfer fusion (overrides.py _flashinfer_allreduce_fusion_auto_enable),
     # which --disable-custom-all-reduce leaves on; all_reduce_backend nccl turns both off, and then no warning
     (warning,) = [w for w in custom if "custom all-reduce carries" in w]
-    assert "NCCL_* are inert for decode and verify either way (--disable-custom-all-reduce leaves the fusion on)" in warning
+    assert (
+        "NCCL_* are inert for decode and verify either way (--disable-custom-all-reduce leaves the fusion on)"
+        in warning
+    )
     assert "Sweep all_reduce_backend nccl" in warning
-    assert not any("custom all-reduce carries" in w for w in
-                   make(s, {**base, "NCCL_PROTO": "LL", "all_reduce_backend": "nccl"}).warnings)
+    assert not any(
+        "custom all-reduce carries" in w
+        for w in make(s, {**base, "NCCL_PROTO": "LL", "all_reduce_backend": "nccl"}).warnings
+    )
     # NCCL carries the all-reduces: the variables matter, no warning
-    assert not any("custom all-reduce carries" in w for w in
-                   make(s, {**base, "NCCL_PROTO": "LL", "all_reduce_path": "nccl"}).warnings)
+    assert not any(
+        "custom all-reduce carries" in w
+        for w in make(s, {**base, "NCCL_PROTO": "LL", "all_reduce_path": "nccl"}).warnings
+    )
     # nothing swept, or the PCIe host of the demo: no warning
     assert not any("custom all-reduce carries" in w for w in make(s, base).warnings)
-    assert not any("custom all-reduce carries" in w for w in
-                   make(load("demo.yaml"), {**base, "NCCL_PROTO": "LL"}).warnings)
+    assert not any(
+        "custom all-reduce carries" in w for w in make(load("demo.yaml"), {**base, "NCCL_PROTO": "LL"}).warnings
+    )
 
 
 def test_fixed_nccl_debug_is_not_reported_as_swept() -> None:
@@ -274,9 +348,19 @@ def test_bench_serving_argv_uses_only_flags_of_its_help_dump() -> None:
     known = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", help_text))
     for dataset in (None, "/data/sharegpt.json"):
         argv = bench.bench_serving_argv(
-            "python", "http://127.0.0.1:30000", model="/models/k", tokenizer=None, dataset_path=dataset,
-            requests=16, concurrency=1, input_len=512, output_len=512, warmup_requests=2, seed=3,
-            output_file="/tmp/o.jsonl")
+            "python",
+            "http://127.0.0.1:30000",
+            model="/models/k",
+            tokenizer=None,
+            dataset_path=dataset,
+            requests=16,
+            concurrency=1,
+            input_len=512,
+            output_len=512,
+            warmup_requests=2,
+            seed=3,
+            output_file="/tmp/o.jsonl",
+        )
         flags = [a for a in argv if a.startswith("--")]
         assert set(flags) <= known, set(flags) - known
         assert argv[argv.index("--random-range-ratio") + 1] == "1.0"  # fixed lengths, not U[1, len]

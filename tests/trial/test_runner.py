@@ -23,10 +23,12 @@ DEMO = Path(__file__).resolve().parents[2] / "experiments" / "demo.yaml"
 
 def small_demo() -> SweepSpec:
     s = spec_mod.load(DEMO)
-    return s.model_copy(update={
-        "server": s.server.model_copy(update={"tp": 2}),
-        "benchmark": s.benchmark.model_copy(update={"requests": 2, "output_len": 16}),
-    })
+    return s.model_copy(
+        update={
+            "server": s.server.model_copy(update={"tp": 2}),
+            "benchmark": s.benchmark.model_copy(update={"requests": 2, "output_len": 16}),
+        }
+    )
 
 
 def test_trial_spec_carries_the_experiment_model_through_pickle(tmp_path: Path) -> None:
@@ -48,14 +50,21 @@ def test_a_trial_on_the_simulator(tmp_path: Path) -> None:
     assert set(outcome.timings) == {"server_start", "observe", "bench", "shutdown"}
     folder = tmp_path / "0003"
     written = json.loads((folder / "spec.json").read_text())
-    assert written == {"number": 3, "role": "search", "params": params, "repeats": 1, "seed": 0, "node": "n1",
-                       "gpu_ids": ["0", "1"]}
+    assert written == {
+        "number": 3,
+        "role": "search",
+        "params": params,
+        "repeats": 1,
+        "seed": 0,
+        "node": "n1",
+        "gpu_ids": ["0", "1"],
+    }
     assert json.loads((folder / "outcome.json").read_text()) == outcome.model_dump(mode="json")
     launch = json.loads((folder / "launch.json").read_text())
     assert launch["env"]["NCCL_PROTO"] == "LL" and launch["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
 
 
-FAKE_BENCH_SERVING = '''
+FAKE_BENCH_SERVING = """
 import argparse, json
 ap = argparse.ArgumentParser()
 ap.add_argument("--output-file")
@@ -65,7 +74,7 @@ row = {"completed": args.num_prompts, "output_throughput": 250.0, "median_tpot_m
        "p99_ttft_ms": 41.0, "median_itl_ms": 8.0, "p99_itl_ms": 9.5, "accept_length": 2.5, "errors": ["", ""]}
 with open(args.output_file, "a") as f:
     f.write(json.dumps(row) + "\\n")
-'''
+"""
 
 
 def test_a_trial_measured_by_bench_serving(tmp_path: Path, monkeypatch) -> None:
@@ -91,7 +100,8 @@ def _fake_sglang(tmp_path: Path, monkeypatch, completed: str = "args.num_prompts
     (tmp_path / "fake" / "sglang").mkdir(parents=True)
     (tmp_path / "fake" / "sglang" / "__init__.py").write_text("")
     (tmp_path / "fake" / "sglang" / "bench_serving.py").write_text(
-        FAKE_BENCH_SERVING.replace('"completed": args.num_prompts', f'"completed": {completed}'))
+        FAKE_BENCH_SERVING.replace('"completed": args.num_prompts', f'"completed": {completed}')
+    )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
 
 
@@ -102,7 +112,8 @@ def _bench_serving_demo(**benchmark: object) -> SweepSpec:
 
 
 def test_bench_serving_completing_fewer_requests_than_asked_counts_the_rest_as_failed(
-        tmp_path: Path, monkeypatch) -> None:
+    tmp_path: Path, monkeypatch
+) -> None:
     """SGLang's client writes `completed` below `--num-prompts` when requests fail: the missing ones are
     requests_failed, and, as with the builtin client, the measurement stands with a warning."""
     _fake_sglang(tmp_path, monkeypatch, completed="args.num_prompts - 2")
@@ -147,10 +158,12 @@ def test_bench_serving_pays_sglangs_import_once_per_trial_not_per_repeat(tmp_pat
     _fake_sglang(tmp_path, monkeypatch)
     imports = tmp_path / "sglang-imported"
     (tmp_path / "fake" / "sglang" / "__init__.py").write_text(
-        f"with open({str(imports)!r}, 'a') as f:\n    f.write('imported\\n')\n")
+        f"with open({str(imports)!r}, 'a') as f:\n    f.write('imported\\n')\n"
+    )
     s = _bench_serving_demo()
-    spec = TrialSpec(number=10, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0010"), experiment=s,
-                     repeats=3)
+    spec = TrialSpec(
+        number=10, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0010"), experiment=s, repeats=3
+    )
     outcome = run_trial(spec)
     assert outcome.status is TrialStatus.COMPLETE, (outcome.reason, outcome.log_tail)
     assert imports.read_text() == "imported\n"  # one process, one import, three runs
@@ -185,8 +198,12 @@ def _tuner_demo(tmp_path: Path, plugin: Path) -> SweepSpec:
     rules = tmp_path / "nccl-tuner.csv"
     rules.write_text(RULES)
     s = small_demo()
-    env = {**s.server.env, "NCCL_TUNER_PLUGIN": str(plugin), "NCCL_TUNER_CONFIG_FILE": str(rules),
-           "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
+    env = {
+        **s.server.env,
+        "NCCL_TUNER_PLUGIN": str(plugin),
+        "NCCL_TUNER_CONFIG_FILE": str(rules),
+        "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING",
+    }
     server = type(s.server).model_validate({**s.server.model_dump(), "env": env})
     return s.model_copy(update={"server": server})
 
@@ -217,11 +234,14 @@ def test_a_tuner_plugin_that_does_not_load_is_env_not_applied_naming_the_rank_an
     outcome = run_trial(spec)
     assert outcome.status is TrialStatus.FAILED and outcome.failure_kind == "env_not_applied", outcome.reason
     for device in (0, 1):
-        assert (f"NCCL_TUNER_PLUGIN={missing} was not loaded on device {device}: NCCL could not open {missing} and "
-                f"used its internal tuner") in (outcome.reason or "")
+        assert (
+            f"NCCL_TUNER_PLUGIN={missing} was not loaded on device {device}: NCCL could not open {missing} and "
+            f"used its internal tuner"
+        ) in (outcome.reason or "")
 
 
 # --- a server that crashes: the simulator ends as SGLang 0.5.23 does, the exception is the reason ----------------
+
 
 def _crashing_demo(fault: str) -> SweepSpec:
     s = small_demo()
@@ -237,8 +257,10 @@ def test_a_crash_mid_benchmark_is_reported_with_the_exception_not_the_signal(tmp
     spec = TrialSpec(number=11, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0011"), experiment=s)
     outcome = run_trial(spec)
     assert outcome.status is TrialStatus.FAILED and outcome.failure_kind == "server_crash", outcome.reason
-    assert outcome.reason.startswith("server died: RuntimeError: CUDA error: an illegal memory access was "
-                                     "encountered (killed by signal 9 (SIGKILL)) during the benchmark"), outcome.reason
+    assert outcome.reason.startswith(
+        "server died: RuntimeError: CUDA error: an illegal memory access was "
+        "encountered (killed by signal 9 (SIGKILL)) during the benchmark"
+    ), outcome.reason
     log = (tmp_path / "0011" / "server.log").read_text()
     assert "Received sigquit from a child process. It usually means the child failed." in log
     assert "kill_process_tree called:" in log
@@ -251,5 +273,7 @@ def test_a_start_up_crash_names_sglangs_exception(tmp_path: Path) -> None:
     spec = TrialSpec(number=12, params=sp.baseline_params(s.space), trial_dir=str(tmp_path / "0012"), experiment=s)
     outcome = run_trial(spec)
     assert outcome.status is TrialStatus.FAILED and outcome.failure_kind == "server_crash", outcome.reason
-    assert outcome.reason == ("server died: torch.AcceleratorError: CUDA error: invalid device ordinal "
-                              "(tp_size=16, 8 GPUs visible) (killed by signal 9 (SIGKILL))"), outcome.reason
+    assert outcome.reason == (
+        "server died: torch.AcceleratorError: CUDA error: invalid device ordinal "
+        "(tp_size=16, 8 GPUs visible) (killed by signal 9 (SIGKILL))"
+    ), outcome.reason

@@ -43,8 +43,19 @@ def foreign_server() -> Iterator[int]:
 
 
 def _plan(port: int) -> LaunchPlan:
-    argv = (sys.executable, "-m", "orchestrator.simulator", "--model-path", "kimi-k2.5", "--tp-size", "2",
-            "--host", "127.0.0.1", "--port", str(port))
+    argv = (
+        sys.executable,
+        "-m",
+        "orchestrator.simulator",
+        "--model-path",
+        "kimi-k2.5",
+        "--tp-size",
+        "2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    )
     return LaunchPlan(argv=argv, port=port, engine="simulator")
 
 

@@ -26,9 +26,14 @@ STANDIN = True
 """Marks this module as the test stand-in (tests assert the server imported it, not a real build)."""
 
 
-def assign_req_to_token_pool_cpu(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
-                                 start_offset: torch.Tensor, end_offset: torch.Tensor,
-                                 out_cache_loc: torch.Tensor, pool_len: int) -> None:
+def assign_req_to_token_pool_cpu(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    start_offset: torch.Tensor,
+    end_offset: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+) -> None:
     """req_to_token[req, start:end] = the request's slice of out_cache_loc, requests packed in order
     (sglang/srt/mem_cache/allocation.py::assign_req_to_token_pool, the Triton kernel)."""
     del pool_len  # the row length is req_to_token's own
@@ -38,12 +43,13 @@ def assign_req_to_token_pool_cpu(req_pool_indices: torch.Tensor, req_to_token: t
         n = end - start
         if n > 0:
             row = int(req_pool_indices[i])
-            req_to_token[row, start:end] = out_cache_loc[out:out + n].to(req_to_token.dtype)
+            req_to_token[row, start:end] = out_cache_loc[out : out + n].to(req_to_token.dtype)
         out += max(n, 0)
 
 
-def copy_all_layer_kv_cache_cpu(data_ptrs: torch.Tensor, strides: torch.Tensor,
-                                tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
+def copy_all_layer_kv_cache_cpu(
+    data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_loc: torch.Tensor, src_loc: torch.Tensor
+) -> None:
     """Copy each layer buffer's rows src_loc -> tgt_loc (sglang/kernels/ops/kvcache/cache_move.py).
     The buffers arrive as raw data pointers with their row strides in bytes; torch views them as uint8."""
     if tgt_loc.numel() == 0:
@@ -67,7 +73,8 @@ def _speculative(name: str):
     def helper(*args: object, **kwargs: object) -> None:
         raise NotImplementedError(
             f"sgl_kernel.{name} is a test stand-in (tests/sglang_real/standin): speculative decoding on CPU "
-            f"needs SGLang's real AMX kernels, which the CI machine cannot install")
+            f"needs SGLang's real AMX kernels, which the CI machine cannot install"
+        )
 
     helper.__name__ = name
     return helper
