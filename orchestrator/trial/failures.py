@@ -10,7 +10,14 @@ from dataclasses import dataclass
 
 from orchestrator.records import BenchRecord, FailureKind
 
-_OOM_MARKERS = ("out of memory", "outofmemoryerror", "not enough memory")
+_OOM_MARKERS = (
+    "out of memory",
+    "outofmemoryerror",
+    "not enough memory",
+    # SGLang 0.5.23, sglang/srt/mem_cache/kv_cache_configurator.py::KVCacheConfigurator._profile_available_bytes:
+    # "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=..." (a ValueError)
+    "leave no gpu memory",
+)
 _PORT_MARKERS = ("address already in use", "errno 98")
 _NCCL_MARKERS = (
     "nccl error",
@@ -27,8 +34,11 @@ _ARGUMENT_ERRORS = ("ValueError", "AssertionError", "TypeError", "NotImplemented
 # Exception or Exit, then its message. SGLang's logger prefix (`[2026-12-01 21:00:00 TP0] `) never
 # starts such a line; the traceback's own lines are written raw.
 _EXCEPTION_LINE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit))(?::\s?(.*))?$")
-# argparse refuses a value before any traceback: "launch_server.py: error: argument --x: invalid choice ..."
-_ARGPARSE_LINE = re.compile(r"^(?:usage: .*|\S+: error: (?P<msg>.+))$")
+# argparse refuses a value before any traceback, as `<prog>: error: <message>` after its usage block.
+# SGLang 0.5.23 names its parser `sglang serve`, two words (sglang/srt/server_args.py::prepare_server_args,
+# argparse.ArgumentParser(prog="sglang serve")): "sglang serve: error: argument --x: invalid choice: ...".
+# A program name is one or two words of letters, digits, '.', '_' or '-' (never a logger's "[...]" prefix).
+_ARGPARSE_LINE = re.compile(r"^(?:usage: .*|(?P<prog>[\w.-]+(?: [\w.-]+)?): error: (?P<msg>.+))$")
 
 
 @dataclass(frozen=True)
@@ -57,8 +67,12 @@ class LoggedException:
 
     name: str
     message: str
+    refusal: bool = False
+    """argparse's refusal of the command line (`name` is then the parser's program, e.g. `sglang serve`)."""
 
     def __str__(self) -> str:
+        if self.refusal:  # argparse's own words: "sglang serve: error: argument --x: invalid choice: ..."
+            return f"{self.name}: error: {self.message}"
         return f"{self.name}: {self.message}" if self.message else self.name
 
 
@@ -77,7 +91,7 @@ def last_exception(log_text: str) -> LoggedException | None:
             continue
         a = _ARGPARSE_LINE.match(line)
         if a and a.group("msg"):
-            found = LoggedException("argparse error", a.group("msg").strip()[:600])
+            found = LoggedException(a.group("prog"), a.group("msg").strip()[:600], refusal=True)
     return found
 
 
@@ -92,7 +106,9 @@ def _category(exc: LoggedException, *, starting: bool) -> tuple[FailureKind, str
         return FailureKind.server_crash, "server hit an NCCL error"
     if short in _IMPORT_ERRORS:
         return FailureKind.server_crash, "server could not import a module"
-    if starting and (short in _ARGUMENT_ERRORS or exc.name == "argparse error"):
+    if exc.refusal:  # argparse exits with 2 before anything starts, whatever `starting` says
+        return FailureKind.server_crash, "server refused its arguments"
+    if starting and short in _ARGUMENT_ERRORS:
         return FailureKind.server_crash, "server refused its arguments"
     return FailureKind.server_crash, "server died"
 

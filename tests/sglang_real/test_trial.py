@@ -119,3 +119,28 @@ def test_a_launch_sglang_refuses_at_start_up_is_reported_with_its_own_exception(
     assert "Traceback (most recent call last)" in outcome.log_tail
     assert not (folder / "server.pid").exists()  # stopped: the pid file goes with the server
     assert wait_until_gone(marker, timeout_s=30) == {}  # launcher, scheduler, detokenizer: all gone
+
+
+def test_a_flag_value_sglang_serve_refuses_is_reported_in_its_parser_words(
+    tmp_path: Path, sglang_python: str, tiny_model: Path
+) -> None:
+    """A fixed flag value the tool passes on (it checks the flag's name, not every value) and SGLang's
+    argparse refuses before anything starts: 0.5.23 names its parser `sglang serve`
+    (sglang/srt/server_args.py::prepare_server_args), so the refusal reads "sglang serve: error: ..."."""
+    data = cpu_experiment(
+        "real-refused-flag",
+        tiny_model,
+        sglang_python,
+        write_space(tmp_path),
+        server={"flags": {"disable-overlap-schedule": True, "max-total-tokens": 8192, "tokenizer-mode": "fast"}},
+    )
+    spec = spec_mod.load(write_experiment(tmp_path, data))
+    folder = tmp_path / "0003"
+    outcome = run_trial(
+        TrialSpec(number=3, params=sp.baseline_params(spec.space), trial_dir=str(folder), experiment=spec)
+    )
+    assert outcome.status is TrialStatus.FAILED and outcome.failure_kind == "server_crash", outcome.reason
+    assert outcome.reason.startswith(
+        "server refused its arguments: sglang serve: error: argument --tokenizer-mode: invalid choice: 'fast'"
+    ), outcome.reason
+    assert outcome.reason.endswith("(exit code 2)"), outcome.reason

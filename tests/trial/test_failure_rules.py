@@ -3,6 +3,10 @@ server's exit status, its log and the benchmark's records."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
+
 import pytest
 
 from orchestrator.records import BenchRecord, FailureKind
@@ -113,12 +117,91 @@ _SCHEDULER = (
             "launch_server.py: error: argument --device: invalid choice: 'tpu'",
             2,
             FailureKind.server_crash,
-            "server refused its arguments: argparse error: argument --device: invalid choice: 'tpu' (exit code 2)",
+            "server refused its arguments: launch_server.py: error: argument --device: invalid choice: 'tpu' "
+            "(exit code 2)",
         ),
     ],
 )
 def test_classify_exit(log: str, code: int, kind: FailureKind, reason: str) -> None:
     assert classify_exit(log, code) == Failure(kind, reason)
+
+
+# SGLang 0.5.23's own start-up refusals, in its words.
+# sglang/srt/server_args.py::prepare_server_args parses with argparse.ArgumentParser(prog="sglang serve"):
+# the program's name is two words, and argparse exits with 2 after its usage block.
+_SGLANG_USAGE = (
+    "usage: sglang serve [-h] --model-path MODEL_PATH\n"
+    "                    [--tokenizer-path TOKENIZER_PATH]\n"
+    "                    [--tokenizer-mode {auto,slow}]\n"
+)
+# sglang/srt/mem_cache/kv_cache_configurator.py::KVCacheConfigurator._profile_available_bytes raises this
+# ValueError when the target and draft weights take the whole static budget.
+_NO_KV_MEMORY = (
+    "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.88. "
+    "Raise --mem-fraction-static above 0.912 (minimum viable = 1 - available/pre = 0.9113). If using "
+    "speculative decoding, draft weights are now counted."
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "code", "kind", "reason"),
+    [
+        (
+            _SGLANG_USAGE
+            + "sglang serve: error: argument --tokenizer-mode: invalid choice: 'fast' (choose from 'auto', 'slow')",
+            2,
+            FailureKind.server_crash,
+            "server refused its arguments: sglang serve: error: argument --tokenizer-mode: invalid choice: "
+            "'fast' (choose from 'auto', 'slow') (exit code 2)",
+        ),
+        (
+            _SGLANG_USAGE + "sglang serve: error: argument --speculative-num-steps: invalid int value: 'three'",
+            2,
+            FailureKind.server_crash,
+            "server refused its arguments: sglang serve: error: argument --speculative-num-steps: invalid int "
+            "value: 'three' (exit code 2)",
+        ),
+        (
+            _SCHEDULER.format(exc=_NO_KV_MEMORY),
+            -9,
+            FailureKind.oom,
+            f"server ran out of memory: {_NO_KV_MEMORY} (killed by signal 9 (SIGKILL))",
+        ),
+        (
+            # sglang/srt/model_executor/pool_configurator.py, the pool sizes' __post_init__
+            _SCHEDULER.format(
+                exc="RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                "Current value: mem_fraction_static=0.88"
+            ),
+            -9,
+            FailureKind.oom,
+            "server ran out of memory: RuntimeError: Not enough memory. Please try to increase "
+            "--mem-fraction-static. Current value: mem_fraction_static=0.88 (killed by signal 9 (SIGKILL))",
+        ),
+    ],
+)
+def test_sglang_0_5_23_start_up_refusals_in_its_own_words(log: str, code: int, kind: FailureKind, reason: str) -> None:
+    assert classify_exit(log, code) == Failure(kind, reason)
+
+
+def test_what_argparse_prints_for_sglang_serve_is_a_refused_flag() -> None:
+    """The text argparse itself writes for a parser named as SGLang 0.5.23 names it (this Python's argparse,
+    so a change in its wording shows here), read by the classifier as SGLang's refusal, not a death."""
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--tokenizer-mode", choices=["auto", "slow"])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--model-path", "m", "--tokenizer-mode", "fast"])
+    failure = classify_exit("[2026-12-01 21:00:00] starting\n" + err.getvalue(), exited.value.code)
+    assert failure.kind is FailureKind.server_crash
+    assert failure.reason.startswith("server refused its arguments: sglang serve: error: argument --tokenizer-mode: ")
+    assert failure.reason.endswith("(exit code 2)")
+
+
+def test_a_logger_line_with_error_in_it_is_not_an_argparse_refusal() -> None:
+    log = "[2026-12-01 21:00:00 TP0] scheduler: error: something odd\n"
+    assert classify_exit(log, 1) == Failure(FailureKind.server_crash, "server died (exit code 1)")
 
 
 def test_an_argument_error_after_start_up_is_a_crash_not_a_refused_argument() -> None:
