@@ -1,5 +1,5 @@
 """What to try next.
 
 - `space`: distributions, feasibility, space size.
-- `study`: the Optuna study (the only Optuna importer): ask, tell, resume, read-only views.
+- `study`: the Optuna study: ask, tell, resume, read-only views (search/ is the only room that imports Optuna).
 """

@@ -1,4 +1,5 @@
-"""The only module that touches Optuna objects: the study in RDB storage, ask and tell.
+"""The Optuna study in RDB storage, ask and tell (search/ is the only room that imports Optuna: here,
+sampler.py, space.py and plots.py).
 
 Optuna's storage is the source of truth for resume. Each trial carries user attributes (role,
 failure kind, reason, MLflow run id) so another process (`sweep status`) can read progress from the

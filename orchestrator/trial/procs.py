@@ -1,5 +1,6 @@
-"""The one reader of other processes' state (/proc, through psutil): environment, command line,
-parent, children, liveness. Every function answers None / False / [] for a process that is gone or
+"""The trial's reader of other processes' state (/proc, through psutil): environment, command line,
+parent, children, liveness, nice value (execute/processes.py reads /proc/<pid>/stat itself to find what a
+killed driver left behind). Every function answers None / False / [] for a process that is gone or
 not ours, never raises for that."""
 
 from __future__ import annotations
