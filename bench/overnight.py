@@ -25,7 +25,7 @@ sampler.remeasure_every (0: the search without re-measured near-ties, the policy
 
     .venv/bin/python bench/overnight.py [--seeds 10] [--first-seed 0] [--profiles pcie-rtxpro6000-x8,...]
         [--policies two-stage,tpe] [--scenarios plain,hidden] [--noise 0.02] [--hours 8]
-        [--objective decode@1|output@32] [--remeasure-every K] [--jobs 2] [--out bench/results-overnight.json]
+        [--objective decode@1|output@32] [--remeasure-every K] [--jobs 2] [-o bench/results-overnight-noise4.json]
 
 The true optimum needs every feasible point evaluated (about 15 s per profile and objective); it is
 cached in the temp directory (sglang-sweep-overnight-optimum.json), keyed by the world and the space.
@@ -55,6 +55,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import _result  # noqa: E402  (bench/_result.py: the result file and what made it)
 
 from orchestrator.config import eagle  # noqa: E402
 from orchestrator.config import experiment as spec_mod  # noqa: E402
@@ -419,8 +421,9 @@ def main() -> int:
         "default 1: one speed for the run; 0: TTFT says nothing of it)",
     )
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results-overnight.json")
+    _result.add_output(ap)
     args = ap.parse_args()
+    run = _result.start()
     started = time.time()
     worlds = [
         World(p, args.noise, args.hours, args.objective, args.remeasure_every, args.prefill_correlation)
@@ -457,22 +460,19 @@ def main() -> int:
                     f"{row['wall_hours_median']} max {row['wall_hours_max']} (search {row['search_hours_median']}, "
                     f"confirmation {row['confirm_hours_median']}); promoted {row['promoted_configs']}"
                 )
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": "bench/overnight.py " + " ".join(sys.argv[1:]),
-                "driver": "the real sweep.Sweep on orchestrator.testing.ModelExecutor (virtual clock)",
-                "drift_per_hour": DRIFT_PER_HOUR,
-                "target": TARGET,
-                "optima": {world_name(w): best[keys[w]] for w in worlds},
-                "summary": table,
-                "nights": [asdict(n) for n in nights],
-                "seconds": round(time.time() - started, 1),
-            },
-            indent=1,
-        )
+    _result.write(
+        args.out,
+        {
+            "driver": "the real sweep.Sweep on orchestrator.testing.ModelExecutor (virtual clock)",
+            "drift_per_hour": DRIFT_PER_HOUR,
+            "target": TARGET,
+            "optima": {world_name(w): best[keys[w]] for w in worlds},
+            "summary": table,
+            "nights": [asdict(n) for n in nights],
+        },
+        run,
     )
-    print(f"\nwrote {args.out} in {time.time() - started:.0f} s")
+    print(f"\n{time.time() - started:.0f} s")
     return 0
 
 

@@ -19,7 +19,7 @@ nothing is registered). Policies: `tpe` (the demo's failure-aware TPE), `two-sta
 probe launches no server, its NCCL-tests seconds are on the clock).
 
     .venv/bin/python bench/short_night.py [--launches 20] [--rounds 3] [--seeds 10] [--first-seed 10]
-        [--policies tpe,two-stage] [--jobs 2] [--out bench/results-short-night.json]
+        [--policies tpe,two-stage] [--jobs 2] [-o bench/results-short-night.json]
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import _result  # noqa: E402  (bench/_result.py: the result file and what made it)
 
 from orchestrator.config import experiment as spec_mod  # noqa: E402
 from orchestrator.results import truth  # noqa: E402
@@ -172,8 +174,9 @@ def main() -> int:
     ap.add_argument("--first-seed", type=int, default=10)
     ap.add_argument("--policies", default="tpe,two-stage")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results-short-night.json")
+    _result.add_output(ap)
     args = ap.parse_args()
+    run = _result.start()
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         ref = reference(experiment("tpe", 0, args.launches, args.rounds, Path(tmp)))
@@ -209,21 +212,17 @@ def main() -> int:
             f"search's pick {row['candidate_ratio_median'] * 100:.1f}%; launches <= {row['launches_max']}; "
             f"verdicts {row['verdicts']}"
         )
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": "bench/short_night.py " + " ".join(sys.argv[1:]),
-                "driver": "the real sweep.Sweep on orchestrator.testing.ModelExecutor (virtual clock)",
-                "reference": ref,
-                "summary": summary,
-                "nights": [asdict(n) for n in nights],
-                "seconds": round(time.time() - started, 1),
-            },
-            indent=1,
-            default=str,
-        )
+    _result.write(
+        args.out,
+        {
+            "driver": "the real sweep.Sweep on orchestrator.testing.ModelExecutor (virtual clock)",
+            "reference": ref,
+            "summary": summary,
+            "nights": [asdict(n) for n in nights],
+        },
+        run,
     )
-    print(f"wrote {args.out} in {time.time() - started:.0f} s")
+    print(f"{time.time() - started:.0f} s")
     return 0
 
 
