@@ -1,6 +1,6 @@
 """Mutated experiment files through the real `sweep validate` and `sweep plan`, each under a time and
 memory limit (issue 11's measurement): counts of clean errors, hangs, tracebacks and files accepted
-though wrong. `python bench/fuzz_experiments.py [--sweep PATH] [--sample N] [--json OUT]`.
+though wrong. `python bench/fuzz_experiments.py [--sweep PATH] [--sample N] [-o OUT]`.
 
 --sweep may name another checkout's console script (or `python -m orchestrator.cli` of it, via
 --python and --root) to measure before/after.
@@ -9,7 +9,6 @@ though wrong. `python bench/fuzz_experiments.py [--sweep PATH] [--sample N] [--j
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "config"))
 
+import _result  # noqa: E402  (bench/_result.py: the result file and what made it)
 from hostile_mutations import Mutation, materialize, mutations  # noqa: E402
 
 TIME_LIMIT_S = 20
@@ -71,8 +71,9 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--match", default=None, help="only the mutations whose name contains one of these (a|b|c)")
-    ap.add_argument("--json", type=Path, default=None)
+    _result.add_output(ap, "--json")
     args = ap.parse_args()
+    run = _result.start()
     cases = mutations(seed=11, sample=args.sample)
     if args.match:
         cases = [m for m in cases if any(word in m.name for word in args.match.split("|"))]
@@ -95,8 +96,7 @@ def main() -> None:
         print(f"{command}: {len(cases)} files: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     for line in bad:
         print("  " + line)
-    if args.json:
-        args.json.write_text(json.dumps({c: dict(v) for c, v in results.items()} | {"bad": bad}, indent=2) + "\n")
+    _result.write(args.out, {c: dict(v) for c, v in results.items()} | {"bad": bad}, run, indent=2)
 
 
 if __name__ == "__main__":

@@ -6,14 +6,17 @@ linearly during the night (drift, default 3% per hour, one measurement every `--
 It stops when `results.sequential.decide` returns a verdict. Reported per true gain: how often it
 promotes, rejects, stays undecided, and the mean rounds spent.
 
-    .venv/bin/python bench/gate_power.py --runs 4000 --max-rounds 12 --json bench/results-gate-power.json
+    .venv/bin/python bench/gate_power.py --runs 4000 --max-rounds 12 -o /tmp/gate-power.json
 
 With `--arms K`, K - 2 other arms are measured in the rounds up to min_rounds, as the confirmation measures
 the ablations and the runner-up, and the gate's bound takes the noise of all of them (sequential.evidence
 with contrib.pair_noise); `--pair-noise F` makes the pair F times noisier than the rest (the case the
 bound's "never below the pair's own spread" guards):
 
-    .venv/bin/python bench/gate_power.py --runs 4000 --arms 7 --noise 0.04 --json bench/results-gate-power-arms7-4pct.json
+    .venv/bin/python bench/gate_power.py --runs 4000 --arms 7 --noise 0.04 -o /tmp/gate-power-arms7.json
+
+`--case ARMS:PAIR_NOISE:NOISE` (repeatable) writes several such tables into one file, each as the flags
+would give it alone (the committed bench/results-gate-power.json: the command in docs/benchmarks.md).
 
 With `--parts`, it measures the simpler-configuration rule instead (issue 21): a champion of true gain
 `--champion-gain` over the baseline, one part of which (speculation) adds a true +0%, +1%, +3% or +5% on
@@ -24,19 +27,20 @@ includes zero: "not significant") and after (dropped only when its upper gate bo
 sweep/_confirm.run_rounds gives it), with the mean rounds each spent. The decisions are the driver's
 own (results.contrib: contributions, part_checks, open_parts, simpler_choice[_before]).
 
-    .venv/bin/python bench/gate_power.py --parts --runs 2000 --max-rounds 12 --json bench/results-gate-power-parts.json
+    .venv/bin/python bench/gate_power.py --parts --runs 1000 --max-rounds 12 -o bench/results-gate-power-parts.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import _result  # noqa: E402  (bench/_result.py: the result file and what made it)
 
 from orchestrator.results import contrib  # noqa: E402
 from orchestrator.results.sequential import RoundsPlan, Verdict  # noqa: E402
@@ -136,7 +140,7 @@ def _checks(values: dict[str, dict[int, float]], plan: RoundsPlan, margin: float
     return contrib.part_checks(values, speculation="EAGLE-3", margin=margin, level=plan.level, direction="maximize")
 
 
-def parts_main(args: argparse.Namespace, plan: RoundsPlan) -> None:
+def parts_main(args: argparse.Namespace, plan: RoundsPlan) -> list[dict]:
     rng = np.random.default_rng(args.seed)
     rows = []
     print(
@@ -172,19 +176,58 @@ def parts_main(args: argparse.Namespace, plan: RoundsPlan) -> None:
             f"{part:>+10.1%} {row['dropped_before']:>15.1%} {row['dropped_after']:>14.1%} "
             f"{row['mean_rounds_after']:>18.2f}"
         )
-    _write(args, rows)
+    return rows
 
 
-def _write(args: argparse.Namespace, rows: list[dict]) -> None:
-    """The rows, the command and its settings as JSON where --json names a file."""
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {"command": " ".join(sys.argv), "settings": vars(args) | {"json": str(args.json)}, "rows": rows},
-                indent=2,
+def gain_rows(args: argparse.Namespace, plan: RoundsPlan, arms: int, pair_noise: float, noise: float) -> list[dict]:
+    """One table: per true gain, how often the gate promotes, rejects or stays undecided, and its rounds.
+    A fresh generator seeded with --seed for every table, so a table is the same alone or in a --case list."""
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    print(
+        f"{args.runs} confirmations per row; noise {noise:.1%} (the pair's x{pair_noise:g}), drift "
+        f"{args.drift_per_h:.1%}/h, {arms} arms up to min_rounds, rounds {plan.min_rounds}..{plan.max_rounds}, "
+        f"required gain {plan.min_gain:+.1%}"
+    )
+    print(f"{'true gain':>10} {'promoted':>9} {'not better':>11} {'undecided':>10} {'mean rounds':>12}")
+    for gain in (-0.05, 0.0, 0.01, 0.03, 0.05, 0.059, 0.10, 0.20, 0.60):
+        counts = {v: 0 for v in Verdict}
+        rounds = 0
+        for _ in range(args.runs):
+            verdict, n = one_confirmation(
+                rng,
+                gain,
+                plan,
+                noise=noise,
+                drift_per_h=args.drift_per_h,
+                measure_s=args.measure_s,
+                arms=arms,
+                pair_noise=pair_noise,
             )
-            + "\n"
+            counts[verdict] += 1
+            rounds += n
+        row = {
+            "true_gain": gain,
+            **{v.value: counts[v] / args.runs for v in Verdict},
+            "mean_rounds": rounds / args.runs,
+        }
+        rows.append(row)
+        print(
+            f"{gain:>+10.1%} {row['promoted']:>9.1%} {row['not_better']:>11.1%} {row['undecided']:>10.1%} "
+            f"{row['mean_rounds']:>12.2f}"
         )
+    return rows
+
+
+def parse_case(text: str) -> tuple[int, float, float]:
+    """--case ARMS:PAIR_NOISE:NOISE, e.g. 7:2:0.04 (seven arms, the pair twice as noisy, 4% noise)."""
+    try:
+        arms, pair_noise, noise = text.split(":")
+        return int(arms), float(pair_noise), float(noise)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected ARMS:PAIR_NOISE:NOISE, e.g. 7:2:0.04 (7 arms, pair 2x noisier, 4% noise)"
+        ) from None
 
 
 def main() -> None:
@@ -197,7 +240,7 @@ def main() -> None:
     ap.add_argument("--max-rounds", type=int, default=12)
     ap.add_argument("--min-gain", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", type=Path)
+    _result.add_output(ap, "--json")
     ap.add_argument("--parts", action="store_true", help="measure the simpler-configuration rule (issue 21)")
     ap.add_argument("--champion-gain", type=float, default=0.20, help="--parts: the champion's true gain")
     ap.add_argument("--margin", type=float, default=0.01, help="--parts: promotion.equivalence_margin")
@@ -214,46 +257,28 @@ def main() -> None:
         default=1.0,
         help="the pair's noise as a multiple of the other arms' (a pair noisier than the rest)",
     )
+    ap.add_argument(
+        "--case",
+        type=parse_case,
+        action="append",
+        metavar="ARMS:PAIR_NOISE:NOISE",
+        help="one table per --case (repeatable), each as --arms/--pair-noise/--noise would give it alone",
+    )
     args = ap.parse_args()
+    run = _result.start()
+    settings = {k: v for k, v in vars(args).items() if k != "out"}
     plan = RoundsPlan(args.min_rounds, args.max_rounds, args.min_gain)
     if args.parts:
-        parts_main(args, plan)
+        rows = parts_main(args, plan)
+        _result.write(args.out, {"settings": settings, "rows": rows}, run, indent=2)
         return
-    rng = np.random.default_rng(args.seed)
-    rows = []
-    print(
-        f"{args.runs} confirmations per row; noise {args.noise:.1%} (the pair's x{args.pair_noise:g}), drift "
-        f"{args.drift_per_h:.1%}/h, {args.arms} arms up to min_rounds, rounds {plan.min_rounds}..{plan.max_rounds}, "
-        f"required gain {plan.min_gain:+.1%}"
-    )
-    print(f"{'true gain':>10} {'promoted':>9} {'not better':>11} {'undecided':>10} {'mean rounds':>12}")
-    for gain in (-0.05, 0.0, 0.01, 0.03, 0.05, 0.059, 0.10, 0.20, 0.60):
-        counts = {v: 0 for v in Verdict}
-        rounds = 0
-        for _ in range(args.runs):
-            verdict, n = one_confirmation(
-                rng,
-                gain,
-                plan,
-                noise=args.noise,
-                drift_per_h=args.drift_per_h,
-                measure_s=args.measure_s,
-                arms=args.arms,
-                pair_noise=args.pair_noise,
-            )
-            counts[verdict] += 1
-            rounds += n
-        row = {
-            "true_gain": gain,
-            **{v.value: counts[v] / args.runs for v in Verdict},
-            "mean_rounds": rounds / args.runs,
-        }
-        rows.append(row)
-        print(
-            f"{gain:>+10.1%} {row['promoted']:>9.1%} {row['not_better']:>11.1%} {row['undecided']:>10.1%} "
-            f"{row['mean_rounds']:>12.2f}"
-        )
-    _write(args, rows)
+    cases = args.case or [(args.arms, args.pair_noise, args.noise)]
+    tables = []
+    for arms, pair_noise, noise in cases:
+        rows = gain_rows(args, plan, arms, pair_noise, noise)
+        tables.append({"arms": arms, "pair_noise": pair_noise, "noise": noise, "rows": rows})
+        print()
+    _result.write(args.out, {"settings": settings, "cases": tables}, run, indent=2)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import _result  # noqa: E402  (bench/_result.py: the result file and what made it)
+
 from orchestrator.trial import observe  # noqa: E402
 
 REQUESTED = {
@@ -125,6 +127,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
+    run = _result.start()
     args.out.mkdir(parents=True, exist_ok=True)
     fp = observe.fingerprint(nccl_log=None)
     (args.out / "fingerprint.json").write_text(json.dumps(fp, indent=2, default=str))
@@ -140,7 +143,7 @@ def main() -> None:
         "requested": REQUESTED,
         "runs": runs,
     }
-    (args.out / "proof.json").write_text(json.dumps(proof, indent=2, default=str))
+    _result.write(args.out / "proof.json", proof, run, indent=2)
     for r in runs:
         print(
             f"{r['name']}: env_applied={r['env_applied']} reason={r['reason']!r} "

@@ -9,7 +9,7 @@ own phase timings (outcome.json) and reports the median of each part:
            outcome: Ray), files, tell (Optuna), mlflow_log (params, metrics, tags, artifacts)
   worker:  observe (environment, NCCL log, fingerprint), shutdown (stopping the process group)
 
-    .venv/bin/python bench/orchestration_overhead.py [--trials 16] [--workdir DIR]
+    .venv/bin/python bench/orchestration_overhead.py [--trials 16] [--workdir DIR] [-o FILE]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _result  # bench/_result.py: the result file and what made it
 from demo_sweep import write_demo_experiment
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +43,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--workdir", type=Path, help="read an existing sweep instead of running one")
+    _result.add_output(ap)
     args = ap.parse_args()
+    run = _result.start()
     wd = args.workdir or Path(tempfile.mkdtemp(prefix="overhead-")) / "wd"
     if args.workdir is None:
         run_sweep(args.trials, wd)
@@ -65,8 +68,7 @@ def main() -> None:
     for k in (*DRIVER_PARTS, "driver_total", *WORKER_PARTS, "total"):
         print(f"  {k:<16} {med[k]:7.3f}")
     print(f"  (not overhead: server_start {med['server_start']:.2f}, bench {med['bench']:.2f})")
-    out = REPO / "bench" / "results-orchestration-overhead.json"
-    out.write_text(json.dumps({"trials": len(per_trial), "median_s": med}, indent=2))
+    _result.write(args.out, {"trials": len(per_trial), "median_s": med}, run, indent=2)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,12 @@ rather than sqlite) with the driver's rules: infeasible proposals and repeats of
 (the repeat is told the earlier value). Only the server is replaced by the model's truth, optionally
 with multiplicative measurement noise.
 
-    .venv/bin/python bench/search_efficiency.py [--space bench/spaces/search-bench.yaml] [--seeds 10]
+    .venv/bin/python bench/search_efficiency.py [--space bench/spaces/search-bench.yaml] [--seeds 10] [-o FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -24,6 +23,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import _result  # noqa: E402  (bench/_result.py: the result file and what made it)
 
 from orchestrator.config import experiment as spec_mod  # noqa: E402
 from orchestrator.results import truth  # noqa: E402
@@ -79,8 +80,9 @@ def main() -> None:
     ap.add_argument("--noise", type=float, default=0.0, help="multiplicative measurement noise (sd)")
     ap.add_argument("--fraction", type=float, default=0.98)
     ap.add_argument("--samplers", default="tpe,random,grid")
-    ap.add_argument("--json", type=Path, help="write the raw results here")
+    _result.add_output(ap, "--json")
     args = ap.parse_args()
+    run = _result.start()
 
     base = experiment(args.space, "tpe", 0)
     t0 = time.time()
@@ -106,20 +108,19 @@ def main() -> None:
             f"(reached in {len(reached)}/{len(rows)} seeds within {args.max_trials}; per seed "
             f"{[r['trials_to_target'] for r in rows]}) [{time.time() - t0:.0f}s]"
         )
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "space": str(args.space),
-                    "feasible": len(t.values),
-                    "optimum": t.optimum,
-                    "fraction": args.fraction,
-                    "noise": args.noise,
-                    "results": results,
-                },
-                indent=2,
-            )
-        )
+    _result.write(
+        args.out,
+        {
+            "space": str(args.space),
+            "feasible": len(t.values),
+            "optimum": t.optimum,
+            "fraction": args.fraction,
+            "noise": args.noise,
+            "results": results,
+        },
+        run,
+        indent=2,
+    )
 
 
 if __name__ == "__main__":

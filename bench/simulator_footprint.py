@@ -6,7 +6,7 @@ where the kernel offers it) of the server plus every descendant after one stream
 stops it with SIGTERM. RSS counts shared pages once per process, so it overstates the real total;
 PSS splits them fairly.
 
-    .venv/bin/python bench/simulator_footprint.py [--runs 3] [--tp 8]
+    .venv/bin/python bench/simulator_footprint.py [--runs 3] [--tp 8] [-o FILE]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import _result  # bench/_result.py: the result file and what made it
 import httpx
 import psutil
 
@@ -99,7 +100,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--tp", type=int, default=8)
+    _result.add_output(ap)
     args = ap.parse_args()
+    run = _result.start()
     runs = [one_run(args.tp) for _ in range(args.runs)]
     for i, r in enumerate(runs):
         print(
@@ -112,6 +115,8 @@ def main() -> None:
         f"PSS {statistics.median(r['pss_mb'] for r in runs):.1f} MB "
         f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
     )
+    median = {k: statistics.median(r[k] for r in runs) for k in ("ready_s", "rss_mb", "pss_mb", "server_rss_mb")}
+    _result.write(args.out, {"tp": args.tp, "runs": runs, "median": median}, run, indent=2)
 
 
 if __name__ == "__main__":

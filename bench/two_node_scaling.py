@@ -6,7 +6,7 @@ experiment on the simulator with `budget.concurrent_trials: 2` and `--ray-addres
 the second slot never gets GPUs, with two nodes both run. Trials per hour counts the sweep phase
 only (first launch to last finish, from the trials' own timestamps), not Ray or MLflow start-up.
 
-    .venv/bin/python bench/two_node_scaling.py [--trials 12]
+    .venv/bin/python bench/two_node_scaling.py [--trials 12] [-o FILE]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _result  # bench/_result.py: the result file and what made it
 from demo_sweep import write_demo_experiment
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +44,9 @@ def trials_per_hour(workdir: Path) -> tuple[float, int, list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=12)
+    _result.add_output(ap)
     args = ap.parse_args()
+    run = _result.start()
     sys.path.insert(0, str(REPO / "tests"))
     from e2e_helpers import LoopbackCluster  # the tests' real `ray start` cluster on loopback
 
@@ -77,9 +80,7 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     ratio = results[2]["trials_per_hour"] / results[1]["trials_per_hour"]
     print(f"scaling 1 -> 2 nodes: {ratio:.2f}x")
-    (REPO / "bench" / "results-two-node-scaling.json").write_text(
-        json.dumps({"results": results, "ratio": ratio}, indent=2)
-    )
+    _result.write(args.out, {"results": results, "ratio": ratio}, run, indent=2)
 
 
 if __name__ == "__main__":
