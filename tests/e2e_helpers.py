@@ -273,7 +273,8 @@ class LoopbackCluster:
 
     def _start(self, name: str, args: list[str]) -> None:
         nice = self.niceness[0 if name == "head" else 1]
-        env = {**self.env, **({} if nice is None else {"RAY_worker_niceness": str(nice)})}
+        env = {k: v for k, v in self.env.items() if k != "RAY_worker_niceness"}  # not the caller's: Ray's default
+        env.update({} if nice is None else {"RAY_worker_niceness": str(nice)})
         with open(self.root / f"ray-{name}.log", "w") as log:
             proc = subprocess.run(
                 [

@@ -56,8 +56,8 @@ def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: in
             log_to_driver=False,
             logging_level=logging.WARNING,
             configure_logging=True,
-            # Ray starts its workers at niceness 15 and the servers a trial launches inherit it; a
-            # deployment runs SGLang at 0, so the servers measured here run at 0 too (observe.niceness_warning).
+            # Ray starts its workers 15 above the raylet's niceness and the servers a trial launches inherit
+            # it; at 0 they run at the driver's own (observe.niceness_warning).
             _system_config={"worker_niceness": 0},
         )
     except Exception as exc:  # noqa: BLE001 - Ray's start-up timeout is a bare Exception; OSError, TimeoutError too
@@ -174,7 +174,8 @@ class TrialActor:
             "pid": os.getpid(),
         }
 
-    def run(self, spec: TrialSpec) -> tuple[TrialOutcome, dict[str, bytes]]:
+    def run(self, spec: TrialSpec, launcher_nice: int) -> tuple[TrialOutcome, dict[str, bytes]]:
+        """`launcher_nice`: the driver's nice value, the priority a trial's server is held against."""
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
         self._watch_raylet()
@@ -186,7 +187,7 @@ class TrialActor:
             write_json(Path(spec.trial_dir) / "outcome.json", outcome.model_dump(mode="json"))
             return outcome, _collect(Path(spec.trial_dir))
         try:
-            outcome = run_trial(spec, gpu_ids=gpu_ids, node=node)
+            outcome = run_trial(spec, gpu_ids=gpu_ids, node=node, launcher_nice=launcher_nice)
         finally:
             with self._lock:
                 self._current = None
@@ -314,7 +315,7 @@ class RayExecutor:
             raise RuntimeError(f"submit() with all {len(self._running)} slots busy")
         actor = self._idle.pop()
         self._next += 1
-        self._running[actor.run.remote(spec)] = (self._next, actor, spec)
+        self._running[actor.run.remote(spec, os.nice(0))] = (self._next, actor, spec)
         return self._next
 
     def wait(self, timeout_s: float) -> list[Finished]:

@@ -184,8 +184,8 @@ class ProcessEnv(Frozen):
     nccl_env: dict[str, str] = Field(default_factory=dict)
     """Every NCCL_* variable the process has, requested or not (SGLang sets some itself)."""
     nice: int | None = None
-    """The nice value it ran at (a deployment runs SGLang at 0; Ray starts its workers, and so the servers
-    they launch, at 15 unless the cluster says otherwise: niceness_warning)."""
+    """The nice value it ran at (Ray starts its workers, and so the servers they launch, 15 above its
+    raylet unless the cluster says otherwise: niceness_warning holds it against the sweep's own)."""
 
 
 class EnvObservation(Frozen):
@@ -309,19 +309,21 @@ def evaluate_env(
     )
 
 
-def niceness_warning(observation: EnvObservation) -> str | None:
-    """A line when the server's processes ran at a nice value above 0, which a deployment does not:
+def niceness_warning(observation: EnvObservation, launcher_nice: int) -> str | None:
+    """A line when the server's processes ran at a higher nice value than `launcher_nice`, the niceness of
+    the process that launched the sweep (the priority the user chose, `nice sweep run ...` included):
     on a host with other CPU work (the sweep itself, Ray's daemons, another trial's client) SGLang's
-    tokenizer, scheduler and detokenizer then get less CPU than they would in service, and what the
-    trial measured is slower than what it describes. Ray starts its workers at niceness 15
-    (its `worker_niceness` setting, RAY_worker_niceness); the private instance the tool starts sets 0."""
-    niced = sorted({p.nice for p in observation.processes if p.nice is not None and p.nice > 0})
+    tokenizer, scheduler and detokenizer then got less CPU than the user gave the sweep, and what the
+    trial measured is slower than what it describes. Ray starts its workers RAY_worker_niceness (its
+    `worker_niceness` setting, 15 by default) above its raylet's nice value; the private instance the tool
+    starts sets 0, so its servers run at the sweep's own niceness."""
+    niced = sorted({p.nice for p in observation.processes if p.nice is not None and p.nice > launcher_nice})
     if not niced:
         return None
     return (
-        f"the server's processes ran at niceness {', '.join(map(str, niced))}, a deployment's at 0: with "
-        "other CPU work on the host the server got less CPU than in service; start the Ray cluster's "
-        "nodes with RAY_worker_niceness=0 in their environment (`RAY_worker_niceness=0 ray start ...`)"
+        f"the server's processes ran at niceness {', '.join(map(str, niced))}, above the sweep's own "
+        f"({launcher_nice}): with other CPU work on the host the server got less CPU than the sweep; start the "
+        "Ray cluster's nodes with RAY_worker_niceness=0 in their environment (`RAY_worker_niceness=0 ray start ...`)"
     )
 
 

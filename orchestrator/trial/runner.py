@@ -59,8 +59,12 @@ def _experiment(spec: TrialSpec) -> SweepSpec:
     return spec.experiment
 
 
-def run_trial(spec: TrialSpec, *, gpu_ids: list[str] | None = None, node: str = "") -> TrialOutcome:
-    """Run one trial end to end and return its outcome (also written to outcome.json)."""
+def run_trial(
+    spec: TrialSpec, *, gpu_ids: list[str] | None = None, node: str = "", launcher_nice: int | None = None
+) -> TrialOutcome:
+    """Run one trial end to end and return its outcome (also written to outcome.json). `launcher_nice`: the
+    nice value of the process that launched the sweep (None: this process's own, as for a trial run in the
+    driver); a server that ran above it is named in the warnings (observe.niceness_warning)."""
     sweep = _experiment(spec)
     trial_dir = Path(spec.trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -78,7 +82,7 @@ def run_trial(spec: TrialSpec, *, gpu_ids: list[str] | None = None, node: str = 
             "gpu_ids": gpu_ids or [],
         },
     )
-    runner = _Runner(sweep, spec, trial_dir, gpu_ids or [])
+    runner = _Runner(sweep, spec, trial_dir, gpu_ids or [], os.nice(0) if launcher_nice is None else launcher_nice)
     try:
         found = runner.run()
         status, failure = TrialStatus.COMPLETE, None
@@ -109,8 +113,9 @@ def run_trial(spec: TrialSpec, *, gpu_ids: list[str] | None = None, node: str = 
 class _Runner:
     """The effectful steps of one trial, with what was learned so far kept for a failure outcome."""
 
-    def __init__(self, sweep: SweepSpec, spec: TrialSpec, trial_dir: Path, gpu_ids: list[str]):
+    def __init__(self, sweep: SweepSpec, spec: TrialSpec, trial_dir: Path, gpu_ids: list[str], launcher_nice: int):
         self.sweep = sweep
+        self.launcher_nice = launcher_nice
         self.spec = spec
         self.dir = trial_dir
         self.gpu_ids = gpu_ids
@@ -235,7 +240,7 @@ class _Runner:
         write_json(self.dir / "fingerprint.json", fp)
         if info is not None and info.status_code == 200:
             write_json(self.dir / "server_info.json", redact.redact_env_tree(info.json()))
-        niced = observe.niceness_warning(observation)
+        niced = observe.niceness_warning(observation, self.launcher_nice)
         if niced:
             self._warn(niced)
         ok, reason = observe.check_env_applied(requested, observation, nccl)

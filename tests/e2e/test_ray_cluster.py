@@ -73,14 +73,16 @@ def test_two_trials_run_at_the_same_time_on_two_nodes(cluster, tmp_path, sqlite_
     for o in outcomes.values():  # each trial had a whole node's 8 GPUs
         spec_json = json.loads((wd / "trials" / f"{o['number']:04d}" / "spec.json").read_text())
         assert len(spec_json["gpu_ids"]) == 8
-    for o in outcomes.values():  # the servers ran at their node's worker niceness, and a raised one is named
+    ours = os.nice(0)  # the sweep's, and the nodes' (this process started them): whatever the runner chose
+    raised = min(ours + 15, 19)  # Ray raises its workers' nice value by 15 above the raylet's, at most to 19
+    for o in outcomes.values():  # the servers ran at their node's worker niceness, and one above ours is named
         nice = {p["nice"] for p in o["effective_env"]["processes"]}
         warned = [w for w in o["warnings"] if "niceness" in w]
-        if o["node"].startswith("127.0.0.2"):
-            assert nice == {os.nice(0)} and not warned, (nice, o["warnings"])
+        assert nice == ({ours} if o["node"].startswith("127.0.0.2") else {raised}), (o["node"], nice)
+        if nice == {ours}:
+            assert not warned, o["warnings"]
         else:
-            assert min(nice) > os.nice(0), nice  # Ray raises its workers' nice value by 15
-            assert warned and "RAY_worker_niceness=0" in warned[0], o["warnings"]
+            assert len(warned) == 1 and "RAY_worker_niceness=0" in warned[0], o["warnings"]
 
 
 def test_sweep_without_the_clusters_token_gets_one_clear_message(cluster, tmp_path):
