@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_adaptive_objective import _experiment, _validate
+from demo_variants import changed_demo, validate
 
 from orchestrator.config import adaptive, eagle, render
 from orchestrator.config import experiment as spec_mod
@@ -104,7 +104,7 @@ def _custom_space(tmp_path: Path, config: str) -> dict:
 def test_a_custom_config_decides_the_steps_and_is_passed_to_sglang(tmp_path: Path):
     config = tmp_path / "adaptive.json"
     config.write_text(json.dumps({"1": {"candidate_steps": [2, 4]}, "8": {"candidate_steps": [0, 2]}}))
-    spec = spec_mod.load(_experiment(tmp_path, {}, space=_custom_space(tmp_path, str(config))))
+    spec = spec_mod.load(changed_demo(tmp_path, {}, space=_custom_space(tmp_path, str(config))))
     total, feasible, reasons = sp.census(spec.space)
     # steps 2 runs only with the custom config (union 0, 2, 4), steps 3 only with the default (0, 1, 3, 5, 7)
     assert (total, feasible) == (7, 5)  # no speculation, 2 fixed chains, 2 of the 4 adaptive points
@@ -131,10 +131,10 @@ def test_a_custom_config_decides_the_steps_and_is_passed_to_sglang(tmp_path: Pat
 def test_a_broken_config_file_is_one_message_at_load(tmp_path: Path):
     config = tmp_path / "adaptive.json"
     config.write_text(json.dumps({"candidate_steps": [1, 3, 7]}))  # the pre-0.5.23 flat shape
-    code, err = _validate(_experiment(tmp_path, {}, space=_custom_space(tmp_path, str(config))))
+    code, err = validate(changed_demo(tmp_path, {}, space=_custom_space(tmp_path, str(config))))
     assert code == 2
     assert "speculative_adaptive_config" in err and "must contain at least one integer-string BS key" in err
     assert "Traceback" not in err
     missing = tmp_path / "nope.json"
-    code, err = _validate(_experiment(tmp_path, {}, space=_custom_space(tmp_path, str(missing))))
+    code, err = validate(changed_demo(tmp_path, {}, space=_custom_space(tmp_path, str(missing))))
     assert code == 2 and f"cannot read the adaptive config {missing}" in err

@@ -3,49 +3,16 @@
 
 from __future__ import annotations
 
-import copy
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from typer.testing import CliRunner
+from demo_variants import DEMO, ROOT, changed_demo, validate
 
-from orchestrator.cli import app
 from orchestrator.config import eagle, render
 from orchestrator.config import experiment as spec_mod
 from orchestrator.search import space as sp
 from orchestrator.simulator import params_from_launch
-
-ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "experiments" / "demo.yaml"
-
-
-def _experiment(tmp_path: Path, change: dict[str, Any], space: dict[str, Any] | None = None) -> Path:
-    """The demo experiment with `change` merged in (one level deep), the shipped spaces beside it."""
-    shutil.copytree(ROOT / "search_spaces", tmp_path / "search_spaces", dirs_exist_ok=True)
-    (tmp_path / "experiments").mkdir(exist_ok=True)
-    data = copy.deepcopy(yaml.safe_load(DEMO.read_text()))
-    for key, value in change.items():
-        if value is None:
-            data.pop(key, None)
-        elif isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key] = {**data[key], **value}
-        else:
-            data[key] = value
-    if space is not None:
-        (tmp_path / "search_spaces" / "extra.yaml").write_text(yaml.safe_dump(space))
-        data["search_space"] = ["../search_spaces/extra.yaml"]
-    exp = tmp_path / "experiments" / "exp.yaml"
-    exp.write_text(yaml.safe_dump(data, sort_keys=False))
-    return exp
-
-
-def _validate(exp: Path) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["validate", str(exp)])
-    return result.exit_code, result.stderr
-
 
 # ------------------------------------------------------------------ speculative_adaptive: the rules
 
@@ -167,15 +134,15 @@ def test_the_shipped_space_only_offers_adaptive_where_sglang_runs_it():
     ],
 )
 def test_adaptive_mistakes_get_one_clear_message(tmp_path: Path, change, message):
-    exp = _experiment(tmp_path, change)
-    code, err = _validate(exp)
+    exp = changed_demo(tmp_path, change)
+    code, err = validate(exp)
     expected = message.format(exp=exp, spaces=tmp_path / "search_spaces")
     assert (code, err) == (2, f"error: {expected}\n")
 
 
 def test_adaptive_as_a_plain_bool_outside_the_eagle_space_needs_its_rules(tmp_path: Path):
     """A space may offer the knob on its own: points without speculation are then infeasible, not launched."""
-    exp = _experiment(
+    exp = changed_demo(
         tmp_path,
         {},
         space={
@@ -200,7 +167,7 @@ def test_adaptive_as_a_plain_bool_outside_the_eagle_space_needs_its_rules(tmp_pa
 
 
 def test_the_objective_level_is_where_the_search_benchmarks(tmp_path: Path):
-    exp = _experiment(tmp_path, {"objective": {"metric": "output_tok_s", "concurrency": 32}})
+    exp = changed_demo(tmp_path, {"objective": {"metric": "output_tok_s", "concurrency": 32}})
     spec = spec_mod.load(exp)
     assert spec.objective.concurrency == 32
     assert spec.benchmark.concurrency == 32
@@ -208,13 +175,13 @@ def test_the_objective_level_is_where_the_search_benchmarks(tmp_path: Path):
 
 
 def test_the_same_level_in_both_places_is_accepted(tmp_path: Path):
-    exp = _experiment(tmp_path, {"objective": {"concurrency": 8}, "benchmark": {"concurrency": 8, "requests": 40}})
+    exp = changed_demo(tmp_path, {"objective": {"concurrency": 8}, "benchmark": {"concurrency": 8, "requests": 40}})
     spec = spec_mod.load(exp)
     assert (spec.benchmark.concurrency, spec.benchmark.requests) == (8, 40)
 
 
 def test_without_an_objective_level_the_benchmark_level_stands(tmp_path: Path):
-    exp = _experiment(tmp_path, {"objective": {"concurrency": None}, "benchmark": {"concurrency": 4}})
+    exp = changed_demo(tmp_path, {"objective": {"concurrency": None}, "benchmark": {"concurrency": 4}})
     spec = spec_mod.load(exp)
     assert (spec.objective.concurrency, spec.benchmark.concurrency) == (None, 4)
 
@@ -232,8 +199,8 @@ def test_without_an_objective_level_the_benchmark_level_stands(tmp_path: Path):
     ],
 )
 def test_objective_level_mistakes_get_one_clear_message(tmp_path: Path, change, message):
-    exp = _experiment(tmp_path, change)
-    code, err = _validate(exp)
+    exp = changed_demo(tmp_path, change)
+    code, err = validate(exp)
     assert code == 2
     assert err.startswith(f"error: {message.format(exp=exp)}"), err
 

@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from browser_helpers import CHROMIUM, FLAGS, serving_ui
 from e2e_helpers import SWEEP
-from test_ui import CHROMIUM, FLAGS, serving_ui
 
 pytestmark = pytest.mark.slow
 

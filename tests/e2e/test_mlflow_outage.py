@@ -10,10 +10,9 @@ import time
 import uuid
 
 import pytest
-from e2e_helpers import served_experiment, sweep, write_experiment
+from e2e_helpers import served_experiment, start_sweep, sweep, trial_files, wait_for, wait_until_gone, write_experiment
 from mlflow.tracking import MlflowClient
 from mlflow_fixtures import MlflowServer, sqlite_store_template  # noqa: F401 (fixture)
-from test_resume import start_sweep, trial_files, wait_for, wait_until_gone
 
 from orchestrator.search.study import read_only
 

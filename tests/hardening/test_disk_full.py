@@ -7,7 +7,6 @@ trial measured before the disk filled is still there with the same value (nothin
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import uuid
@@ -15,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from disk_helpers import fill
 from e2e_helpers import MARKER, measured, served_experiment, start_sweep, sweep, wait_for, write_experiment
 
 from orchestrator.search.study import read_only
@@ -38,25 +38,6 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-
-
-def _fill(folder: Path) -> Path:
-    """Take every free byte of the filesystem under `folder`: one big file, then small ones."""
-    filler = folder / "filler"
-    # Unbuffered, and the suppress outside the file: CI failed here (ENOSPC on the `with` line) when the
-    # buffered file's close flushed the bytes the full disk had refused, after the suppress had already exited.
-    with contextlib.suppress(OSError), open(filler, "wb", buffering=0) as f:
-        while True:
-            f.write(b"\0" * (1 << 20))
-            f.flush()
-    for i in range(10_000):  # the last blocks, and inodes
-        try:
-            (folder / f"filler-{i}").write_bytes(b"\0" * 512)
-        except OSError:
-            break
-    with pytest.raises(OSError):  # full: a new megabyte finds no room (the glob "filler-*" removes the probe)
-        (folder / "filler-probe").write_bytes(b"\0" * (1 << 20))
-    return filler
 
 
 def _complete(wd: Path, name: str) -> dict[int, float]:
@@ -83,7 +64,7 @@ def test_a_full_disk_stops_the_sweep_with_one_message_and_resume_loses_nothing(t
     proc = start_sweep(exp, wd, marker, log)
     try:
         wait_for(lambda: len(_complete(wd, name)) >= 2, proc, log, timeout_s=300)
-        filler = _fill(small_fs)
+        filler = fill(small_fs)
         code = proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
@@ -134,7 +115,7 @@ def test_mlflow_meeting_a_full_disk_says_so_and_how_to_fix_it(tmp_path: Path, sm
     )
     parent = tracker.start_sweep(run_name="s", params={}, tags={})
     run_id = tracker.start_trial(parent, number=1, params={"NCCL_PROTO": "LL"}, role="search", tags={})
-    filler = _fill(small_fs)
+    filler = fill(small_fs)
     try:
         with pytest.raises(TrackingError) as raised:
             for number in range(2, 200):  # sqlite may still fit a few rows in its free pages

@@ -238,7 +238,7 @@ def test_a_moved_or_copied_work_directory_reads_and_writes_only_itself(finished,
 def test_a_report_that_does_not_fit_on_the_disk_is_a_warning(finished, tmp_path: Path, capsys) -> None:
     """The issue's case: a promoted sweep exited 1 when report.html did not fit on the disk. The page is
     written last; now its failure is a warning naming the fix (the finished sweep on a real full tmpfs)."""
-    from test_disk_full import _fill
+    from disk_helpers import fill
 
     from orchestrator.cli._app import publish_report
     from orchestrator.sweep.status import read_state
@@ -256,7 +256,7 @@ def test_a_report_that_does_not_fit_on_the_disk_is_a_warning(finished, tmp_path:
         shutil.copytree(template, wd)
         (wd / "report.html").unlink(missing_ok=True)
         read_state(wd)  # the copy adopts its new place while there is room (status, export do the same)
-        _fill(small)
+        fill(small)
         publish_report(wd, None)  # returns: no OSError reaches the CLI, whose exit code would be 1
         assert "report not written" in capsys.readouterr().err
     finally:

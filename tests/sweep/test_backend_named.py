@@ -8,8 +8,8 @@ import json
 
 import yaml
 from e2e_helpers import demo_experiment
+from loop_helpers import run_sweep
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
-from test_loop import run_sweep
 
 from orchestrator.execute.inline import InlineExecutor
 from orchestrator.probe.result import ProbeResult, write_probe

@@ -4,13 +4,10 @@ what `sweep export` says when the sweep promoted nothing."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
-from e2e_helpers import demo_experiment, write_experiment
+from e2e_helpers import write_experiment
+from loop_helpers import CountingExecutor, experiment, run_sweep
 from mlflow import MlflowClient
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
-from test_loop import CountingExecutor, run_sweep
 from typer.testing import CliRunner
 
 from orchestrator import cli
@@ -18,38 +15,6 @@ from orchestrator.config import experiment as spec_mod
 from orchestrator.results import export
 from orchestrator.sweep import state as st
 from orchestrator.sweep.driver import Sweep
-
-
-def space(tmp_path: Path, steps: int) -> Path:
-    """NCCL_P2P_LEVEL=SYS (about +48% on the simulated PCIe host) and EAGLE-3 with `steps` draft steps
-    (on top of it: about -1% with 1 step, +8% with 3; nothing left from about 16 streams on)."""
-    path = tmp_path / "space.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "two-parts",
-                "params": {
-                    "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
-                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-                    "speculative_num_steps": {"choices": [steps], "when": {"speculative_algorithm": "EAGLE3"}},
-                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-                },
-            }
-        )
-    )
-    return path
-
-
-def experiment(tmp_path: Path, steps: int, **promotion: object) -> dict:
-    """Every point of the space measured once (grid), then the confirmation."""
-    data = demo_experiment(
-        name="verdict",
-        budget={"trials": 4, "concurrent_trials": 2},
-        sampler={"kind": "grid", "seed": 0},
-        promotion={"min_rounds": 3, "max_rounds": 6, "explain": True, **promotion},
-    )
-    data["search_space"] = [str(space(tmp_path, steps))]
-    return data
 
 
 def test_summary_names_each_contribution(tmp_path, sqlite_store_template):

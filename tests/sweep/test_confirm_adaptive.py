@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from e2e_helpers import CAPTURE_TOKENS, chain_experiment
+from loop_helpers import run_sweep
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
-from test_loop import run_sweep
 
 from orchestrator.execute.inline import InlineExecutor
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from e2e_helpers import chain_experiment
+from loop_helpers import run_sweep
 from mlflow import MlflowClient
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
-from test_loop import run_sweep
 
 from orchestrator.results import export
 from orchestrator.sweep import publish

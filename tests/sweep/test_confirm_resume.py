@@ -1,15 +1,14 @@
 """The verdict survives an unreadable summary.json: the study keeps the promotion's outcome, so a
 --resume of a decided sweep neither confirms nor registers again (issue 23, item 4). In-process
-(test_loop's CountingExecutor, real Optuna and MLflow sqlite stores)."""
+(loop_helpers' CountingExecutor, real Optuna and MLflow sqlite stores)."""
 
 from __future__ import annotations
 
 import pytest
 from e2e_helpers import write_experiment
+from loop_helpers import CountingExecutor, experiment
 from mlflow import MlflowClient
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
-from test_confirm import experiment
-from test_loop import CountingExecutor
 from typer.testing import CliRunner
 
 from orchestrator import cli

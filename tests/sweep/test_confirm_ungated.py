@@ -1,13 +1,12 @@
 """Without a gate (promotion.max_rounds: 0) the search-phase champion is promoted only when its one
-measurement shows promotion.min_gain over the baseline's (issue 23, item 6). In-process (test_loop's
+measurement shows promotion.min_gain over the baseline's (issue 23, item 6). In-process (loop_helpers'
 CountingExecutor, real Optuna and MLflow sqlite stores)."""
 
 from __future__ import annotations
 
+from loop_helpers import experiment, run_sweep
 from mlflow import MlflowClient
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
-from test_confirm import experiment
-from test_loop import run_sweep
 
 from orchestrator.sweep import state as st
 

@@ -6,74 +6,21 @@ integration check that both executors drive the loop alike."""
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
 from e2e_helpers import demo_experiment, write_experiment
+from loop_helpers import run_sweep
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixture)
 
 from orchestrator.config import experiment as spec_mod
-from orchestrator.execute.base import Executor, Finished
 from orchestrator.execute.inline import InlineExecutor
 from orchestrator.search.study import read_only
 from orchestrator.sweep import state as st
 from orchestrator.sweep.driver import Sweep
 from orchestrator.sweep.status import status_report
 from orchestrator.testing import ModelExecutor
-
-
-class CountingExecutor:
-    """An executor (the model-backed one unless told), noting how many trials ran at once."""
-
-    def __init__(self, slots: int, inner: Executor | None = None):
-        self.inner: Executor = inner or ModelExecutor(slots)
-        self.running_now = 0
-        self.most_at_once = 0
-        self.submitted: list[int] = []
-        self._count = threading.Lock()
-
-    @property
-    def clock(self):  # type: ignore[no-untyped-def]
-        return self.inner.clock
-
-    def start(self):  # type: ignore[no-untyped-def]
-        return self.inner.start()
-
-    def idle(self) -> int:
-        return self.inner.idle()
-
-    def abort(self, handle: int) -> None:
-        self.inner.abort(handle)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def submit(self, spec):  # type: ignore[no-untyped-def]
-        with self._count:
-            self.submitted.append(spec.number)
-            self.running_now += 1
-            self.most_at_once = max(self.most_at_once, self.running_now)
-        return self.inner.submit(spec)
-
-    def wait(self, timeout_s: float) -> list[Finished]:
-        done = self.inner.wait(timeout_s)
-        with self._count:
-            self.running_now -= len(done)
-        return done
-
-
-def run_sweep(
-    tmp_path: Path, template: Path, data: dict, slots: int = 2, inner: Executor | None = None
-) -> tuple[Path, st.SweepSummary, CountingExecutor, list]:
-    spec = spec_mod.load(write_experiment(tmp_path, data))
-    wd = tmp_path / "wd"
-    copy_store(template, wd)
-    events: list = []
-    executor = CountingExecutor(slots, inner)
-    summary = Sweep(spec, wd, executor=executor, on_event=events.append).run()
-    return wd, summary, executor, events
 
 
 def tiny_space(tmp_path: Path) -> Path:

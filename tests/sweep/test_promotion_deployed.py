@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 from e2e_helpers import demo_experiment, write_experiment
+from loop_helpers import run_sweep
 from mlflow import MlflowClient
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
-from test_loop import run_sweep
 
 from orchestrator.config import experiment as spec_mod
 from orchestrator.records import TrialOutcome
@@ -78,12 +78,13 @@ def test_a_simpler_promotion_is_measured_registered_and_starred_as_itself(tmp_pa
     assert summary.promoted_config == "no_speculation"
     number = champion["number"]
     label = f"trial {number} without speculation"
-    assert summary.deployed == {
+    assert {k: v for k, v in (summary.deployed or {}).items() if k != "why"} == {
         "name": "no_speculation",
         "label": label,
         "number": number,
         "params": {"NCCL_P2P_LEVEL": "SYS"},
     }
+    assert "shown to add less than +1.0%" in (summary.deployed or {})["why"]
     verdict = summary.verdict or ""
     assert verdict.startswith(f"promoted {label} at 1 stream (objective decode_tok_s): "), verdict
     assert "EAGLE-3 on top" in verdict and "shown to add less than +1.0% (promotion.equivalence_margin)" in verdict
@@ -118,10 +119,12 @@ def test_a_simpler_promotion_is_measured_registered_and_starred_as_itself(tmp_pa
     run = client.get_run(version.run_id)
     assert run.data.tags["sweep.confirm_of"] == "no_speculation" and run.data.tags["sweep.role"] == "confirm"
     assert run.data.params["NCCL_P2P_LEVEL"] == "SYS" and run.data.params.get("speculative_algorithm") == "unset"
-    assert (version.description or "").startswith(f"{label}: confirmed over ")
+    heading = f"**Deployed: {label} (instead of trial {number}, the search's pick)**"
+    assert (version.description or "").startswith(heading), version.description
+    assert "**Confirmed gain at 1 stream: +" in (version.description or "")
     described = publish.description(publish.build(wd), {})
-    assert f"**Deployed: {label}** (the figures below are its own)." in described
-    assert described.splitlines()[0].endswith(f", deployed: {label}")  # the parent run's title names it too
+    assert heading in described
+    assert described.splitlines()[0].endswith(f": deployed {label}")  # the parent run's title names it too
     publish.publish(wd)
     starred = [
         r.info.run_id for r in client.search_runs([run.info.experiment_id]) if r.data.tags.get(convert.CHAMPION_TAG)
