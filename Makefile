@@ -6,12 +6,26 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-fast test-sglang check browser clean
+.PHONY: install hooks demo test test-fast test-sglang check browser clean
 
 # Two stamps: the demo needs the package alone (the simulator, Ray, Optuna, MLflow); the tests also need
 # the test extra, whose torch (SGLang 0.5.23's pin, 2.14.1, a CUDA build with NCCL: several GB) the probe's
 # tests import, so a newcomer's `make demo` does not wait for it.
 install: $(VENV)/.installed
+	@hooks=$$(git rev-parse --git-path hooks 2>/dev/null) && ! cmp -s scripts/commit-msg "$$hooks/commit-msg" \
+	  && echo "hint: 'make hooks' installs the commit-msg hook (subject <= 72 characters, blank line before the body)" || true
+
+# The commit-msg hook (scripts/commit-msg) into this clone's hooks folder. An existing different hook is never
+# overwritten: the target says so and stops; compare the two, remove or merge yours, and run it again.
+hooks:
+	@hooks=$$(git rev-parse --git-path hooks) || { echo "make hooks: not a git checkout"; exit 1; }; \
+	target="$$hooks/commit-msg"; \
+	if [ -e "$$target" ] && ! cmp -s scripts/commit-msg "$$target"; then \
+	  echo "make hooks: $$target exists and differs from scripts/commit-msg: left as it is."; \
+	  echo "  compare them (diff $$target scripts/commit-msg), remove or merge yours, then run make hooks again"; \
+	  exit 1; \
+	fi; \
+	mkdir -p "$$hooks" && cp scripts/commit-msg "$$target" && chmod +x "$$target" && echo "commit-msg hook: $$target"
 
 $(VENV)/.installed-base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
