@@ -31,8 +31,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "results": frozenset({"leaf", "config", "simulator"}),
     "tracking": frozenset({"leaf", "config", "results"}),
     "execute": frozenset({"leaf", "config", "trial"}),
-    "sweep": frozenset({"leaf", "config", "search", "trial", "probe", "results", "tracking", "execute"}),
-    "cli": frozenset({"leaf", "config", "search", "trial", "probe", "results", "tracking", "execute", "sweep"}),
+    "verdict": frozenset({"leaf", "config", "results"}),
+    "sweep": frozenset({"leaf", "config", "search", "trial", "probe", "results", "tracking", "execute", "verdict"}),
+    "cli": frozenset(
+        {"leaf", "config", "search", "trial", "probe", "results", "tracking", "execute", "verdict", "sweep"}
+    ),
     "simulator": frozenset(),
     "testing": frozenset({"leaf", "config", "trial", "execute", "simulator", "results"}),
 }
@@ -210,7 +213,7 @@ def test_function_local_imports_only_defer_heavy_packages_and_say_so() -> None:
     assert not wrong, "function-local imports:\n" + "\n".join(wrong)
 
 
-MAX_MODULE_LINES = 600
+MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 300
 BIG_BY_NATURE = {"orchestrator.simulator.model"}
 """The simulator's performance model: one table of equations, read top to bottom."""

@@ -16,7 +16,7 @@ from orchestrator.cli._app import WORKDIR, app, err, guard, load_experiment, out
 from orchestrator.config import commplan, knobs
 from orchestrator.config import experiment as spec_mod
 from orchestrator.config.allreduce import CommContext
-from orchestrator.config.space import check_enumerable
+from orchestrator.config.space import check_enumerable, stratified
 from orchestrator.errors import UserError
 from orchestrator.probe import comm
 from orchestrator.probe.comm import ProfileError
@@ -27,7 +27,7 @@ from orchestrator.results import truth as truth_mod
 from orchestrator.search import space as sp
 from orchestrator.sweep import schedule
 from orchestrator.sweep._workdir import default_workdir
-from orchestrator.sweep.status import status_report
+from orchestrator.sweep.status import status_report, verdict_of
 from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
 
@@ -73,14 +73,10 @@ def plan(
     s = load_experiment(experiment)
     rng = random.Random(s.sampler.seed)
     points = [sp.baseline_params(s.space)]
-    seen = {sp.key(points[0])}
-    for _ in range(10_000):  # a few feasible examples drawn from the space, after the baseline
-        if len(points) >= limit:
-            break
-        p = sp.random_point(s.space, rng)
-        if sp.infeasible_reason(p) is None and sp.key(p) not in seen:
-            seen.add(sp.key(p))
-            points.append(p)
+    draws = (p for p in (sp.random_point(s.space, rng) for _ in range(10_000)) if sp.infeasible_reason(p) is None)
+    algo = s.space.params.get("speculative_algorithm")  # one example per algorithm first, then any
+    strata = [v for v in algo.values() if v is not None] if algo is not None else []
+    points += stratified((p for p in draws if p != points[0]), "speculative_algorithm", strata, limit - 1)
     points = points[:limit]
     plans = [planner.make(s, p, port=s.server.port_range[0] + i, seed=i) for i, p in enumerate(points)]
     if as_json:
@@ -248,11 +244,25 @@ def truth(
         )
     out.print(table)
     if workdir is not None:
+        _rank_sweep(s, t, workdir)
+
+
+def _rank_sweep(s: spec_mod.SweepSpec, t: truth_mod.Truth, workdir: Path) -> None:
+    """The sweep's verdict ranked against the true optimum: what it deployed (the search's pick when nothing
+    was deployed), or, before the end, its best measurement so far."""
+    v = verdict_of(workdir)
+    if v is not None and v.subject is not None:
+        who = f"deployed ({v.subject.label})" if v.deployed is not None else f"the search's pick ({v.subject.label})"
+        params = dict(v.subject.params)
+    else:
         best = status_report(workdir).best
-        if best:
-            value = truth_mod.evaluator(s)(sp.complete(s.space, best.params))
-            ratio = value / t.optimum if t.maximize else t.optimum / value
-            out.print(
-                f"sweep best (trial {best.number}): true {s.objective.metric} {value:.2f} = "
-                f"{ratio * 100:.1f}% of the optimum, rank {t.rank_of_value(value)} of {len(t.values)}"
-            )
+        if not best:
+            return
+        who, params = f"sweep best so far (trial {best.number}, no verdict yet)", dict(best.params)
+    value = truth_mod.evaluator(s)(sp.complete(s.space, params))
+    ratio = value / t.optimum if t.maximize else t.optimum / value
+    out.print(
+        f"{who}: true {s.objective.metric} {value:.2f} = "
+        f"{ratio * 100:.1f}% of the optimum, rank {t.rank_of_value(value)} of {len(t.values)}",
+        soft_wrap=True,
+    )

@@ -33,6 +33,7 @@ from orchestrator.sweep import state as st
 from orchestrator.sweep._probe_stage import probe_log
 from orchestrator.sweep.status import LiveProgress, moved_from, read_state, status_report
 from orchestrator.tracking import probe_run
+from orchestrator.verdict import render as verdict_render
 
 
 @app.command()
@@ -281,41 +282,22 @@ def _print_summary(s: spec_mod.SweepSpec, summary: st.SweepSummary, wd: Path) ->
     drift = summary.baseline_drift
     if drift.flagged and drift.max_relative_change is not None:
         out.print(f"[yellow]baseline drifted by {drift.max_relative_change * 100:.1f}% during the sweep[/]")
-    champ = summary.champion
-    if champ:
-        knobs = "\n".join(f"    {k} = {v}" for k, v in champ["params"].items()) or "    (engine defaults)"
-        out.print(f"champion: trial {champ['number']}\n{knobs}")
-        if summary.search_value is not None:
-            out.print(
-                f"  search phase (one measurement, the best of many): {s.objective.metric} {summary.search_value:.2f}"
-            )
-    deployed = summary.deployed
-    if deployed and summary.promoted_config != "champion":  # another configuration than the search's pick
-        knobs = "\n".join(f"    {k} = {v}" for k, v in deployed["params"].items()) or "    (engine defaults)"
-        out.print(f"deployed: {deployed['label']} (every figure below is its own)\n{knobs}")
-    if summary.confirmed:
-        color = "yellow" if summary.confirmed.label == "unconfirmed" else "bold"
-        out.print(f"  [{color}]{escape(summary.confirmed.text())}[/]", soft_wrap=True)
-    for part in summary.contributions:
-        out.print(f"  why: {escape(part.text())}", soft_wrap=True)
-    if summary.concurrency_verdict:
-        out.print(f"  by load: {escape(summary.concurrency_verdict)}", soft_wrap=True)
+    verdict = summary.the_verdict()
+    for line in verdict_render.lines(verdict) if verdict is not None else []:
+        out.print(line, soft_wrap=True, highlight=False, markup=False)
     if summary.importances:
         top = ", ".join(f"{k} {v:.2f}" for k, v in list(summary.importances.items())[:5])
         out.print(f"  parameter importances (Optuna, fANOVA): {top}", soft_wrap=True)
-    outcome = summary.outcome.value if summary.outcome else "no verdict"
-    if summary.promoted:
-        label = " [yellow]UNCONFIRMED[/]" if summary.outcome is st.Outcome.unconfirmed else ""
-        # The figures are above; the verdict's words matter when a simpler configuration or no gate was used.
-        said = "" if summary.promoted_config == "champion" else f": {escape(summary.verdict or '')}"
+    if verdict is not None and verdict.promoted and verdict.deployed is not None:
+        label = " [yellow]UNCONFIRMED[/]" if not verdict.gated else ""
         out.print(
-            f"[green]promoted[/]{label} {s.promotion.model_name}@{s.promotion.alias} "
-            f"(version {summary.model_version}){said}",
+            f"[green]promoted[/]{label} {s.promotion.model_name}@{s.promotion.alias} (version "
+            f"{verdict.model_version}): {escape(verdict.deployed.label)}: {escape(verdict.text)}",
             soft_wrap=True,
         )
-        out.print(f"env file: [bold]{summary.env_file}[/]")
-    elif summary.verdict:
-        out.print(f"[yellow]not promoted ({outcome.replace('_', ' ')})[/]: {escape(summary.verdict)}", soft_wrap=True)
+        out.print(f"env file: [bold]{verdict.env_file}[/]")
+    elif verdict is not None:
+        out.print(f"[yellow]not promoted ({_outcome_words(verdict)})[/]: {escape(verdict.text)}", soft_wrap=True)
     out.print(f"browse the results: [bold]sweep ui --workdir {wd}[/]")
 
 
@@ -370,12 +352,13 @@ def status(
     _print_schedule(rep.schedule if rep.status == "running" else [])
     if rep.failures:
         out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.failures.items())))
+    verdict = _finished_verdict(wd, rep.status)
     best = rep.best
     if best:
         sp_txt = f" ({best.speedup_pct:+.1f}% vs baseline)" if best.speedup_pct is not None else ""
-        label = "best so far" if rep.phase == "search" else "best searched trial"
+        label = "best so far" if rep.phase == "search" else "best single search measurement"
         out.print(f"{label}: trial {best.number}: {rep.objective} = {best.value:.2f}{sp_txt} (search phase)")
-        for k, v in best.params.items():
+        for k, v in best.params.items() if verdict is None else ():  # once decided, the verdict's knobs
             out.print(f"    {k} = {v}")
     if rep.baseline is not None:
         out.print(f"baseline: {rep.baseline:.2f} ({len(rep.baselines)} measurement(s))")
@@ -386,18 +369,29 @@ def status(
         )
     if rep.stop_reason:
         out.print(f"stop reason: {rep.stop_reason}")
+    if verdict is not None:
+        for line in verdict_render.lines(verdict):
+            out.print(line, soft_wrap=True, highlight=False, markup=False)
+        out.print(f"verdict ({_outcome_words(verdict)}): {escape(verdict.text)}", soft_wrap=True)
+    env_file = verdict.env_file if verdict is not None and verdict.promoted else rep.env_file
+    if env_file:
+        out.print(f"env file: [bold]{env_file}[/]")
+
+
+def _outcome_words(verdict: st.Verdict) -> str:
+    return verdict.outcome.words if verdict.outcome is not None else "interrupted"
+
+
+def _finished_verdict(wd: Path, status: str) -> st.Verdict | None:
+    """The verdict of a finished sweep (summary.json), or None while it runs (a resumed run's old one is not
+    shown) or before any promotion ended."""
+    if status == "running":
+        return None
     try:
         summary = st.SweepSummary.model_validate_json((wd / "summary.json").read_text())
     except (OSError, ValueError):
-        summary = None  # no verdict yet (running, or stopped before the end)
-    if summary is not None and summary.outcome is not None and rep.status != "running":  # not a resumed run's old one
-        if summary.confirmed:
-            out.print(f"champion {escape(summary.confirmed.text())}", soft_wrap=True)
-        out.print(
-            f"verdict ({summary.outcome.value.replace('_', ' ')}): {escape(summary.verdict or '')}", soft_wrap=True
-        )
-    if rep.env_file:
-        out.print(f"env file: [bold]{rep.env_file}[/]")
+        return None  # no verdict yet (stopped before the end)
+    return summary.the_verdict()
 
 
 @app.command()

@@ -59,8 +59,14 @@ class ReportInput:
     table: pd.DataFrame
     """`report.results_table`: one row per trial, best first."""
     champion_trial: int | None = None
+    champion_label: str = ""
+    """The verdict's configuration in words ("trial 13", "trial 16 without speculation")."""
     champion_params: Mapping[str, Any] = field(default_factory=dict)
     champion_value: float | None = None
+    which: str = "deployed"
+    """What the "which" card names: "deployed", or "the search's pick (not deployed)"."""
+    gated: bool = True
+    """Whether a gate measured the gain (interleaved rounds); "confirmed" is said only then."""
     verdict: str = ""
     promoted: bool = False
     gain: float | None = None
@@ -157,9 +163,9 @@ def _champion_cards(r: ReportInput) -> str:
     rounds = f" over {r.confirm_rounds} confirmation rounds" if r.confirm_rounds else ""
     at = "" if r.concurrency is None else f" at {contrib.streams(r.concurrency, short=True)}"
     return f"""<div class="cards">
-<div class="card" id="champion"><div class="label">Which: champion</div><div class="big">trial {r.champion_trial}</div>
+<div class="card" id="champion"><div class="label">Which: {_e(r.which)}</div><div class="big">{_e(r.champion_label or f"trial {r.champion_trial}")}</div>
 <div>{value}</div><ul>{knobs}</ul></div>
-<div class="card" id="gain"><div class="label">How much: confirmed gain{_e(at)}</div>
+<div class="card" id="gain"><div class="label">How much: {"confirmed" if r.gated else "UNCONFIRMED"} gain{_e(at)}</div>
 <div class="big {gain_cls}">{_pct(r.gain) or "n/a"}</div><div>{interval}{_e(rounds)}</div>
 <p>{_e(r.verdict)}</p><p>{promoted}{env}</p></div>
 <div class="card" id="why"><div class="label">Why</div>{_why(r)}</div>

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._promotion import Decided, Promotion
 from orchestrator.sweep.state import Outcome, SweepSummary
+from orchestrator.verdict.value import Verdict
 
 log = logging.getLogger("sweep")
 
@@ -36,6 +37,7 @@ _PROMOTION_FIELDS = (
     "env_file",
     "run_id",
     "deployed",
+    "not_measured",
 )
 
 
@@ -63,6 +65,7 @@ def already_decided(ctx: Context) -> dict[str, Any] | None:
         f"already decided before this --resume, nothing measured or registered again: "
         f"{decided.verdict or decided.outcome.value}"
     )
+    kept["decision"] = Verdict.of(kept, ctx.spec.objective.metric, ctx.study.importances())
     return kept
 
 

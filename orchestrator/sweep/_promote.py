@@ -36,6 +36,8 @@ from orchestrator.sweep.state import ArmDropped, BaselineDrift, Outcome, StopKin
 from orchestrator.sweep.status import recorded_speedups
 from orchestrator.trial import observe
 from orchestrator.trial import plan as planner
+from orchestrator.verdict import render as verdict_render
+from orchestrator.verdict.value import Verdict
 
 log = logging.getLogger("sweep")
 
@@ -57,6 +59,8 @@ def finish(ctx: Context) -> SweepSummary:
         promoted = promote(ctx)
         remember(ctx, promoted)
         promotion = promoted.summary_fields(ctx.spec.objective.metric)
+    if "outcome" in promotion or "verdict" in promotion:
+        promotion["decision"] = Verdict.of(promotion, ctx.spec.objective.metric, ctx.study.importances())
     summary = _summary(ctx, promotion)
     _log_summary(ctx, summary, status)
     ctx.track.end_sweep(ctx.parent_run_id or "", "FINISHED" if status == "finished" else "KILLED")
@@ -192,7 +196,7 @@ def promote(ctx: Context) -> Promotion:
         )
     note = choice.verdict.strip(". ")
     choice = replace(choice, verdict=f"{gate.verdict}. {note}" if note else gate.verdict, figures=gate.figures)
-    promoted = register(ctx, picked, choice, measured.rows)
+    promoted = register(ctx, picked, choice, measured.rows, gate)
     return Promotion(
         promoted.outcome,
         promoted.verdict,
@@ -680,7 +684,11 @@ def _level(ctx: Context, measured: _confirm.Measured, a_name: str, b_name: str) 
 
 
 def register(
-    ctx: Context, champion: Champion, choice: Choice, rows: tuple[_confirm.ConfirmationRow, ...] = ()
+    ctx: Context,
+    champion: Champion,
+    choice: Choice,
+    rows: tuple[_confirm.ConfirmationRow, ...] = (),
+    gate: Gate | None = None,
 ) -> Promotion:
     """Register the chosen configuration under the alias and write the sweep's champion.env: its own
     knobs, figures and MLflow run (a derived configuration's first confirmation run at the gate's level;
@@ -716,7 +724,7 @@ def register(
             model_name=spec.promotion.model_name,
             serving_config=config,
             alias=spec.promotion.alias,
-            description=f"{choice.label}: {choice.figures.text()}. {choice.verdict}"[:5000],
+            description=_version_description(ctx, champion, choice, gate),
         )
     except TrackingError as exc:
         log.warning("not promoted: %s", exc)
@@ -743,6 +751,16 @@ def register(
         ),
         choice=choice,
     )
+
+
+def _version_description(ctx: Context, champion: Champion, choice: Choice, gate: Gate | None) -> str:
+    """The registry version's description: the Verdict the promotion is about to reach, rendered as every
+    view renders it (orchestrator.verdict.render)."""
+    fields = Promotion(
+        choice.outcome, choice.verdict, champion, gate=gate, confirmed=choice.figures, choice=choice
+    ).summary_fields(champion.metric)
+    about = Verdict.of(fields, champion.metric)
+    return "\n\n".join(verdict_render.markdown(about))[:5000]
 
 
 def _source(

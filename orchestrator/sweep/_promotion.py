@@ -136,6 +136,7 @@ class Choice:
             "label": self.label,
             "number": self.number,
             "params": {k: v for k, v in self.params.items() if v is not None},
+            **({"why": self.why} if self.why else {}),
         }
 
 

@@ -34,6 +34,8 @@ from orchestrator.sweep._workdir import Paths
 from orchestrator.sweep.state import SweepState, SweepSummary
 from orchestrator.sweep.status import read_state, recorded_speedups
 from orchestrator.tracking.tracker import Tracker
+from orchestrator.verdict import render as verdict_render
+from orchestrator.verdict.value import Configuration, Verdict
 
 log = logging.getLogger("sweep")
 
@@ -49,6 +51,7 @@ class Report:
     plots: list[optuna_plots.Plot]
     state: SweepState
     summary: SweepSummary | None
+    verdict: Verdict | None = None
 
 
 def _spec(workdir: Path) -> SweepSpec:
@@ -110,57 +113,54 @@ def _failures(done: Sequence[TrialOutcome]) -> list[report_html.Failure]:
     ]
 
 
-def _findings(summary: SweepSummary) -> dict[str, Any]:
+def _findings(v: Verdict) -> dict[str, Any]:
+    """The verdict's findings for the page's "why" card: whose parts, the search's pick, the load levels."""
     found: dict[str, Any] = {}
-    if summary.contributions:
-        found["contributions"] = [
+    if v.parts:
+        found[v.parts_heading()] = [
             f"{c.part}: {c.interval.gain * 100:+.1f}% (95% interval {c.interval.low * 100:+.1f}% "
             f"to {c.interval.high * 100:+.1f}%, {c.a} vs {c.b})"
-            for c in summary.contributions
+            for c in v.parts
         ]
-    if summary.deployed and summary.promoted_config != "champion":
-        found["promoted configuration"] = f"{summary.deployed['label']}: " + ", ".join(
-            f"{k}={v}" for k, v in summary.deployed["params"].items()
-        )
-    elif summary.promoted_config and summary.promoted_config != "champion":
-        found["promoted configuration"] = summary.promoted_config
-    if summary.concurrency:
-        gate = summary.confirmed.concurrency if summary.confirmed else None
+    if v.replaced:
+        found["why this configuration"] = v.replaced
+    if (pick := verdict_render.pick_line(v)) is not None:
+        found["search's pick"] = pick.removeprefix("the search's pick: ")
+    if v.levels:
+        gate = v.figures.concurrency if v.figures else None
         found["gain per concurrency"] = [
             f"{contrib.streams(g.concurrency, short=True)}{' (the gate level)' if g.concurrency == gate else ''}: "
             f"{g.interval.gain * 100:+.1f}% ({g.interval.low * 100:+.1f}% to {g.interval.high * 100:+.1f}%)"
             + (f"; adaptive steps against {g.steps.fixed}: {g.steps.text(g.concurrency)}" if g.steps else "")
-            for g in summary.concurrency
+            for g in v.levels
         ]
-    if summary.concurrency_verdict:
-        found["concurrency"] = summary.concurrency_verdict
-    if summary.search_value is not None:
-        found["search-phase measurement (one run, optimistic)"] = summary.search_value
+    if v.by_load:
+        found["concurrency"] = v.by_load
+    if v.not_measured:
+        found["not measured"] = list(v.not_measured)
     return found
 
 
-def _verdict(summary: SweepSummary | None) -> str:
+def _verdict(v: Verdict | None) -> str:
     """The verdict in words, led by its kind (promoted, unconfirmed, not better, undecided, no champion)."""
-    if summary is None:
+    if v is None:
         return "sweep still running: no verdict yet"
-    text = summary.verdict or ""
-    if summary.outcome is None or text.lower().startswith(summary.outcome.value.replace("_", " ")):
-        return text
-    return f"{summary.outcome.value.replace('_', ' ')}: {text}"
+    words = v.outcome.words if v.outcome is not None else "interrupted"
+    return v.text if v.text.lower().startswith(words) else f"{words}: {v.text}"
 
 
-def _truth(spec: SweepSpec, champion: dict[str, Any] | None) -> str:
-    """On the simulator: the champion's true objective as a share of the space's true optimum."""
-    if spec.engine != "simulator" or champion is None or spec.objective.metric not in truth_mod.MODELLED:
+def _truth(spec: SweepSpec, subject: Configuration | None) -> str:
+    """On the simulator: the verdict's configuration's true objective as a share of the space's true optimum."""
+    if spec.engine != "simulator" or subject is None or spec.objective.metric not in truth_mod.MODELLED:
         return ""
     try:
         t = truth_mod.compute(spec)
-        value = truth_mod.evaluator(spec)(sp.complete(spec.space, champion.get("params", {})))
+        value = truth_mod.evaluator(spec)(sp.complete(spec.space, subject.params))
     except (ValueError, KeyError) as exc:
         return f"true optimum not computed: {exc}"
     ratio = value / t.optimum if t.maximize else t.optimum / value
     return (
-        f"simulator: the champion's noise-free {spec.objective.metric} is {value:.1f}, {ratio * 100:.1f}% of "
+        f"simulator: {subject.label}'s noise-free {spec.objective.metric} is {value:.1f}, {ratio * 100:.1f}% of "
         f"the true optimum {t.optimum:.1f} (rank {t.rank_of_value(value)} of {len(t.values)} feasible points)"
     )
 
@@ -194,24 +194,22 @@ def _plots_and_figures(
     return plots, figures
 
 
-def _champion_fields(spec: SweepSpec, champ: dict[str, Any] | None) -> dict[str, Any]:
-    """The champion's trial number, knobs and objective value for the page; empty without a champion."""
-    if not champ:
+def _champion_fields(v: Verdict | None) -> dict[str, Any]:
+    """What the page's "which" card shows: the deployed configuration (the search's pick when nothing was
+    deployed), its knobs and its own figure; empty without either."""
+    subject = v.subject if v is not None else None
+    if v is None or subject is None:
         return {"champion_trial": None, "champion_params": {}, "champion_value": None}
+    value = v.figures.champion_median if v.figures is not None else v.pick_value
+    which = "deployed" if v.deployed is not None else "the search's pick (not deployed)"
     return {
-        "champion_trial": champ["number"],
-        "champion_params": champ["params"],
-        "champion_value": champ.get(spec.objective.metric),
+        "champion_trial": subject.number,
+        "champion_label": subject.label,
+        "champion_params": subject.params,
+        "champion_value": value,
+        "which": which,
+        "gated": v.gated,
     }
-
-
-def _gain(summary: SweepSummary) -> tuple[Any, Any, Any]:
-    """The confirmed gain and its gate bounds (gain, low, high): the confirmation's, else the gate's."""
-    confirmed = summary.confirmed
-    if confirmed:
-        return confirmed.gain, confirmed.low, confirmed.high
-    gate = summary.gate or {}
-    return gate.get("gain"), gate.get("ci_low"), gate.get("ci_high")
 
 
 def _running_fields(state: SweepState) -> dict[str, Any]:
@@ -236,21 +234,22 @@ def _running_fields(state: SweepState) -> dict[str, Any]:
     }
 
 
-def _finished_fields(summary: SweepSummary) -> dict[str, Any]:
-    """The page's promotion fields from summary.json: gain and bounds, rounds and level, the registered
-    version and env file, findings, importances, skipped proposals, stop reason, drift and fingerprints."""
-    confirmed = summary.confirmed
-    gain, low, high = _gain(summary)
+def _finished_fields(summary: SweepSummary, v: Verdict | None) -> dict[str, Any]:
+    """The page's promotion fields from the verdict: the gain and bounds of what it is about, rounds and
+    level, the registered version and env file, findings; and from summary.json importances, skipped
+    proposals, stop reason, drift and fingerprints."""
+    figures = v.figures if v is not None else None
+    gated = v is not None and v.gated
     return {
-        "promoted": bool(summary.promoted),
-        "gain": gain,
-        "gain_low": low,
-        "gain_high": high,
-        "confirm_rounds": confirmed.rounds if confirmed else 0,
-        "concurrency": confirmed.concurrency if confirmed else None,
-        "model_version": summary.model_version,
-        "env_file": summary.env_file,
-        "findings": _findings(summary),
+        "promoted": v is not None and v.promoted,
+        "gain": figures.gain if figures else None,
+        "gain_low": figures.low if figures and gated else None,
+        "gain_high": figures.high if figures and gated else None,
+        "confirm_rounds": figures.rounds if figures and gated else 0,
+        "concurrency": figures.concurrency if figures else None,
+        "model_version": v.model_version if v is not None and v.promoted else None,
+        "env_file": v.env_file if v is not None and v.promoted else None,
+        "findings": _findings(v) if v is not None else {},
         "importances": summary.importances,
         "skipped": summary.skipped,
         "stop_reason": summary.stop_reason,
@@ -281,93 +280,55 @@ def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> 
     url = storage or state.optuna_storage or Paths(workdir).optuna_url
     table = report.results_table(spec, done, baselines, _kept_speedups(url, state.experiment))
     plots, figures = _plots_and_figures(spec, state, done, baselines, url)
-    champ = summary.champion if summary else None
+    verdict = summary.the_verdict() if summary else None
     content = report_html.ReportInput(
         experiment=spec.name,
         objective=spec.objective.metric,
         direction=spec.objective.direction,
         table=table,
-        **_champion_fields(spec, champ),
-        verdict=_verdict(summary),
+        **_champion_fields(verdict),
+        verdict=_verdict(verdict) if summary else _verdict(None),
         model=spec.promotion.model_name,
-        **_with_nccl_mismatch(_finished_fields(summary) if summary else _running_fields(state), workdir, done),
+        **_with_nccl_mismatch(_finished_fields(summary, verdict) if summary else _running_fields(state), workdir, done),
         failures=_failures(done),
-        truth=_truth(spec, champ) if truth else "",
+        truth=_truth(spec, verdict.subject if verdict else None) if truth else "",
         plots=[(p.title, p.html) for p in plots],
         figures=figures,
     )
     page = report_html.render(content, optuna_plots.plotly_js() if plots else "")
-    return Report(content=content, page=page, plots=plots, state=state, summary=summary)
+    return Report(content=content, page=page, plots=plots, state=state, summary=summary, verdict=verdict)
 
 
-def _heading(c: report_html.ReportInput, deployed: str | None = None) -> str:
-    """The description's title: the experiment and its champion trial (and what was deployed, where the
-    verdict deployed another configuration than the search's champion), or that there is none."""
-    title = f"champion trial {c.champion_trial}" if c.champion_trial is not None else "no champion"
-    return f"## {c.experiment}: {title}" + (f", deployed: {deployed}" if deployed else "")
-
-
-def _gate_bounds(c: report_html.ReportInput) -> str:
-    """` (gate bounds low% to high%, N rounds)` after the confirmed gain, or nothing without both bounds."""
-    if c.gain_low is None or c.gain_high is None:
-        return ""
-    # The gate's sequential bounds (each look spends a share of the error budget): wider than 95%.
-    rounds = f", {c.confirm_rounds} rounds" if c.confirm_rounds else ""
-    return f" (gate bounds {c.gain_low * 100:+.1f}% to {c.gain_high * 100:+.1f}%{rounds})"
-
-
-def _gain_line(c: report_html.ReportInput, gain: float) -> str:
-    """The confirmed gain over the baseline in bold, at the gate's level where known, with its gate bounds."""
-    at = f" at {contrib.streams(c.concurrency)}" if c.concurrency is not None else ""
-    return f"**Confirmed gain{at}: {gain * 100:+.1f}%** {c.objective} over the baseline{_gate_bounds(c)}."
-
-
-def _link_lines(c: report_html.ReportInput, links: dict[str, str]) -> list[str]:
-    """Links that exist: the promoted model version (with its env file), the champion's run, all trials."""
+def _link_lines(r: Report, links: dict[str, str]) -> list[str]:
+    """Links that exist: the promoted model version (with its env file), the verdict's run, all trials."""
+    c, v = r.content, r.verdict
     lines = []
-    if c.promoted and "model" in links:
-        env = f", env file `{c.env_file}`" if c.env_file else ""
-        lines.append(f"Promoted: [{c.model} version {c.model_version}]({links['model']}){env}.")
-    if "champion" in links:
-        lines.append(f"Champion's run: [trial {c.champion_trial}]({links['champion']}).")
+    if v is not None and v.promoted and "model" in links:
+        env = f", env file `{v.env_file}`" if v.env_file else ""
+        lines.append(f"Promoted: [{c.model} version {v.model_version}]({links['model']}){env}.")
+    if "champion" in links and v is not None and v.subject is not None:
+        whose = "Deployed" if v.deployed is not None else "The search's pick"
+        lines.append(f"{whose} trial's run: [trial {v.subject.number}]({links['champion']}).")
     if "trials" in links:
         lines.append(f"All trials ranked: [{c.objective}, speed-up, accept length, verify ms]({links['trials']}).")
     return lines
 
 
-def _finding_blocks(c: report_html.ReportInput) -> list[str]:
-    """One bold-titled bullet list per finding of the promotion."""
-    blocks = []
-    for name, value in c.findings.items():
-        items = value if isinstance(value, list) else [value]
-        blocks.append(f"**{name.capitalize()}**:\n" + "\n".join(f"- {v}" for v in items))
-    return blocks
-
-
-def _knob_lines(c: report_html.ReportInput) -> list[str]:
-    """The five most important knobs with their share, and the champion's knobs, where known."""
-    lines = []
+def description(r: Report, links: dict[str, str]) -> str:
+    """The parent run's description in markdown, rendered from the verdict: what is deployed and its own
+    gain ("confirmed" only where a gate ran), why, its knobs, the links, the knob importances."""
+    c, v = r.content, r.verdict
+    subject = v.subject if v is not None else None
+    title = f"deployed {v.deployed.label}" if v is not None and v.deployed is not None else "nothing deployed"
+    lines = [f"## {c.experiment}: {title if v is not None else 'still running'}"]
+    if v is not None:
+        lines += verdict_render.markdown(v)
+    lines += _link_lines(r, links)
     if c.importances:
         top = sorted(c.importances.items(), key=lambda kv: -kv[1])[:5]
-        lines.append("**Knob importances**: " + ", ".join(f"`{k}` {v * 100:.0f}%" for k, v in top))
-    if c.champion_params:
-        lines.append("**Knobs**:\n" + "\n".join(f"- `{k}={v}`" for k, v in c.champion_params.items()))
-    return lines
-
-
-def description(r: Report, links: dict[str, str]) -> str:
-    """The parent run's description in markdown: champion, confirmed gain, why, knobs, links."""
-    c = r.content
-    deployed = r.summary.deployed if r.summary is not None and r.summary.promoted else None
-    other = bool(deployed) and r.summary is not None and r.summary.promoted_config != "champion"
-    lines = [_heading(c, deployed["label"] if deployed and other else None)]
-    if deployed and other:
-        lines.append(f"**Deployed: {deployed['label']}** (the figures below are its own).")
-    if c.gain is not None:
-        lines.append(_gain_line(c, c.gain))
-    if c.verdict:
-        lines.append(f"Verdict: {c.verdict}")
-    lines += _link_lines(c, links) + _finding_blocks(c) + _knob_lines(c)
+        lines.append("**Knob importances**: " + ", ".join(f"`{k}` {share * 100:.0f}%" for k, share in top))
+    if subject is None and c.champion_params:
+        lines.append("**Knobs**:\n" + "\n".join(f"- `{k}={val}`" for k, val in c.champion_params.items()))
     lines.append("Report: `report.html` in the artifacts; Optuna's plots under `optuna/`.")
     return "\n\n".join(lines)
 
@@ -390,11 +351,13 @@ def publish(workdir: Path, storage: str | None = None) -> Path:
     if not state.parent_run_id:
         return path
     tracker = Tracker(state.tracking_uri, state.experiment_in_mlflow, outbox_dir=Path(workdir))
+    v = r.verdict
+    trial = v.subject.number if v is not None and v.subject is not None else None
     links = tracker.links(
         state.parent_run_id,
-        champion_trial=r.content.champion_trial,
-        model=state.model_name if r.content.promoted else None,
-        version=r.content.model_version,
+        champion_trial=trial,
+        model=state.model_name if v is not None and v.promoted else None,
+        version=v.model_version if v is not None else None,
     )
     tracker.publish_report(
         state.parent_run_id,
@@ -402,7 +365,7 @@ def publish(workdir: Path, storage: str | None = None) -> Path:
         report=path,
         plots={p.name: p.html for p in r.plots},
         plotly_js=optuna_plots.plotly_js() if r.plots else "",
-        champion_trial=r.content.champion_trial,
-        star_run_id=r.summary.run_id if r.summary is not None and r.summary.promoted else None,
+        champion_trial=trial,
+        star_run_id=v.run_id if v is not None and v.promoted else None,
     )
     return path

@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.records import ParamValue, TrialOutcome
 from orchestrator.results.contrib import Confirmed, Contribution, LevelGain
+from orchestrator.verdict.value import Outcome, Verdict
+
+__all__ = ["Outcome", "Verdict"]  # re-exported: the promotion and the CLI read them here
 
 
 class StopKind(str, enum.Enum):
@@ -25,6 +28,8 @@ class StopKind(str, enum.Enum):
     consecutive_failures = "consecutive_failures"
     failure_rate = "failure_rate"
     baseline_failed = "baseline_failed"
+    defaults_failed = "defaults_failed"
+    """The default configuration (the model's default speculation, engine defaults elsewhere) failed."""
     interrupted = "interrupted"
     """Ctrl-C or SIGTERM once: the trials in flight finished."""
     aborted = "aborted"
@@ -41,6 +46,7 @@ FAILURE_STOPS = frozenset(
         StopKind.consecutive_failures,
         StopKind.failure_rate,
         StopKind.baseline_failed,
+        StopKind.defaults_failed,
         StopKind.interrupted,
         StopKind.aborted,
         StopKind.start_failed,
@@ -121,20 +127,6 @@ class SweepState(BaseModel):
         return self.mlflow_experiment or self.experiment
 
 
-class Outcome(str, enum.Enum):
-    """How the promotion ended; `sweep run` exits 0 only for promoted (README: exit codes)."""
-
-    promoted = "promoted"
-    unconfirmed = "unconfirmed"
-    """Promoted without a gate (promotion.max_rounds: 0)."""
-    not_better = "not_better"
-    outputs_changed = "outputs_changed"
-    """Faster, but its greedy outputs are not the baseline's (promotion.correctness): never promoted."""
-    undecided = "undecided"
-    no_champion = "no_champion"
-    """No feasible trial, no baseline, or the champion could not be registered."""
-
-
 class BaselineDrift(BaseModel):
     max_relative_change: float | None = None
     flagged: bool = False
@@ -191,6 +183,18 @@ class SweepSummary(BaseModel):
     run_id: str | None = None
     baseline_drift: BaselineDrift = Field(default_factory=BaselineDrift)
     fingerprint_changes: list[str] = Field(default_factory=list)
+    decision: Verdict | None = None
+    """The verdict as one value (orchestrator.verdict): what every view renders."""
+
+    def the_verdict(self) -> Verdict | None:
+        """The Verdict every view renders: the one the promotion kept, or, in a summary.json written before
+        it was kept, the same value built from the promotion's fields; None when no promotion ended."""
+        if self.decision is not None:
+            return self.decision
+        if self.outcome is None:
+            return None
+        metric = next((k.removeprefix("search_") for k in (self.champion or {}) if k.startswith("search_")), "")
+        return Verdict.of(self.model_dump(mode="json", exclude_unset=True), metric, self.importances)
 
     def to_json(self) -> dict[str, Any]:
         """The summary.json content: the fields that were set (promotion fields only when attempted)."""

@@ -31,6 +31,7 @@ from orchestrator.sweep.state import (
     TrialFinished,
     TrialLaunched,
 )
+from orchestrator.verdict.value import Verdict
 
 log = logging.getLogger("sweep")
 
@@ -104,13 +105,21 @@ def phase_of(workdir: Path, status: str) -> str:
     return f"confirming round {len(rounds)}" + (f" of {limit}" if limit else "")
 
 
-def _promotion(workdir: Path) -> tuple[str | None, str | None]:
-    """(verdict, env file) from summary.json, or (None, None) before the end."""
+def verdict_of(workdir: Path) -> Verdict | None:
+    """The finished sweep's Verdict (summary.json), or None before the end or where it cannot be read."""
     try:
         summary = SweepSummary.model_validate_json((workdir / "summary.json").read_bytes())
     except (OSError, ValidationError):
+        return None
+    return summary.the_verdict()
+
+
+def _promotion(workdir: Path) -> tuple[str | None, str | None]:
+    """(verdict, env file) from the Verdict in summary.json, or (None, None) before the end."""
+    v = verdict_of(workdir)
+    if v is None:
         return None, None
-    return summary.verdict, summary.env_file
+    return v.text, v.env_file if v.promoted else None
 
 
 def _pid_alive(pid: int | None) -> bool:
