@@ -60,6 +60,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return SharedSweepOnOneWorker(config, log)
 
 
+AMBIENT_PREFIXES = ("MLFLOW_", "NCCL_", "RAY_", "SGLANG_")
+"""Settings of the caller's shell that would reach the sweeps, servers and Ray instances the tests start
+(an MLFLOW_TRACKING_URI sent every in-process sweep to that server); RAY_TMPDIR, where Ray may write, stays."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests run on the environment they set themselves, not on the caller's MLflow, NCCL, Ray or SGLang
+    settings (each test that needs one sets it)."""
+    for name in [n for n in os.environ if n.startswith(AMBIENT_PREFIXES) and n != "RAY_TMPDIR"]:
+        del os.environ[name]
+
+
 @pytest.fixture(autouse=True)
 def _restore_environ():
     """No test leaks environment changes into the next (httpx's conftest does the same)."""
