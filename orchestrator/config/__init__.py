@@ -4,7 +4,11 @@
 - `space`: the search-space models and the pure walks over a space (order of its knobs, every point).
 - `knobs`: the typed catalogue of every knob (NCCL variables, SGLang flags) and the env allow-list.
 - `flags`: SGLang's flag tables per version (`launch_server --help`, flags a knob emits, flags the sweep sets).
-- `eagle`: SGLang's EAGLE feasibility rules, answering with a typed `Infeasible(rule, detail)`.
+- `eagle`: the rules before launch in one call (`infeasible`: the algorithm's, then the all-reduce backend's),
+  answering with a typed `Infeasible(rule, detail)`.
+- `speculation`: the speculative algorithms (one class each: flags, draft model, rules, simulator drafter,
+  how acceptance is read); `speculation_rules`: SGLang 0.5.23's rules as pure functions (`Rule`, `Infeasible`).
+- `backend_rule`: the all_reduce_backend's rule before launch (a backend the host or model cannot take).
 - `render`: knob values -> SGLang flags (as data) and environment.
 """
 

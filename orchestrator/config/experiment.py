@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
 from orchestrator import redact
-from orchestrator.config import correctness, flags, knobs, yamlfile
+from orchestrator.config import correctness, flags, knobs, speculation, yamlfile
 from orchestrator.config.durations import parse_duration
 from orchestrator.config.fields import (
     EnvName,
@@ -502,7 +502,8 @@ def _check_objective(spec: SweepSpec, where: str) -> None:
 
 def _check_server(spec: SweepSpec, origin: dict[str, str], where: str) -> None:
     algo = spec.space.params.get("speculative_algorithm")
-    if algo is not None and any(v is not None for v in algo.values()) and not spec.server.draft_model:
+    drafter = bool(spec.server.draft_model) or "speculative_draft_model_path" in spec.space.params
+    if algo is not None and speculation.drafter_missing(algo.values(), drafter):
         raise SpecError(
             f"{where}: server.draft_model: required field is missing: the search space turns "
             f"speculative decoding on (speculative_algorithm in {origin['speculative_algorithm']}); "

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator import redact
-from orchestrator.config import adaptive
+from orchestrator.config import adaptive, speculation
 
 Value = str | int | float | bool | None
 
@@ -24,7 +24,7 @@ Value = str | int | float | bool | None
 class Knob:
     name: str
     target: Literal["env", "flag"]
-    kind: Literal["enum", "int", "power_of_two", "bool", "adaptive_config"]
+    kind: Literal["enum", "int", "power_of_two", "bool", "adaptive_config", "path"]
     doc: str
     choices: tuple[Value, ...] = ()
     low: int | None = None
@@ -34,32 +34,55 @@ class Knob:
         """Why `value` is not allowed for this knob, or None when it is."""
         if value is None:
             return None
-        if self.kind == "enum":
-            # Environment values are strings in the end: NCCL_NTHREADS: 512 and "512" are one value.
-            if value not in self.choices and not (
-                self.target == "env" and str(value) in {str(c) for c in self.choices}
-            ):
-                allowed = ", ".join(str(c) for c in self.choices)
-                return f"must be one of {{{allowed}}}, but got {value!r}"
-            return None
-        if self.kind == "bool":
-            return None if isinstance(value, bool) else f"must be true or false, but got {value!r}"
-        if self.kind == "adaptive_config":
-            if not isinstance(value, str) or not value.strip():
-                return f"must be the path of an adaptive config JSON file, but got {value!r}"
-            try:
-                adaptive.load(value)
-            except ValueError as exc:
-                return f"{exc} (SGLang 0.5.23 adaptive_spec_params.py _load_adaptive_config)"
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            return f"must be an integer, but got {value!r}"
-        if self.kind == "power_of_two" and (value <= 0 or value & (value - 1)):
-            near = f" (nearest: {1 << (value.bit_length() - 1)}, {1 << value.bit_length()})" if value > 0 else ""
-            return f"must be a positive power of two, but got {value}{near}"
-        if self.low is not None and value < self.low or self.high is not None and value > self.high:
-            return f"must be in [{self.low}, {self.high}], but got {value}"
+        return _CHECKS[self.kind](self, value)
+
+
+def _check_enum(knob: Knob, value: Value) -> str | None:
+    # Environment values are strings in the end: NCCL_NTHREADS: 512 and "512" are one value.
+    if value in knob.choices or knob.target == "env" and str(value) in {str(c) for c in knob.choices}:
         return None
+    return f"must be one of {{{', '.join(str(c) for c in knob.choices)}}}, but got {value!r}"
+
+
+def _check_bool(knob: Knob, value: Value) -> str | None:
+    return None if isinstance(value, bool) else f"must be true or false, but got {value!r}"
+
+
+def _check_adaptive_config(knob: Knob, value: Value) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return f"must be the path of an adaptive config JSON file, but got {value!r}"
+    try:
+        adaptive.load(value)
+    except ValueError as exc:
+        return f"{exc} (SGLang 0.5.23 adaptive_spec_params.py _load_adaptive_config)"
+    return None
+
+
+def _check_path(knob: Knob, value: Value) -> str | None:
+    if not isinstance(value, str) or not value.strip() or value.startswith("-"):
+        return f"must be a path (a directory on the GPU hosts, or a Hugging Face repo id), but got {value!r}"
+    return None
+
+
+def _check_int(knob: Knob, value: Value) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be an integer, but got {value!r}"
+    if knob.kind == "power_of_two" and (value <= 0 or value & (value - 1)):
+        near = f" (nearest: {1 << (value.bit_length() - 1)}, {1 << value.bit_length()})" if value > 0 else ""
+        return f"must be a positive power of two, but got {value}{near}"
+    if knob.low is not None and value < knob.low or knob.high is not None and value > knob.high:
+        return f"must be in [{knob.low}, {knob.high}], but got {value}"
+    return None
+
+
+_CHECKS = {
+    "enum": _check_enum,
+    "bool": _check_bool,
+    "adaptive_config": _check_adaptive_config,
+    "path": _check_path,
+    "int": _check_int,
+    "power_of_two": _check_int,
+}
 
 
 def _env_enum(name: str, choices: tuple[str, ...], doc: str) -> Knob:
@@ -147,8 +170,65 @@ _KNOBS: tuple[Knob, ...] = (
         "speculative_algorithm",
         "flag",
         "enum",
-        "speculative decoding algorithm; None = no speculation",
-        choices=("EAGLE3", "EAGLE"),
+        "speculative decoding algorithm (config/speculation.py: each one's draft model, rules and knobs); "
+        "None = no speculation",
+        choices=tuple(speculation.ALGORITHMS),
+    ),
+    Knob(
+        "speculative_draft_model_path",
+        "flag",
+        "path",
+        "--speculative-draft-model-path for this trial, overriding server.draft_model: give each algorithm its "
+        "drafter with `when: {speculative_algorithm: DFLASH}` (an EAGLE-3 drafter cannot serve DFLASH); "
+        "never read by NGRAM",
+    ),
+    Knob(
+        "speculative_dflash_block_size",
+        "flag",
+        "int",
+        "DFLASH only: the block (verify window) a drafter proposes in one pass, draft tokens = block; unset: "
+        "the drafter's config (0.5.23 _handle_dflash, 16 when it names none)",
+        low=2,
+        high=64,
+    ),
+    Knob(
+        "speculative_ngram_min_bfs_breadth",
+        "flag",
+        "int",
+        "NGRAM only: least BFS breadth (0.5.23 default 1)",
+        low=1,
+        high=64,
+    ),
+    Knob(
+        "speculative_ngram_max_bfs_breadth",
+        "flag",
+        "int",
+        "NGRAM only: most BFS breadth, which SGLang also takes as top-k (0.5.23 default 10)",
+        low=1,
+        high=64,
+    ),
+    Knob(
+        "speculative_ngram_match_type",
+        "flag",
+        "enum",
+        "NGRAM only: how the cache trie is matched (0.5.23 default BFS)",
+        choices=("BFS", "PROB"),
+    ),
+    Knob(
+        "speculative_ngram_max_trie_depth",
+        "flag",
+        "int",
+        "NGRAM only: longest n-gram the trie keeps (0.5.23 default 18)",
+        low=1,
+        high=64,
+    ),
+    Knob(
+        "speculative_ngram_capacity",
+        "flag",
+        "int",
+        "NGRAM only: trie cache capacity in nodes (0.5.23 default 10,000,000)",
+        low=1000,
+        high=1_000_000_000,
     ),
     Knob(
         "speculative_num_steps",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from orchestrator.config import allreduce, knobs
-from orchestrator.config.eagle import EAGLE_KNOBS, effective
+from orchestrator.config import allreduce, knobs, speculation
+from orchestrator.config.eagle import effective
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.config.space import Scalar
 from orchestrator.records import ParamValue
@@ -38,13 +38,10 @@ def tuned_flags(spec: SweepSpec, params: Mapping[str, ParamValue]) -> Flags:
     names = knobs.FLAG_NAMES[spec.sglang_version]
     params = effective(params)
     flags: Flags = {}
-    algo = params.get("speculative_algorithm")
+    algo = speculation.get(params.get("speculative_algorithm"))
     if algo is not None:
-        flags["--speculative-algorithm"] = str(algo)
-        if spec.server.draft_model:
-            flags["--speculative-draft-model-path"] = spec.server.draft_model
-        for knob in EAGLE_KNOBS:
-            _put(flags, knob.replace("_", "-"), params.get(knob))
+        for flag, setting in algo.flags(params, spec.server.draft_model).items():
+            _put(flags, flag, setting)
         _put(flags, "speculative-adaptive", params.get("speculative_adaptive"))
         if params.get("speculative_adaptive"):
             _put(flags, "speculative-adaptive-config", params.get("speculative_adaptive_config"))

@@ -4,7 +4,7 @@ over it (the order of its knobs, which are active, every distinct point)."""
 from __future__ import annotations
 
 import graphlib
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Annotated
 
 from pydantic import Field, StrictBool, StrictInt, model_validator
@@ -195,3 +195,27 @@ def check_enumerable(space: SearchSpace, what: str) -> None:
             f"{what} walks every point of the space, but it has {n:.3g} points, more than "
             f"{MAX_ENUMERATED:,}; narrow the ranges (larger `step`, fewer choices) or use a sampler"
         )
+
+
+def stratified(
+    draws: Iterable[dict[str, ParamValue]], by: str, values: Sequence[Scalar], limit: int
+) -> list[dict[str, ParamValue]]:
+    """Up to `limit` distinct points of `draws`, the first point of each of `by`'s `values` first (so `sweep
+    plan` shows one launch per speculative algorithm), then the other draws in order. Stops reading `draws`
+    once `limit` points are kept and every value has one."""
+    firsts: dict[Scalar, dict[str, ParamValue]] = {}
+    rest: list[dict[str, ParamValue]] = []
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for p in draws:
+        key = tuple(sorted((k, repr(v)) for k, v in p.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        if p.get(by) in values and p.get(by) not in firsts:
+            firsts[p.get(by)] = p
+        elif len(rest) < limit:
+            rest.append(p)
+        if len(firsts) == len(values) and len(firsts) + len(rest) >= limit:
+            break
+    chosen = [firsts[v] for v in values if v in firsts]
+    return (chosen + rest)[:limit]

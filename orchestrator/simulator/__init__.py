@@ -8,10 +8,13 @@ model. The demo, CI and the tests run it instead of a GPU server, through the sa
 
 Pieces:
     model.py      the performance model: pure equations, `evaluate`, `truth` (no I/O)
+    algorithms.py each speculative algorithm's drafter (acceptance per position, draft cost, verify window:
+                  tree, block, lookup) and its steps/top-k/draft tokens as SGLang resolves them
     profiles.py   hardware/model profiles from YAML/JSON (profiles/*.yaml built in)
     cost.py       real-scale seconds of one trial (load, warm-up, benchmark x repeats): `trial_cost`
-    cli.py        SGLang's parser rebuilt from the 0.5.23 --help dump, resolution rules,
+    cli.py        SGLang's parser rebuilt from the 0.5.23 --help dump,
                   `params_from_launch` (argv + env -> model params: what a launch runs)
+    spec_resolve.py  SGLang 0.5.23's resolution of the speculative flags per algorithm (`resolve`)
     engine.py     the scheduler loop: batching, real-time cycles, acceptance sampling, counters
     tokens.py     the simulated model's greedy tokens and log-probabilities (shared with the model-backed
                   executor), near ties by reduction order, modelled corruption (LL128 forced on PCIe)

@@ -9,7 +9,7 @@ which SGLang abbreviations resolve. The help dump carries no types or defaults; 
 simulator interprets get theirs from `_TYPED` (values from reference INTERFACE.md), every other flag
 is kept as the string given.
 
-`resolve` then applies SGLang's resolution rules for EAGLE (reference INTERFACE.md 1.2) and
+`resolve` (spec_resolve.py) then applies SGLang's resolution rules for the speculative algorithms and
 `params_from_launch` turns (argv, environment) into the model's knob dict, so the server and
 `model.evaluate` always agree on what a launch means.
 """
@@ -17,7 +17,6 @@ is kept as the string given.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import os
@@ -31,6 +30,13 @@ from typing import Any
 from orchestrator.simulator.faults import Faults, parse_faults
 from orchestrator.simulator.model import NCCL_PARAM_NAMES, TUNER_RULES
 from orchestrator.simulator.profiles import DEFAULT_HARDWARE, DEFAULT_MODEL
+from orchestrator.simulator.spec_resolve import (  # noqa: F401 - SGLang's resolution, reachable as cli.resolve
+    ADAPTIVE_SLOTS,
+    AdaptiveConfig,
+    Resolved,
+    adaptive_config,
+    resolve,
+)
 from orchestrator.simulator.tuner_plugin import rules_for
 
 PROG = "sglang serve"
@@ -48,6 +54,11 @@ _TYPED: dict[str, tuple[type, Any]] = {
     "speculative_num_steps": (int, None),
     "speculative_eagle_topk": (int, None),
     "speculative_num_draft_tokens": (int, None),
+    "speculative_dflash_block_size": (int, None),
+    "speculative_ngram_min_bfs_breadth": (int, 1),
+    "speculative_ngram_max_bfs_breadth": (int, 10),
+    "speculative_ngram_max_trie_depth": (int, 18),
+    "speculative_ngram_capacity": (int, 10_000_000),
     "speculative_attention_mode": (str, "prefill"),
     "cuda_graph_max_bs_decode": (int, None),
     "cuda_graph_max_bs_prefill": (int, None),
@@ -354,173 +365,6 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[argparse.Namespa
     )
 
 
-# ------------------------------------------------------------------------------------- resolution
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """SGLang's resolved server args, or the error resolution stops at."""
-
-    args: dict[str, Any]
-    log_warnings: tuple[str, ...] = ()
-    error: str | None = None
-    """A traceback's last line (`AssertionError`, `ValueError: ...`), printed with a traceback, exit code 1."""
-    unsupported: str | None = None
-    """What the simulator cannot model (not an SGLang error), exit code 1."""
-
-
-def resolve(ns: argparse.Namespace) -> Resolved:
-    """Apply SGLang's 0.5.23 resolution rules for speculative decoding to parsed args."""
-    args = dict(vars(ns))
-    warnings: list[str] = []
-    algo = args.get("speculative_algorithm")
-    if algo is not None:
-        algo = algo.upper()
-        if algo == "NEXTN":
-            algo = "EAGLE"
-        args["speculative_algorithm"] = None if algo == "NONE" else algo
-    algo = args["speculative_algorithm"]
-    if algo is None:
-        return Resolved(args, tuple(warnings))
-    if algo not in ("EAGLE", "EAGLE3"):
-        return Resolved(
-            args,
-            tuple(warnings),
-            unsupported=(f"speculative algorithm {algo} is not modelled by the simulator (EAGLE, EAGLE3 are)"),
-        )
-    steps, topk, ndt = (
-        args["speculative_num_steps"],
-        args["speculative_eagle_topk"],
-        args["speculative_num_draft_tokens"],
-    )
-    if args.get("speculative_adaptive"):
-        # SGLang skips its automatic choice when adaptive: the initial steps must be a candidate, and
-        # the draft is a chain (draft tokens forced to steps + 1).
-        problem = _adaptive_problem(args, steps, topk)
-        if problem is not None:
-            return Resolved(args, tuple(warnings), **problem)
-        if steps is None:  # _init_adaptive_speculative_params: the union's middle element
-            union = adaptive_config(args.get("speculative_adaptive_config"))
-            steps = union.candidate_steps[len(union.candidate_steps) // 2] if isinstance(union, AdaptiveConfig) else 3
-        topk, ndt = 1, int(steps) + 1
-    if steps is None:
-        if topk is not None or ndt is not None:
-            return Resolved(args, tuple(warnings), error="AssertionError")
-        steps, topk, ndt = 3, 1, 4  # _auto_choose_speculative_params for DeepSeek-style models
-    partial = _partial_eagle(steps, topk, ndt)
-    if partial:
-        return Resolved(args, tuple(warnings), unsupported=partial)
-    # Given steps and top-k 1, a missing draft-token count is completed by the rule below (None != steps + 1).
-    if topk == 1 and ndt != steps + 1:
-        warnings.append(
-            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
-        )
-        ndt = steps + 1
-    args.update(speculative_num_steps=steps, speculative_eagle_topk=topk, speculative_num_draft_tokens=ndt)
-    if args.get("max_running_requests") is None:
-        args["max_running_requests"] = 48
-        warnings.append(
-            "Max running requests is reset to 48 for speculative decoding. You can override "
-            "this by explicitly setting --max-running-requests."
-        )
-    return Resolved(args, tuple(warnings))
-
-
-ADAPTIVE_SLOTS: tuple[tuple[int, tuple[int, ...]], ...] = ((1, (1, 3, 5, 7)), (8, (0, 1, 3)), (32, (0, 1)), (64, (0,)))
-"""SGLang 0.5.23 `speculative/adaptive_spec_params.py` DEFAULT_ADAPTIVE_CONFIG: batch-size slot -> candidate_steps."""
-
-
-@dataclass(frozen=True)
-class AdaptiveConfig:
-    """--speculative-adaptive-config's JSON as 0.5.23 reads it (`_load_adaptive_config`): one slot per
-    integer-string key with its candidate_steps, the other keys shared knobs (AdaptiveStepSlot's defaults)."""
-
-    slots: tuple[tuple[int, tuple[int, ...]], ...] = ADAPTIVE_SLOTS
-    ema_alpha: float = 0.2
-    update_interval: int = 5
-    warmup_batches: int = 10
-    down_hysteresis: float = -0.25
-    up_hysteresis: float = 0.0
-
-    @property
-    def candidate_steps(self) -> tuple[int, ...]:
-        """`resolve_candidate_steps_from_config`: the union of the slots' steps."""
-        return tuple(sorted({s for _, steps in self.slots for s in steps}))
-
-
-def adaptive_config(path: str | None) -> AdaptiveConfig | str:
-    """The adaptive config at `path` (None: the defaults), or the error SGLang stops at reading it."""
-    if not path:
-        return AdaptiveConfig()
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        return f"{type(exc).__name__}: [Errno {exc.errno}] {exc.strerror}: {path!r}"
-    except ValueError as exc:
-        return f"json.decoder.JSONDecodeError: {exc}"
-    if not isinstance(data, dict):
-        return f"AttributeError: '{type(data).__name__}' object has no attribute 'items'"
-    slots = []
-    for key, entry in data.items():
-        if not key.isdigit():
-            continue
-        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
-        if not isinstance(steps, list) or not steps or not all(isinstance(x, int) and x >= 0 for x in steps):
-            return f"ValueError: BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}"
-        slots.append((int(key), tuple(sorted({int(x) for x in steps}))))
-    if not slots:
-        return (
-            "ValueError: speculative_adaptive_config must contain at least one integer-string BS key, e.g. "
-            f'{{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(data.keys())}'
-        )
-    shared = {f.name: data[f.name] for f in dataclasses.fields(AdaptiveConfig) if f.name != "slots" and f.name in data}
-    return dataclasses.replace(AdaptiveConfig(), slots=tuple(sorted(slots)), **shared)
-
-
-def _adaptive_problem(args: Mapping[str, Any], steps: int | None, topk: int | None) -> dict[str, str] | None:
-    """Why SGLang 0.5.23 refuses --speculative-adaptive with these settings, as Resolved's error or
-    unsupported field, or None (speculative_hook.py `_init_adaptive_speculative_params`; the topk case is
-    `adaptive_unsupported_reason`, which SGLang answers by turning adaptive off: not modelled here)."""
-    config = adaptive_config(args.get("speculative_adaptive_config"))
-    if isinstance(config, str):
-        return {"error": config}
-    if steps is not None and steps not in config.candidate_steps:
-        return {
-            "error": f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps "
-            f"{list(config.candidate_steps)}. Pass one of those values."
-        }
-    if topk is not None and topk != 1:
-        return {
-            "unsupported": f"--speculative-adaptive with speculative_eagle_topk {topk}: adaptive speculation "
-            f"runs a chain (top-k 1); the simulator models nothing else"
-        }
-    return None
-
-
-def _partial_eagle(steps: int, topk: int | None, ndt: int | None) -> str | None:
-    """Why SGLang 0.5.23 cannot complete EAGLE settings given with steps, or None when it can.
-
-    `_handle_eagle_family` (sgl-project/sglang python/sglang/srt/arg_groups/speculative_hook.py, the 0.5.x
-    series) fills in nothing but the top-k 1 rule: with steps and top-k 1, a missing
-    speculative_num_draft_tokens becomes steps + 1 (with its warning). With top-k > 1 it stays None, and
-    with no top-k its `speculative_eagle_topk > 1` page-size check raises TypeError.
-    """
-    if topk is None:
-        return (
-            "speculative_num_steps without speculative_eagle_topk: SGLang 0.5.23 fails resolving it "
-            "(TypeError: '>' not supported between instances of 'NoneType' and 'int'); "
-            "set --speculative-eagle-topk"
-        )
-    if ndt is None and topk != 1:
-        return (
-            f"speculative_eagle_topk {topk} without speculative_num_draft_tokens: SGLang 0.5.23 leaves the "
-            f"draft-token count unset (only top-k 1 completes it to steps + 1), which the simulator does "
-            f"not model; set --speculative-num-draft-tokens"
-        )
-    return None
-
-
 def cuda_graph_decode(args: Mapping[str, Any]) -> tuple[bool, int | None]:
     """Whether decode/verify run in CUDA graphs, and the largest batch captured (None = default).
 
@@ -566,6 +410,8 @@ def params_from_args(args: Mapping[str, Any], env: Mapping[str, str]) -> dict[st
         "speculative_num_steps": args.get("speculative_num_steps"),
         "speculative_eagle_topk": args.get("speculative_eagle_topk"),
         "speculative_num_draft_tokens": args.get("speculative_num_draft_tokens"),
+        "speculative_dflash_block_size": args.get("speculative_dflash_block_size"),
+        "speculative_ngram_max_bfs_breadth": args.get("speculative_ngram_max_bfs_breadth"),
         "speculative_attention_mode": args.get("speculative_attention_mode"),
         "all_reduce_path": "nccl" if args.get("disable_custom_all_reduce") else "custom",
         "cuda_graph": graph,

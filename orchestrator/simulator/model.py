@@ -98,6 +98,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.simulator import algorithms
+from orchestrator.simulator.algorithms import (  # noqa: F401 - the model's public names since before the split
+    Drafter,
+    Speculation,
+    depth_acceptance,
+    expected_accept_length,
+    tree_widths,
+)
 from orchestrator.simulator.tuner_plugin import Rule, get_coll_info
 from orchestrator.simulator.tuner_plugin import select as _plugin_select
 
@@ -238,14 +246,6 @@ class HardwareProfile:
     """SGLang's warning when it falls back from PCIe-IPC to NCCL on this host (e.g. no pcie_ipc_comm)."""
     torch_symm_mem: BackendTiming | None = None
     mscclpp: BackendTiming | None = None
-
-
-@dataclass(frozen=True, eq=False)
-class Drafter:
-    acceptance: float
-    """Probability that a single draft token at a position is accepted (top-k 1)."""
-    width_exponent: float
-    """How fast more candidates per depth raise acceptance: a(c) = 1 - (1 - p) * c^-width_exponent."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -789,52 +789,6 @@ def carried_all_reduce(
 # ------------------------------------------------------------------------------------- acceptance
 
 
-@functools.lru_cache(maxsize=4096)
-def tree_widths(acceptance: float, width_exponent: float, steps: int, topk: int, draft_tokens: int) -> tuple[int, ...]:
-    """How many draft tokens the verified tree spends on each depth (greedy, shallow first)."""
-    budget = max(draft_tokens - 1, 0)
-    depth = min(steps, budget)
-    widths = [1] * depth
-    budget -= depth
-
-    def expected(w: list[int]) -> float:
-        total, prod = 1.0, 1.0
-        for c in w:
-            prod *= 1.0 - (1.0 - acceptance) * c**-width_exponent
-            total += prod
-        return total
-
-    while budget > 0:
-        base = expected(widths)
-        gains = []
-        for d in range(depth):
-            if widths[d] < topk:
-                widths[d] += 1
-                gains.append((expected(widths) - base, -d))
-                widths[d] -= 1
-        if not gains:
-            break
-        _, neg_d = max(gains)
-        widths[-neg_d] += 1
-        budget -= 1
-    return tuple(widths)
-
-
-@functools.lru_cache(maxsize=4096)
-def depth_acceptance(drafter: Drafter, steps: int, topk: int, draft_tokens: int) -> tuple[float, ...]:
-    """Probability that the draft at each depth is accepted, given the one before it was."""
-    widths = tree_widths(drafter.acceptance, drafter.width_exponent, steps, topk, draft_tokens)
-    return tuple(1.0 - (1.0 - drafter.acceptance) * c**-drafter.width_exponent for c in widths)
-
-
-def expected_accept_length(per_depth: Iterable[float]) -> float:
-    total, prod = 1.0, 1.0
-    for a in per_depth:
-        prod *= a
-        total += prod
-    return total
-
-
 # ----------------------------------------------------------------------------------------- params
 
 
@@ -884,11 +838,12 @@ def resolve(
 ) -> Config | str:
     """Apply SGLang's resolution rules to orchestrator knob values; a string says why it fails.
 
-    `params` uses the orchestrator's knob names: NCCL_* variables, speculative_algorithm,
-    speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens,
+    `params` uses the orchestrator's knob names: NCCL_* variables, speculative_algorithm (EAGLE, EAGLE3,
+    NEXTN, STANDALONE, DFLASH, NGRAM: algorithms.speculation), speculative_num_steps, speculative_eagle_topk,
+    speculative_num_draft_tokens, speculative_dflash_block_size, speculative_ngram_max_bfs_breadth,
     speculative_attention_mode, all_reduce_path ('custom'|'nccl'), cuda_graph (default True),
-    cuda_graph_max_bs, speculative_adaptive (with speculative_adaptive_candidate_steps, default
-    1, 3, 7), max_running_requests (default SPECULATIVE_MAX_RUNNING_REQUESTS with speculation, else
+    cuda_graph_max_bs, speculative_adaptive (with speculative_adaptive_slots, default 0.5.23's),
+    max_running_requests (default SPECULATIVE_MAX_RUNNING_REQUESTS with speculation, else
     no cap), and optionally tp (default: every GPU of the hardware profile).
     """
     tp = int(tp or params.get("tp") or hw.gpus)
@@ -898,73 +853,79 @@ def resolve(
     algo = None if algo is None or str(algo).upper() == "NONE" else str(algo).upper()
     if algo == "NEXTN":
         algo = "EAGLE"
-    steps, topk, ndt = (
-        params.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
-    )
-    drafter = ""
-    adaptive = algo is not None and bool(params.get("speculative_adaptive"))
     slots = tuple((int(b), tuple(c)) for b, c in params.get("speculative_adaptive_slots") or ADAPTIVE_SLOTS)
-    candidates = tuple(sorted({s for _, steps in slots for s in steps}))
-    if adaptive:
-        start = _adaptive_start(steps, topk, candidates)
-        if isinstance(start, str):
-            return start
-        steps, topk = start, 1
-    if algo is not None:
-        drafter = algo.lower()
-        if drafter not in model.drafters:
-            return f"speculative algorithm {algo} is not modelled for {model.name}"
-        if steps is None:
-            if topk is not None or ndt is not None:
-                return "AssertionError: speculative_eagle_topk/num_draft_tokens given without speculative_num_steps"
-            steps, topk, ndt = model.default_spec
-        elif topk is None or (ndt is None and int(topk) != 1):  # SGLang completes only top-k 1 (cli._partial_eagle)
-            return "speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens go together"
-        steps, topk = int(steps), int(topk)
-        ndt = steps + 1 if topk == 1 else int(ndt or 0)  # SGLang: top-k 1 forces steps + 1 draft tokens
-        if ndt - 1 > topk + (steps - 1) * topk * topk:
-            return (
-                f"RuntimeError: selected index k out of range (torch.topk of {ndt - 1} draft tokens over "
-                f"{topk + (steps - 1) * topk * topk} candidates at cuda graph capture)"
-            )
+    adaptive = algo in ("EAGLE", "EAGLE3") and bool(params.get("speculative_adaptive"))
+    spec = None if algo is None else _speculate(algo, params, model, slots if adaptive else ())
+    if isinstance(spec, str):
+        return spec
     nccl = NcclSettings.from_env(params)
     if nccl.unsupported_algorithm is not None:
         return (
             f"NCCL error: no algorithm/protocol available for AllReduce "
             f"(NCCL_ALGO={params.get('NCCL_ALGO')} is not supported on {hw.name})"
         )
-    graph = params.get("cuda_graph")
-    max_bs = params.get("cuda_graph_max_bs")
+    return _config(params, hw, model, tp, nccl, spec, slots if adaptive else ())
+
+
+def _custom_all_reduce_off(params: Mapping[str, Any]) -> bool:
+    """--disable-custom-all-reduce, given or rendered from all_reduce_path / all_reduce_backend."""
+    backend = _BACKEND_PARAMS.get(str(params.get("all_reduce_backend") or "auto"), {})
+    return (
+        params.get("all_reduce_path") == "nccl"
+        or bool(backend.get("disable_custom_all_reduce"))
+        or _truthy(params.get("disable_custom_all_reduce"))
+    )
+
+
+def _speculate(
+    algo: str, params: Mapping[str, Any], model: ModelProfile, slots: tuple[tuple[int, tuple[int, ...]], ...]
+) -> Speculation | str:
+    """The algorithm's steps, top-k and draft tokens; with adaptive `slots`, the initial chain."""
+    if slots:
+        candidates = tuple(sorted({s for _, steps in slots for s in steps}))
+        start = _adaptive_start(params.get("speculative_num_steps"), params.get("speculative_eagle_topk"), candidates)
+        if isinstance(start, str):
+            return start
+        params = {**params, "speculative_num_steps": start, "speculative_eagle_topk": 1}
+    return algorithms.speculation(algo, params, model.drafters, model.default_spec)
+
+
+def _config(
+    params: Mapping[str, Any],
+    hw: HardwareProfile,
+    model: ModelProfile,
+    tp: int,
+    nccl: NcclSettings,
+    spec: Speculation | None,
+    slots: tuple[tuple[int, tuple[int, ...]], ...],
+) -> Config:
+    graph, max_bs = params.get("cuda_graph"), params.get("cuda_graph_max_bs")
     max_running = params.get("max_running_requests")
-    if max_running is None and algo is not None:
+    if max_running is None and spec is not None:
         max_running = SPECULATIVE_MAX_RUNNING_REQUESTS
     graph_on = True if graph is None else bool(graph)
     widest = int(max_bs or hw.default_cuda_graph_max_bs)
     if max_running is not None:
         widest = min(widest, int(max_running))
-    rows = widest * (int(ndt or 1) if algo is not None else 1) if graph_on else None
-    comm = resolve_comm(params, hw, model, tp, decode_rows=rows)
+    drafting = spec or Speculation("", 0, 0, 0)
+    rows = widest * max(drafting.draft_tokens, 1) if graph_on else None
     return Config(
         tp=tp,
-        speculative=algo is not None,
-        drafter=drafter,
-        steps=int(steps or 0),
-        topk=int(topk or 0),
-        draft_tokens=int(ndt or 0),
-        custom_all_reduce_disabled=params.get("all_reduce_path") == "nccl"
-        or bool(
-            _BACKEND_PARAMS.get(str(params.get("all_reduce_backend") or "auto"), {}).get("disable_custom_all_reduce")
-        )
-        or _truthy(params.get("disable_custom_all_reduce")),
-        cuda_graph=True if graph is None else bool(graph),
+        speculative=spec is not None,
+        drafter=drafting.drafter,
+        steps=drafting.steps,
+        topk=drafting.topk,
+        draft_tokens=drafting.draft_tokens,
+        custom_all_reduce_disabled=_custom_all_reduce_off(params),
+        cuda_graph=graph_on,
         cuda_graph_max_bs=None if max_bs is None else int(max_bs),
         attention_mode=str(params.get("speculative_attention_mode") or "prefill"),
         nccl=nccl,
-        adaptive=adaptive,
-        candidate_steps=candidates if adaptive else (),
-        adaptive_slots=slots if adaptive else (),
+        adaptive=bool(slots),
+        candidate_steps=tuple(sorted({s for _, steps in slots for s in steps})),
+        adaptive_slots=slots,
         max_running_requests=None if max_running is None else max(1, int(max_running)),
-        comm=comm,
+        comm=resolve_comm(params, hw, model, tp, decode_rows=rows),
     )
 
 
@@ -1061,7 +1022,6 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
     token_bytes = model.hidden_size * model.dtype_bytes
     n_ar = model.layers * model.allreduces_per_layer
     eager_ms = 0.0 if graph else hw.eager_us_per_layer * model.layers / 1e3
-    scale = _scale(hw, model, cfg.tp)
     if not cfg.speculative:
         ar = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, batch, token_bytes, graph)
         step = forward_ms(hw, model, cfg.tp, batch) + eager_ms + n_ar * ar.us / 1e3
@@ -1083,32 +1043,19 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
             cuda_graph=graph,
             running=batch,
         )
-    per_depth = depth_acceptance(model.drafters[cfg.drafter], cfg.steps, cfg.topk, cfg.draft_tokens)
+    drafter = model.drafters[cfg.drafter]
+    per_depth = depth_acceptance(drafter, cfg.steps, cfg.topk, cfg.draft_tokens)
     accept = expected_accept_length(per_depth)
     verify_tokens = batch * cfg.draft_tokens
     ar_v = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, verify_tokens, token_bytes, graph)
-    # The draft model's collectives go through GroupCoordinator.all_reduce, not the target's fused layers.
-    ar_dx = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, verify_tokens, token_bytes, graph, fused=False)
     verify = (
         forward_ms(hw, model, cfg.tp, verify_tokens)
         + verify_overhead_ms(hw, model, cfg)
         + eager_ms
         + n_ar * ar_v.us / 1e3
     )
-    draft_tokens_step = batch * cfg.topk
-    ar_d = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, draft_tokens_step, token_bytes, graph, fused=False)
-    draft_eager = 0.0 if graph else hw.eager_us_per_layer / 1e3
-    draft_step = (
-        (model.draft_step_ms + model.draft_per_token_ms * draft_tokens_step) * scale
-        + draft_eager
-        + model.draft_collectives * ar_d.us / 1e3
-    )
-    draft_extend = (
-        (model.draft_extend_ms + model.draft_per_token_ms * verify_tokens) * scale
-        + draft_eager
-        + model.draft_collectives * ar_dx.us / 1e3
-    )
-    total = cfg.steps * draft_step + verify + draft_extend
+    passes, draft_step, draft_extend = _drafting(hw, model, drafter, cfg, batch, graph)
+    total = passes * draft_step + verify + draft_extend
     return Prediction(
         decode_tok_s=accept * 1e3 / total,
         output_tok_s=batch * accept * 1e3 / total,
@@ -1116,7 +1063,7 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
         accept_length=accept,
         accept_rate=(accept - 1.0) / (cfg.draft_tokens - 1),
         verify_ms=verify,
-        draft_ms=cfg.steps * draft_step,
+        draft_ms=passes * draft_step,
         draft_step_ms=draft_step,
         draft_extend_ms=draft_extend,
         allreduce_us=ar_v.us,
@@ -1130,6 +1077,31 @@ def cycle(hw: HardwareProfile, model: ModelProfile, cfg: Config, batch: int) -> 
         draft_tokens=cfg.draft_tokens,
         running=batch,
     )
+
+
+def _drafting(
+    hw: HardwareProfile, model: ModelProfile, drafter: Drafter, cfg: Config, batch: int, graph: bool
+) -> tuple[int, float, float]:
+    """(draft passes per cycle, one pass's ms, the draft-extend's ms) of `drafter`'s shape (algorithms.py):
+    a tree drafts `steps` passes over batch * top-k tokens; a block one pass over the whole window; a lookup
+    one host-side trie match per request, no draft model (no collectives, no draft-extend)."""
+    step_ms = model.draft_step_ms if drafter.draft_step_ms is None else drafter.draft_step_ms
+    extend_ms = model.draft_extend_ms if drafter.draft_extend_ms is None else drafter.draft_extend_ms
+    per_token = model.draft_per_token_ms if drafter.draft_per_token_ms is None else drafter.draft_per_token_ms
+    collectives = model.draft_collectives if drafter.draft_collectives is None else drafter.draft_collectives
+    if drafter.shape == "lookup":
+        return 1, step_ms + per_token * batch, 0.0
+    token_bytes = model.hidden_size * model.dtype_bytes
+    scale = _scale(hw, model, cfg.tp)
+    verify_tokens = batch * cfg.draft_tokens
+    step_tokens = verify_tokens if drafter.shape == "block" else batch * cfg.topk
+    # The draft model's collectives go through GroupCoordinator.all_reduce, not the target's fused layers.
+    ar_d = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, step_tokens, token_bytes, graph, fused=False)
+    ar_dx = carried_all_reduce(hw, cfg.nccl, cfg.comm, cfg.tp, verify_tokens, token_bytes, graph, fused=False)
+    eager = 0.0 if graph else hw.eager_us_per_layer / 1e3
+    step = (step_ms + per_token * step_tokens) * scale + eager + collectives * ar_d.us / 1e3
+    extend = (extend_ms + per_token * verify_tokens) * scale + eager + collectives * ar_dx.us / 1e3
+    return (1 if drafter.shape == "block" else cfg.steps), step, extend
 
 
 def speculative_capture_bs(max_bs: int) -> tuple[int, ...]:
@@ -1194,6 +1166,8 @@ _RESOLVE_KEYS = (
     "speculative_adaptive_candidate_steps",
     "speculative_adaptive_slots",
     "max_running_requests",
+    "speculative_dflash_block_size",
+    "speculative_ngram_max_bfs_breadth",
     *NCCL_PARAM_NAMES,
     TUNER_RULES,
     *COMM_KEYS,

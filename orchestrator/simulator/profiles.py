@@ -227,20 +227,40 @@ def _spec_triple(source: str, value: Any) -> tuple[int, int, int]:
     return int(value[0]), int(value[1]), int(value[2])
 
 
+_DRAFTER_COSTS = ("draft_step_ms", "draft_extend_ms", "draft_per_token_ms")
+
+
+def _drafter(source: str, name: str, d: Any) -> Drafter:
+    """One `drafters.<name>` entry: acceptance and width, its shape (tree, block, lookup), the block's
+    per-position acceptance, and its own draft costs where they differ from the model's EAGLE drafter."""
+    dr = _Reader(source, d, f"drafters.{name}.")
+    shape = str(dr("shape", "tree"))
+    if shape not in ("tree", "block", "lookup"):
+        raise ProfileError(f"{source}: drafters.{name}.shape must be tree, block or lookup, got {shape!r}")
+    costs = {k: (None if (v := dr(k, None)) is None else float(v)) for k in _DRAFTER_COSTS}
+    collectives, block = dr("draft_collectives", None), dr("block_size", None)
+    drafter = Drafter(
+        acceptance=float(dr("acceptance")),
+        width_exponent=float(dr("width_exponent", 0.5)),
+        shape=shape,  # type: ignore[arg-type]  # checked above
+        position_acceptance=tuple(float(a) for a in dr("position_acceptance", ())),
+        block_size=None if block is None else int(block),
+        draft_collectives=None if collectives is None else int(collectives),
+        **costs,
+    )
+    dr("doc", None)
+    dr("source", None)
+    dr.done()
+    return drafter
+
+
 @functools.lru_cache(maxsize=32)
 def load_model(name_or_path: str = DEFAULT_MODEL) -> ModelProfile:
     """The model profile `name_or_path` (built-in name, or path to a YAML/JSON file)."""
     source, data = _read(name_or_path)
     r = _Reader(source, data)
     _kind(source, r, "model")
-    drafters = {}
-    for name, d in r("drafters").items():
-        dr = _Reader(source, d, f"drafters.{name}.")
-        drafters[str(name).lower()] = Drafter(
-            acceptance=float(dr("acceptance")), width_exponent=float(dr("width_exponent"))
-        )
-        dr("doc", None)
-        dr.done()
+    drafters = {str(name).lower(): _drafter(source, str(name), d) for name, d in r("drafters").items()}
     ld = r.sub("load")
     load_weights_s, graph_capture_s = _seconds(source, ld, "weights_s"), _seconds(source, ld, "graph_capture_s")
     if not str(ld("source", "")).strip():

@@ -57,7 +57,11 @@ def test_bad_durations(text) -> None:
         ("NCCL_MAX_NCHANNELS", True, "must be an integer, but got True"),
         ("speculative_num_steps", 4, None),
         ("speculative_eagle_topk", 0, "must be in [1, 16], but got 0"),
-        ("speculative_algorithm", "eagle3", "must be one of {EAGLE3, EAGLE}, but got 'eagle3'"),
+        (
+            "speculative_algorithm",
+            "eagle3",
+            "must be one of {EAGLE3, EAGLE, STANDALONE, DFLASH, NGRAM}, but got 'eagle3'",
+        ),
         ("cuda_graph", False, None),
         ("cuda_graph", "no", "must be true or false, but got 'no'"),
         ("all_reduce_path", None, None),  # None is "not set" for every knob
