@@ -6,7 +6,7 @@ text and a hardware description in, words out."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from orchestrator.config.allreduce import (
@@ -136,6 +136,70 @@ def allreduce_path(flags: Mapping[str, Any], log_text: str, hardware: str | None
 _NCCL_NOT_TUNING = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
 
 
+def _custom_path_warning(nccl: Sequence[str]) -> str:
+    return (
+        f"{', '.join(nccl)} {'is' if len(nccl) == 1 else 'are'} swept, but on this NVLink host "
+        f"SGLang's custom all-reduce carries every all-reduce up to 16 MB, which includes all "
+        f"decode and verify all-reduces, and where SGLang 0.5.23 auto-enables the FlashInfer all-reduce "
+        f"fusion (SM90/SM100 GPUs, a fusion architecture such as KimiK25ForConditionalGeneration) the fusion "
+        f"carries decode and verify up to 2048 tokens before it: NCCL_* are inert for decode and verify "
+        f"either way (--disable-custom-all-reduce leaves the fusion on); NCCL only sees larger prefill "
+        f"all-reduces and all-gathers. Sweep all_reduce_backend nccl (custom all-reduce and the fusion off) "
+        f"to put NCCL on the verify path; `sweep plan --host <profile>` shows which backend carries each "
+        f"message class."
+    )
+
+
+def _forced_by_flags(env: Mapping[str, str], f: Mapping[str, Any]) -> list[str]:
+    """What --enable-symm-mem and --enable-nccl-nvls force over the plan's environment."""
+    if _on(f, "enable_symm_mem"):
+        forced = [n for n in ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE") if n in env and env[n] != "1"]
+        return [
+            "--enable-symm-mem forces NCCL_CUMEM_ENABLE=1 and NCCL_NVLS_ENABLE=1 in the server"
+            + (f", overwriting the plan's {', '.join(f'{n}={env[n]}' for n in forced)}" if forced else "")
+            + "; NVLink multicast (NVLS) must stay off on shared hosts."
+        ]
+    if _on(f, "enable_nccl_nvls") and env.get("NCCL_NVLS_ENABLE", "1") != "1":
+        return [
+            f"--enable-nccl-nvls forces NCCL_NVLS_ENABLE=1, overwriting the plan's "
+            f"NCCL_NVLS_ENABLE={env['NCCL_NVLS_ENABLE']}."
+        ]
+    return []
+
+
+def _set_by_sglang(names: Sequence[str], f: Mapping[str, Any]) -> list[str]:
+    """The swept variables SGLang sets itself when they are unset (so a trial without one is not NCCL's default)."""
+    symm = _on(f, "enable_symm_mem")
+    found = []
+    if "NCCL_CUMEM_ENABLE" in names and not symm:
+        found.append(
+            "NCCL_CUMEM_ENABLE: SGLang sets it to 0 itself when it is unset, so a trial without it "
+            "runs with 0 (not NCCL's default), and --enable-symm-mem would overwrite it with 1."
+        )
+    if "NCCL_NVLS_ENABLE" in names and not symm and not _on(f, "enable_nccl_nvls"):
+        found.append(
+            "NCCL_NVLS_ENABLE: SGLang sets it to 0 itself when it is unset, and --enable-nccl-nvls "
+            "or --enable-symm-mem overwrite it with 1."
+        )
+    if "NCCL_GRAPH_REGISTER" in names:
+        found.append(
+            "NCCL_GRAPH_REGISTER: SGLang sets it to 0 itself when unset whenever CUDA graphs capture "
+            "collectives with TP > 1, so a trial without it does not run NCCL's default."
+        )
+    return found
+
+
+def _deterministic_warning(names: Sequence[str], f: Mapping[str, Any]) -> list[str]:
+    hit = [n for n in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if n in names]
+    if not hit or not _on(f, "enable_deterministic_inference"):
+        return []
+    return [
+        f"--enable-deterministic-inference overwrites {', '.join(hit)} (NCCL_ALGO=allreduce:tree, "
+        f"NCCL_MIN_NCHANNELS=NCCL_MAX_NCHANNELS=8) and disables custom all-reduce: sweeping "
+        f"{'it' if len(hit) == 1 else 'them'} measures nothing."
+    ]
+
+
 def plan_warnings(
     env: Mapping[str, str],
     flags: Mapping[str, Any],
@@ -155,53 +219,10 @@ def plan_warnings(
     nccl = [n for n in names if n.startswith("NCCL_") and n not in _NCCL_NOT_TUNING]
     warnings = []
     if nccl and not path_known and allreduce_path(f, "", hardware) == "custom":
-        warnings.append(
-            f"{', '.join(nccl)} {'is' if len(nccl) == 1 else 'are'} swept, but on this NVLink host "
-            f"SGLang's custom all-reduce carries every all-reduce up to 16 MB, which includes all "
-            f"decode and verify all-reduces, and where SGLang 0.5.23 auto-enables the FlashInfer all-reduce "
-            f"fusion (SM90/SM100 GPUs, a fusion architecture such as KimiK25ForConditionalGeneration) the fusion "
-            f"carries decode and verify up to 2048 tokens before it: NCCL_* are inert for decode and verify "
-            f"either way (--disable-custom-all-reduce leaves the fusion on); NCCL only sees larger prefill "
-            f"all-reduces and all-gathers. Sweep all_reduce_backend nccl (custom all-reduce and the fusion off) "
-            f"to put NCCL on the verify path; `sweep plan --host <profile>` shows which backend carries each "
-            f"message class."
-        )
-    symm = _on(f, "enable_symm_mem")
-    if symm:
-        forced = [n for n in ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE") if n in env and env[n] != "1"]
-        warnings.append(
-            "--enable-symm-mem forces NCCL_CUMEM_ENABLE=1 and NCCL_NVLS_ENABLE=1 in the server"
-            + (f", overwriting the plan's {', '.join(f'{n}={env[n]}' for n in forced)}" if forced else "")
-            + "; NVLink multicast (NVLS) must stay off on shared hosts."
-        )
-    if _on(f, "enable_nccl_nvls") and not symm and env.get("NCCL_NVLS_ENABLE", "1") != "1":
-        warnings.append(
-            f"--enable-nccl-nvls forces NCCL_NVLS_ENABLE=1, overwriting the plan's "
-            f"NCCL_NVLS_ENABLE={env['NCCL_NVLS_ENABLE']}."
-        )
-    if "NCCL_CUMEM_ENABLE" in names and not symm:
-        warnings.append(
-            "NCCL_CUMEM_ENABLE: SGLang sets it to 0 itself when it is unset, so a trial without it "
-            "runs with 0 (not NCCL's default), and --enable-symm-mem would overwrite it with 1."
-        )
-    if "NCCL_NVLS_ENABLE" in names and not symm and not _on(f, "enable_nccl_nvls"):
-        warnings.append(
-            "NCCL_NVLS_ENABLE: SGLang sets it to 0 itself when it is unset, and --enable-nccl-nvls "
-            "or --enable-symm-mem overwrite it with 1."
-        )
-    if "NCCL_GRAPH_REGISTER" in names:
-        warnings.append(
-            "NCCL_GRAPH_REGISTER: SGLang sets it to 0 itself when unset whenever CUDA graphs capture "
-            "collectives with TP > 1, so a trial without it does not run NCCL's default."
-        )
-    if _on(f, "enable_deterministic_inference"):
-        hit = [n for n in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if n in names]
-        if hit:
-            warnings.append(
-                f"--enable-deterministic-inference overwrites {', '.join(hit)} (NCCL_ALGO=allreduce:tree, "
-                f"NCCL_MIN_NCHANNELS=NCCL_MAX_NCHANNELS=8) and disables custom all-reduce: sweeping "
-                f"{'it' if len(hit) == 1 else 'them'} measures nothing."
-            )
+        warnings.append(_custom_path_warning(nccl))
+    warnings += _forced_by_flags(env, f)
+    warnings += _set_by_sglang(names, f)
+    warnings += _deterministic_warning(names, f)
     if masked := tuner_masked({**env, **{n: env.get(n, "") for n in names}}):
         warnings.append(masked + ".")
     return warnings

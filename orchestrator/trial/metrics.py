@@ -20,10 +20,8 @@ Which number comes from where:
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
-import re
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ from prometheus_client.samples import Sample
 
 from orchestrator.records import BenchRecord, MeasurementSummary, Metrics
 from orchestrator.stats import bootstrap_ci
+from orchestrator.trial.decodelog import parse_decode_log
 
 
 class MetricMissing(ValueError):
@@ -94,96 +93,6 @@ def verify_ms_from_metrics(before: str, after: str) -> float | None:
     if p1 - p0 <= 0 or v1 - v0 < 0:
         return None  # no decode pass in between, or the server restarted (counters reset)
     return (v1 - v0) / (p1 - p0) * 1000.0
-
-
-# ---------------------------------------------------------------------------------------------
-# Scheduler log lines
-
-_DECODE_RE = re.compile(
-    r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d{1,6})?)"
-    r"(?P<prefix>(?: [A-Z]+-?\d+)*)\] "
-    r"Decode batch(?: \[(?P<iter>\d+)\])?, (?P<fields>.*)$"
-)
-_PREFIX_RE = re.compile(r"([A-Z]+)-?(\d+)")
-
-
-@dataclass(frozen=True)
-class DecodeLogLine:
-    """One `Decode batch, ...` line of the SGLang scheduler log."""
-
-    timestamp: _dt.datetime
-    """Server local time, as logged (seconds, or milliseconds with SGLANG_LOG_MS=1)."""
-    ranks: dict[str, int]
-    """Logger prefix, e.g. {"TP": 0} or {"DP": 1, "TP": 0}; empty for TP=1."""
-    running_req: int
-    gen_throughput: float
-    """token/s over the last decode_log_interval iterations."""
-    queue_req: int | None = None
-    num_tokens: int | None = None
-    token_usage: float | None = None
-    accept_len: float | None = None
-    accept_rate: float | None = None
-    cuda_graph: bool | None = None
-    iteration: int | None = None
-    extra: dict[str, str] = field(default_factory=dict)
-    """Fields this parser does not interpret (DSpark cap len, MFU, occupancy...)."""
-
-
-def _num(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _parse_timestamp(ts: str) -> _dt.datetime:
-    ts = ts.replace(",", ".")
-    fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in ts else "%Y-%m-%d %H:%M:%S"
-    return _dt.datetime.strptime(ts, fmt)
-
-
-def parse_decode_log(text: str) -> list[DecodeLogLine]:
-    """Every `Decode batch` line in a server log, in order. Other lines are ignored."""
-    lines = []
-    for raw in text.splitlines():
-        m = _DECODE_RE.search(raw)
-        if not m:
-            continue
-        values: dict[str, str] = {}
-        for part in m.group("fields").split(", "):
-            key, sep, value = part.partition(": ")
-            if sep:
-                values[key.strip()] = value.strip()
-        if "#running-req" not in values or "gen throughput (token/s)" not in values:
-            continue
-        running = _num(values.pop("#running-req"))
-        tps = _num(values.pop("gen throughput (token/s)"))
-        if running is None or tps is None:
-            continue
-        graph_key = next((k for k in values if k.endswith("graph")), None)
-        graph = values.pop(graph_key) if graph_key else None
-        queue = values.pop("#queue-req", None)
-        tokens = values.pop("#token", None)
-        usage = values.pop("token usage", None)
-        al = values.pop("accept len", None)
-        ar = values.pop("accept rate", None)
-        lines.append(
-            DecodeLogLine(
-                timestamp=_parse_timestamp(m.group("ts")),
-                ranks={k: int(v) for k, v in _PREFIX_RE.findall(m.group("prefix") or "")},
-                running_req=int(running),
-                gen_throughput=tps,
-                queue_req=int(queue) if queue is not None and queue.isdigit() else None,
-                num_tokens=int(tokens) if tokens is not None and tokens.isdigit() else None,
-                token_usage=_num(usage) if usage is not None else None,
-                accept_len=_num(al) if al is not None else None,
-                accept_rate=_num(ar) if ar is not None else None,
-                cuda_graph={"True": True, "False": False}.get(graph) if graph is not None else None,
-                iteration=int(m.group("iter")) if m.group("iter") else None,
-                extra=values,
-            )
-        )
-    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,6 +259,118 @@ def _pctl(values: Sequence[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if len(values) else None
 
 
+def _measured_ok(records: Sequence[BenchRecord]) -> tuple[list[BenchRecord], int]:
+    """(the successful measured requests, how many measured ones failed); MetricMissing when none succeeded."""
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    failed = len(measured) - len(ok)
+    if not ok:
+        first_error = next((r.error for r in measured if r.error), None)
+        raise MetricMissing(
+            f"no successful measured request: {len(records)} records, "
+            f"{len(records) - len(measured)} warmup, {failed} failed"
+            + (f" (first error: {first_error})" if first_error else "")
+        )
+    return ok, failed
+
+
+def _decode_rates(ok: Sequence[BenchRecord]) -> tuple[list[float], list[float]]:
+    """(decode rates in tokens/s, TPOTs in ms) of the requests with >= 2 tokens and latency > ttft."""
+    decode_rates, tpots = [], []
+    for r in ok:
+        if r.latency_s is None or r.ttft_s is None:
+            continue
+        decode_s = r.latency_s - r.ttft_s
+        if r.completion_tokens >= 2 and decode_s > 0:
+            decode_rates.append((r.completion_tokens - 1) / decode_s)
+            tpots.append(decode_s / (r.completion_tokens - 1) * 1000.0)
+    if not decode_rates:
+        raise MetricMissing(
+            f"decode rate needs an ok request with >= 2 completion tokens and latency > ttft; "
+            f"none of the {len(ok)} ok requests qualifies"
+        )
+    return decode_rates, tpots
+
+
+def _output_tok_s(ok: Sequence[BenchRecord]) -> float:
+    """Completion tokens over the span from the first request's start to the last one's end."""
+    ended = [(r.start_s, r.latency_s, r.completion_tokens) for r in ok if r.latency_s is not None]
+    span = (max(start + latency for start, latency, _ in ended) - min(start for start, _, _ in ended)) if ended else 0.0
+    if span <= 0:
+        raise MetricMissing("output throughput needs request start and end times; the measured span is 0")
+    return sum(tokens for _, _, tokens in ended) / span
+
+
+@dataclass
+class _Speculation:
+    """What the measured requests tell of speculative decoding, with the source of each number."""
+
+    accept_length: float | None = None
+    accept_rate: float | None = None
+    cycle_ms: float | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def _from_meta_info(
+    spec_pairs: Sequence[tuple[BenchRecord, tuple[int, int]]], num_draft_tokens: int | None
+) -> _Speculation:
+    found = _Speculation(accept_length=sum(ct for _, (ct, _) in spec_pairs) / sum(v for _, (_, v) in spec_pairs))
+    found.sources["accept_length"] = "meta_info:sum_completion_tokens/sum_spec_verify_ct"
+    found.accept_rate, found.sources["accept_rate"] = _accept_rate([r for r, _ in spec_pairs], num_draft_tokens)
+    cycles = [
+        (r.latency_s - r.ttft_s) / verify_ct * 1000.0
+        for r, (_, verify_ct) in spec_pairs
+        if r.latency_s is not None and r.ttft_s is not None and r.latency_s > r.ttft_s
+    ]
+    if cycles:
+        found.cycle_ms = float(np.median(cycles))
+        found.sources["cycle_ms"] = "derived:median_per_request_(latency-ttft)/spec_verify_ct"
+    return found
+
+
+def _from_log(ok: Sequence[BenchRecord], log_text: str, decode_tok_s: float) -> _Speculation:
+    start = min(r.start_s for r in ok)
+    end = max(r.start_s + (r.latency_s or 0.0) for r in ok)
+    found = _Speculation(accept_length=_log_accept_length(log_text, start, end))
+    if found.accept_length is not None:
+        found.sources["accept_length"] = "decode_log:running_req_weighted_mean_in_window"
+        found.cycle_ms = found.accept_length / decode_tok_s * 1000.0
+        found.sources["cycle_ms"] = "derived:accept_length/decode_tok_s"
+    return found
+
+
+def _speculation(
+    ok: Sequence[BenchRecord], num_draft_tokens: int | None, log_text: str | None, decode_tok_s: float
+) -> _Speculation:
+    """Accept length and rate and the cycle time: from meta_info when the requests carry it, else from the
+    scheduler log; without either the cycle is one token's decode time."""
+    spec_pairs = [(r, pair) for r in ok if (pair := _spec(r)) is not None]
+    if spec_pairs:
+        found = _from_meta_info(spec_pairs, num_draft_tokens)
+    elif log_text:
+        found = _from_log(ok, log_text, decode_tok_s)
+    else:
+        found = _Speculation()
+    if found.accept_length is None:
+        found.cycle_ms = 1000.0 / decode_tok_s
+        found.sources["cycle_ms"] = "derived:1000/decode_tok_s"
+    return found
+
+
+def _verify_ms(
+    metrics_before: str | None, metrics_after: str | None, speculative: bool, sources: dict[str, str]
+) -> float | None:
+    """verify_ms from the device timer between the two scrapes, its source noted in `sources`."""
+    verify_ms = None
+    if metrics_before is not None and metrics_after is not None:
+        verify_ms = verify_ms_from_metrics(metrics_before, metrics_after)
+    if verify_ms is not None:
+        sources["verify_ms"] = "device_timer"
+    elif speculative:
+        sources["verify_ms"] = "unavailable:needs_SGLANG_ENABLE_METRICS_DEVICE_TIMER=1_and_/metrics_before_and_after"
+    return verify_ms
+
+
 def compute(
     records: Sequence[BenchRecord],
     *,
@@ -366,41 +387,12 @@ def compute(
     accept_length when the requests carried no meta_info. Raises MetricMissing when no measured
     request succeeded or the decode rate cannot be computed.
     """
-    measured = [r for r in records if not r.warmup]
-    ok = [r for r in measured if r.ok]
-    failed = len(measured) - len(ok)
-    if not ok:
-        first_error = next((r.error for r in measured if r.error), None)
-        raise MetricMissing(
-            f"no successful measured request: {len(records)} records, "
-            f"{len(records) - len(measured)} warmup, {failed} failed"
-            + (f" (first error: {first_error})" if first_error else "")
-        )
-
-    decode_rates, tpots = [], []
-    for r in ok:
-        if r.latency_s is None or r.ttft_s is None:
-            continue
-        decode_s = r.latency_s - r.ttft_s
-        if r.completion_tokens >= 2 and decode_s > 0:
-            decode_rates.append((r.completion_tokens - 1) / decode_s)
-            tpots.append(decode_s / (r.completion_tokens - 1) * 1000.0)
-    if not decode_rates:
-        raise MetricMissing(
-            f"decode rate needs an ok request with >= 2 completion tokens and latency > ttft; "
-            f"none of the {len(ok)} ok requests qualifies"
-        )
+    ok, failed = _measured_ok(records)
+    decode_rates, tpots = _decode_rates(ok)
     decode_tok_s = float(np.median(decode_rates))
-
-    ended = [(r.start_s, r.latency_s, r.completion_tokens) for r in ok if r.latency_s is not None]
-    span = (max(start + latency for start, latency, _ in ended) - min(start for start, _, _ in ended)) if ended else 0.0
-    if span <= 0:
-        raise MetricMissing("output throughput needs request start and end times; the measured span is 0")
-    output_tok_s = sum(tokens for _, _, tokens in ended) / span
-
+    output_tok_s = _output_tok_s(ok)
     ttfts = [r.ttft_s * 1000.0 for r in ok if r.ttft_s is not None]
     itls = [v * 1000.0 for r in ok for v in _itl_values(r)]
-
     sources = {
         "decode_tok_s": "client:median_per_request_(completion_tokens-1)/(latency-ttft)",
         "output_tok_s": "client:sum_completion_tokens/(last_end-first_start)",
@@ -408,44 +400,9 @@ def compute(
         "itl_ms": "client:per_token_chunk_gap/k",
         "tpot_ms": "client",
     }
-
-    spec_pairs = [(r, pair) for r in ok if (pair := _spec(r)) is not None]
-    spec_records = [r for r, _ in spec_pairs]
-    accept_length: float | None = None
-    accept_rate: float | None = None
-    cycle_ms: float | None = None
-    verify_ms: float | None = None
-    if spec_pairs:
-        accept_length = sum(ct for _, (ct, _) in spec_pairs) / sum(v for _, (_, v) in spec_pairs)
-        sources["accept_length"] = "meta_info:sum_completion_tokens/sum_spec_verify_ct"
-        accept_rate, sources["accept_rate"] = _accept_rate(spec_records, num_draft_tokens)
-        cycles = [
-            (r.latency_s - r.ttft_s) / verify_ct * 1000.0
-            for r, (_, verify_ct) in spec_pairs
-            if r.latency_s is not None and r.ttft_s is not None and r.latency_s > r.ttft_s
-        ]
-        if cycles:
-            cycle_ms = float(np.median(cycles))
-            sources["cycle_ms"] = "derived:median_per_request_(latency-ttft)/spec_verify_ct"
-    elif log_text:
-        start = min(r.start_s for r in ok)
-        end = max(r.start_s + (r.latency_s or 0.0) for r in ok)
-        accept_length = _log_accept_length(log_text, start, end)
-        if accept_length is not None:
-            sources["accept_length"] = "decode_log:running_req_weighted_mean_in_window"
-            cycle_ms = accept_length / decode_tok_s * 1000.0
-            sources["cycle_ms"] = "derived:accept_length/decode_tok_s"
-    if accept_length is None:
-        cycle_ms = 1000.0 / decode_tok_s
-        sources["cycle_ms"] = "derived:1000/decode_tok_s"
-
-    if metrics_before is not None and metrics_after is not None:
-        verify_ms = verify_ms_from_metrics(metrics_before, metrics_after)
-    if verify_ms is not None:
-        sources["verify_ms"] = "device_timer"
-    elif accept_length is not None:
-        sources["verify_ms"] = "unavailable:needs_SGLANG_ENABLE_METRICS_DEVICE_TIMER=1_and_/metrics_before_and_after"
-
+    spec = _speculation(ok, num_draft_tokens, log_text, decode_tok_s)
+    sources.update(spec.sources)
+    verify_ms = _verify_ms(metrics_before, metrics_after, spec.accept_length is not None, sources)
     return Metrics(
         decode_tok_s=decode_tok_s,
         output_tok_s=output_tok_s,
@@ -454,10 +411,10 @@ def compute(
         itl_ms_p50=_pctl(itls, 50),
         itl_ms_p99=_pctl(itls, 99),
         tpot_ms_p50=_pctl(tpots, 50),
-        accept_length=accept_length,
-        accept_rate=accept_rate,
+        accept_length=spec.accept_length,
+        accept_rate=spec.accept_rate,
         verify_ms=verify_ms,
-        cycle_ms=cycle_ms,
+        cycle_ms=spec.cycle_ms,
         requests_ok=len(ok),
         requests_failed=failed,
         sources=sources,
@@ -473,12 +430,8 @@ SUMMARY_FIELDS: tuple[str, ...] = tuple(
 """The Metrics fields that get a median and a bootstrap interval."""
 
 
-def summarize(repeats: Sequence[Metrics], *, seed: int = 0, n_boot: int = 2000) -> tuple[Metrics, MeasurementSummary]:
-    """The field-wise median of r repeated measurements, and their medians with bootstrap 95%
-    intervals. A field missing (None) in some repeats is summarised over the others. Request
-    counts add up over repeats, so a failure in one repeat is not hidden by the median."""
-    if not repeats:
-        raise MetricMissing("summarize needs at least one measurement, but got none")
+def _medians(repeats: Sequence[Metrics], seed: int, n_boot: int) -> tuple[dict[str, float], ...]:
+    """(medians, interval lows, interval highs) of SUMMARY_FIELDS over the repeats that have a finite value."""
     medians: dict[str, float] = {}
     lows: dict[str, float] = {}
     highs: dict[str, float] = {}
@@ -489,20 +442,33 @@ def summarize(repeats: Sequence[Metrics], *, seed: int = 0, n_boot: int = 2000) 
             continue
         medians[name] = float(np.median(values))
         lows[name], highs[name] = bootstrap_ci(values, n_boot=n_boot, seed=seed)
+    return medians, lows, highs
 
+
+def _merged_sources(repeats: Sequence[Metrics]) -> dict[str, str]:
+    """Each number's sources over the repeats (distinct ones joined by ' | '), and how many were summarised."""
     sources: dict[str, str] = {}
     for key in sorted({k for m in repeats for k in m.sources}):
         distinct = sorted({m.sources[key] for m in repeats if key in m.sources})
         sources[key] = " | ".join(distinct)
     if len(repeats) > 1:
         sources["summary"] = f"median_of_{len(repeats)}_repeats"
+    return sources
 
+
+def summarize(repeats: Sequence[Metrics], *, seed: int = 0, n_boot: int = 2000) -> tuple[Metrics, MeasurementSummary]:
+    """The field-wise median of r repeated measurements, and their medians with bootstrap 95%
+    intervals. A field missing (None) in some repeats is summarised over the others. Request
+    counts add up over repeats, so a failure in one repeat is not hidden by the median."""
+    if not repeats:
+        raise MetricMissing("summarize needs at least one measurement, but got none")
+    medians, lows, highs = _medians(repeats, seed, n_boot)
     median_metrics = Metrics.model_validate(
         {
             **{name: medians.get(name) for name in SUMMARY_FIELDS},
             "requests_ok": sum(m.requests_ok for m in repeats),
             "requests_failed": sum(m.requests_failed for m in repeats),
-            "sources": sources,
+            "sources": _merged_sources(repeats),
         }
     )
     summary = MeasurementSummary(repeats=len(repeats), median=medians, ci95_low=lows, ci95_high=highs)

@@ -1,9 +1,9 @@
 """What really ran: the environment each rank worker got, NCCL's own account of its settings, which
 all-reduce carried the decode/verify messages, and the host's fingerprint.
 
-Thin shells read the process tree (procs) and run nvidia-smi; everything they read goes through pure functions
-(evaluate_env, check_env_applied, fingerprint_hash; nccllog's parse_nccl_log; allreduce.py's allreduce_path and
-plan_warnings) that the tests drive with text in the real formats.
+Thin shells read the process tree (procs) and run nvidia-smi (fingerprint.py); everything they read goes through
+pure functions (evaluate_env, check_env_applied, fingerprint_hash; nccllog's parse_nccl_log; allreduce.py's
+allreduce_path and plan_warnings) that the tests drive with text in the real formats.
 
 /proc/<pid>/environ shows the environment a process was exec'ed with. SGLang starts its scheduler
 processes with multiprocessing's spawn method (a fresh exec that inherits the launcher's
@@ -15,17 +15,10 @@ independent cross-check.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
-import json
 import os
-import platform
 import re
-import socket
-import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import Field
 
@@ -34,6 +27,14 @@ from orchestrator.records import Frozen
 from orchestrator.redact import redact_env, redact_text
 from orchestrator.trial import procs
 from orchestrator.trial.allreduce import allreduce_path, check_backend_applied, plan_warnings
+from orchestrator.trial.fingerprint import (
+    STABLE_FIELDS,
+    fingerprint,
+    fingerprint_diff,
+    fingerprint_hash,
+    interpreter_versions,
+    parse_gpu_query,
+)
 
 __all__ = [
     "RANK_WORKER_RULE",
@@ -49,6 +50,8 @@ __all__ = [
     "fingerprint",
     "fingerprint_diff",
     "fingerprint_hash",
+    "interpreter_versions",
+    "niceness_warning",
     "observe_env",
     "parse_gpu_query",
     "parse_nccl_log",
@@ -59,7 +62,8 @@ __all__ = [
 ]
 """allreduce_path, check_backend_applied and plan_warnings are allreduce.py's, re-exported: the observation
 reports the path and fails a trial whose asked-for all-reduce backend SGLang refused or fell back from;
-parse_nccl_log is nccllog.py's (NCCL's line formats are documented there)."""
+parse_nccl_log is nccllog.py's (NCCL's line formats are documented there); the fingerprint's names are
+fingerprint.py's."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,6 +243,76 @@ def _spawned_environ(
     return snap.environ, "own"
 
 
+def _compared(
+    env: Mapping[str, str] | None, requested: Mapping[str, str]
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """(present, missing, mismatched name -> value found) of the requested variables in `env`."""
+    present: list[str] = []
+    missing: list[str] = []
+    mismatched: dict[str, str] = {}
+    if env is None:
+        return present, missing, mismatched
+    for name, want in requested.items():
+        if name not in env:
+            missing.append(name)
+        elif env[name] != want:
+            mismatched[name] = env[name]
+        else:
+            present.append(name)
+    return present, missing, mismatched
+
+
+def _process_env(
+    snap: ProcessSnapshot,
+    snapshots: Sequence[ProcessSnapshot],
+    by_pid: Mapping[int, ProcessSnapshot],
+    requested: Mapping[str, str],
+    rank: int | None,
+) -> ProcessEnv:
+    """What one process got of the requested variables (its spawner's environment when retitled)."""
+    env, source = snap.environ, "own"
+    if _overwritten_by_title(snap):
+        env, source = _spawned_environ(snap, snapshots, by_pid)
+    present, missing, mismatched = _compared(env, requested)
+    nccl = {k: v for k, v in (env or {}).items() if k.startswith("NCCL_")}
+    return ProcessEnv(
+        pid=snap.pid,
+        ppid=snap.ppid,
+        cmdline=redact_text(" ".join(snap.cmdline))[:300],
+        rank=rank,
+        readable=env is not None,
+        environ_source=source,
+        present=tuple(present),
+        missing=tuple(missing),
+        mismatched=redact_env(mismatched),
+        nccl_env=redact_env(nccl),
+        nice=snap.nice,
+    )
+
+
+def _worker_problems(
+    server_pid: int, workers: Sequence[ProcessEnv], requested: Mapping[str, str], expected_ranks: int
+) -> list[str]:
+    """One line per rank worker missing, unreadable, or lacking or differing on a requested variable."""
+    problems = []
+    if len(workers) < expected_ranks:
+        problems.append(f"found {len(workers)} rank worker(s) under pid {server_pid}, expected {expected_ranks}")
+    unreadable = [p for p in workers if not p.readable]
+    if unreadable:
+        problems.append(f"could not read the environment of {_fmt_ranks(unreadable)}")
+    shown = redact_env(dict(requested))
+    for name in requested:
+        lacking = [p for p in workers if name in p.missing]
+        if lacking:
+            problems.append(f"{name} did not reach {_fmt_ranks(lacking)}")
+        problems += [
+            f"{name} reached rank {p.rank} (pid {p.pid}) as {p.mismatched[name]!r}, requested {shown[name]!r}"
+            for p in workers
+            if name in p.mismatched
+        ]
+    return problems
+
+
 def evaluate_env(
     server_pid: int,
     snapshots: Sequence[ProcessSnapshot],
@@ -247,60 +321,17 @@ def evaluate_env(
 ) -> EnvObservation:
     """Compare the requested variables against what each process got (pure; see observe_env)."""
     requested = {k: str(v) for k, v in requested.items()}
-    ranks = rank_workers(server_pid, snapshots)
-    rank_by_pid = {snap.pid: rank for rank, snap in ranks}
-    processes = []
+    rank_by_pid = {snap.pid: rank for rank, snap in rank_workers(server_pid, snapshots)}
     by_pid = {snap.pid: snap for snap in snapshots}
-    for snap in sorted(snapshots, key=lambda s: s.pid):
-        env, source = snap.environ, "own"
-        if _overwritten_by_title(snap):
-            env, source = _spawned_environ(snap, snapshots, by_pid)
-        present, missing, mismatched = [], [], {}
-        if env is not None:
-            for name, want in requested.items():
-                if name not in env:
-                    missing.append(name)
-                elif env[name] != want:
-                    mismatched[name] = env[name]
-                else:
-                    present.append(name)
-        nccl = {k: v for k, v in (env or {}).items() if k.startswith("NCCL_")}
-        processes.append(
-            ProcessEnv(
-                pid=snap.pid,
-                ppid=snap.ppid,
-                cmdline=redact_text(" ".join(snap.cmdline))[:300],
-                rank=rank_by_pid.get(snap.pid),
-                readable=env is not None,
-                environ_source=source,
-                present=tuple(present),
-                missing=tuple(missing),
-                mismatched=redact_env(mismatched),
-                nccl_env=redact_env(nccl),
-                nice=snap.nice,
-            )
-        )
-
+    processes = [
+        _process_env(snap, snapshots, by_pid, requested, rank_by_pid.get(snap.pid))
+        for snap in sorted(snapshots, key=lambda s: s.pid)
+    ]
     workers = sorted((p for p in processes if p.rank is not None), key=lambda p: (p.rank, p.pid))
-    problems = []
-    if len(workers) < expected_ranks:
-        problems.append(f"found {len(workers)} rank worker(s) under pid {server_pid}, expected {expected_ranks}")
-    unreadable = [p for p in workers if not p.readable]
-    if unreadable:
-        problems.append(f"could not read the environment of {_fmt_ranks(unreadable)}")
-    shown = redact_env(requested)
-    for name in requested:
-        lacking = [p for p in workers if name in p.missing]
-        if lacking:
-            problems.append(f"{name} did not reach {_fmt_ranks(lacking)}")
-        for p in workers:
-            if name in p.mismatched:
-                problems.append(
-                    f"{name} reached rank {p.rank} (pid {p.pid}) as {p.mismatched[name]!r}, requested {shown[name]!r}"
-                )
+    problems = _worker_problems(server_pid, workers, requested, expected_ranks)
     return EnvObservation(
         server_pid=server_pid,
-        requested=shown,
+        requested=redact_env(requested),
         expected_ranks=expected_ranks,
         processes=tuple(processes),
         workers={p.pid: p.rank for p in workers if p.rank is not None},
@@ -342,6 +373,33 @@ NcclRankInfo = DeviceLog
 _TUNER_PLUGIN = "NCCL_TUNER_PLUGIN"
 
 
+def _nccl_confirmed(requested: Mapping[str, str], nccl_info: Mapping[int, DeviceLog]) -> list[str]:
+    """The requested NCCL variables NCCL echoed on every device with the requested value."""
+    return [
+        name
+        for name in requested
+        if name.startswith("NCCL_")
+        and name not in NOT_ECHOED
+        and all(name in log.env for log in nccl_info.values())
+        and all(log.env[name] == requested[name] for log in nccl_info.values())
+    ]
+
+
+def _tuner_check(
+    requested: Mapping[str, str], observation: EnvObservation, nccl_info: Mapping[int, DeviceLog]
+) -> tuple[list[str], list[str]]:
+    """(problems, confirmed) of a requested NCCL_TUNER_PLUGIN: every rank must show it loaded."""
+    plugin = requested.get(_TUNER_PLUGIN)
+    if not plugin or plugin.lower() == "none":
+        return [], []
+    ranks = sorted(set(observation.workers.values())) or list(range(observation.expected_ranks))
+    tuner = tuner_problems(plugin, nccl_info, sorted(set(ranks) | set(nccl_info)))
+    if tuner:
+        return tuner, []
+    loaded = sorted({log.tuner.plugin for log in nccl_info.values() if log.tuner.plugin})
+    return [], [f"the tuner plugin ({', '.join(loaded)})"]
+
+
 def check_env_applied(
     requested: Mapping[str, str],
     observation: EnvObservation,
@@ -353,27 +411,15 @@ def check_env_applied(
     exception: a requested NCCL_TUNER_PLUGIN must show `TUNER/Plugin: Using <name>` on every rank
     (nccllog.tuner_problems), since NCCL falls back to its internal tuner without an error."""
     requested = {k: str(v) for k, v in requested.items()}
+    nccl_info = nccl_info or {}
     problems = list(observation.problems)
     confirmed = []
-    nccl_info = nccl_info or {}
     if nccl_info:
         problems += env_problems(requested, nccl_info, nccl_info)
-        confirmed = [
-            name
-            for name in requested
-            if name.startswith("NCCL_")
-            and name not in NOT_ECHOED
-            and all(name in log.env for log in nccl_info.values())
-            and all(log.env[name] == requested[name] for log in nccl_info.values())
-        ]
-    plugin = requested.get(_TUNER_PLUGIN)
-    ranks = sorted(set(observation.workers.values())) or list(range(observation.expected_ranks))
-    if plugin and plugin.lower() != "none":
-        tuner = tuner_problems(plugin, nccl_info, sorted(set(ranks) | set(nccl_info)))
-        problems += tuner
-        if not tuner:
-            loaded = sorted({log.tuner.plugin for log in nccl_info.values() if log.tuner.plugin})
-            confirmed.append(f"the tuner plugin ({', '.join(loaded)})")
+        confirmed = _nccl_confirmed(requested, nccl_info)
+    tuner, tuner_confirmed = _tuner_check(requested, observation, nccl_info)
+    problems += tuner
+    confirmed += tuner_confirmed
     if problems:
         return False, "environment not applied: " + "; ".join(problems)
     reason = (
@@ -384,250 +430,3 @@ def check_env_applied(
     if confirmed and nccl_info:
         reason += f"; NCCL confirmed {', '.join(confirmed)} on {len(nccl_info)} device(s)"
     return True, reason
-
-
-# ---------------------------------------------------------------------------------------------
-# Fingerprint
-
-Run = Callable[..., subprocess.CompletedProcess]
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-_GPU_FIELDS = (
-    ("index", "index"),
-    ("name", "name"),
-    ("uuid", "uuid"),
-    ("pci.bus_id", "pci_bus_id"),
-    ("driver_version", "driver"),
-    ("memory.total", "memory_total_mib"),
-    ("clocks.sm", "sm_clock_mhz"),
-    ("clocks.mem", "mem_clock_mhz"),
-    ("clocks.max.sm", "sm_clock_max_mhz"),
-    ("clocks.max.mem", "mem_clock_max_mhz"),
-    ("power.draw", "power_w"),
-    ("power.limit", "power_limit_w"),
-    ("temperature.gpu", "temperature_c"),
-    ("pcie.link.gen.current", "pcie_gen"),
-    ("pcie.link.gen.max", "pcie_gen_max"),
-    ("pcie.link.width.current", "pcie_width"),
-    ("pcie.link.width.max", "pcie_width_max"),
-)
-_OPTIONAL_GPU_FIELDS = (("clocks_event_reasons.active", "clock_event_reasons"),)
-_TEXT_FIELDS = frozenset({"name", "uuid", "pci_bus_id", "driver", "clock_event_reasons"})
-
-STABLE_FIELDS = (
-    "host",
-    "gpu_count",
-    "gpu_names",
-    "driver",
-    "cuda",
-    "nccl",
-    "torch",
-    "sglang",
-    "pcie_gen_max",
-    "pcie_width_max",
-    "topology",
-    "simulated",
-)
-"""The fingerprint fields that identify the setup; clocks, power and temperature are left out so a
-warm GPU does not look like another machine."""
-
-
-def _call(run: Run, argv: list[str], timeout: float = 15.0) -> tuple[str | None, str | None]:
-    """(stdout, None) on success, (None, why) otherwise; never raises."""
-    try:
-        proc = run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        return None, "absent"
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout:g} s"
-    except Exception as exc:  # a fingerprint must never fail a trial
-        return None, f"{type(exc).__name__}: {exc}"
-    if proc.returncode != 0:
-        err = (proc.stderr or proc.stdout or "").strip().splitlines()
-        return None, f"exit {proc.returncode}: {err[-1] if err else ''}".strip()
-    return proc.stdout or "", None
-
-
-def _value(key: str, text: str) -> Any:
-    text = text.strip()
-    if text in ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]"):
-        return None
-    if key in _TEXT_FIELDS:
-        return text
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return int(number) if number.is_integer() else number
-
-
-def parse_gpu_query(text: str, keys: Sequence[str]) -> list[dict[str, Any]]:
-    """Rows of `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` as dicts."""
-    gpus = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) != len(keys):
-            continue
-        gpus.append({k: _value(k, c) for k, c in zip(keys, cells)})
-    return gpus
-
-
-def _cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-def _dist_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-_PACKAGES = {
-    "torch": ("torch",),
-    "sglang": ("sglang",),
-    "sgl_kernel": ("sgl-kernel", "sglang-kernel"),
-    "nccl_package": ("nvidia-nccl-cu13", "nvidia-nccl-cu12"),
-}
-"""Fingerprint field -> the distributions whose version it records (the first one installed)."""
-
-# Run by the server's interpreter: the versions it imports, not the sweep's own (the two differ when
-# server.python names another venv). Standard library only, one JSON line.
-_VERSIONS_SCRIPT = (
-    "import importlib.metadata as m, json, platform\n"
-    "def v(*names):\n"
-    "    for n in names:\n"
-    "        try:\n"
-    "            return m.version(n)\n"
-    "        except m.PackageNotFoundError:\n"
-    "            pass\n"
-    "packages = json.loads(%r)\n"
-    "print(json.dumps({'python': platform.python_version(), **{k: v(*n) for k, n in packages.items()}}))\n"
-)
-
-
-def interpreter_versions(python: str, *, run: Run = subprocess.run) -> tuple[dict[str, Any], str | None]:
-    """(python, torch, sglang, sgl_kernel and nccl_package versions as `python` sees them, None) or
-    ({}, why) when that interpreter could not be asked. Never raises."""
-    out, why = _call(run, [python, "-I", "-c", _VERSIONS_SCRIPT % json.dumps(_PACKAGES)], timeout=60.0)
-    if out is None:
-        return {}, why
-    try:
-        found = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {}, f"unreadable answer: {out.strip()[:200]!r}"
-    if not isinstance(found, dict):
-        return {}, f"unreadable answer: {out.strip()[:200]!r}"
-    return {k: found.get(k) for k in ("python", *_PACKAGES)}, None
-
-
-def fingerprint(
-    *,
-    run: Run = subprocess.run,
-    nccl_log: str | None = None,
-    simulated: Mapping[str, Any] | None = None,
-    python: str | None = None,
-) -> dict[str, Any]:
-    """The host as a trial saw it: GPUs (names, driver, clocks, power, temperature, PCIe link),
-    CUDA, topology, NCCL version loaded (from `nccl_log`, NCCL_DEBUG=INFO lines, else None), torch
-    and SGLang versions, Python, CPU, host name. Works without nvidia-smi and never raises.
-    `python` is the server's interpreter: the Python, torch and SGLang versions are the ones it
-    imports (`server_python` names it; `versions_error` says why when it could not be asked).
-    `simulated` (the simulator's fake hardware) is merged in and marked with 'simulated': True."""
-    fp: dict[str, Any] = {
-        "host": socket.gethostname(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        **{k: _dist_version(*names) for k, names in _PACKAGES.items()},
-        "nccl": None,
-    }
-    if python is not None:
-        fp["server_python"] = python
-        found, why = interpreter_versions(python, run=run)
-        if why is None:
-            fp.update(found)
-        else:
-            fp.update({k: None for k in _PACKAGES})
-            fp["versions_error"] = why
-    if nccl_log:
-        versions = sorted({i.version for i in parse_nccl_log(nccl_log).values() if i.version})
-        fp["nccl"] = ", ".join(versions) or None
-
-    keys = [k for _, k in _GPU_FIELDS]
-    query = [q for q, _ in _GPU_FIELDS]
-    out, why = None, None
-    for extra in (_OPTIONAL_GPU_FIELDS, ()):
-        q = query + [e for e, _ in extra]
-        out, why = _call(run, ["nvidia-smi", f"--query-gpu={','.join(q)}", "--format=csv,noheader,nounits"])
-        if out is not None or why == "absent":
-            keys = keys + [k for _, k in extra]
-            break
-    if out is None:
-        fp.update({"gpu_count": 0, "nvidia_smi": why if why == "absent" else f"failed: {why}"})
-    else:
-        gpus = parse_gpu_query(out, keys)
-        fp.update(
-            {
-                "nvidia_smi": "ok",
-                "gpu_count": len(gpus),
-                "gpu_names": [g.get("name") for g in gpus],
-                "driver": gpus[0].get("driver") if gpus else None,
-                "pcie_gen_max": [g.get("pcie_gen_max") for g in gpus],
-                "pcie_width_max": [g.get("pcie_width_max") for g in gpus],
-                "gpus": gpus,
-            }
-        )
-        header, _ = _call(run, ["nvidia-smi"])
-        m = re.search(r"CUDA Version:\s*([\d.]+)", header or "")
-        fp["cuda"] = m.group(1) if m else None
-        topo, topo_why = _call(run, ["nvidia-smi", "topo", "-m"])
-        fp["topology"] = _ANSI.sub("", topo).strip() if topo is not None else None
-        if topo is None:
-            fp["topology_error"] = topo_why
-    if simulated:
-        fp.update(dict(simulated))
-        fp["simulated"] = True
-    return fp
-
-
-def _stable(fp: Mapping[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key in STABLE_FIELDS:
-        value = fp.get(key)
-        if key == "topology" and isinstance(value, str):
-            value = " ".join(_ANSI.sub("", value).split())
-        out[key] = value
-    return out
-
-
-def fingerprint_hash(fp: Mapping[str, Any]) -> str:
-    """A short hash of the stable fields (STABLE_FIELDS): equal setups hash equal whatever the
-    clocks, power or temperature were."""
-    blob = json.dumps(_stable(fp), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def fingerprint_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """What changed between two fingerprints, one line per stable field (empty iff the hashes match)."""
-    sa, sb = _stable(a), _stable(b)
-    lines = []
-    for key in STABLE_FIELDS:
-        if sa[key] != sb[key]:
-            if key == "topology":
-                lines.append("topology: the GPU interconnect matrix changed")
-            else:
-                lines.append(f"{key}: {sa[key]!r} -> {sb[key]!r}")
-    return lines

@@ -110,31 +110,41 @@ def _entry(item: Any, where: str) -> tuple[float | None, int]:
     return (None if lp is None else float(lp)), item[1]
 
 
+def _meta_info(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
+        raise ValueError("the response has no meta_info")
+    return body["meta_info"]
+
+
+def _top_logprobs(meta: dict[str, Any], outputs: int) -> list[tuple[tuple[int, float], ...]]:
+    """Per output position, (token_id, logprob) of the top candidates, best first (empty when not asked)."""
+    if "output_top_logprobs" not in meta:
+        return []
+    listed = _entries(meta, "output_top_logprobs")
+    if len(listed) != outputs:
+        raise ValueError(f"output_top_logprobs ({len(listed)}) and output_token_logprobs ({outputs}) disagree")
+    tops = []
+    for k, position in enumerate(listed):
+        pairs = [_entry(e, f"output_top_logprobs position {k}") for e in position or ()]
+        tops.append(tuple(sorted(((t, lp) for lp, t in pairs if lp is not None), key=lambda x: -x[1])))
+    return tops
+
+
 def parse_capture(index: int, body: Any) -> PromptOutput:
     """One prompt's greedy output from a /generate response to `capture_request`; ValueError says what
     is missing."""
-    if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
-        raise ValueError("the response has no meta_info")
-    meta = body["meta_info"]
+    meta = _meta_info(body)
     prompt = [_entry(e, "input_token_logprobs")[1] for e in _entries(meta, "input_token_logprobs")]
     out = [_entry(e, "output_token_logprobs") for e in _entries(meta, "output_token_logprobs")]
     ids = body.get("output_ids")
     if isinstance(ids, list) and ids and ids != [t for _, t in out]:
         raise ValueError(f"output_ids ({len(ids)}) and output_token_logprobs ({len(out)}) disagree")
-    tops: list[tuple[tuple[int, float], ...]] = []
-    if "output_top_logprobs" in meta:
-        listed = _entries(meta, "output_top_logprobs")
-        if len(listed) != len(out):
-            raise ValueError(f"output_top_logprobs ({len(listed)}) and output_token_logprobs ({len(out)}) disagree")
-        for k, position in enumerate(listed):
-            pairs = [_entry(e, f"output_top_logprobs position {k}") for e in position or ()]
-            tops.append(tuple(sorted(((t, lp) for lp, t in pairs if lp is not None), key=lambda x: -x[1])))
     return PromptOutput(
         prompt=index,
         prompt_ids=tuple(prompt),
         output_ids=tuple(t for _, t in out),
         output_logprobs=tuple(lp if lp is not None else 0.0 for lp, _ in out),
-        output_top=tuple(tops),
+        output_top=tuple(_top_logprobs(meta, len(out))),
     )
 
 
@@ -142,9 +152,7 @@ def parse_score(score: ScoreRequest, body: Any) -> ScoredOutput:
     """The server's rating of `score`'s output tokens from a /generate response to `score_request`: the
     last `continuation` entries of input_token_logprobs (checked against the ids sent) and of
     input_top_logprobs."""
-    if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
-        raise ValueError("the response has no meta_info")
-    meta = body["meta_info"]
+    meta = _meta_info(body)
     n = score.continuation
     tokens = _entries(meta, "input_token_logprobs")[-n:] if n else []
     tops = _entries(meta, "input_top_logprobs")[-n:] if n else []

@@ -200,9 +200,9 @@ def write_pid_record(path: Path, pid: int, argv: Sequence[str]) -> None:
     path.write_text(json.dumps({"pid": pid, "start": procs.start_time(pid), "argv": list(argv)}) + "\n")
 
 
-def recorded_server(trial_dir: Path) -> int | None:
-    """The pid in `trial_dir`/server.pid when that very process still runs (same pid, start time and full
-    argv); None for a record that is missing, empty, unreadable or names any other process."""
+def _pid_record(trial_dir: Path) -> tuple[int, float, tuple[str, ...]] | None:
+    """(pid, start time, argv without blank arguments) of `trial_dir`/server.pid, or None for a record
+    that is missing, empty, unreadable or malformed."""
     try:
         record = json.loads((Path(trial_dir) / "server.pid").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
@@ -210,20 +210,24 @@ def recorded_server(trial_dir: Path) -> int | None:
     if not isinstance(record, dict):
         return None
     pid, start, argv = record.get("pid"), record.get("start"), record.get("argv")
-    if (
-        not isinstance(pid, int)
-        or isinstance(pid, bool)
-        or pid <= 1
-        or not isinstance(start, (int, float))
-        or not isinstance(argv, list)
-        or not argv
-        or not all(isinstance(a, str) for a in argv)
-    ):
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or not isinstance(start, (int, float)):
+        return None
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         return None
     wanted = tuple(a.strip() for a in argv if a.strip())
+    return (pid, float(start), wanted) if wanted else None
+
+
+def recorded_server(trial_dir: Path) -> int | None:
+    """The pid in `trial_dir`/server.pid when that very process still runs (same pid, start time and full
+    argv); None for a record that is missing, empty, unreadable or names any other process."""
+    record = _pid_record(trial_dir)
+    if record is None:
+        return None
+    pid, start, wanted = record
     now = procs.start_time(pid)
     # The start time alone tells a reused pid from ours; the argv guards against a record written by hand.
-    if not wanted or now is None or abs(now - start) > 1e-3 or procs.cmdline(pid) != wanted:
+    if now is None or abs(now - start) > 1e-3 or procs.cmdline(pid) != wanted:
         return None
     return pid
 

@@ -8,11 +8,11 @@ import math
 import pytest
 
 from orchestrator.records import BenchRecord, Metrics
+from orchestrator.trial.decodelog import parse_decode_log
 from orchestrator.trial.metrics import (
     MetricMissing,
     compute,
     metrics_from_bench_serving,
-    parse_decode_log,
     parse_prometheus,
     pick_samples,
     read_bench_serving_jsonl,
