@@ -83,7 +83,8 @@ $(SGLANG_VENV)/.installed: $(SGLANG_REQS)
 
 test-sglang: install $(SGLANG_VENV)/.installed
 	SWEEP_SGLANG_PYTHON=$(CURDIR)/$(SGLANG_VENV)/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  -m sglang_real tests/sglang_real/test_sweep.py tests/sglang_real/test_trial.py tests/sglang_real/test_sglang_interrupt.py tests/sglang_real/test_outputs_real.py
+	  -m sglang_real tests/sglang_real/test_sweep.py tests/sglang_real/test_trial.py tests/sglang_real/test_sglang_interrupt.py tests/sglang_real/test_outputs_real.py \
+	  tests/sglang_real/test_adaptive_export_real.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -11,7 +11,7 @@ from orchestrator.cli._app import WORKDIR, app, check_output, guard, open_tracke
 from orchestrator.config.fields import tracking_uri_problem
 from orchestrator.errors import NoChampion, SweepToolError, UserError
 from orchestrator.probe.tuner import tuner_file_from
-from orchestrator.results import formats
+from orchestrator.results import adaptive_export, formats
 from orchestrator.sweep import state as st
 from orchestrator.sweep.status import read_state
 
@@ -23,7 +23,8 @@ def export(
     fmt: str = typer.Option(
         "env",
         "--format",
-        help="env | docker-env | k8s | json | sglang-args | nccl-tuner (rules from the work directory's probe.json)",
+        help="env | docker-env | k8s | json | sglang-args | nccl-tuner (rules from the work directory's probe.json) "
+        "| adaptive-config (--speculative-adaptive-config slots from the work directory's measured loads)",
     ),
     tuner_file: str | None = typer.Option(
         None,
@@ -49,6 +50,9 @@ def export(
     check_output(output)
     if fmt == formats.TUNER_FORMAT:
         _export_tuner(output, workdir)
+        return
+    if fmt == formats.ADAPTIVE_FORMAT:
+        _export_adaptive(output, workdir)
         return
     wd: Path | None = None
     if tracking_uri:
@@ -100,6 +104,18 @@ def _export_tuner(output: Path, workdir: Path | None) -> None:
         f"NCCL_PROTO unset (sweep export --tuner-file {output} writes such an env file)",
         soft_wrap=True,
     )
+
+
+def _export_adaptive(output: Path, workdir: Path | None) -> None:
+    """`sweep export --format adaptive-config`: --speculative-adaptive-config slots from the measured loads."""
+    wd = workdir or resolve_workdir(None)
+    try:
+        text, slots = adaptive_export.export_from_workdir(wd)
+    except ValueError as exc:
+        raise UserError(f"cannot export as adaptive-config from {wd}: {exc}") from None
+    fsio.write_atomic(output, text)
+    chosen = "; ".join(f"batch {s.batch_size}: steps {list(s.candidate_steps)}" for s in slots)
+    out.print(f"wrote {output} (adaptive-config: {chosen}); pass it as --speculative-adaptive-config", soft_wrap=True)
 
 
 def _last_verdict(wd: Path) -> str | None:

@@ -50,7 +50,9 @@ FORMATS: tuple[str, ...] = ("env", "docker-env", "k8s", "json", "sglang-args")
 TUNER_FORMAT = "nccl-tuner"
 """`sweep export --format nccl-tuner`: rendered from the work directory's probe.json (probe.tuner), not
 from a serving config."""
-EXPORT_FORMATS: tuple[str, ...] = (*FORMATS, TUNER_FORMAT)
+ADAPTIVE_FORMAT = "adaptive-config"
+"""`sweep export --format adaptive-config`: tuned from the work directory's trials (results.adaptive_export)."""
+EXPORT_FORMATS: tuple[str, ...] = (*FORMATS, TUNER_FORMAT, ADAPTIVE_FORMAT)
 """What `sweep export --format` offers."""
 TUNER_MASKED = ("NCCL_ALGO", "NCCL_PROTO")
 """Variables left out when the server loads an nccl-tuner rule file: set, they mask the tuner plugin."""
