@@ -4,12 +4,15 @@ failure budget, best so far, the baseline re-measured every k trials, when to st
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.experiment import SweepSpec
 from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import select
 from orchestrator.search import space as sp
@@ -17,6 +20,7 @@ from orchestrator.search.proposal import REMEASURE_ATTR
 from orchestrator.search.sampler import OUTPUTS_CHANGED_ATTR, RUN_TTFT_ATTR
 from orchestrator.sweep import _screen, schedule
 from orchestrator.sweep._context import Context
+from orchestrator.sweep._probe_stage import speculation_start
 from orchestrator.sweep._workdir import write_json
 from orchestrator.sweep.state import StopKind, StopReason, TrialFinished
 
@@ -305,22 +309,116 @@ def update_best(ctx: Context, number: int, value: float | None, params: dict[str
 
 
 def _check_failure_budget(ctx: Context) -> None:
+    """Stop launching when the set-up, not the search, is broken (issue 34): the default configuration
+    failed, or the search's failures, past budget.max_consecutive_failures in a row or
+    budget.max_failure_rate of budget.min_trials_for_failure_rate or more, are one kind regardless of the
+    parameters. Failures the parameters explain never stop the night: the search learns the region and
+    spends the time outside it. (A failed baseline stops the sweep where it is told: _told_failed.)"""
     p, b = ctx.progress, ctx.spec.budget
     if p.stop:  # the first reason to stop is the one to report; trials in flight still finish
         return
-    if p.consecutive_failures >= b.max_consecutive_failures:
-        p.stop = StopReason(
-            StopKind.consecutive_failures,
-            f"{p.consecutive_failures} trials failed in a row "
-            f"(budget.max_consecutive_failures={b.max_consecutive_failures}); "
-            f"failures by kind: {dict(p.failures)}",
-        )
-    elif p.finished >= b.min_trials_for_failure_rate and p.failed / max(p.finished, 1) > b.max_failure_rate:
-        p.stop = StopReason(
+    searched = [o for o in ctx.outcomes if o.role is TrialRole.search]
+    failed = [o for o in searched if o.status is TrialStatus.FAILED]
+    broken = _defaults_failed(ctx, failed)
+    if broken is None and p.consecutive_failures >= b.max_consecutive_failures:
+        run = failed[-p.consecutive_failures :]
+        if (why := unexplained(run, ctx.outcomes)) is not None:
+            broken = StopReason(
+                StopKind.consecutive_failures,
+                f"the set-up is broken: {len(run)} trials failed in a row "
+                f"(budget.max_consecutive_failures={b.max_consecutive_failures}), {why}; "
+                f"failures by kind: {dict(p.failures)}",
+            )
+    if (
+        broken is None
+        and len(searched) >= b.min_trials_for_failure_rate
+        and len(failed) / len(searched) > b.max_failure_rate
+        and (why := unexplained(failed, ctx.outcomes)) is not None
+    ):
+        broken = StopReason(
             StopKind.failure_rate,
-            f"{p.failed} of {p.finished} trials failed, above budget.max_failure_rate="
-            f"{b.max_failure_rate:g}; failures by kind: {dict(p.failures)}",
+            f"the set-up is broken: {len(failed)} of {len(searched)} search trials failed, above "
+            f"budget.max_failure_rate={b.max_failure_rate:g}, {why}; failures by kind: {dict(p.failures)}",
         )
+    if broken is not None:
+        p.stop = broken
+
+
+def default_configuration(spec: SweepSpec) -> dict[str, Any] | None:
+    """What the server runs untuned: the model's default speculation, every other knob at the engine's
+    default (_probe_stage.speculation_start on the baseline); None where the space has no speculation
+    (the default configuration is then the baseline)."""
+    base = sp.baseline_params(spec.space)
+    start = speculation_start(spec, base)
+    return None if start == base else start
+
+
+def _defaults_failed(ctx: Context, failed: list[TrialOutcome]) -> StopReason | None:
+    """The stop when the default configuration was measured and failed for a reason of its own (not the
+    machine's: NOT_THE_PARAMETERS, which is measured again)."""
+    default = default_configuration(ctx.spec)
+    if default is None:
+        return None
+    key = sp.key(default)
+    hit = next((o for o in failed if o.failure_kind not in NOT_THE_PARAMETERS and sp.key(o.params) == key), None)
+    if hit is None:
+        return None
+    kind = hit.failure_kind.value if hit.failure_kind else "unknown"
+    return StopReason(
+        StopKind.defaults_failed,
+        f"the set-up is broken: the default configuration (the model's default speculation, engine defaults "
+        f"elsewhere) failed in trial {hit.number} ({kind}: {hit.reason[:300]}); no tuned configuration can be "
+        f"trusted over it: fix the server set-up first (see {ctx.paths.trial_dir(hit.number) / 'server.log'})",
+    )
+
+
+def unexplained(failures: Sequence[TrialOutcome], outcomes: Sequence[TrialOutcome]) -> str | None:
+    """Why `failures` (search trials) say the set-up is broken rather than their parameters, or None when
+    their parameters explain them (or nothing is measured yet to tell).
+
+    Failures of NOT_THE_PARAMETERS kinds are never explained; more than one kind always is (the parameters
+    make the difference). One kind is explained, while no search trial was measured, by a knob value all
+    the failures share and a measured trial (the baseline) runs without; once search trials were
+    measured, by any failure that a measured trial does not match in some two of its knob values (a
+    region, however shaped, that the search can leave)."""
+    if not failures:
+        return None
+    kinds = {o.failure_kind for o in failures}
+    names = ", ".join(sorted(k.value if k else "unknown" for k in kinds))
+    if kinds <= NOT_THE_PARAMETERS:
+        return f"all {names}: failures of the machine, not of any configuration"
+    ok = [o for o in outcomes if o.status is TrialStatus.COMPLETE]
+    if len(kinds) > 1 or not ok:
+        return None
+    return _one_kind(failures, ok, names)
+
+
+def _one_kind(failures: Sequence[TrialOutcome], ok: Sequence[TrialOutcome], kind: str) -> str | None:
+    """unexplained's rule for failures of one `kind` beside the measured trials `ok`."""
+    measured = [o.params for o in ok]
+    if not any(o.role is TrialRole.search for o in ok):
+        if _shared_region(failures, measured):
+            return None
+        return f"all {kind} with nothing in their parameters that the measured trials run without"
+    if all(_matched(o.params, measured) for o in failures):
+        return f"all {kind} in configurations that measured trials match value for value, two knobs at a time"
+    return None
+
+
+def _shared_region(failures: Sequence[TrialOutcome], ok: Sequence[dict[str, Any]]) -> bool:
+    """Whether all `failures` share a knob's value that a measured point of `ok` runs without."""
+    first = failures[0].params
+    return any(
+        all(o.params.get(name) == value for o in failures) and any(q.get(name) != value for q in ok)
+        for name, value in first.items()
+    )
+
+
+def _matched(point: dict[str, Any], ok: Sequence[dict[str, Any]]) -> bool:
+    """Whether every two knob values of `point` are found together in some measured point of `ok`."""
+    names = sorted(point)
+    pairs = list(itertools.combinations(names, 2)) or [(n, n) for n in names]
+    return all(any(q.get(a) == point[a] and q.get(b) == point[b] for q in ok) for a, b in pairs)
 
 
 def _maybe_remeasure_baseline(ctx: Context) -> None:
