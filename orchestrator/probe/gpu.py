@@ -194,10 +194,9 @@ class GpuHost:
         started = time.monotonic()
         self._count += 1
         env = {**base_env, **setting.as_env(), **NCCL_LOGGING}
-        unset = [n for n in self.unset if n not in env]
         job = {
             "env": env,
-            "unset": unset,
+            "unset": [n for n in self.unset if n not in env],
             "port": _free_port(),
             "iters": self.iters,
             "repeats": self.repeats,
@@ -214,16 +213,20 @@ class GpuHost:
         gone = [r.rank for r in self.ranks if r.proc.poll() is not None]
         if gone:
             raise ProbeUnavailable(f"rank worker(s) {', '.join(map(str, gone))} exited; see {self.folder}/worker-*.log")
-        children: dict[int, int] = {}
         for rank, (result, log) in zip(self.ranks, files):
             rank.send({"run": {**job, "result": str(result), "log": str(log)}})
-        deadline = started + self.deadline_s
+        exits, children = self._await_exits(started + self.deadline_s)
+        hung = len(exits) < len(self.ranks)
+        self._end_the_rest(exits, children)
+        return self._collect(setting, env, files, hung, time.monotonic() - started)
+
+    def _await_exits(self, deadline: float) -> tuple[dict[int, int], dict[int, int]]:
+        """(rank -> exit code, rank -> pid of the child it started) of the ranks that finished by the deadline."""
+        children: dict[int, int] = {}
         exits: dict[int, int] = {}
         while len(exits) < len(self.ranks) and time.monotonic() < deadline:
             for rank in self.ranks:
-                if rank.rank in exits:
-                    continue
-                message = rank.next(min(deadline, time.monotonic() + 0.05))
+                message = None if rank.rank in exits else rank.next(min(deadline, time.monotonic() + 0.05))
                 if message is None:
                     continue
                 if "started" in message:
@@ -232,7 +235,10 @@ class GpuHost:
                     exits[rank.rank] = int(message["exited"])
                 elif "gone" in message:
                     exits[rank.rank] = _GONE
-        hung = len(exits) < len(self.ranks)
+        return exits, children
+
+    def _end_the_rest(self, exits: dict[int, int], children: Mapping[int, int]) -> None:
+        """Kill what still runs past the deadline, and wait for every rank's last word (into `exits`)."""
         for r, pid in children.items():
             if r not in exits:  # still running past the deadline
                 _kill(pid)
@@ -243,7 +249,35 @@ class GpuHost:
                     _kill(int(message["started"]))
                     continue
                 exits[rank.rank] = int(message.get("exited", _GONE)) if message else _GONE
-        return self._collect(setting, env, files, hung, time.monotonic() - started)
+
+    def _env_problems(
+        self, results: list[dict[str, Any] | None], requested: Mapping[str, str], logs: Mapping[int, DeviceLog]
+    ) -> list[str]:
+        """Requested variables a rank's os.environ or (backend nccl) NCCL's own lines did not show."""
+        problems = []
+        for r, res in enumerate(results):
+            seen = res.get("env", {}) if res is not None else {}
+            problems += [
+                f"rank {r} has {k}={seen.get(k)!r}, requested {v!r}"
+                for k, v in requested.items()
+                if res is not None and seen.get(k) != v
+            ]
+        if self.backend == "nccl":
+            problems += env_problems(
+                {k: v for k, v in requested.items() if k not in NCCL_LOGGING}, logs, range(self.tp)
+            )
+        return problems
+
+    def _status(self, hung: bool, results: list[dict[str, Any] | None], problems: Sequence[str]) -> tuple[Status, str]:
+        if hung:
+            return "hang", f"not every rank finished within the {self.deadline_s:g} s deadline; killed"
+        if any(res is None or res.get("error") for res in results):
+            return "error", next(
+                (res["error"] for res in results if res and res.get("error")), "a rank wrote no result"
+            )
+        if problems:
+            return "error", "environment not applied: " + "; ".join(problems)
+        return "ok", ""
 
     def _collect(
         self, setting: NcclSetting, env: Mapping[str, str], files: list[tuple[Path, Path]], hung: bool, seconds: float
@@ -252,28 +286,8 @@ class GpuHost:
         text = "".join(log.read_text(errors="replace") for _, log in files if log.exists())
         logs = parse_nccl_log(text)
         self.nccl_version = self.nccl_version or version_of(logs)
-        status: Status = "ok"
-        reason = ""
         requested = {**env}
-        problems = []
-        for r, res in enumerate(results):
-            if res is None:
-                continue
-            seen = res.get("env", {})
-            problems += [
-                f"rank {r} has {k}={seen.get(k)!r}, requested {v!r}" for k, v in requested.items() if seen.get(k) != v
-            ]
-        if self.backend == "nccl":
-            problems += env_problems(
-                {k: v for k, v in requested.items() if k not in NCCL_LOGGING}, logs, range(self.tp)
-            )
-        if hung:
-            status, reason = "hang", f"not every rank finished within the {self.deadline_s:g} s deadline; killed"
-        elif any(res is None or res.get("error") for res in results):
-            status = "error"
-            reason = next((res["error"] for res in results if res and res.get("error")), "a rank wrote no result")
-        elif problems:
-            status, reason = "error", "environment not applied: " + "; ".join(problems)
+        status, reason = self._status(hung, results, self._env_problems(results, requested, logs))
         rows = self._rows(setting, results, logs, status, reason)
         checked = (
             (
@@ -301,31 +315,40 @@ class GpuHost:
         status: Status,
         reason: str,
     ) -> tuple[ProbeRow, ...]:
-        rows = []
         modes = [m for m in self.modes if self.backend == "nccl" or m == "eager"]
-        for size in self.sizes:
-            for mode in modes:
-                medians = [
-                    row["median_us"]
-                    for res in results
-                    if res
-                    for row in res.get("rows", [])
-                    if row["size"] == size.label and row["mode"] == mode
-                ]
-                ok = status == "ok" and len(medians) == len(results)
-                # A collective ends when its slowest rank does: the largest of the ranks' medians.
-                rows.append(
-                    ProbeRow(
-                        setting=setting.label,
-                        env=setting.as_env(),
-                        size=size.label,
-                        nbytes=size.nbytes,
-                        mode=mode,
-                        median_us=max(medians) if ok else None,
-                        repeats=self.repeats if ok else 0,
-                        nccl_choice=choice_for(logs, size.nbytes),
-                        status=status if status != "ok" or ok else "error",
-                        reason=reason if status != "ok" else ("" if ok else "a rank measured nothing"),
-                    )
-                )
-        return tuple(rows)
+        return tuple(
+            self._row(setting, size, mode, results, logs, status, reason) for size in self.sizes for mode in modes
+        )
+
+    def _row(
+        self,
+        setting: NcclSetting,
+        size: ProbeSize,
+        mode: Mode,
+        results: list[dict[str, Any] | None],
+        logs: Mapping[int, DeviceLog],
+        status: Status,
+        reason: str,
+    ) -> ProbeRow:
+        """One size in one mode: the slowest rank's median when every rank measured it."""
+        medians = [
+            row["median_us"]
+            for res in results
+            if res
+            for row in res.get("rows", [])
+            if row["size"] == size.label and row["mode"] == mode
+        ]
+        ok = status == "ok" and len(medians) == len(results)
+        # A collective ends when its slowest rank does: the largest of the ranks' medians.
+        return ProbeRow(
+            setting=setting.label,
+            env=setting.as_env(),
+            size=size.label,
+            nbytes=size.nbytes,
+            mode=mode,
+            median_us=max(medians) if ok else None,
+            repeats=self.repeats if ok else 0,
+            nccl_choice=choice_for(logs, size.nbytes),
+            status=status if status != "ok" or ok else "error",
+            reason=reason if status != "ok" else ("" if ok else "a rank measured nothing"),
+        )

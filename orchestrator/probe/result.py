@@ -164,6 +164,33 @@ class RankedSetting(Frozen):
     plain decoding (high concurrency, no speculation) is kept even when its verify sizes are slow."""
 
 
+def _ratio(value: float | None, best: float | None) -> float | None:
+    """value / best, or None when either is missing (or best is 0)."""
+    return value / best if value is not None and best else None
+
+
+def _within(ratio: float | None, keep_within: float | None) -> bool:
+    return ratio is not None and (keep_within is None or ratio <= keep_within)
+
+
+def _by_score(pair: tuple[SettingRecord, float | None]) -> tuple[bool, float, str]:
+    """Sort key: by score, failed (None) last, ties by the setting's label."""
+    record, score = pair
+    return score is None, score if score is not None else 0.0, record.setting
+
+
+def _scores(result: ProbeResult) -> tuple[list[tuple[SettingRecord, float | None]], dict[str, float | None]]:
+    """(record, verify-size score) of every probed setting, and each one's decode-size score; None where it failed."""
+    scored: list[tuple[SettingRecord, float | None]] = []
+    decode: dict[str, float | None] = {}
+    for record in result.settings:
+        rows = [r for r in result.rows if r.setting == record.setting]
+        ok = record.status == "ok"
+        scored.append((record, setting_score(rows, result.sizes) if ok else None))
+        decode[record.setting] = setting_score(rows, result.sizes, "decode") if ok else None
+    return scored, decode
+
+
 def rank_settings(
     result: ProbeResult, *, keep_within: float | None = None, keep_decode: bool = False
 ) -> tuple[RankedSetting, ...]:
@@ -173,25 +200,16 @@ def rank_settings(
     latency. The NCCL defaults are always kept."""
     if keep_within is not None and keep_within < 1.0:
         raise ValueError(f"keep_within is a ratio to the best latency and must be >= 1.0, but got {keep_within}")
-    scored = []
-    decode: dict[str, float | None] = {}
-    for record in result.settings:
-        rows = [r for r in result.rows if r.setting == record.setting]
-        score = setting_score(rows, result.sizes) if record.status == "ok" else None
-        decode[record.setting] = setting_score(rows, result.sizes, "decode") if record.status == "ok" else None
-        scored.append((record, score))
-    scored.sort(key=lambda rs: (rs[1] is None, rs[1] if rs[1] is not None else 0.0, rs[0].setting))
+    scored, decode = _scores(result)
+    scored.sort(key=_by_score)
     best = next((s for _, s in scored if s is not None), None)
     best_decode = min((d for d in decode.values() if d is not None), default=None)
     out = []
     for i, (record, score) in enumerate(scored):
-        relative = score / best if score is not None and best else None
-        d = decode[record.setting]
-        decode_relative = d / best_decode if d is not None and best_decode else None
+        relative = _ratio(score, best)
+        decode_relative = _ratio(decode[record.setting], best_decode)
         ratios = (relative, decode_relative) if keep_decode else (relative,)
-        kept = record.setting == DEFAULTS_LABEL or any(
-            r is not None and (keep_within is None or r <= keep_within) for r in ratios
-        )
+        kept = record.setting == DEFAULTS_LABEL or any(_within(r, keep_within) for r in ratios)
         out.append(
             RankedSetting(
                 rank=i + 1,
@@ -222,12 +240,8 @@ def rank_with_backends(result: ProbeResult, *, keep_within: float | None = 1.1) 
     scored.sort(key=lambda s: (s[2] is None, s[2] if s[2] is not None else 0.0, s[0]))
     out = []
     for i, (label, env, score, kept) in enumerate(scored):
-        relative = score / best if score is not None and best else None
-        backend_kept = (
-            label.startswith("all_reduce_backend=")
-            and relative is not None
-            and (keep_within is None or relative <= keep_within)
-        )
+        relative = _ratio(score, best)
+        backend_kept = label.startswith("all_reduce_backend=") and _within(relative, keep_within)
         out.append(
             RankedSetting(
                 rank=i + 1, setting=label, env=env, score_us=score, relative=relative, kept=kept or backend_kept
