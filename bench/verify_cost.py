@@ -1,20 +1,14 @@
 #!/usr/bin/env python3
 """Target-forward cost of one Kimi-K2.5 TP=8 rank's layer shard on one GPU (issue 35, item 5).
 
-Self-contained: needs torch only (no project imports), so it runs as is on the lent device machine:
-
+Self-contained (torch only, no project imports), so it runs as is on the lent device machine:
     NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 python3 bench/verify_cost.py -o $OUT/verify-cost.json
-
 and, to check that it runs at all, on a CPU at a fraction of the real widths:
-
     python bench/verify_cost.py --device cpu --scale 16 --tokens 1,2 --reps 2 -o /tmp/vc.json
+bench/verify_cost_fit.py fits the simulator's forward(t) terms to what it writes.
 
-and `python bench/verify_cost.py fit MEASUREMENT.json` fits the simulator's forward(t) terms to a measurement.
-
-What one TP=8 rank computes for one decoder layer of Kimi-K2.5 (a DeepSeek-V3 layout; shapes from the
-model's text_config: hidden 7168, 64 heads, q_lora_rank 1536, kv_lora_rank 512, qk_nope 128, qk_rope 64,
-v_head 128, 384 routed experts of intermediate 2048, top-8, 1 shared expert, first layer dense with
-intermediate 18432, vocab 163840), sharded as SGLang shards it at TP 8 without expert parallelism:
+What one TP=8 rank computes for one decoder layer of Kimi-K2.5 (KIMI_K25 below), sharded as SGLang shards
+it at TP 8 without expert parallelism:
   - MLA attention: the replicated fused q_a / kv_a projection (7168 -> 1536 + 512 + 64), q_b column-parallel
     (64/8 = 8 heads x 192), the absorbed decode form (q_nope x W_UK, attention over the 576-wide latent KV
     cache of `--context` tokens per request, latent x W_UV), o_proj row-parallel (8 x 128 -> 7168);
@@ -51,24 +45,15 @@ import time
 import torch
 import torch.nn.functional as F
 
+# Kimi-K2.5's text_config (a DeepSeek-V3 layout), the fields this script uses.
+# fmt: off
 KIMI_K25 = {
-    "hidden_size": 7168,
-    "num_attention_heads": 64,
-    "q_lora_rank": 1536,
-    "kv_lora_rank": 512,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "n_routed_experts": 384,
-    "moe_intermediate_size": 2048,
-    "num_experts_per_tok": 8,
-    "n_shared_experts": 1,
-    "intermediate_size": 18432,
-    "vocab_size": 163840,
-    "num_hidden_layers": 61,
-    "first_k_dense_replace": 1,
-    "routed_scaling_factor": 2.827,
+    "hidden_size": 7168, "num_attention_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 384,
+    "moe_intermediate_size": 2048, "num_experts_per_tok": 8, "n_shared_experts": 1, "intermediate_size": 18432,
+    "vocab_size": 163840, "num_hidden_layers": 61, "first_k_dense_replace": 1, "routed_scaling_factor": 2.827,
 }
+# fmt: on
 FP8_MAX = 448.0
 
 
@@ -351,12 +336,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--routings", default="uniform,skewed")
     ap.add_argument("--moe-impl", default="auto", choices=["auto", "grouped", "loop"])
     ap.add_argument("--no-graph", action="store_true")
-    ap.add_argument(
-        "--compile",
-        action="store_true",
-        help="fuse the elementwise steps (norms, rope, softmax, router, SiLU, fp8 quantisation, combine) "
-        "with torch.compile, as SGLang's fused kernels do; the GEMMs and attention products stay as they are",
-    )
+    # Fuse the elementwise steps (norms, rope, softmax, router, SiLU, fp8 quantisation, combine) with
+    # torch.compile, as SGLang's fused kernels do; the GEMMs and attention products stay as they are.
+    ap.add_argument("--compile", action="store_true", help="fuse the elementwise steps with torch.compile")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
@@ -373,41 +355,30 @@ class Bench:
         self.dgen = torch.Generator(device=self.dev).manual_seed(args.seed)  # weights and inputs (device)
         self.started = time.time()
         cuda = self.dev.startswith("cuda")
+        # fmt: off
         self.res: dict = {
             "what": "one Kimi-K2.5 TP rank's decoder-layer forward (collectives excluded), per layer",
             "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-            "host": platform.node(),
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "host": platform.node(),
+            "torch": torch.__version__, "cuda": torch.version.cuda,
             "device": torch.cuda.get_device_name(0) if cuda else platform.processor() or "cpu",
-            "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"),
-            "args": vars(args),
-            "model": KIMI_K25,
-            "shard": sh,
-            "cuda_graph": self.graph,
-            "ceilings": ceilings(self.dev),
-            "series": {},
-            "components": {},
-            "errors": [],
+            "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"), "args": vars(args), "model": KIMI_K25,
+            "shard": sh, "cuda_graph": self.graph, "ceilings": ceilings(self.dev),
+            "series": {}, "components": {}, "errors": [],
         }
         if cuda:
             p = torch.cuda.get_device_properties(0)
-            self.res["gpu"] = {
-                "sms": p.multi_processor_count,
-                "memory_gib": p.total_memory / 2**30,
-                "cc": f"{p.major}.{p.minor}",
-            }
+            self.res["gpu"] = {"sms": p.multi_processor_count, "memory_gib": p.total_memory / 2**30,
+                               "cc": f"{p.major}.{p.minor}"}
+        # fmt: on
         max_t, ctx = max(self.tokens), args.context
         self.layers = [Layer(sh, self.dev, self.dtype, max_t, ctx, self.dgen, dense=False) for _ in range(args.layers)]
         self.dense = Layer(sh, self.dev, self.dtype, max_t, ctx, self.dgen, dense=True)
         self.xs = {
             t: torch.randn(t, sh["hidden"], generator=self.dgen, device=self.dev, dtype=self.dtype) for t in self.tokens
         }
-        print(
-            f"built {args.layers} MoE layers + 1 dense on {self.res['device']} in {time.time() - self.started:.0f}s",
-            flush=True,
-        )
+        took = time.time() - self.started
+        print(f"built {args.layers} MoE layers + 1 dense on {self.res['device']} in {took:.0f}s", flush=True)
 
     def save(self) -> None:
         self.res["elapsed_s"] = round(time.time() - self.started, 1)
@@ -509,76 +480,7 @@ class Bench:
             print("errors:", *self.res["errors"], sep="\n  ")
 
 
-# The simulator's forward(t) for kimi-k2.5 on h200-nvlink-x8 at TP 8, collectives excluded (ms), as the
-# profiles stood before this measurement: (fixed + w_e * per_unique_expert * U + w_t * per_token * t) / speed.
-SIM_H200_X8 = {"fixed": 6.313, "per_unique_expert": 0.1087, "per_token": 0.05, "w_e": 0.2, "w_t": 2.5, "speed": 2.68}
-
-
-def lstsq3(rows: list[tuple[float, float, float]], ys: list[float]) -> tuple[float, float, float]:
-    """Least squares for y = a*r0 + b*r1 + c*r2 (normal equations, Cramer's rule; no numpy needed)."""
-    m = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
-    v = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(3)]
-
-    def det(a: list[list[float]]) -> float:
-        return (
-            a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
-            - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
-            + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
-        )
-
-    d = det(m)
-    out = []
-    for k in range(3):
-        mk = [[v[i] if j == k else m[i][j] for j in range(3)] for i in range(3)]
-        out.append(det(mk) / d)
-    return out[0], out[1], out[2]
-
-
-def fit(path: str, layers: int = KIMI_K25["num_hidden_layers"], max_t: int = 256) -> dict:
-    """Fit forward(t) = a + b*U(t) + c*t (ms, one rank, `layers` x the measured MoE layer) per dtype, pooling the
-    routings, and set it beside the simulator's h200-nvlink-x8 terms."""
-    res = json.load(open(path))
-    sim = SIM_H200_X8
-    old = {
-        "a_fixed_ms": sim["fixed"] / sim["speed"],
-        "b_per_unique_expert_ms": sim["w_e"] * sim["per_unique_expert"] / sim["speed"],
-        "c_per_token_ms": sim["w_t"] * sim["per_token"] / sim["speed"],
-    }
-    out: dict = {"source": path, "device": res["device"], "layers": layers, "simulator_h200_x8": old, "fits": {}}
-    for dtype in sorted({k.split("/")[0] for k in res["series"]}):
-        pts = [
-            p for k, s in res["series"].items() if k.split("/")[0] == dtype for p in s["points"] if p["tokens"] <= max_t
-        ]
-        rows = [(1.0, p["unique_experts"], float(p["tokens"])) for p in pts]
-        ys = [layers * p["median_ms"] for p in pts]
-        a, b, c = lstsq3(rows, ys)
-        resid = [y - (a + b * r[1] + c * r[2]) for r, y in zip(rows, ys, strict=True)]
-        speed = sim["fixed"] / a  # the compute_speed that puts the model's fixed term at the measured one
-        out["fits"][dtype] = {
-            "a_fixed_ms": a,
-            "b_per_unique_expert_ms": b,
-            "c_per_token_ms": c,
-            "points": len(pts),
-            "max_abs_residual_ms": max(abs(r) for r in resid),
-            "max_rel_residual": max(abs(r) / y for r, y in zip(resid, ys, strict=True)),
-            "as_profile_keys_at_speed_2.68": {
-                "per_unique_expert_factor": b * sim["speed"] / sim["per_unique_expert"],
-                "per_token_factor": c * sim["speed"] / sim["per_token"],
-            },
-            "as_profile_keys_with_fixed_matched": {
-                "compute_speed": speed,
-                "per_unique_expert_factor": b * speed / sim["per_unique_expert"],
-                "per_token_factor": c * speed / sim["per_token"],
-            },
-        }
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["fit"]:  # verify_cost.py fit MEASUREMENT.json [LAYERS]
-        print(json.dumps(fit(argv[1], *(int(a) for a in argv[2:3])), indent=1))
-        return 0
     args = parse_args(argv)
     if args.compile:
         for name in ("rms", "rope", "silu_mul", "quant_rows", "attn_softmax", "router_weights", "combine"):

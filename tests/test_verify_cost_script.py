@@ -1,7 +1,8 @@
 """bench/verify_cost.py runs end to end on a CPU at a tiny scale and writes the JSON the docs read.
 
 The real measurement runs on a GPU (docs/measurements/verify-cost.md); this only proves the script's
-plumbing: shard shapes, the grouped-GEMM MoE path agreeing with the per-expert loop, the JSON layout.
+plumbing: shard shapes, the grouped-GEMM MoE path agreeing with the per-expert loop, the JSON layout;
+and that bench/verify_cost_fit.py recovers known forward(t) terms.
 """
 
 from __future__ import annotations
@@ -47,3 +48,23 @@ def test_cpu_smoke_run_writes_every_point(tmp_path):
         assert all(p["median_ms"] > 0 and p["unique_experts"] >= 1 for p in points)
     assert set(res["components"]) == {"attention", "dense_layer", "lm_head"}
     assert not res["errors"]
+
+
+def test_fit_recovers_known_terms(tmp_path):
+    spec = importlib.util.spec_from_file_location("verify_cost_fit", SCRIPT.with_name("verify_cost_fit.py"))
+    assert spec is not None and spec.loader is not None
+    fitmod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fitmod)
+    a, b, c, layers = 12.0, 0.25, 0.15, 61
+    pts = {
+        mode: [
+            {"tokens": t, "unique_experts": u, "median_ms": (a + b * u + c * t) / layers}
+            for t, u in zip((1, 8, 64, 256), uniq, strict=True)
+        ]
+        for mode, uniq in (("uniform", (8, 61, 286, 382)), ("skewed", (8, 54, 216, 334)))
+    }
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"device": "x", "series": {f"bf16/{m}": {"points": p} for m, p in pts.items()}}))
+    got = fitmod.fit(str(path))["fits"]["bf16"]
+    assert got["a_fixed_ms"] == pytest.approx(a) and got["b_per_unique_expert_ms"] == pytest.approx(b)
+    assert got["c_per_token_ms"] == pytest.approx(c) and got["max_abs_residual_ms"] < 1e-6
