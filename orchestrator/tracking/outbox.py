@@ -188,40 +188,27 @@ class Outbox:
             replayed, keep, rejected = 0, [], []
             unreachable = False
             for line in (item for item in lines if item.strip()):
-                if unreachable:
-                    keep.append(line)
-                    continue
-                try:
-                    send = _sender(store, parse_line(line))
-                except (ValueError, OSError) as e:
-                    # Unreadable line or input files gone: retrying can never help.
-                    log.warning("outbox line cannot be replayed, moved to %s: %s", REJECTED_FILE, convert.short(e))
-                    rejected.append(line)
-                    continue
-                try:
-                    send()
-                except Exception as e:
-                    failure = classify(e)
-                    if failure is Failure.bug:
-                        raise
-                    if failure is Failure.refused:
-                        log.warning("MLflow refused an outbox line, moved to %s: %s", REJECTED_FILE, convert.short(e))
-                        rejected.append(line)
-                        continue
-                    log.warning("outbox replay failed, kept for later: %s", convert.short(e))
-                    keep.append(line)
-                    unreachable = not store.reachable()
-                else:
+                sent = "kept" if unreachable else _send_line(store, line)
+                if sent == "sent":
                     replayed += 1
-            if rejected:
-                with open(self.folder / REJECTED_FILE, "a", encoding="utf-8") as f:
-                    f.write("".join(line + "\n" for line in rejected))
-            write_atomic(self.path, "".join(line + "\n" for line in keep))
+                elif sent == "rejected":
+                    rejected.append(line)
+                else:
+                    keep.append(line)
+                    unreachable = unreachable or (sent == "failed" and not store.reachable())
+            self._settle(rejected, keep)
         if unreachable:
             self.backoff.down()
         elif replayed:
             self.backoff.up()
         return replayed, len(keep)
+
+    def _settle(self, rejected: list[str], keep: list[str]) -> None:
+        """Rejected lines appended to REJECTED_FILE, the outbox rewritten with the lines kept for later."""
+        if rejected:
+            with open(self.folder / REJECTED_FILE, "a", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in rejected))
+        write_atomic(self.path, "".join(line + "\n" for line in keep))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -234,6 +221,29 @@ class Outbox:
                     yield
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _send_line(store: Store, line: str) -> Literal["sent", "rejected", "failed"]:
+    """Send one outbox line: "sent"; "rejected" when it can never be sent (unreadable, its files gone,
+    MLflow refused it); "failed" when MLflow could not be reached (kept for later). A bug raises."""
+    try:
+        send = _sender(store, parse_line(line))
+    except (ValueError, OSError) as e:
+        # Unreadable line or input files gone: retrying can never help.
+        log.warning("outbox line cannot be replayed, moved to %s: %s", REJECTED_FILE, convert.short(e))
+        return "rejected"
+    try:
+        send()
+    except Exception as e:
+        failure = classify(e)
+        if failure is Failure.bug:
+            raise
+        if failure is Failure.refused:
+            log.warning("MLflow refused an outbox line, moved to %s: %s", REJECTED_FILE, convert.short(e))
+            return "rejected"
+        log.warning("outbox replay failed, kept for later: %s", convert.short(e))
+        return "failed"
+    return "sent"
 
 
 def _sender(store: Store, entry: OutboxEntry) -> Callable[[], object]:
