@@ -187,6 +187,34 @@ most nights' pick, where 3-4 degrees of freedom are what the repeated points giv
 fell back to their unadjusted count (bench/overnight.py, docs/benchmarks.md)."""
 
 
+def _within_point_deviations(
+    rows: Sequence[tuple[Hashable, Hashable, float]], xs: np.ndarray, ys: np.ndarray, timed: Sequence[int]
+) -> tuple[list[float], list[float], int]:
+    """(x's and y's deviations from their point's mean, over the points measured more than once; how many
+    such points): the within-point variation the slope is fitted on."""
+    points: dict[tuple[Hashable, Hashable], list[int]] = {}
+    for i in timed:
+        points.setdefault((rows[i][0], rows[i][1]), []).append(i)
+    dx: list[float] = []
+    dy: list[float] = []
+    for idx in points.values():
+        if len(idx) > 1:
+            dx += list(xs[idx] - xs[idx].mean())
+            dy += list(ys[idx] - ys[idx].mean())
+    return dx, dy, sum(1 for idx in points.values() if len(idx) > 1)
+
+
+def _slope_test(dx: list[float], dy: list[float], dof: int, sxx: float, alpha: float) -> Covariate:
+    """y's slope on x within points, its standard error, and whether it passes the t test (applied)."""
+    slope = float(np.dot(dx, dy)) / sxx
+    resid = np.asarray(dy) - slope * np.asarray(dx)
+    se = math.sqrt(float(np.dot(resid, resid)) / dof / sxx)
+    from scipy import stats as sps  # deferred, as in results.sequential: only a sweep's pick needs it
+
+    applied = dof >= COVARIATE_MIN_DOF and abs(slope) >= float(sps.t.ppf(1.0 - alpha / 2.0, dof)) * se
+    return Covariate(slope, se, dof, applied)
+
+
 def covariate_adjusted(
     rows: Sequence[tuple[Hashable, Hashable, float]],
     x: Sequence[float | None],
@@ -211,33 +239,20 @@ def covariate_adjusted(
             f"rows, x and x_groups must have one entry per run, but got {len(rows)}, {len(x)}, {len(x_groups)}"
         )
     timed = [i for i, v in enumerate(x) if v is not None and math.isfinite(v)]
-    points: dict[tuple[Hashable, Hashable], list[int]] = {}
-    for i in timed:
-        points.setdefault((rows[i][0], rows[i][1]), []).append(i)
     xs = np.full(len(rows), math.nan)
     xs[timed] = [x[i] for i in timed]
     ys = np.asarray([r[2] for r in rows], dtype=float)
-    dx: list[float] = []
-    dy: list[float] = []
-    for idx in points.values():
-        if len(idx) > 1:
-            dx += list(xs[idx] - xs[idx].mean())
-            dy += list(ys[idx] - ys[idx].mean())
+    dx, dy, repeated = _within_point_deviations(rows, xs, ys, timed)
     if not dx:
         return list(rows), None
-    dof = len(dx) - sum(1 for idx in points.values() if len(idx) > 1) - 1
+    dof = len(dx) - repeated - 1
     sxx = float(np.dot(dx, dx))
     if dof < 1 or sxx <= 0:
         return list(rows), Covariate(0.0, math.inf, max(dof, 0), False)
-    slope = float(np.dot(dx, dy)) / sxx
-    resid = np.asarray(dy) - slope * np.asarray(dx)
-    se = math.sqrt(float(np.dot(resid, resid)) / dof / sxx)
-    from scipy import stats as sps  # deferred, as in results.sequential: only a sweep's pick needs it
-
-    applied = dof >= COVARIATE_MIN_DOF and abs(slope) >= float(sps.t.ppf(1.0 - alpha / 2.0, dof)) * se
-    if not applied:
-        return list(rows), Covariate(slope, se, dof, False)
+    covariate = _slope_test(dx, dy, dof, sxx, alpha)
+    if not covariate.applied:
+        return list(rows), covariate
     expected = pooled_scores([(x_groups[i][0], x_groups[i][1], float(xs[i])) for i in timed], z=0.0, shrink=0.0)
     u = np.zeros(len(rows))
     u[timed] = xs[timed] - np.asarray([p.fitted for p in expected])
-    return [(r[0], r[1], r[2] - slope * ui) for r, ui in zip(rows, u)], Covariate(slope, se, dof, True)
+    return [(r[0], r[1], r[2] - covariate.slope * ui) for r, ui in zip(rows, u)], covariate
