@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import time
@@ -27,12 +29,13 @@ from orchestrator.cli._app import (
 from orchestrator.config import experiment as spec_mod
 from orchestrator.errors import NoChampion, SweepError, SweepToolError, UserError
 from orchestrator.probe import nccl_dimensions, rank_settings, run_probe
-from orchestrator.probe.result import backend_lines
+from orchestrator.probe.result import ProbeResult, RankedSetting, backend_lines
 from orchestrator.records import TrialStatus
 from orchestrator.sweep import state as st
 from orchestrator.sweep._probe_stage import probe_log
-from orchestrator.sweep.status import LiveProgress, moved_from, read_state, status_report
+from orchestrator.sweep.status import LiveProgress, StatusReport, moved_from, read_state, status_report
 from orchestrator.tracking import probe_run
+from orchestrator.tracking.probe_run import ProbeLog
 from orchestrator.verdict import render as verdict_render
 
 
@@ -68,6 +71,22 @@ def probe(
     if result.skipped:
         raise SweepError(f"probe on {result.host}: {result.skipped} (wrote {wd / 'probe.json'})")
     ranked = rank_settings(result, keep_within=ratio)
+    out.print(_probe_table(s, result, ranked, top))
+    for line in backend_lines(result, keep_within=ratio):  # the other backends at the same sizes (issue 19)
+        out.print(line, soft_wrap=True, highlight=False, markup=False)
+    kept = sum(r.kept for r in ranked)
+    out.print(
+        f"{kept} setting(s) within {ratio:g}x of the best (NCCL defaults always kept); score: mean latency at "
+        f"the verify sizes; {result.seconds:.1f} s, {result.seconds_per_setting:.3f} s per setting; "
+        f"wrote {wd / 'probe.json'}",
+        soft_wrap=True,
+    )
+    if not no_mlflow:
+        _log_probe(s, wd, probe_log(result, ranked, keep_within=ratio))
+
+
+def _probe_table(s: spec_mod.SweepSpec, result: ProbeResult, ranked: tuple[RankedSetting, ...], top: int) -> Table:
+    """The probe's ranking, best first, `top` rows."""
     table = Table(
         title=f"{s.name}: {len(result.settings)} of {result.space_settings} NCCL settings on "
         f"{result.host} (tp {result.tp}, NCCL {result.nccl_version or '?'})"
@@ -82,26 +101,18 @@ def probe(
             "yes" if r.kept else "",
             escape(r.setting),
         )
-    out.print(table)
-    for line in backend_lines(result, keep_within=ratio):  # the other backends at the same sizes (issue 19)
-        out.print(line, soft_wrap=True, highlight=False, markup=False)
-    kept = sum(r.kept for r in ranked)
-    out.print(
-        f"{kept} setting(s) within {ratio:g}x of the best (NCCL defaults always kept); score: mean latency at "
-        f"the verify sizes; {result.seconds:.1f} s, {result.seconds_per_setting:.3f} s per setting; "
-        f"wrote {wd / 'probe.json'}",
-        soft_wrap=True,
-    )
-    if not no_mlflow:
-        uri = s.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(wd / 'mlflow.db').resolve()}"
-        try:
-            run_id = probe_run.log_probe(
-                uri, s.tracking.experiment or s.name, probe_log(result, ranked, keep_within=ratio)
-            )
-        except SweepToolError as exc:
-            err.print(f"[yellow]warning:[/] {escape(str(exc))}; probe.json holds the result", soft_wrap=True)
-        else:
-            out.print(f"MLflow run {run_id} (ranking table and latency plot)")
+    return table
+
+
+def _log_probe(s: spec_mod.SweepSpec, wd: Path, logged: ProbeLog) -> None:
+    """The probe as an MLflow run (a warning, not a failure, when MLflow refuses: probe.json holds it)."""
+    uri = s.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(wd / 'mlflow.db').resolve()}"
+    try:
+        run_id = probe_run.log_probe(uri, s.tracking.experiment or s.name, logged)
+    except SweepToolError as exc:
+        err.print(f"[yellow]warning:[/] {escape(str(exc))}; probe.json holds the result", soft_wrap=True)
+    else:
+        out.print(f"MLflow run {run_id} (ranking table and latency plot)")
 
 
 # ---------------------------------------------------------------------------- run
@@ -322,20 +333,43 @@ def status(
         envvar="SWEEP_OPTUNA_STORAGE",
         help="the Optuna RDB URL the sweep used, when not its sqlite file",
     ),
+    as_json: bool = typer.Option(False, "--json", help="print the report and the verdict as one JSON object"),
 ) -> None:
-    """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage."""
+    """Progress, ETA, best so far and failures of a sweep (running or finished), from its storage; once
+    finished, its verdict: the deployed configuration, its knobs and its own figures."""
     wd = resolve_workdir(workdir)
     rep = status_report(wd, storage)
+    verdict = _finished_verdict(wd, rep.status)
+    if as_json:  # for scripts: the same report and Verdict as JSON, on one line
+        payload = {"workdir": str(wd), **dataclasses.asdict(rep), "decision": _verdict_json(verdict)}
+        typer.echo(json.dumps(payload, default=str))
+        return
     if (line := moved_from(wd)) is not None:
         out.print(f"note: {line}", soft_wrap=True, highlight=False, markup=False)
-    out.print(
-        f"[bold]{rep.experiment}[/] in {wd}: {rep.status}"
-        + (
-            ""
-            if rep.driver_alive or rep.status != "running"
-            else " [red](driver not running: resume with `sweep run EXP --resume`)[/]"
-        )
+    _print_progress(wd, rep)
+    _print_best(rep, verdict)
+    _print_health(rep)
+    if verdict is not None:
+        for line in verdict_render.lines(verdict):
+            out.print(line, soft_wrap=True, highlight=False, markup=False)
+        out.print(f"verdict ({_outcome_words(verdict)}): {escape(verdict.text)}", soft_wrap=True)
+    env_file = verdict.env_file if verdict is not None and verdict.promoted else rep.env_file
+    if env_file:
+        out.print(f"env file: [bold]{env_file}[/]")
+
+
+def _verdict_json(verdict: st.Verdict | None) -> dict[str, object] | None:
+    return None if verdict is None else verdict.model_dump(mode="json")
+
+
+def _print_progress(wd: Path, rep: StatusReport) -> None:
+    """Whose sweep, how far, how long, and the night's plan while it runs."""
+    dead = (
+        ""
+        if rep.driver_alive or rep.status != "running"
+        else " [red](driver not running: resume with `sweep run EXP --resume`)[/]"
     )
+    out.print(f"[bold]{rep.experiment}[/] in {wd}: {rep.status}{dead}")
     out.print(
         f"progress: {rep.launched}/{rep.budget_trials} trials launched, {rep.complete} complete, "
         f"{rep.failed} failed, {rep.running} running, {rep.skipped} proposals skipped"
@@ -352,16 +386,24 @@ def status(
     _print_schedule(rep.schedule if rep.status == "running" else [])
     if rep.failures:
         out.print("failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.failures.items())))
-    verdict = _finished_verdict(wd, rep.status)
+
+
+def _print_best(rep: StatusReport, verdict: st.Verdict | None) -> None:
+    """The best single search measurement (with its knobs while the search runs; once decided, the verdict's
+    knobs are what is shown) and the latest baseline."""
     best = rep.best
     if best:
         sp_txt = f" ({best.speedup_pct:+.1f}% vs baseline)" if best.speedup_pct is not None else ""
         label = "best so far" if rep.phase == "search" else "best single search measurement"
         out.print(f"{label}: trial {best.number}: {rep.objective} = {best.value:.2f}{sp_txt} (search phase)")
-        for k, v in best.params.items() if verdict is None else ():  # once decided, the verdict's knobs
+        for k, v in best.params.items() if verdict is None else ():
             out.print(f"    {k} = {v}")
     if rep.baseline is not None:
         out.print(f"baseline: {rep.baseline:.2f} ({len(rep.baselines)} measurement(s))")
+
+
+def _print_health(rep: StatusReport) -> None:
+    """Fingerprint changes during the sweep and why it stopped."""
     for node, hashes in rep.fingerprints.items():
         out.print(
             f"[yellow]warning: the fingerprint of {node or 'the host'} changed during the sweep "
@@ -369,13 +411,6 @@ def status(
         )
     if rep.stop_reason:
         out.print(f"stop reason: {rep.stop_reason}")
-    if verdict is not None:
-        for line in verdict_render.lines(verdict):
-            out.print(line, soft_wrap=True, highlight=False, markup=False)
-        out.print(f"verdict ({_outcome_words(verdict)}): {escape(verdict.text)}", soft_wrap=True)
-    env_file = verdict.env_file if verdict is not None and verdict.promoted else rep.env_file
-    if env_file:
-        out.print(f"env file: [bold]{env_file}[/]")
 
 
 def _outcome_words(verdict: st.Verdict) -> str:

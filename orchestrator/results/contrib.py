@@ -13,146 +13,36 @@ Pure: numbers and parameters in, figures and sentences out. The driver owns the 
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from orchestrator.config.knobs import ADAPTIVE_CANDIDATE_STEPS, ADAPTIVE_INITIAL_STEPS
-from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
+from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import select, sequential
+
+# The values and sentences of a verdict live in their own modules; contrib re-exports them, so a caller
+# reads every rule of the parts and their figures as `contrib.<name>`.
+from orchestrator.results.figures import LEVEL as LEVEL
+from orchestrator.results.figures import Confirmed as Confirmed
+from orchestrator.results.figures import Contribution as Contribution
+from orchestrator.results.figures import Interval as Interval
+from orchestrator.results.figures import LevelGain as LevelGain
+from orchestrator.results.figures import PartCheck as PartCheck
+from orchestrator.results.figures import PartVerdict as PartVerdict
+from orchestrator.results.figures import StepsGain as StepsGain
+from orchestrator.results.figures import streams as streams
+from orchestrator.results.wording import at_level as at_level
+from orchestrator.results.wording import steps_sentence as steps_sentence
+from orchestrator.results.wording import stops_paying as stops_paying
+from orchestrator.results.wording import verdict_text as verdict_text
 from orchestrator.stats import Contrast
 
 Direction = Literal["maximize", "minimize"]
 
-LEVEL = 0.95
-"""Two-sided confidence of the contribution and per-concurrency intervals."""
 
 RUNNER_UP_DISTANCE = 2
 """A runner-up is from another region when at least this many knobs differ from the champion's."""
-
-
-class Interval(Frozen):
-    """A's gain over B from the rounds that measured both, with its two-sided interval."""
-
-    gain: float
-    """Relative gain of A over B (positive = better whatever the direction)."""
-    low: float
-    high: float
-    rounds: int
-    a_median: float
-    b_median: float
-
-    @property
-    def significant(self) -> bool:
-        """The interval excludes zero."""
-        return self.low > 0.0 or self.high < 0.0
-
-    def text(self) -> str:
-        figure = f"{_pct(self.gain)} [{_pct(self.low)}, {_pct(self.high)}]"
-        return figure if self.significant else f"{figure}, not significant"
-
-
-class Confirmed(Frozen):
-    """The figures a user reads: confirmed medians, rounds and interval, or the search-phase ones
-    labelled unconfirmed when the gate was switched off (promotion.max_rounds: 0)."""
-
-    label: Literal["confirmed", "unconfirmed"]
-    metric: str
-    champion_median: float
-    baseline_median: float
-    rounds: int
-    gain: float
-    low: float | None = None
-    high: float | None = None
-    concurrency: int | None = None
-    """Concurrent requests both were measured at (the gate's level); None in summaries written before."""
-
-    def text(self) -> str:
-        at = f" at {streams(self.concurrency)}" if self.concurrency is not None else ""
-        if self.label == "unconfirmed":
-            return (
-                f"UNCONFIRMED (search phase, one measurement{at}): {self.metric} {self.champion_median:.2f} vs "
-                f"baseline {self.baseline_median:.2f}, {_pct(self.gain)}"
-            )
-        interval = (
-            f" [{_pct(self.low)}, {_pct(self.high)}] (the gate's bounds)"
-            if self.low is not None and self.high is not None
-            else ""
-        )
-        return (
-            f"confirmed over {self.rounds} interleaved rounds{at}: {self.metric} median "
-            f"{self.champion_median:.2f} vs baseline {self.baseline_median:.2f}, {_pct(self.gain)}{interval}"
-        )
-
-    def metrics(self) -> dict[str, float]:
-        """The figures as serving-config metrics (the env file header and the registry show them)."""
-        prefix = self.label
-        out = {
-            f"{prefix}_{self.metric}": self.champion_median,
-            f"{prefix}_baseline_{self.metric}": self.baseline_median,
-            f"{prefix}_gain": self.gain,
-            f"{prefix}_rounds": float(self.rounds),
-        }
-        if self.concurrency is not None:
-            out[f"{prefix}_concurrency"] = float(self.concurrency)
-        if self.low is not None and self.high is not None:
-            out.update({f"{prefix}_gain_low": self.low, f"{prefix}_gain_high": self.high})
-        return out
-
-
-class Contribution(Frozen):
-    """One part's contribution: arm `a` against arm `b` in the same rounds."""
-
-    part: str
-    """In the user's words: "NCCL settings", "EAGLE-3 on top", ..."""
-    a: str
-    b: str
-    interval: Interval
-
-    def text(self) -> str:
-        return f"{self.part} {self.interval.text()}"
-
-
-class StepsGain(Frozen):
-    """Adaptive speculation (--speculative-adaptive) against a fixed step count at one level."""
-
-    fixed: str
-    """The fixed side in words, e.g. "fixed 3 steps"."""
-    interval: Interval
-    """Adaptive's gain over the fixed count (positive: adaptive is better)."""
-
-    def text(self, concurrency: int) -> str:
-        iv = self.interval
-        who = (
-            "adaptive wins" if iv.low > 0.0 else f"{self.fixed} wins" if iv.high < 0.0 else "no significant difference"
-        )
-        return (
-            f"x{1 + iv.gain:.2f} [x{1 + iv.low:.2f}, x{1 + iv.high:.2f}] at {streams(concurrency, short=True)} ({who})"
-        )
-
-
-class LevelGain(Frozen):
-    """The champion against the baseline at one concurrency level."""
-
-    concurrency: int
-    interval: Interval
-    steps: StepsGain | None = None
-    """With a speculating champion: adaptive against fixed steps at this level, when measured."""
-
-    def text(self) -> str:
-        return f"at concurrency {self.concurrency}: {self.interval.text()}"
-
-
-def _pct(x: float | None) -> str:
-    return "?" if x is None else f"{x * 100:+.1f}%"
-
-
-def streams(concurrency: int, *, short: bool = False) -> str:
-    """A load in words: "1 stream", "32 concurrent streams" ("32 streams" when `short`)."""
-    if concurrency == 1:
-        return "1 stream"
-    return f"{concurrency} streams" if short else f"{concurrency} concurrent streams"
 
 
 # ------------------------------------------------------------------------------ the arms
@@ -360,49 +250,6 @@ def contributions(
     return out
 
 
-class PartVerdict(str, enum.Enum):
-    """What the confirmation showed about one part of the champion."""
-
-    negligible = "negligible"
-    """It adds less than promotion.equivalence_margin (the upper bound below it): dropped."""
-    adds = "adds"
-    """Its gain is significant (the lower bound above zero): kept."""
-    open = "open"
-    """Neither shown: kept (the fuller configuration is promoted), or measured for more rounds."""
-
-
-class PartCheck(Frozen):
-    """The equivalence test of one part: the champion against the arm without it, at the gate's
-    one-sided level per look (sequential.RoundsPlan.level), against promotion.equivalence_margin."""
-
-    part: str
-    """In the user's words: "EAGLE-3 on top", "NCCL settings on top of EAGLE-3"."""
-    arm: str
-    """The arm without the part: no_speculation | default_communication."""
-    gain: float
-    low: float
-    high: float
-    rounds: int
-    margin: float
-
-    @property
-    def verdict(self) -> PartVerdict:
-        if self.high < self.margin:
-            return PartVerdict.negligible
-        return PartVerdict.adds if self.low > 0.0 else PartVerdict.open
-
-    def text(self) -> str:
-        figure = (
-            f"{self.part} {_pct(self.gain)} [{_pct(self.low)}, {_pct(self.high)}] (gate bounds, {self.rounds} rounds)"
-        )
-        margin = f"{_pct(self.margin)} (promotion.equivalence_margin)"
-        if self.verdict is PartVerdict.negligible:
-            return f"{figure}: shown to add less than {margin}"
-        if self.verdict is PartVerdict.adds:
-            return f"{figure}: adds a significant gain"
-        return f"{figure}: not significant, but not shown to add less than {margin}, so it is kept"
-
-
 ABLATION_PARTS = (("no_speculation", "on top"), ("default_communication", "NCCL settings on top of"))
 
 
@@ -563,75 +410,7 @@ def settled(
     )
 
 
-def stops_paying(levels: Sequence[LevelGain], what: str, *, figures: bool = True) -> str:
-    """One sentence: where the champion's gain over the baseline holds and where it stops paying
-    (and, when measured, whether adaptive steps beat the fixed count at each level). `figures=False`
-    leaves the per-level gains out (the verdict states them beside the gate's own figures)."""
-    if not levels:
-        return ""
-    ordered = sorted(levels, key=lambda lv: lv.concurrency)
-    gains = f" ({'; '.join(lv.text() for lv in ordered)})" if figures else ""
-    lost = next((lv for lv in ordered if not lv.interval.low > 0.0), None)
-    if lost is None:
-        sentence = f"{what} pays at every level measured{gains}"
-    else:
-        paying = [lv.concurrency for lv in ordered if lv.concurrency < lost.concurrency and lv.interval.low > 0.0]
-        where = f"pays up to concurrency {paying[-1]} and " if paying else ""
-        sentence = f"{what} {where}stops paying from concurrency {lost.concurrency}{gains}"
-    steps = steps_sentence(ordered)
-    return f"{sentence}. {steps}" if steps else sentence
-
-
-def steps_sentence(levels: Sequence[LevelGain]) -> str:
-    """Whether adaptive steps beat the fixed count, at each level that measured both ("" if none did)."""
-    steps = [(lv.concurrency, lv.steps) for lv in sorted(levels, key=lambda lv: lv.concurrency) if lv.steps is not None]
-    if not steps:
-        return ""
-    return f"Adaptive steps (--speculative-adaptive) against {steps[0][1].fixed}: " + ", ".join(
-        g.text(c) for c, g in steps
-    )
-
-
 # ------------------------------------------------------------------------------ the verdict in words
-
-
-def at_level(message: str, concurrency: int | None, metric: str) -> str:
-    """A decision's message ("promoted: +12.4% [...] ...", "not better: ...", "undecided after 8
-    rounds: ...") with the load it was decided at after its head: "promoted at 32 concurrent streams
-    (objective output_tok_s): +12.4% ...". Unchanged when `concurrency` is None (the level goes
-    unnamed) or the message has no head."""
-    head, sep, rest = message.partition(": ")
-    if concurrency is None or not sep:
-        return message
-    return f"{head} at {streams(concurrency)} (objective {metric}): {rest}"
-
-
-def verdict_text(
-    message: str,
-    *,
-    concurrency: int | None,
-    metric: str,
-    others: Sequence[LevelGain] = (),
-    why: str = "",
-    after: str = "",
-) -> str:
-    """The verdict in words: the gate's decision at the level it decided at (`concurrency`; None leaves
-    it unnamed), the champion's gain at the other promotion.concurrency levels beside it, why it won
-    (the contributions), then `after` (where the gain stops paying; adaptive or fixed steps)."""
-    text = at_level(message, concurrency, metric)
-    if others:
-        ordered = sorted(others, key=lambda lv: lv.concurrency)
-        rounds = min(lv.interval.rounds for lv in ordered)
-        text += (
-            "; "
-            + "; ".join(f"at {streams(lv.concurrency, short=True)} {lv.interval.text()}" for lv in ordered)
-            + f" (promotion.concurrency: 95% intervals over {rounds} rounds)"
-        )
-    if why:
-        text += f". Why (95% intervals): {why}"
-    if after:
-        text += f". {after}"
-    return text
 
 
 # ------------------------------------------------------------------------------ adaptive or fixed steps

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.records import OutputsRecord, ScoredOutput
+from orchestrator.records import OutputsRecord, PromptOutput, ScoredOutput
 
 __all__ = ["EQUAL", "MISSING", "SCORED", "SCREEN", "Correctness", "compare", "first_difference", "screen"]
 
@@ -187,6 +187,56 @@ def _scored(
     )
 
 
+class _Screened:
+    """What the screen found so far, prompt by prompt: how many differ, the first differing token, the
+    worst rated gap (nats, prompt, token index, exact) and the gaps not judged."""
+
+    def __init__(self) -> None:
+        self.differing = 0
+        self.unjudged = 0
+        self.first: int | None = None
+        self.worst: tuple[float, int, int, bool] | None = None
+
+    def add(self, p: PromptOutput, b: PromptOutput, tolerance_nats: float) -> None:
+        at = first_difference(p.output_ids, b.output_ids)
+        if at is None:
+            return
+        self.differing += 1
+        self.first = at if self.first is None else min(self.first, at)
+        if at >= min(len(p.output_ids), len(b.output_ids), len(b.output_top)) or not b.output_top[at]:
+            return  # one output ended early, or no top tokens kept there
+        listed = dict(b.output_top[at])
+        best = b.output_top[at][0][1]
+        token = p.output_ids[at]
+        gap, exact = (best - listed[token], True) if token in listed else (best - b.output_top[at][-1][1], False)
+        if not exact and gap <= tolerance_nats:
+            self.unjudged += 1  # below a listed token that is itself within tolerance: not known to be far
+            return
+        if self.worst is None or gap > self.worst[0]:
+            self.worst = (gap, p.prompt, at, exact)
+
+
+def _near_ties(seen: _Screened, differ: str, *, prompts: int, tolerance_nats: float) -> Correctness:
+    """Passed: every rated first difference lies within the tolerance of the baseline's top choice."""
+    worst = seen.worst
+    within = (
+        f"; the first differing tokens rated lie within {worst[0]:.3f} nats of the baseline's top choice"
+        if worst is not None
+        else ""
+    )
+    if seen.unjudged:
+        within += f"; {seen.unjudged} lie outside the baseline's listed top tokens, not judged"
+    return Correctness(
+        True,
+        SCREEN,
+        f"{differ}{within} (tolerance {tolerance_nats:g}): near ties so far",
+        prompts=prompts,
+        differing=seen.differing,
+        first_at=seen.first,
+        worst_nats=worst[0] if worst else None,
+    )
+
+
 def screen(
     candidate: OutputsRecord | None, baseline: OutputsRecord | None, *, prompts: int, tolerance_nats: float
 ) -> Correctness:
@@ -197,51 +247,20 @@ def screen(
     if candidate is None or baseline is None or len(candidate.prompts) < prompts or len(baseline.prompts) < prompts:
         return Correctness(True, SCREEN, "not screened: a capture is missing or incomplete (the gate checks it)")
     base = {p.prompt: p for p in baseline.prompts}
-    worst: tuple[float, int, int, bool] | None = None  # (nats, prompt, token index, exact)
-    differing = unjudged = 0
-    first: int | None = None
+    seen = _Screened()
     for p in candidate.prompts[:prompts]:
         b = base.get(p.prompt)
         if b is None or b.prompt_ids != p.prompt_ids:
             return Correctness(True, SCREEN, f"not screened: prompt {p.prompt} was not tokenized the same")
-        at = first_difference(p.output_ids, b.output_ids)
-        if at is None:
-            continue
-        differing += 1
-        first = at if first is None else min(first, at)
-        if at >= min(len(p.output_ids), len(b.output_ids), len(b.output_top)) or not b.output_top[at]:
-            continue  # one output ended early, or no top tokens kept there
-        listed = dict(b.output_top[at])
-        best = b.output_top[at][0][1]
-        token = p.output_ids[at]
-        gap, exact = (best - listed[token], True) if token in listed else (best - b.output_top[at][-1][1], False)
-        if not exact and gap <= tolerance_nats:
-            unjudged += 1  # below a listed token that is itself within tolerance: not known to be far
-            continue
-        if worst is None or gap > worst[0]:
-            worst = (gap, p.prompt, at, exact)
+        seen.add(p, b, tolerance_nats)
+    differing, first, worst = seen.differing, seen.first, seen.worst
     if not differing:
         return Correctness(
             True, SCREEN, f"{prompts} of {prompts} prompts decode to the baseline's tokens", prompts=prompts
         )
     differ = f"outputs differ from the baseline's on {differing} of {prompts} prompts (first at token {first})"
     if worst is None or worst[0] <= tolerance_nats:
-        within = (
-            f"; the first differing tokens rated lie within {worst[0]:.3f} nats of the baseline's top choice"
-            if worst is not None
-            else ""
-        )
-        if unjudged:
-            within += f"; {unjudged} lie outside the baseline's listed top tokens, not judged"
-        return Correctness(
-            True,
-            SCREEN,
-            f"{differ}{within} (tolerance {tolerance_nats:g}): near ties so far",
-            prompts=prompts,
-            differing=differing,
-            first_at=first,
-            worst_nats=worst[0] if worst else None,
-        )
+        return _near_ties(seen, differ, prompts=prompts, tolerance_nats=tolerance_nats)
     gap, prompt, at, exact = worst
     how = (
         f"{gap:.2f} nats" if exact else f"more than {gap:.2f} nats (outside its top {len(base[prompt].output_top[at])})"

@@ -499,19 +499,21 @@ def pareto_front(
         raise ValueError("pareto_front needs at least one (name, direction) objective")
     for _, direction in objectives:
         _check_direction(direction)
-    rows: list[tuple[int, tuple[float, ...]]] = []
-    for i, point in enumerate(points):
-        values = [point.get(name) for name, _ in objectives]
-        numbers = [float(v) for v in values if v is not None]
-        if len(numbers) < len(values) or not all(math.isfinite(v) for v in numbers):
-            continue
-        # Orient every objective so that larger is better.
-        rows.append((i, tuple(v if d == "maximize" else -v for v, (_, d) in zip(numbers, objectives))))
-    front = []
-    for i, vi in rows:
-        dominated = any(
-            all(a >= b for a, b in zip(vj, vi)) and any(a > b for a, b in zip(vj, vi)) for j, vj in rows if j != i
-        )
-        if not dominated:
-            front.append(i)
-    return front
+    rows = [(i, row) for i, point in enumerate(points) if (row := _oriented(point, objectives)) is not None]
+    return [i for i, vi in rows if not any(_dominates(vj, vi) for j, vj in rows if j != i)]
+
+
+def _oriented(
+    point: Mapping[str, float | None], objectives: Sequence[tuple[str, Direction]]
+) -> tuple[float, ...] | None:
+    """The point's objectives oriented so that larger is better; None when one is missing or not finite."""
+    values = [point.get(name) for name, _ in objectives]
+    numbers = [float(v) for v in values if v is not None]
+    if len(numbers) < len(values) or not all(math.isfinite(v) for v in numbers):
+        return None
+    return tuple(v if d == "maximize" else -v for v, (_, d) in zip(numbers, objectives))
+
+
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """`a` is at least as good as `b` on every objective and better on one."""
+    return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))

@@ -271,27 +271,37 @@ def round_noise(values: Mapping[str, Mapping[int, float]], rounds: Sequence[int]
     arm measured in some of the rounds only - the ablations stop at min_rounds while the gate's pair goes
     on - still counts), its residual mean square; None with fewer than 2 arms measured twice, 2 rounds,
     or no degree of freedom left."""
-    wanted = set(rounds)
-    cells = {a: {r: v for r, v in row.items() if r in wanted and v > 0} for a, row in values.items()}
-    cells = {a: row for a, row in cells.items() if len(row) >= 2}
+    cells = _cells(values, set(rounds))
     used = sorted({r for row in cells.values() for r in row})
     if len(cells) < 2 or len(used) < 2:
         return None
     arm_at = {a: i for i, a in enumerate(cells)}
-    round_at = {r: i for i, r in enumerate(used)}
-    runs = [(arm_at[a], round_at[r], math.log(v)) for a, row in cells.items() for r, v in row.items()]
-    x = np.zeros((len(runs), len(arm_at) + len(used) - 1))
-    for k, (a, r, _) in enumerate(runs):
-        x[k, a] = 1.0
-        if r:
-            x[k, len(arm_at) + r - 1] = 1.0
-    y = np.array([v for _, _, v in runs])
+    x, y = _design(cells, arm_at, {r: i for i, r in enumerate(used)})
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    df = len(runs) - int(np.linalg.matrix_rank(x))
+    df = len(y) - int(np.linalg.matrix_rank(x))
     if df < 1:
         return None
     resid = y - x @ coef
     return RoundNoise(sigma=math.sqrt(float(resid @ resid) / df), df=df, arms=len(arm_at), rounds=len(used))
+
+
+def _cells(values: Mapping[str, Mapping[int, float]], wanted: set[int]) -> dict[str, dict[int, float]]:
+    """The positive values of each arm in the wanted rounds, for the arms measured in two of them or more."""
+    cells = {a: {r: v for r, v in row.items() if r in wanted and v > 0} for a, row in values.items()}
+    return {a: row for a, row in cells.items() if len(row) >= 2}
+
+
+def _design(
+    cells: Mapping[str, Mapping[int, float]], arm_at: Mapping[str, int], round_at: Mapping[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The additive fit's design matrix (one column per arm, one per round but the first) and the log values."""
+    runs = [(arm_at[a], round_at[r], math.log(v)) for a, row in cells.items() for r, v in row.items()]
+    x = np.zeros((len(runs), len(arm_at) + len(round_at) - 1))
+    for k, (a, r, _) in enumerate(runs):
+        x[k, a] = 1.0
+        if r:
+            x[k, len(arm_at) + r - 1] = 1.0
+    return x, np.array([v for _, _, v in runs])
 
 
 def gate_df(noise: RoundNoise, n: int) -> int:

@@ -165,35 +165,12 @@ def run_rounds(
     decision: sequential.Decision | None = None
     timing = _timing(ctx)
     for i in range(plan.max_rounds):
-        extra: set[str] = set()
-        # A contender joins the pair up to min_rounds and after the pair decided; while the pair is undecided
-        # past min_rounds, its rounds are the gate's alone (an undecided gate deploys nothing).
-        joins = contends is not None and 0 < i and (i < plan.min_rounds or decision is not None)
-        leading = set(contends(values)) if joins and contends is not None else set()
-        if decision is not None:
-            extra = set(more(values)) if more is not None and decision.verdict is sequential.Verdict.promoted else set()
-            extra |= leading
-            if not extra:
-                break
-        wanted = [
-            replace(a, main=True) if a.name in leading else a
-            for a in arms
-            if a.main or a.name in leading or (a.name in extra if decision is not None else i < plan.min_rounds)
-        ]
+        chosen = _round_arms(arms, values, plan, i, decision, more, contends)
+        if chosen is None:
+            break
+        wanted, extra = chosen
         held = hold_s if i >= plan.min_rounds else _gate_hold(ctx, values, wanted, plan, timing, i)
-        open_arms = _fitting_round(ctx, wanted, timing, i, held)
-        if not open_arms and held and decision is None:
-            # Undecided, nothing is deployed and the arms measured after it have nothing to describe: the
-            # gate's next round takes their time (they are dropped with a line if none is left). Before
-            # min_rounds the time kept for the gate's later rounds never stops its own pair.
-            open_arms = _fitting_round(ctx, wanted, timing, i)
-            if open_arms and i >= plan.min_rounds:
-                log.warning(
-                    "confirmation: the gate is still undecided after %d rounds; round %d takes the time "
-                    "held for the arms measured after the decision",
-                    rounds,
-                    i + 1,
-                )
+        open_arms = _open_arms(ctx, wanted, timing, i, held, undecided=decision is None, after=rounds, plan=plan)
         if extra and not extra & {a.name for a in open_arms}:
             log.warning("confirmation: no time left for round %d of %s", i + 1, ", ".join(sorted(extra)))
             break
@@ -219,6 +196,70 @@ def run_rounds(
         rounds=rounds,
         stopped=stopped,
     )
+
+
+def _round_arms(
+    arms: list[Arm],
+    values: Mapping[str, Mapping[int, float]],
+    plan: sequential.RoundsPlan,
+    i: int,
+    decision: sequential.Decision | None,
+    more: More | None,
+    contends: More | None,
+) -> tuple[list[Arm], set[str]] | None:
+    """The arms round `i` wants (a leading contender as part of the pair) and the extra arms it is for once
+    the pair decided; None when the pair decided and nothing is left open (the rounds end)."""
+    extra: set[str] = set()
+    # A contender joins the pair up to min_rounds and after the pair decided; while the pair is undecided
+    # past min_rounds, its rounds are the gate's alone (an undecided gate deploys nothing).
+    joins = contends is not None and 0 < i and (i < plan.min_rounds or decision is not None)
+    leading = set(contends(values)) if joins and contends is not None else set()
+    if decision is not None:
+        promoted = more is not None and decision.verdict is sequential.Verdict.promoted
+        extra = set(more(values)) if promoted and more is not None else set()
+        extra |= leading
+        if not extra:
+            return None
+    return _wanted(arms, leading, extra, decided=decision is not None, early=i < plan.min_rounds), extra
+
+
+def _wanted(arms: list[Arm], leading: set[str], extra: set[str], *, decided: bool, early: bool) -> list[Arm]:
+    """The pair, the leading contenders (measured as part of the pair), and the other arms: before
+    min_rounds all of them (`early`), once the pair decided those still open (`extra`)."""
+    return [
+        replace(a, main=True) if a.name in leading else a
+        for a in arms
+        if a.main or a.name in leading or (a.name in extra if decided else early)
+    ]
+
+
+def _open_arms(
+    ctx: Context,
+    wanted: list[Arm],
+    timing: _Timing,
+    i: int,
+    held: float,
+    *,
+    undecided: bool,
+    after: int,
+    plan: sequential.RoundsPlan,
+) -> list[Arm]:
+    """The arms of round `i` that fit, with `held` seconds kept back; when none fit and the gate is still
+    undecided, the time held is the gate's (nothing is deployed yet to measure after it)."""
+    open_arms = _fitting_round(ctx, wanted, timing, i, held)
+    if not open_arms and held and undecided:
+        # Undecided, nothing is deployed and the arms measured after it have nothing to describe: the
+        # gate's next round takes their time (they are dropped with a line if none is left). Before
+        # min_rounds the time kept for the gate's later rounds never stops its own pair.
+        open_arms = _fitting_round(ctx, wanted, timing, i)
+        if open_arms and i >= plan.min_rounds:
+            log.warning(
+                "confirmation: the gate is still undecided after %d rounds; round %d takes the time "
+                "held for the arms measured after the decision",
+                after,
+                i + 1,
+            )
+    return open_arms
 
 
 def run_more(ctx: Context, arms: list[Arm], rounds: int, measured: Measured, *, fresh: Sequence[str] = ()) -> Measured:

@@ -234,21 +234,32 @@ def _running_fields(state: SweepState) -> dict[str, Any]:
     }
 
 
+def _figure_fields(v: Verdict | None) -> dict[str, Any]:
+    """The gain card's figures: the gain of what the verdict is about, its gate bounds and rounds where a
+    gate ran (none where it did not), the level it was measured at."""
+    f = v.figures if v is not None else None
+    if v is None or f is None:
+        return {"gain": None, "gain_low": None, "gain_high": None, "confirm_rounds": 0, "concurrency": None}
+    gated = v.gated
+    return {
+        "gain": f.gain,
+        "gain_low": f.low if gated else None,
+        "gain_high": f.high if gated else None,
+        "confirm_rounds": f.rounds if gated else 0,
+        "concurrency": f.concurrency,
+    }
+
+
 def _finished_fields(summary: SweepSummary, v: Verdict | None) -> dict[str, Any]:
     """The page's promotion fields from the verdict: the gain and bounds of what it is about, rounds and
     level, the registered version and env file, findings; and from summary.json importances, skipped
     proposals, stop reason, drift and fingerprints."""
-    figures = v.figures if v is not None else None
-    gated = v is not None and v.gated
+    promoted = v is not None and v.promoted
     return {
-        "promoted": v is not None and v.promoted,
-        "gain": figures.gain if figures else None,
-        "gain_low": figures.low if figures and gated else None,
-        "gain_high": figures.high if figures and gated else None,
-        "confirm_rounds": figures.rounds if figures and gated else 0,
-        "concurrency": figures.concurrency if figures else None,
-        "model_version": v.model_version if v is not None and v.promoted else None,
-        "env_file": v.env_file if v is not None and v.promoted else None,
+        **_figure_fields(v),
+        "promoted": promoted,
+        "model_version": v.model_version if v is not None and promoted else None,
+        "env_file": v.env_file if v is not None and promoted else None,
         "findings": _findings(v) if v is not None else {},
         "importances": summary.importances,
         "skipped": summary.skipped,

@@ -7,6 +7,7 @@ where no gate ran, where no view may say "confirmed"."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -98,7 +99,7 @@ def views(tmp_path: Path, data: dict, wd: Path, summary: st.SweepSummary) -> dic
     )
     out: dict[str, str] = {
         "final print": _printed(running._print_summary, spec, summary, wd),
-        "sweep status": _printed(running.status, workdir=wd, storage=None),
+        "sweep status": _printed(running.status, workdir=wd, storage=None, as_json=False),
         "sweep truth": _printed(check.truth, experiment=spec_path, top=1, workdir=wd),
         "report.html": (wd / "report.html").read_text(),
         "parent run": parent.data.tags[convert.NOTE_TAG],
@@ -152,6 +153,15 @@ def test_every_view_names_the_deployed_runner_up_its_knobs_and_gain(tmp_path, sq
     assert all(env.get(k) == val for k, val in knobs.items() if k.startswith("NCCL_"))
     assert seen["parent run"].splitlines()[0].endswith(f"deployed trial {deployed.number}")
     assert f"[trial {deployed.number}]" in seen["parent run"]  # the run linked is the deployed trial's
+
+    status_json = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "status", "--workdir", str(wd), "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    decision = json.loads(status_json)["decision"]  # `sweep status --json`: the same Verdict for scripts
+    assert decision["deployed"]["number"] == deployed.number and decision["figures"]["gain"] == v.figures.gain
 
     client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
     [version] = client.search_model_versions("name='sglang-sweep-demo'")
