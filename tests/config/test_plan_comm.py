@@ -57,7 +57,7 @@ def test_h200_fusion_carries_decode_and_verify_and_the_nccl_knobs_are_inert():
         text.count("-> flashinfer_fusion carries decode and verify up to 2048 tokens: NCCL_* affect prefill only") == 1
     )
     assert f"{NCCL_KNOBS} matter only at all_reduce_backend nccl: searched only there" in text
-    assert "collapsed search space: 404469 distinct combinations, 342243 feasible" in text
+    assert "collapsed search space: 445953 distinct combinations, 383727 feasible" in text
     assert "custom all-reduce carries every all-reduce up to 16 MB" not in text  # the old warning, blind to fusion
 
 
@@ -78,7 +78,7 @@ def test_pcie_hosts_nccl_carries_everything_and_pcie_ipc_is_offered(host):
         f"{host} (decode: nccl (1-32 tokens, 14 KiB-448 KiB); verify: nccl (2-512 tokens, 28 KiB-7.0 MiB)), "
         "so all_reduce_backend is not searched"
     ) in text
-    assert "collapsed search space: 404352 distinct combinations, 342144 feasible" in text  # half of 808704
+    assert "collapsed search space: 445824 distinct combinations, 383616 feasible" in text  # half of 891648
     for refused in ("flashinfer_fusion:", "torch_symm_mem:", "custom:"):  # SM120 / PCIe: not offered
         assert f"    {refused}" not in text
 
@@ -99,11 +99,13 @@ def test_deprecated_names_warn_in_the_plan(tmp_path: Path):
     (tmp_path / "nccl-old.yaml").write_text(
         nccl.replace("NCCL_MAX_CTAS:     ", "NCCL_MAX_NCHANNELS:"), encoding="utf-8"
     )
-    (tmp_path / "eagle3.yaml").write_text(
-        (KIMI.parents[1] / "search_spaces" / "eagle3.yaml").read_text(), encoding="utf-8"
+    (tmp_path / "speculation.yaml").write_text(
+        (KIMI.parents[1] / "search_spaces" / "speculation.yaml").read_text(), encoding="utf-8"
     )
     old.write_text(
-        old.read_text(encoding="utf-8").replace("../search_spaces/eagle3.yaml", str(tmp_path / "eagle3.yaml")),
+        old.read_text(encoding="utf-8").replace(
+            "../search_spaces/speculation.yaml", str(tmp_path / "speculation.yaml")
+        ),
         encoding="utf-8",
     )
     result = CliRunner().invoke(app, ["plan", str(old), "--host", "h200-nvlink-x8", "--limit", "0"], terminal_width=400)
