@@ -119,7 +119,7 @@ def test_a_trial_of_each_new_algorithm_runs_on_the_simulator(tmp_path) -> None:
     """The whole trial path (plan, simulator server, benchmark, metrics) for DFLASH and NGRAM."""
     s = spec_mod.load(Path(__file__).resolve().parents[2] / "experiments" / "spec-algorithms.yaml")
     s = s.model_copy(update={"server": s.server.model_copy(update={"tp": 2})})
-    points = {
+    points: dict[str, dict[str, str | int]] = {
         "DFLASH": {"speculative_draft_model_path": "z-lab/Kimi-K2.5-DFlash", "speculative_dflash_block_size": 8},
         "NGRAM": {"speculative_ngram_max_bfs_breadth": 4},
     }
