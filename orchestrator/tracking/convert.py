@@ -246,19 +246,30 @@ def short(error: BaseException | str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-TRIAL_COLUMNS = ("decode_tok_s", SPEEDUP_PCT, "accept_length", "verify_ms", "ttft_ms_p99", "itl_ms_p50")
-"""The metric columns the trials view opens with, the objective first."""
+TRIAL_COLUMNS = ("decode_tok_s", SPEEDUP_PCT, "accept_length", "verify_ms")
+"""The metric columns the trials view opens with, the objective first. Few: MLflow draws the metrics (in
+alphabetical order) before the knobs, and the knobs must be in view without scrolling; the latencies are on
+each run's page."""
+
+RANK_METRIC = "sweep_rank"
+"""A trial run's place in the trials view: 1 for the deployed configuration's run, then the trials by
+objective (failures last). Logged when the report is published; the view sorts by it from then on."""
+
+ML_VIEW = "workflowType=machine_learning"
+"""The query that opens MLflow 3.17's classic training view. Its sidebar reads the workflow type from the
+URL first, then from the browser's last choice (default GenAI), and no longer from the experiment's
+`mlflow.experimentKind` tag: only a link that carries this query opens the right view for a new reader."""
 
 
-def trials_view(objective: str, direction: str = "maximize") -> str:
-    """The JSON of the experiment's shared view `sweep-trials`: the searched trials and baselines
-    only (no confirmation runs, no parent), best objective first, the columns a reader compares,
-    the champion tag and every knob left to the column picker."""
+def trials_view(objective: str, direction: str = "maximize", knobs: tuple[str, ...] = (), ranked: bool = False) -> str:
+    """The JSON of the experiment's shared view `sweep-trials`: the searched trials and baselines only (no
+    confirmation runs, no parent), the columns a reader compares (the champion tag, the metrics, every
+    knob in `knobs`), sorted by RANK_METRIC once `ranked` (the deployed trial first), else by the objective."""
     metrics_first = [objective] + [c for c in TRIAL_COLUMNS if c != objective]
     columns = [
-        "attributes.`Duration`",
         f"tags.`{CHAMPION_TAG}`",
         *(f"metrics.`{m}`" for m in metrics_first),
+        *(f"params.`{k}`" for k in knobs),
         f"tags.`{ROLE_TAG}`",
         "tags.`sweep.status`",
         "tags.`sweep.failure_kind`",
@@ -266,24 +277,52 @@ def trials_view(objective: str, direction: str = "maximize") -> str:
     return json.dumps(
         {
             "searchFilter": f"tags.`{KIND_TAG}` = 'trial' and tags.`{ROLE_TAG}` != 'confirm'",
-            "orderByKey": f"metrics.`{objective}`",
-            "orderByAsc": direction == "minimize",
+            "orderByKey": f"metrics.`{RANK_METRIC}`" if ranked else f"metrics.`{objective}`",
+            "orderByAsc": True if ranked else direction == "minimize",
             "selectedColumns": columns,
             "runListHidden": False,
         }
     )
 
 
+def ranks(
+    runs: list[tuple[str, float | None, bool]], direction: str = "maximize", deployed: str | None = None
+) -> dict[str, int]:
+    """RANK_METRIC per run id, from (run id, objective value or None, complete): the `deployed` run first,
+    then complete runs by objective (best first), then the others in the order given."""
+
+    def key(item: tuple[int, tuple[str, float | None, bool]]) -> tuple[int, float, int]:
+        i, (run_id, value, complete) = item
+        if run_id == deployed:
+            return (0, 0.0, i)
+        if complete and value is not None and math.isfinite(value):
+            return (1, -value if direction == "maximize" else value, i)
+        return (2, 0.0, i)
+
+    return {run_id: n for n, (_, (run_id, _, _)) in enumerate(sorted(enumerate(runs), key=key), 1)}
+
+
 def trials_view_path(experiment_id: str) -> str:
-    """The MLflow UI path (after the host) of the experiment's trials view."""
-    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={TRIALS_VIEW_KEY}"
+    """The MLflow UI path (after the host) of the experiment's trials view, in the training view."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={TRIALS_VIEW_KEY}&{ML_VIEW}"
 
 
-def experiment_note(experiment_id: str) -> str:
-    """The experiment's description: where to look first."""
+def run_path(experiment_id: str, run_id: str) -> str:
+    """The MLflow UI path (after the host) of one run's page, in the training view."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW}"
+
+
+def experiment_note(experiment_id: str, parent_run_id: str | None = None) -> str:
+    """The experiment's description: where to look first (the latest sweep's run, the ranked trials)."""
+    parent = (
+        f"**[The latest sweep's run]({run_path(experiment_id, parent_run_id)})** describes the verdict: the "
+        f"configuration deployed, the confirmed gain and why, with `report.html` and Optuna's plots under its "
+        f"artifacts. "
+        if parent_run_id
+        else "Each sweep's parent run (`sweep-...`) describes the verdict, with `report.html` under its artifacts. "
+    )
     return (
-        f"Overnight sweep of SGLang serving settings. **[Trials ranked by the objective]"
-        f"({trials_view_path(experiment_id)})** (confirmation runs left out); each sweep's parent run "
-        f"(`sweep-...`) describes its champion, the confirmed gain and why, with `report.html` and "
-        f"Optuna's plots under its artifacts."
+        f"Overnight sweep of SGLang serving settings. {parent}**[Trials ranked]({trials_view_path(experiment_id)})**: "
+        f"the deployed configuration first, then by the objective, with every knob as a column (confirmation "
+        f"runs left out)."
     )

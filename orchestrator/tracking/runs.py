@@ -40,30 +40,58 @@ def start_sweep(
     run_tags = {**convert.tags(tags), KIND_TAG: "sweep"}
     run_params = convert.params(params)
     client = store.client()
-    _tag_experiment(store, str(params.get("objective") or "decode_tok_s"))
+    objective = str(params.get("objective") or "decode_tok_s")
     if resume_run_id is None:
         run = client.create_run(store.experiment_id(), run_name=run_name, tags=run_tags)
         store.log_batch(run.info.run_id, params=run_params)
+        _tag_experiment(store, objective, str(run.info.run_id))
         return str(run.info.run_id)
     run = client.get_run(resume_run_id)
     client.update_run(resume_run_id, status="RUNNING")
     new = {k: v for k, v in run_params.items() if k not in run.data.params}
     store.log_batch(resume_run_id, params=new, tags={**run_tags, "sweep.resumed_at": convert.now_iso()})
+    _tag_experiment(store, objective, resume_run_id)
     return resume_run_id
 
 
-def _tag_experiment(store: Store, objective: str) -> None:
-    """Open the experiment in MLflow's training view, with the trials view and a description."""
+def _direction(objective: str) -> str:
+    """The objective's direction, which is not among the sweep's params: latencies (`*_ms`) are minimized,
+    rates maximized."""
+    return "minimize" if objective.endswith("_ms") else "maximize"
+
+
+def _tag_experiment(store: Store, objective: str, parent_run_id: str) -> None:
+    """Open the experiment in MLflow's training view, with the trials view and a description that links
+    the sweep's parent run."""
     experiment_id = store.experiment_id()
-    # The direction is not among the sweep's params: latencies (`*_ms`) are minimized, rates maximized.
-    direction = "minimize" if objective.endswith("_ms") else "maximize"
     client = store.client()
     for key, value in {
         convert.EXPERIMENT_KIND_TAG: convert.EXPERIMENT_KIND,
-        convert.SHARED_VIEW_TAG + convert.TRIALS_VIEW_KEY: convert.trials_view(objective, direction),
-        convert.NOTE_TAG: convert.experiment_note(experiment_id),
+        convert.SHARED_VIEW_TAG + convert.TRIALS_VIEW_KEY: convert.trials_view(objective, _direction(objective)),
+        convert.NOTE_TAG: convert.experiment_note(experiment_id, parent_run_id),
     }.items():
         client.set_experiment_tag(experiment_id, key, value)
+
+
+def rank_trials(store: Store, parent_run_id: str, deployed_run_id: str | None) -> None:
+    """Log RANK_METRIC on the sweep's trial runs (the deployed configuration's run first, then by the
+    objective) and point the trials view at it, with every knob the trials logged as a column."""
+    client = store.client()
+    parent = client.get_run(parent_run_id)
+    objective = parent.data.params.get("objective") or "decode_tok_s"
+    direction = _direction(objective)
+    trials = [
+        r
+        for r in _child_run_objects(store, parent_run_id)
+        if r.data.tags.get(KIND_TAG) == "trial" and r.data.tags.get(ROLE_TAG) != "confirm"
+    ]
+    trials.sort(key=lambda r: int(r.data.tags.get(TRIAL_TAG, -1)))
+    rows = [(r.info.run_id, r.data.metrics.get(objective), r.info.status == "FINISHED") for r in trials]
+    for run_id, rank in convert.ranks(rows, direction, deployed_run_id).items():
+        store.log_batch(run_id, metrics={convert.RANK_METRIC: float(rank)}, timestamp_ms=convert.ms(time.time()))
+    knobs = tuple(dict.fromkeys(k for r in trials for k in sorted(r.data.params)))
+    view = convert.trials_view(objective, direction, knobs=knobs, ranked=True)
+    client.set_experiment_tag(parent.info.experiment_id, convert.SHARED_VIEW_TAG + convert.TRIALS_VIEW_KEY, view)
 
 
 def open_trial(
@@ -241,9 +269,9 @@ def links(
     found = {"trials": convert.trials_view_path(experiment_id)}
     champion = find_trial(store, parent_run_id, champion_trial, "search") if champion_trial is not None else None
     if champion:
-        found["champion"] = f"#/experiments/{experiment_id}/runs/{champion}"
+        found["champion"] = convert.run_path(experiment_id, champion)
     if model and version:
-        found["model"] = f"#/models/{model}/versions/{version}"
+        found["model"] = f"#/models/{model}/versions/{version}?{convert.ML_VIEW}"
     return found
 
 
@@ -276,6 +304,7 @@ def publish_report(
     )
     if champion:
         client.set_tag(champion, convert.CHAMPION_TAG, "★ champion")
+    rank_trials(store, parent_run_id, champion)
 
 
 def child_runs(store: Store, parent_run_id: str) -> pandas.DataFrame:

@@ -309,4 +309,37 @@ def test_trials_view_ranks_trials_without_confirmations_by_the_objective() -> No
         "metrics.`verify_ms`",
         "tags.`sweep.champion`",
     } <= set(view["selectedColumns"])
-    assert convert.trials_view_path("7") == "#/experiments/7/runs?viewStateShareKey=sweep-trials"
+    assert convert.trials_view_path("7") == (
+        "#/experiments/7/runs?viewStateShareKey=sweep-trials&workflowType=machine_learning"
+    ), "MLflow 3.17 reads the training view from the URL, not from the experiment's tag"
+
+
+def test_the_published_trials_view_shows_every_knob_and_sorts_by_rank() -> None:
+    view = json.loads(convert.trials_view("decode_tok_s", knobs=("NCCL_PROTO", "speculative_num_steps"), ranked=True))
+    assert view["orderByKey"] == "metrics.`sweep_rank`" and view["orderByAsc"] is True
+    assert {"params.`NCCL_PROTO`", "params.`speculative_num_steps`"} <= set(view["selectedColumns"])
+
+
+@pytest.mark.parametrize(
+    ("runs", "direction", "deployed", "order"),
+    [
+        # the deployed run first even when another trial measured more in the search
+        ([("a", 10.0, True), ("b", 12.0, True), ("c", None, False)], "maximize", "a", ["a", "b", "c"]),
+        ([("a", 10.0, True), ("b", 12.0, True), ("c", None, False)], "maximize", None, ["b", "a", "c"]),
+        # a latency objective: lower first; a failed trial with a value still goes last
+        ([("a", 10.0, True), ("b", 12.0, True), ("c", 1.0, False)], "minimize", None, ["a", "b", "c"]),
+        # a deployed run that is not among the trials (a confirmation round) changes nothing
+        ([("a", 10.0, True), ("b", 12.0, True)], "maximize", "zz", ["b", "a"]),
+        ([("a", float("nan"), True), ("b", 1.0, True)], "maximize", None, ["b", "a"]),
+    ],
+)
+def test_ranks_put_the_deployed_run_first_then_the_objective(runs, direction, deployed, order) -> None:
+    ranks = convert.ranks(runs, direction, deployed)
+    assert sorted(ranks, key=ranks.__getitem__) == order
+    assert sorted(ranks.values()) == list(range(1, len(runs) + 1))
+
+
+def test_the_experiment_note_links_the_sweeps_run_in_the_training_view() -> None:
+    note = convert.experiment_note("7", "abc123")
+    assert "(#/experiments/7/runs/abc123?workflowType=machine_learning)" in note
+    assert "viewStateShareKey=sweep-trials&workflowType=machine_learning" in note
