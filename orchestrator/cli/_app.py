@@ -10,6 +10,7 @@ import functools
 import os
 import shutil
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
@@ -32,10 +33,26 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: typer's rich help labels every flag `<bool>`
     help="Find the fastest way to serve a model with SGLang: NCCL and speculative-decoding sweeps.",
 )
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+
+UNWRAPPED_WIDTH = 10_000
+"""The console's width where the output is no terminal: wide enough that rich never breaks a line."""
+
+
+def console(*, stderr: bool = False) -> Console:
+    """Rich's console on stdout or stderr: at a terminal, the terminal's width; elsewhere (a file, a pipe,
+    a CI log) lines are never wrapped, so each message stays one line for grep and scripts, and tables
+    keep their natural width instead of rich's 80 columns."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream is not None and stream.isatty():
+        return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=UNWRAPPED_WIDTH)
+
+
+out = console()
+err = console(stderr=True)
 
 
 def workdir_path(value: str | Path) -> Path:

@@ -494,7 +494,7 @@ def test_validate_accepts_the_shipped_experiments(experiment: Path) -> None:
 def test_plan_json_starts_with_the_baseline() -> None:
     result = CliRunner().invoke(app, ["plan", str(DEMO), "--json", "--limit", "3"])
     assert result.exit_code == 0, result.output
-    plans = json.loads(result.stdout)
+    plans = json.loads(result.stdout)["launches"]
     assert isinstance(plans, list) and len(plans) == 3
     for p in plans:
         assert set(p) == {"params", "argv", "env"}
