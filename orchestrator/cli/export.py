@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -10,10 +11,14 @@ from orchestrator import fsio
 from orchestrator.cli._app import WORKDIR, app, check_output, guard, open_tracker, out, resolve_workdir
 from orchestrator.config.fields import tracking_uri_problem
 from orchestrator.errors import NoChampion, SweepToolError, UserError
-from orchestrator.probe.tuner import tuner_file_from
+from orchestrator.probe.result import ProbeRow, read_probe
+from orchestrator.probe.tuner import render_tuner_config, tuner_file_from
 from orchestrator.results import adaptive_export, formats
 from orchestrator.sweep import state as st
 from orchestrator.sweep.status import read_state
+
+if TYPE_CHECKING:  # the tracker imports MLflow: `export` opens it through open_tracker
+    from orchestrator.tracking.tracker import Tracker
 
 
 @app.command()
@@ -23,8 +28,9 @@ def export(
     fmt: str = typer.Option(
         "env",
         "--format",
-        help="env | docker-env | k8s | json | sglang-args | nccl-tuner (rules from the work directory's probe.json) "
-        "| adaptive-config (--speculative-adaptive-config slots from the work directory's measured loads)",
+        help="env | docker-env | k8s | json | sglang-args (one argument a line, for mapfile) | nccl-tuner (rules "
+        "from the work directory's probe.json) | adaptive-config (--speculative-adaptive-config slots from the work "
+        "directory's measured loads)",
     ),
     tuner_file: str | None = typer.Option(
         None,
@@ -43,7 +49,7 @@ def export(
     alias: str = typer.Option("champion", "--alias"),
 ) -> None:
     """Write the configuration registered under models:/<name>@<alias> for where it is loaded: a shell env
-    file, a docker --env-file, a Kubernetes ConfigMap, json or an SGLang argument line. Production by
+    file, a docker --env-file, a Kubernetes ConfigMap, json or SGLang's arguments one a line. Production by
     default: what the sweep set only to observe is left out and named in the header."""
     if fmt not in formats.EXPORT_FORMATS:
         raise UserError(f"--format must be one of {', '.join(formats.EXPORT_FORMATS)}, but got {fmt!r}")
@@ -54,25 +60,7 @@ def export(
     if fmt == formats.ADAPTIVE_FORMAT:
         _export_adaptive(output, workdir)
         return
-    wd: Path | None = None
-    if tracking_uri:
-        if not model:
-            raise UserError("--tracking-uri needs --model NAME (the registered model name)")
-        if problem := tracking_uri_problem(tracking_uri):
-            raise UserError(f"--tracking-uri {problem}")
-        tracker = open_tracker(tracking_uri, "sglang-sweep", Path.cwd())
-    else:
-        wd = resolve_workdir(workdir)
-        state = read_state(wd)
-        model = model or state.model_name
-        if not state.tracking_uri or not model:
-            missing = " and ".join(n for n, v in (("tracking_uri", state.tracking_uri), ("model_name", model)) if not v)
-            raise UserError(
-                f"{wd / 'sweep.json'} names no {missing}, so there is no registry to export from: it "
-                f"was overwritten or written before the sweep opened MLflow; pass --tracking-uri URI "
-                f"--model NAME, or `sweep run EXPERIMENT --resume` writes it again"
-            )
-        tracker = open_tracker(state.tracking_uri, state.experiment_in_mlflow, wd)
+    tracker, wd, model = _registry(workdir, tracking_uri, model)
     try:
         config = tracker.resolve(model, alias)
     except SweepToolError:
@@ -84,19 +72,53 @@ def export(
         text = formats.render_for(config, fmt, keep_observation=keep_observation, tuner_file=tuner_file)
     except ValueError as exc:
         raise UserError(f"cannot export as {fmt}: {exc}") from None
+    _write(output, text)
+    out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.trial_number}, run {config.run_id}")
+
+
+def _registry(workdir: Path | None, tracking_uri: str | None, model: str | None) -> tuple[Tracker, Path | None, str]:
+    """(the tracker, the work directory or None, the registered model's name) that --workdir, or
+    --tracking-uri with --model, point at."""
+    if tracking_uri:
+        if not model:
+            raise UserError("--tracking-uri needs --model NAME (the registered model name)")
+        if problem := tracking_uri_problem(tracking_uri):
+            raise UserError(f"--tracking-uri {problem}")
+        return open_tracker(tracking_uri, "sglang-sweep", Path.cwd()), None, model
+    wd = resolve_workdir(workdir)
+    state = read_state(wd)
+    model = model or state.model_name
+    if not state.tracking_uri or not model:
+        missing = " and ".join(n for n, v in (("tracking_uri", state.tracking_uri), ("model_name", model)) if not v)
+        raise UserError(
+            f"{wd / 'sweep.json'} names no {missing}, so there is no registry to export from: it "
+            f"was overwritten or written before the sweep opened MLflow; pass --tracking-uri URI "
+            f"--model NAME, or `sweep run EXPERIMENT --resume` writes it again"
+        )
+    return open_tracker(state.tracking_uri, state.experiment_in_mlflow, wd), wd, model
+
+
+def _write(output: Path, text: str) -> None:
     try:
         fsio.write_atomic(output, text)
     except OSError as exc:
         raise UserError(
             f"-o {output}: cannot write it ({exc.strerror or exc}); name a regular file in a folder you can write to"
         ) from None
-    out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.trial_number}, run {config.run_id}")
 
 
 def _export_tuner(output: Path, workdir: Path | None) -> None:
-    """`sweep export --format nccl-tuner`: the probe's per-size rules for NCCL's example tuner plugin."""
-    text, path = tuner_file_from(workdir or resolve_workdir(None))
-    fsio.write_atomic(output, text)
+    """`sweep export --format nccl-tuner`: the probe's per-size rules for NCCL's example tuner plugin, never
+    choosing a protocol or algorithm the search's correctness screen refused."""
+    # Deferred with the modules it pulls in (MLflow): only the nccl-tuner format reads the trials.
+    from orchestrator.sweep.publish import outcomes
+
+    wd = workdir or resolve_workdir(None)
+    text, path = tuner_file_from(wd)
+    refused = formats.screen_refused(outcomes(wd))
+    if refused:
+        text = _without_refused(path, refused)
+    _write(output, text)
     rules = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     out.print(
         f"wrote {output} (nccl-tuner, {rules} rules from {path}); load it with "
@@ -104,6 +126,34 @@ def _export_tuner(output: Path, workdir: Path | None) -> None:
         f"NCCL_PROTO unset (sweep export --tuner-file {output} writes such an env file)",
         soft_wrap=True,
     )
+
+
+def _without_refused(path: Path, refused: dict[str, dict[str, list[int]]]) -> str:
+    """The rules of probe.json at `path` from the rows whose NCCL choice uses nothing in `refused`
+    (formats.screen_refused), headed by what was left out and why."""
+    result = read_probe(path)
+
+    def allowed(row: ProbeRow) -> bool:
+        choice = row.nccl_choice
+        return choice is None or (
+            formats.tuner_name(choice.protocol) not in refused.get("protocol", {})
+            and formats.tuner_name(choice.algorithm) not in refused.get("algorithm", {})
+        )
+
+    why = [
+        f"# left out {kind} {value}: the correctness screen refused every search trial that set "
+        f"{'NCCL_PROTO' if kind == 'protocol' else 'NCCL_ALGO'} to it (trials {', '.join(map(str, trials))})"
+        for kind, values in refused.items()
+        for value, trials in values.items()
+    ]
+    try:
+        text = render_tuner_config(result.model_copy(update={"rows": tuple(filter(allowed, result.rows))}))
+    except ValueError:
+        raise UserError(
+            f"cannot derive tuner rules from {path}: every probed size's choices use what the correctness "
+            f"screen refused ({'; '.join(line[2:] for line in why)})"
+        ) from None
+    return "\n".join(why) + "\n" + text
 
 
 def _export_adaptive(output: Path, workdir: Path | None) -> None:

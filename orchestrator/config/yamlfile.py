@@ -2,7 +2,9 @@
 expansion beyond a small budget, nesting beyond a sane depth and duplicate keys.
 
 An experiment is a few kilobytes written by a person; anything far beyond that (an alias bomb, 1000
-levels of nesting, /dev/zero, a FIFO) is refused with one message in bounded time and memory.
+levels of nesting, /dev/zero, a FIFO) is refused with one message in bounded time and memory. So is a
+value no process could be given (`arg_problem`: a lone surrogate from a "\\udc80" escape, a value
+past Linux's 128 KiB for one argument or variable), wherever in the document it stands.
 """
 
 from __future__ import annotations
@@ -24,6 +26,37 @@ MAX_DEPTH = 64
 """Deepest nesting of mappings and lists."""
 MAX_NODES = 100_000
 """Most values the document may hold once its aliases are expanded (a billion-laughs bomb is refused)."""
+MAX_ARG_BYTES = 128 * 1024
+"""Linux's MAX_ARG_STRLEN: the most bytes of one argument or one NAME=value variable, its NUL included;
+execve refuses a longer one (E2BIG), so every launch of a server given it would fail."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def arg_problem(text: str) -> str | None:
+    """Why `text` cannot be one argument or one NAME=value variable of a process, or None: a NUL byte
+    (C strings end there), a lone surrogate (half of a UTF-16 pair, no character: it has no UTF-8 form),
+    or more than MAX_ARG_BYTES - 1 bytes."""
+    if "\0" in text:
+        return (
+            f"holds a NUL byte (at position {text.index(chr(0))}), which no argument or environment variable can carry"
+        )
+    return _unencodable(text)
+
+
+def _unencodable(text: str) -> str | None:
+    """arg_problem without the NUL byte, which the fields that reach a process refuse as a control character."""
+    if m := _SURROGATE.search(text):
+        return (
+            f"holds a lone surrogate {m.group()!r} at position {m.start()} (half of a UTF-16 pair, not a character: "
+            "it has no UTF-8 form); write the character itself"
+        )
+    size = len(text.encode("utf-8"))
+    if size >= MAX_ARG_BYTES:
+        return (
+            f"is {size} bytes, more than the {MAX_ARG_BYTES - 1} that Linux passes in one argument or variable "
+            "(MAX_ARG_STRLEN, 128 KiB), so no process could be started with it"
+        )
+    return None
 
 
 def bounded(message: str, token: int = 200) -> str:
@@ -147,6 +180,8 @@ def _check(root: Node) -> None:
         key = id(node)
         if key in sizes:
             return sizes[key]
+        if isinstance(node, ScalarNode) and (why := _unencodable(node.value)):
+            raise _Refused(f"the value {shorten(repr(node.value), 40)} {why}", node.start_mark)
         if key in busy:
             raise _Refused("an anchor refers to itself (a recursive alias); write the values out", node.start_mark)
         busy.add(key)

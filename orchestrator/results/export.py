@@ -1,5 +1,5 @@
-"""Render a champion's serving configuration (records.ServingConfig) as an env file, JSON or an SGLang
-argument line.
+"""Render a champion's serving configuration (records.ServingConfig) as an env file, JSON or SGLang's
+arguments one a line.
 
 The serving configuration is stored as `serving_config/serving_config.json` on the trial's MLflow run
 and registered as a model version; what is read back from there is a dict, which `validate_serving_config`
@@ -11,6 +11,10 @@ one `VAR=value` line per environment variable (sorted, shell-quoted only where n
 line `SGLANG_SWEEP_ARGS=...` holding the tuned SGLang flags as one shell-quoted string
 (`shlex.join`), which a launcher appends to `python -m sglang.launch_server --model-path ...`.
 `parse_env` reads such a file back exactly.
+
+The sglang-args format is the flags alone, one argument a line and nothing else, for bash's
+`mapfile -t args < champion.args` (then `"${args[@]}"`): no shell reads the words again, so `$(...)`,
+quotes and spaces stay literal. An argument holding a newline or a NUL cannot be written so.
 
 Everything here is pure (files are written with fsio.write_atomic, re-exported here for its callers).
 """
@@ -119,7 +123,7 @@ def render(config: ServingConfig, fmt: Format) -> str:
     if fmt == "json":
         return json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
     if fmt == "sglang-args":
-        return shlex.join(config.sglang_args) + "\n"
+        return _render_args(config.sglang_args)
     if fmt == "env":
         return _render_env(config)
     raise ValueError(f"format must be one of {', '.join(FORMATS)}, but got {fmt!r}")
@@ -140,6 +144,18 @@ def _render_env(config: ServingConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _render_args(args: tuple[str, ...]) -> str:
+    """One argument a line, each line ending with a newline (none at all for no argument: mapfile would
+    read a lone newline as one empty argument)."""
+    for i, arg in enumerate(args):
+        if "\n" in arg or "\0" in arg:
+            raise ValueError(
+                f"SGLang argument {i + 1} holds a newline or NUL character, which an argument-per-line file "
+                f"cannot hold: {arg!r}"
+            )
+    return "".join(f"{arg}\n" for arg in args)
+
+
 def _needs_quoting(value: str) -> bool:
     return value == "" or shlex.quote(value) != value
 
@@ -147,11 +163,14 @@ def _needs_quoting(value: str) -> bool:
 def _header(config: ServingConfig) -> list[str]:
     metrics = ", ".join(f"{k}={_number(v)}" for k, v in sorted(config.metrics.items()))
     if all(not _needs_quoting(a) for a in config.sglang_args):
-        launch = f"python -m sglang.launch_server --model-path MODEL ... ${ARGS_VAR}"
+        launch = [f"  python -m sglang.launch_server --model-path MODEL ... ${ARGS_VAR}"]
     else:
-        # Some flag holds a space or a shell character: plain $VAR word splitting would break
-        # it apart, so the shell has to re-read the quoted string.
-        launch = f'eval "python -m sglang.launch_server --model-path MODEL ... ${ARGS_VAR}"'
+        # Some flag holds a space or a shell character: plain $VAR word splitting would break it apart,
+        # and making a shell read the quoted string again would also run any $(...) put into the file.
+        launch = [
+            "  sweep export --format sglang-args -o champion.args   # one argument a line",
+            '  mapfile -t args < champion.args; python -m sglang.launch_server --model-path MODEL ... "${args[@]}"',
+        ]
     header = [
         "sglang-sweep serving configuration",
         f"experiment: {config.experiment}",
@@ -166,7 +185,7 @@ def _header(config: ServingConfig) -> list[str]:
         f"created: {config.created_at}",
         "load it with:",
         "  set -a; . champion.env; set +a",
-        f"  {launch}",
+        *launch,
         f"{ARGS_VAR} holds the tuned SGLang flags joined with shlex.join "
         f"(Python: shlex.split(os.environ['{ARGS_VAR}'])).",
     ]

@@ -14,7 +14,13 @@ those same rules, so every format round-trips through a parser of its own semant
 
 Production by default: the variables and flags the sweep sets only to observe a trial (NCCL's debug
 log, SGLang's device timer and step records, /metrics) are left out and named in the header;
-`keep_observation=True` keeps them. Everything here is pure.
+`keep_observation=True` keeps them. Always left out (and named): what makes a server load or run code
+(a library path such as SGLANG_NCCL_SO_PATH or NCCL_TUNER_PLUGIN, --trust-remote-code): the worker
+image's entrypoint takes those only from the deployment itself (`deploy_only`, `config_problem`).
+
+Also the deployment policy the entrypoint applies to a configuration it reads (`config_problem`): the
+knob catalogue's variables only, SGLang flags matched whole against SGLang's own list, no flag the
+entrypoint sets itself or that runs code, and no value a process cannot be given. Everything here is pure.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from collections.abc import Mapping
 
 import yaml
 
-from orchestrator.records import ServingConfig
+from orchestrator.config import flags, knobs, yamlfile
+from orchestrator.records import ServingConfig, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import export
 
 __all__ = [
@@ -38,11 +45,15 @@ __all__ = [
     "TUNER_FORMAT",
     "OBSERVATION_ENV",
     "OBSERVATION_SWITCHES",
+    "config_problem",
+    "deploy_only",
     "deployment",
+    "names_code",
     "parse_docker_env",
     "parse_k8s",
     "production",
     "render_for",
+    "screen_refused",
 ]
 
 FORMATS: tuple[str, ...] = ("env", "docker-env", "k8s", "json", "sglang-args")
@@ -81,6 +92,134 @@ OBSERVATION_SWITCHES: frozenset[str] = frozenset({"--enable-metrics", "--enable-
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
+# ---------------------------------------------------------------- what a configuration may not carry
+
+_CODE_NAMES = frozenset(
+    {
+        "PATH",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "PYTHONUSERBASE",
+        "PYTHONEXECUTABLE",
+        "PYTHONPLATLIBDIR",
+        "SGLANG_PYTHON",
+        "SERVE_CHAMPION_PYTHON",
+        "BASH_ENV",
+        "ENV",
+        "CUDA_HOME",
+        "CUDA_PATH",
+    }
+)
+_CODE_PREFIXES = ("LD_", "DYLD_")
+_CODE_SUFFIXES = ("_SO_PATH", "_SO", "_PLUGIN", "_PLUGIN_PATH", "_LIBRARY_PATH", "_LIB_PATH", "_LIBCUDA_PATH")
+
+
+def names_code(name: str) -> bool:
+    """Whether environment variable `name` names code a process loads or runs: an interpreter or a search
+    path (PATH, PYTHONPATH, SGLANG_PYTHON), the dynamic loader's settings (LD_*), a library or a plugin
+    (SGLANG_NCCL_SO_PATH, which SGLang opens with ctypes.CDLL; NCCL_TUNER_PLUGIN, NCCL_NET_PLUGIN, any
+    *_SO_PATH / *_PLUGIN). Such a variable comes from the deployment, never from a configuration file."""
+    return name in _CODE_NAMES or name.startswith(_CODE_PREFIXES) or name.endswith(_CODE_SUFFIXES)
+
+
+DEPLOY_SGLANG_VERSION = knobs.DEFAULT_SGLANG_VERSION
+"""The SGLang the worker image runs (lmsysorg/sglang:v0.5.23): its --help dump is the flag allow-list."""
+ENTRYPOINT_FLAGS: dict[str, str] = {
+    "--model-path": "MODEL_PATH",
+    "--model": "MODEL_PATH",
+    "--host": "HOST",
+    "--port": "PORT",
+}
+"""Flags the entrypoint sets itself (--model is --model-path's alias), flag -> the setting that gives it."""
+CODE_FLAGS: dict[str, str] = {
+    "--trust-remote-code": "runs the model repository's own Python code",
+    "--enable-custom-logit-processor": "runs logit processors that requests send as serialized Python",
+    "--custom-weight-loader": "imports and runs the Python function its value names",
+    "--forward-hooks": "attaches hooks that name Python code to the model",
+    "--sidecar": "starts the Python module its value names",
+    "--sidecar-args": "passes arguments to the --sidecar module",
+    "--hicache-storage-backend-extra-config": "can name a Python module_path for the dynamic storage backend",
+    "--config": "reads more flags from a file, past this check",
+}
+"""SGLang 0.5.23 flags that make the server run code (or read flags from elsewhere): a deployment passes
+them itself, after the image name; a configuration file never does."""
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+
+
+def _option_name(word: str) -> str | None:
+    """The option a command-line word names as argparse reads it (`--port=1` -> `--port`), or None for a
+    value (a word not starting with '-', '-' alone, a negative number)."""
+    if not word.startswith("-") or word == "-" or _NEGATIVE_NUMBER.fullmatch(word):
+        return None
+    return word.split("=", 1)[0]
+
+
+def flag_problem(word: str) -> str | None:
+    """Why a configuration may not hold the command-line word `word`, or None. Flags are matched whole:
+    argparse would take a prefix (--model-pat, --hos, --por) for the flag it begins."""
+    name = _option_name(word)
+    if name is None:
+        return None
+    if name in ENTRYPOINT_FLAGS:
+        return f"sets {name}, which the entrypoint sets from {ENTRYPOINT_FLAGS[name]}; remove it there"
+    if name in CODE_FLAGS:
+        return (
+            f"sets {name}, which {CODE_FLAGS[name]}; a configuration never does: pass it after the image "
+            "name (extra arguments of serve-champion) if this deployment means it"
+        )
+    known = flags.known_flags(DEPLOY_SGLANG_VERSION) or frozenset()
+    if name not in known:
+        longer = sorted(f for f in known if f.startswith(name))
+        hint = f" (argparse would read it as {longer[0]})" if longer else ""
+        return (
+            f"holds {yamlfile.shorten(repr(word), 60)}, which is not a flag of SGLang {DEPLOY_SGLANG_VERSION} "
+            f"spelt whole{hint}; export the configuration again"
+        )
+    return None
+
+
+def config_problem(env: Mapping[str, str], args: list[str]) -> str | None:
+    """Why the entrypoint must not run a configuration of environment `env` and SGLang flags `args`, or
+    None: names off the knob catalogue's allow-list or naming code, values no process can be given
+    (yamlfile.arg_problem), flags `flag_problem` refuses."""
+    refused = sorted(n for n in env if knobs.env_rule(n) is not None or names_code(n))
+    if refused:
+        return (
+            f"sets {', '.join(refused)}, which sweep export never writes: a configuration may set only the knob catalogue's NCCL_* "
+            f"and SGLANG_* variables (orchestrator/config/knobs.py) and "
+            f"{', '.join(sorted(n for n in knobs.PASSTHROUGH_ENV if not n.startswith(('NCCL_', 'SGLANG_'))))}, "
+            f"never a path to code (library and plugin paths come from the deployment: serve-champion "
+            f"--path-env NAME=VALUE); remove {'that line' if len(refused) == 1 else 'those lines'}, or export "
+            "the configuration again"
+        )
+    for name, value in env.items():
+        if why := yamlfile.arg_problem(f"{name}={value}"):
+            return f"the value of {name} {why}"
+    for i, word in enumerate(args):
+        if why := yamlfile.arg_problem(word):
+            return f"flag word {i + 1} {why}"
+        if why := flag_problem(word):
+            return why
+    return None
+
+
+def deploy_only(config: ServingConfig) -> tuple[ServingConfig, list[str]]:
+    """The config without what only a deployment may set (`names_code` variables, CODE_FLAGS with their
+    values), and what was left out (`NAME=value` and flag words, in order)."""
+    left_out = [f"{k}={v}" for k, v in sorted(config.env.items()) if names_code(k)]
+    kept: list[str] = []
+    dropping = False
+    for word in config.sglang_args:
+        name = _option_name(word)
+        if name is not None:
+            dropping = name in CODE_FLAGS
+        (left_out if dropping else kept).append(word)
+    if not left_out:
+        return config, []
+    env = {k: v for k, v in config.env.items() if not names_code(k)}
+    return config.model_copy(update={"env": env, "sglang_args": tuple(kept)}), left_out
+
 
 def production(model: ServingConfig, *, keep_observation: bool = False) -> tuple[ServingConfig, list[str]]:
     """The config without its observation-only variables and switches, and what was left out
@@ -111,7 +250,8 @@ def with_tuner_file(config: ServingConfig, tuner_file: str) -> tuple[ServingConf
 def render_for(
     config: ServingConfig, fmt: str, *, keep_observation: bool = False, tuner_file: str | None = None
 ) -> str:
-    """Render a serving config in one of FORMATS (text ending with a newline); production by default.
+    """Render a serving config in one of FORMATS (text ending with a newline); production by default,
+    and never with what only a deployment may set (`deploy_only`).
 
     ValueError names the problem: an unknown format, a malformed config, or a value the format cannot
     hold (a newline, or for docker-env a carriage return at the end of a value).
@@ -121,26 +261,31 @@ def render_for(
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, but got {fmt!r}")
     model, left_out = production(config, keep_observation=keep_observation)
+    model, deployment_only = deploy_only(model)
     note = ""
     if tuner_file is not None:
         model, masked = with_tuner_file(model, tuner_file)
         note = (
             f"# NCCL tuner rules from {tuner_file}: left out {' '.join(masked) or 'nothing'} (NCCL_ALGO / "
-            f"NCCL_PROTO mask the plugin); set NCCL_TUNER_PLUGIN to the plugin's .so as well\n"
+            f"NCCL_PROTO mask the plugin); give the plugin's .so to the server as well "
+            f"(serve-champion --path-env NCCL_TUNER_PLUGIN=<.so>: a configuration names no library)\n"
         )
+    comments = _left_out_lines(left_out) + _deploy_only_lines(deployment_only)
     if fmt == "env":
         _check_line_breaks(model)
     if fmt == "docker-env":
-        return note + _render_docker_env(model, left_out)
+        return note + _render_docker_env(model, comments)
     if fmt == "k8s":
-        return _render_k8s(model, left_out)
+        return _render_k8s(model, comments)
     text = export.render(model, fmt)  # type: ignore[arg-type]  # fmt is one of export.FORMATS here
-    if fmt == "env" and left_out:
+    if fmt != "env":
+        return text
+    if left_out or deployment_only:
         # After export's own header, before the first variable: the file stays one comment block.
         lines = text.splitlines(keepends=True)
         at = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
-        text = "".join(lines[:at] + [f"# {line}\n" for line in _left_out_lines(left_out)] + lines[at:])
-    return note + text if fmt == "env" else text
+        text = "".join(lines[:at] + [f"# {line}\n" for line in comments] + lines[at:])
+    return note + text
 
 
 _PYTHON_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -166,11 +311,24 @@ def _left_out_lines(left_out: list[str]) -> list[str]:
     ]
 
 
+def _deploy_only_lines(left_out: list[str]) -> list[str]:
+    if not left_out:
+        return []
+    return [
+        f"left out, as only a deployment sets them (they load or run code): {' '.join(left_out)}",
+        "(serve-champion takes a library path with --path-env NAME=VALUE or from the container's own "
+        "environment, and such flags after the image name)",
+    ]
+
+
 def _variables(config: ServingConfig) -> dict[str, str]:
     """The docker-env / k8s variables: the environment, then the two carriers."""
     for name in config.env:
         if name in CARRIERS:
             raise ValueError(f"serving config env: {name} is reserved for carrying the configuration")
+    for i, arg in enumerate(config.sglang_args):
+        if why := yamlfile.arg_problem(arg):  # JSON would carry it, but no process can be given it
+            raise ValueError(f"env value of {ARGS_JSON_VAR}: SGLang argument {i + 1} {why}")
     values = dict(sorted(config.env.items()))
     values[ENV_NAMES_VAR] = ",".join(sorted(config.env))
     # ASCII-only JSON: every control character is escaped, so the array is always one line.
@@ -204,7 +362,7 @@ def _provenance(config: ServingConfig) -> list[str]:
     return [" ".join(line.splitlines()) for line in lines]
 
 
-def _render_docker_env(config: ServingConfig, left_out: list[str]) -> str:
+def _render_docker_env(config: ServingConfig, comments: list[str]) -> str:
     values = _variables(config)
     header = [
         "sglang-sweep serving configuration, docker-env format",
@@ -216,7 +374,7 @@ def _render_docker_env(config: ServingConfig, left_out: list[str]) -> str:
         "-v /models:/models:ro IMAGE",
         "  or mount it as a file: -v $PWD/champion.env:/config/champion.env:ro",
         "Kubernetes: kubectl create configmap sglang-champion --from-env-file=champion.env, then envFrom.",
-        *_left_out_lines(left_out),
+        *comments,
     ]
     lines = [f"# {line}" for line in header] + [f"{name}={value}" for name, value in values.items()]
     return "\n".join(lines) + "\n"
@@ -251,7 +409,7 @@ def parse_docker_env(text: str) -> dict[str, str]:
     return result
 
 
-def _render_k8s(config: ServingConfig, left_out: list[str]) -> str:
+def _render_k8s(config: ServingConfig, comments: list[str]) -> str:
     manifest = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -275,7 +433,7 @@ def _render_k8s(config: ServingConfig, left_out: list[str]) -> str:
         f"{{name: {CONFIGMAP_NAME}}}}}] and env MODEL_PATH; the entrypoint reads these variables.",
         "The same data: kubectl create configmap sglang-champion --from-env-file=champion.env "
         "(sweep export --format docker-env)",
-        *_left_out_lines(left_out),
+        *comments,
     ]
     body = yaml.safe_dump(manifest, sort_keys=False, allow_unicode=False, width=1 << 16)
     return "".join(f"# {line}\n" for line in header) + body
@@ -305,23 +463,8 @@ def deployment(variables: Mapping[str, str], *, whole_file: bool) -> tuple[dict[
     """
     if ARGS_JSON_VAR not in variables:
         raise ValueError(f"{ARGS_JSON_VAR} is not set (export with sweep export --format docker-env)")
-    try:
-        args = json.loads(variables[ARGS_JSON_VAR])
-    except json.JSONDecodeError as e:
-        raise ValueError(
-            f'{ARGS_JSON_VAR} is not JSON ({e}); it must be an unquoted JSON array of strings, e.g. ["--tp-size","8"]'
-        ) from None
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise ValueError(f"{ARGS_JSON_VAR} must be a JSON array of strings, but got {variables[ARGS_JSON_VAR]!r}")
-    names_text = variables.get(ENV_NAMES_VAR)
-    if names_text is None:
-        raise ValueError(f"{ENV_NAMES_VAR} is not set (it lists the variables the configuration sets)")
-    names = [n for n in names_text.split(",") if n]
-    for name in names:
-        if not _NAME.match(name) or name in CARRIERS:
-            raise ValueError(f"{ENV_NAMES_VAR}: {name!r} is not a variable the configuration can set")
-        if name not in variables:
-            raise ValueError(f"{ENV_NAMES_VAR} names {name}, but it is not set")
+    args = _json_args(variables[ARGS_JSON_VAR])
+    names = _listed_names(variables)
     if whole_file:
         unlisted = sorted(set(variables) - set(names) - CARRIERS)
         if unlisted:
@@ -330,3 +473,66 @@ def deployment(variables: Mapping[str, str], *, whole_file: bool) -> tuple[dict[
                 f"{'it' if len(unlisted) == 1 else 'them'} there (comma-separated) or remove the line"
             )
     return {name: variables[name] for name in names}, args
+
+
+def _json_args(text: str) -> list[str]:
+    """The flags of SGLANG_SWEEP_ARGS_JSON: a JSON array of strings, nothing nested."""
+    shape = 'it must be an unquoted JSON array of strings, e.g. ["--tp-size","8"]'
+    try:
+        args = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{ARGS_JSON_VAR} is not JSON ({e}); {shape}") from None
+    except RecursionError:  # json's decoder recurses once per level of nesting
+        raise ValueError(f"{ARGS_JSON_VAR} is nested too deeply to read; {shape}") from None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ValueError(
+            f"{ARGS_JSON_VAR} must be a JSON array of strings, but got {yamlfile.shorten(repr(text), 120)}"
+        )
+    return args
+
+
+def _listed_names(variables: Mapping[str, str]) -> list[str]:
+    """The names SGLANG_SWEEP_ENV_NAMES lists, each a settable variable that is present."""
+    names_text = variables.get(ENV_NAMES_VAR)
+    if names_text is None:
+        raise ValueError(f"{ENV_NAMES_VAR} is not set (it lists the variables the configuration sets)")
+    names = [n for n in names_text.split(",") if n]
+    for name in names:
+        if not _NAME.match(name) or name in CARRIERS:
+            raise ValueError(
+                f"{ENV_NAMES_VAR}: {yamlfile.shorten(repr(name), 80)} is not a variable the configuration can set"
+            )
+        if name not in variables:
+            raise ValueError(f"{ENV_NAMES_VAR} names {name}, but it is not set")
+    return names
+
+
+# ---------------------------------------------------------------- what the correctness screen refused
+
+_TUNER_KNOBS = {"NCCL_PROTO": "protocol", "NCCL_ALGO": "algorithm"}
+
+
+def tuner_name(value: str) -> str:
+    """An NCCL algorithm or protocol as one spelling for comparing: NCCL_ALGO's `NVLSTree`, the TUNING
+    log's `NVLS_TREE` and the tuner file's `nvls_tree` are all `nvlstree`."""
+    return value.lower().replace("_", "")
+
+
+def screen_refused(outcomes: list[TrialOutcome]) -> dict[str, dict[str, list[int]]]:
+    """The protocols and algorithms the search's correctness screen refused: {"protocol" | "algorithm":
+    {tuner_name(value): the trials}} for each NCCL_PROTO / NCCL_ALGO value that complete search trials set
+    and whose every such trial the screen refused (outcome.outputs_changed). A value some trial set with
+    unchanged outputs is not refused: the other knobs of the refused ones may be the cause."""
+    seen: dict[tuple[str, str], list[TrialOutcome]] = {}
+    for o in outcomes:
+        if o.role is not TrialRole.search or o.status is not TrialStatus.COMPLETE:
+            continue
+        for knob, kind in _TUNER_KNOBS.items():
+            value = o.params.get(knob)
+            if value is not None:
+                seen.setdefault((kind, tuner_name(str(value))), []).append(o)
+    refused: dict[str, dict[str, list[int]]] = {}
+    for (kind, value), trials in sorted(seen.items()):
+        if all(o.outputs_changed for o in trials):
+            refused.setdefault(kind, {})[value] = [o.number for o in trials]
+    return refused

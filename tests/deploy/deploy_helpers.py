@@ -82,14 +82,26 @@ def recorder(tmp_path: Path) -> Path:
 
 
 def run_entrypoint(
-    tmp_path: Path, environ: dict[str, str], *extra: str, command: list[str] | None = None
+    tmp_path: Path,
+    environ: dict[str, str],
+    *extra: str,
+    command: list[str] | None = None,
+    image: dict[str, str] | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
-    """Run the entrypoint as a process with exactly `environ` (plus PATH, the recorder and where it writes)."""
+    """Run the entrypoint as a process with exactly `environ` (plus PATH, the recorder and where it writes).
+
+    `image` stands for the worker image's record of its own variables that name code (by default this
+    machine's PATH and the recorder as SGLANG_PYTHON); the entrypoint reads it with --image-env."""
     record = tmp_path / "record.json"
     record.unlink(missing_ok=True)
-    env = {"PATH": os.environ["PATH"], "SGLANG_PYTHON": str(recorder(tmp_path)), "RECORD_TO": str(record), **environ}
+    base = {"PATH": os.environ["PATH"], "SGLANG_PYTHON": str(recorder(tmp_path))}
+    image_env = tmp_path / "image-env.json"
+    image_env.write_text(json.dumps(base if image is None else image))
+    env = {**base, "RECORD_TO": str(record), **environ}
     cmd = command or [sys.executable, "-m", "orchestrator.results.entrypoint"]
-    proc = subprocess.run([*cmd, *extra], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*cmd, "--image-env", str(image_env), *extra], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     if not record.exists():
         return proc, None
     data = json.loads(record.read_text())
