@@ -100,6 +100,9 @@ class Metrics(Frozen):
     tpot_ms_p50: float | None = None
     accept_length: float | None = None
     accept_rate: float | None = None
+    accept_length_per_request: float | None = None
+    """Mean over the measured requests of each one's own accept length (its tokens / its verify cycles), beside
+    accept_length's token-weighted figure; sources["prompts"] says whether the text was synthetic."""
     verify_ms: float | None = None
     cycle_ms: float | None = None
     requests_ok: int = 0

@@ -10,13 +10,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.records import FailureKind, Metrics
+from orchestrator.records import BenchRecord, FailureKind, Metrics
 from orchestrator.trial import bench, metrics, observe
 from orchestrator.trial import server as srv
 from orchestrator.trial.failures import Failure, TrialFailed, classify_exit, classify_records, describe_returncode
@@ -91,9 +91,15 @@ class Builtin:
     """bench.py's streaming /generate client; records go to bench.jsonl, metrics.compute turns them into numbers."""
 
     def run_repeats(self, target: Target, repeats: int, remaining: Remaining) -> list[Measurement]:
-        return [self.run(target, r, remaining()) for r in range(repeats)]
+        prompts = None
+        if target.sweep.benchmark.dataset_path:  # real text: acceptance as users' prompts give it
+            try:
+                prompts = bench.load_prompts(target.sweep.benchmark.dataset_path)
+            except ValueError as exc:
+                raise TrialFailed(Failure(FailureKind.bench_error, str(exc))) from None
+        return [self.run(target, r, remaining(), prompts) for r in range(repeats)]
 
-    def run(self, target: Target, repeat: int, remaining_s: float) -> Measurement:
+    def run(self, target: Target, repeat: int, remaining_s: float, prompts: list[str] | None = None) -> Measurement:
         b, server = target.sweep.benchmark, target.server
         t0 = time.monotonic()
         common: dict[str, Any] = dict(
@@ -102,6 +108,7 @@ class Builtin:
             seed=target.seed * 1000 + repeat,
             timeout_s=min(b.timeout_s, remaining_s),
             request_timeout_s=b.stall_timeout_s,
+            prompts=prompts,
         )
         # Warm-up first and on its own, so the /metrics window below holds the measured requests only.
         records = (
@@ -124,24 +131,7 @@ class Builtin:
             for r in records:
                 f.write(r.model_dump_json() + "\n")
         after = _metrics_text(server)
-        warnings: tuple[str, ...] = ()
-        if not all(r.ok for r in records):
-            # A server that crashed mid-request closes its connections a moment before its process is
-            # gone: give it EXIT_GRACE_S, or the crash reads as the benchmark's own error (bench_error).
-            rc = server.exit_within(EXIT_GRACE_S)
-            if rc is not None:
-                died = classify_exit(srv.tail(target.trial_dir / "server.log", 200), rc, starting=False)
-                raise TrialFailed(
-                    Failure(
-                        died.kind,
-                        f"{died.reason} during the benchmark after {sum(r.completion_tokens for r in records)} tokens",
-                    )
-                )
-            verdict = classify_records(records, stall_timeout_s=b.stall_timeout_s)
-            if isinstance(verdict, Failure):
-                raise TrialFailed(verdict)
-            if verdict is not None:  # some requests failed while others worked: keep the measurement, say so
-                warnings = (verdict,)
+        warnings = _failed_requests(target, records)
         try:
             m = metrics.compute(
                 records,
@@ -152,7 +142,49 @@ class Builtin:
             )
         except metrics.MetricMissing as exc:
             raise TrialFailed(Failure(FailureKind.metric_missing, str(exc))) from None
-        return Measurement(m, bench_s, warnings, gpus)
+        return Measurement(with_prompt_source(m, records, b.dataset_path), bench_s, warnings, gpus)
+
+
+def _failed_requests(target: Target, records: Sequence[BenchRecord]) -> tuple[str, ...]:
+    """Nothing when every request worked; the warning when some failed while others worked; TrialFailed when
+    the server died under the load or the failures are the trial's (failures.classify_records)."""
+    if all(r.ok for r in records):
+        return ()
+    # A server that crashed mid-request closes its connections a moment before its process is
+    # gone: give it EXIT_GRACE_S, or the crash reads as the benchmark's own error (bench_error).
+    rc = target.server.exit_within(EXIT_GRACE_S)
+    if rc is not None:
+        died = classify_exit(srv.tail(target.trial_dir / "server.log", 200), rc, starting=False)
+        raise TrialFailed(
+            Failure(
+                died.kind,
+                f"{died.reason} during the benchmark after {sum(r.completion_tokens for r in records)} tokens",
+            )
+        )
+    verdict = classify_records(records, stall_timeout_s=target.sweep.benchmark.stall_timeout_s)
+    if isinstance(verdict, Failure):
+        raise TrialFailed(verdict)
+    return () if verdict is None else (verdict,)  # some failed while others worked: keep it, say so
+
+
+def per_request_accept_length(records: Sequence[BenchRecord]) -> float | None:
+    """The mean over measured requests of each request's accept length (its completion tokens / its verify
+    cycles, meta_info's spec_verify_ct), as AIPerf and vLLM report it; None without speculation."""
+    own = [
+        float(r.meta_info.get("completion_tokens", r.completion_tokens)) / float(vct)
+        for r in records
+        if r.ok and not r.warmup and isinstance(vct := r.meta_info.get("spec_verify_ct"), (int, float)) and vct > 0
+    ]
+    return sum(own) / len(own) if own else None
+
+
+def with_prompt_source(m: Metrics, records: Sequence[BenchRecord], dataset_path: str | None) -> Metrics:
+    """`m` with where its prompts came from (sources["prompts"]; a synthetic source also marks accept_length's),
+    and the per-request accept length beside the token-weighted one."""
+    sources = {**m.sources, "prompts": bench.prompt_source(dataset_path)}
+    if not dataset_path and "accept_length" in sources:
+        sources["accept_length"] += " (synthetic prompts)"
+    return m.model_copy(update={"sources": sources, "accept_length_per_request": per_request_accept_length(records)})
 
 
 class BenchServing:
