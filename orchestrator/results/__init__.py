@@ -9,7 +9,8 @@
   simulator's noise-free optimum.
 - `export`: the serving config as env / json / sglang-args; `formats`: the other deployment formats;
   `adaptive_export`: the `--speculative-adaptive-config` JSON; `entrypoint`: the deployment's entrypoint
-  that loads an exported file (serve-champion).
+  that loads an exported file (serve-champion); `deployable`: what a configuration may carry and what only
+  a deployment sets.
 """
 
 __all__ = ["contrib", "export", "formats", "report", "select", "sequential", "truth"]

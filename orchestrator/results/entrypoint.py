@@ -8,8 +8,8 @@ Where the configuration comes from:
 2. otherwise the container's environment, as `docker run --env-file champion.env` or Kubernetes `envFrom`
    deliver a docker-env export.
 
-What a configuration may hold (formats.config_problem): the knob catalogue's variables (config.knobs.env_rule,
-the allow-list `sweep export` writes from) and never one that names code (formats.names_code: PATH, LD_*,
+What a configuration may hold (deployable.config_problem): the knob catalogue's variables (config.knobs.env_rule,
+the allow-list `sweep export` writes from) and never one that names code (deployable.names_code: PATH, LD_*,
 PYTHONPATH, SGLANG_NCCL_SO_PATH, NCCL_TUNER_PLUGIN, NCCL_NET_PLUGIN, any *_SO_PATH / *_PLUGIN); SGLang flags
 of SGLang's own list spelt whole (argparse would take --model-pat for --model-path), never one the
 entrypoint sets (--model-path, --model, --host, --port) nor one that runs code (--trust-remote-code, ...);
@@ -46,7 +46,7 @@ from pathlib import Path
 from orchestrator.config import knobs
 from orchestrator.errors import UserError
 from orchestrator.fsio import write_atomic
-from orchestrator.results import export, formats
+from orchestrator.results import deployable, export, formats
 
 __all__ = ["DEFAULT_ENV_FILE", "IMAGE_ENV_FILE", "OWN_OPTIONS", "DeployError", "launch", "main"]
 
@@ -123,7 +123,7 @@ def own_options(argv: Sequence[str]) -> tuple[Options, list[str]]:
             extra.append(word)
         elif word == "--path-env":
             name, eq, path = value.partition("=")
-            if not eq or not formats.names_code(name):
+            if not eq or not deployable.names_code(name):
                 raise DeployError(
                     f"--path-env takes NAME=VALUE for a variable that names code (a library, a plugin, a search "
                     f"path: SGLANG_NCCL_SO_PATH, NCCL_TUNER_PLUGIN, LD_LIBRARY_PATH, ...), but got {value!r}; give "
@@ -203,7 +203,7 @@ def _detect(text: str) -> str:
 
 def image_env(environ: Mapping[str, str]) -> dict[str, str]:
     """What the image record holds: the environment's variables that name code."""
-    return {k: v for k, v in sorted(environ.items()) if formats.names_code(k)}
+    return {k: v for k, v in sorted(environ.items()) if deployable.names_code(k)}
 
 
 def _check_image_env(environ: Mapping[str, str], record_path: str) -> None:
@@ -273,12 +273,10 @@ def _environment(
     """SGLang's environment: the container's, less the NCCL variables that are not the configuration's
     (tuning knobs always, site variables with --drop-site-env), then the configuration, then --path-env."""
     theirs = sorted(k for k in environ if k.startswith("NCCL_") and k not in config.env and k not in _KEPT_NCCL)
-    site = [k for k in theirs if _site_variable(k)]
-    stray = theirs if options.drop_site_env else [k for k in theirs if k not in site]
-    notes = []
-    if stray:
-        notes.append(f"dropped NCCL variables the configuration does not set: {', '.join(stray)}")
-    if site and not options.drop_site_env:
+    site = [] if options.drop_site_env else [k for k in theirs if _site_variable(k)]
+    stray = [k for k in theirs if k not in site]
+    notes = [f"dropped NCCL variables the configuration does not set: {', '.join(stray)}"] if stray else []
+    if site:
         notes.append(f"kept the site's NCCL variables: {', '.join(site)} (--drop-site-env drops them)")
     env = {k: v for k, v in environ.items() if k not in stray and k not in formats.CARRIERS}
     env.update(config.env)
@@ -295,7 +293,7 @@ def launch(environ: Mapping[str, str], extra: Sequence[str] = ()) -> tuple[list[
     """
     options, sglang_extra = own_options(extra)
     config = load(environ)
-    if problem := formats.config_problem(config.env, config.args):
+    if problem := deployable.config_problem(config.env, config.args):
         raise DeployError(f"{config.source} {problem}")
     if config.from_environment:
         _check_image_env(environ, options.image_env)

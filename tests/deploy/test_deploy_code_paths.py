@@ -24,7 +24,7 @@ import pytest
 from deploy_helpers import PRODUCTION_ARGS, make_config, run_entrypoint, sglang_argv
 
 from orchestrator.config import flags
-from orchestrator.results import entrypoint, export, formats
+from orchestrator.results import deployable, entrypoint, export, formats
 
 MODEL = "/models/m"
 GOOD = formats.render_for(make_config(), "docker-env")
@@ -92,7 +92,7 @@ def test_path_env_takes_only_variables_that_name_code(tmp_path: Path) -> None:
 
 
 def test_the_entrypoints_own_options_are_no_sglang_flags() -> None:
-    known = flags.known_flags(formats.DEPLOY_SGLANG_VERSION) or frozenset()
+    known = flags.known_flags(deployable.DEPLOY_SGLANG_VERSION) or frozenset()
     assert known and not set(entrypoint.OWN_OPTIONS) & known
     assert not [f for f in known for own in entrypoint.OWN_OPTIONS if f.startswith(own)]
 
