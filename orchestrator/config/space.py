@@ -128,19 +128,11 @@ def _classes(space: SearchSpace, name: str, keep: Collection[str]) -> list[tuple
     values = space.params[name].values()
     if name in keep:
         return [(v, 1) for v in values]
-    # Sets: membership as `is_active` tests it (1 == 1.0 == True hash alike), without a scan per value.
-    wanted = [
-        set(w) if isinstance(w, list) else {w} for p in space.params.values() for d, w in p.when.items() if d == name
-    ]
+    wanted = _conditions_on(space, name)
     if not wanted:
         return [(values[0], len(values))]
-    if isinstance(values, range):  # only the values a condition names, each once; the rest is one class
-        flat = {int(v) for w in wanted for v in w if isinstance(v, (int, float)) and v in values}
-        candidates: Sequence[Scalar] = sorted(flat)
-    else:
-        candidates = values
     classes: dict[tuple[bool, ...], list] = {}
-    for v in candidates:
+    for v in _named_values(values, wanted):
         sig = tuple(v in w for w in wanted)
         if any(sig):
             classes.setdefault(sig, [v, 0])[1] += 1
@@ -149,6 +141,21 @@ def _classes(space: SearchSpace, name: str, keep: Collection[str]) -> list[tuple
         rep = next(v for v in values if not any(v in w for w in wanted))
         classes[(False,) * len(wanted)] = [rep, others]
     return [(v, n) for v, n in classes.values()]
+
+
+def _conditions_on(space: SearchSpace, name: str) -> list[set[Scalar]]:
+    """The value sets the `when` conditions of other knobs ask of `name`: membership as `is_active` tests it
+    (1 == 1.0 == True hash alike), without a scan per value."""
+    return [
+        set(w) if isinstance(w, list) else {w} for p in space.params.values() for d, w in p.when.items() if d == name
+    ]
+
+
+def _named_values(values: Sequence[Scalar], wanted: list[set[Scalar]]) -> Sequence[Scalar]:
+    """The values worth a look: of a range only those a condition names, each once (the rest is one class)."""
+    if not isinstance(values, range):
+        return values
+    return sorted({int(v) for w in wanted for v in w if isinstance(v, (int, float)) and v in values})
 
 
 def weighted_points(space: SearchSpace, keep: Collection[str] = ()) -> Iterator[tuple[dict[str, ParamValue], int]]:
