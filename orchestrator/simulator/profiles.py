@@ -105,7 +105,55 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE) -> HardwareProfile:
     source, data = _read(name_or_path)
     r = _Reader(source, data)
     _kind(source, r, "hardware")
-    n = r.sub("nccl")
+    nccl = _nccl(r.sub("nccl"))
+    car = _custom_all_reduce(source, r("custom_all_reduce", None))
+    cc = _compute_capability(source, r)
+    hw = HardwareProfile(
+        name=str(r("name")),
+        description=str(r("description", "")),
+        gpus=int(r("gpus")),
+        gpu_name=str(r("gpu_name")),
+        gpu_memory_gib=float(r("gpu_memory_gib")),
+        interconnect=str(r("interconnect")),
+        compute_speed=float(r("compute_speed")),
+        launch_us_graph=float(r("launch_us_graph")),
+        launch_us_eager=float(r("launch_us_eager")),
+        eager_us_per_layer=float(r("eager_us_per_layer")),
+        default_cuda_graph_max_bs=int(r("default_cuda_graph_max_bs")),
+        kv_cache_tokens=int(r("kv_cache_tokens")),
+        nccl=nccl,
+        custom_all_reduce=car,
+        custom_all_reduce_unavailable=str(r("custom_all_reduce_unavailable", "")),
+        per_unique_expert_factor=_factor(source, r, "per_unique_expert_factor", 1.0),
+        per_token_factor=_factor(source, r, "per_token_factor", 1.0),
+        verify_overhead_gpu_share=_factor(source, r, "verify_overhead_gpu_share", 0.0, at_most=1.0),
+        compute_capability=cc,
+        nodes=int(r("nodes", 1)),
+        nvlink_multicast=bool(r("nvlink_multicast", False)),
+        flashinfer_fusion=_timing(source, r, "flashinfer_fusion"),
+        pcie_ipc=_timing(source, r, "pcie_ipc"),
+        pcie_ipc_unavailable=str(r("pcie_ipc_unavailable", "")),
+        torch_symm_mem=_timing(source, r, "torch_symm_mem"),
+        mscclpp=_timing(source, r, "mscclpp"),
+    )
+    _calibration(source, r, data)
+    r.done()
+    return hw
+
+
+def _calibration(source: str, r: _Reader, data: Mapping[str, Any]) -> None:
+    """`calibration`: free-form notes on where the numbers come from, required with re-weighed model terms."""
+    calibration = r("calibration", None)
+    weighted = [k for k in ("per_unique_expert_factor", "per_token_factor", "verify_overhead_gpu_share") if k in data]
+    if weighted and not str(calibration or "").strip():
+        raise ProfileError(
+            f"{source}: {', '.join(weighted)} re-weigh the model's fitted terms; "
+            f"calibration must say what they are fitted to"
+        )
+
+
+def _nccl(n: _Reader) -> NcclProfile:
+    """The hardware profile's `nccl` section."""
     nccl = NcclProfile(
         version=str(n("version")),
         ring_hops={int(tp): {str(k): int(v) for k, v in hops.items()} for tp, hops in n("ring_hops").items()},
@@ -129,57 +177,29 @@ def load_hardware(name_or_path: str = DEFAULT_HARDWARE) -> HardwareProfile:
         shm_staging_penalty=float(n("shm_staging_penalty")),
     )
     n.done()
-    car_data = r("custom_all_reduce", None)
-    car = None
-    if car_data is not None:
-        c = _Reader(source, car_data, "custom_all_reduce.")
-        car = CustomAllReduce(
-            world_sizes=tuple(int(w) for w in c("world_sizes")),
-            max_bytes=int(c("max_bytes")),
-            base_us=float(c("base_us")),
-            gbps=float(c("gbps")),
-        )
-        c.done()
+    return nccl
+
+
+def _custom_all_reduce(source: str, data: Any) -> CustomAllReduce | None:
+    """The `custom_all_reduce` section (None: the host has none)."""
+    if data is None:
+        return None
+    c = _Reader(source, data, "custom_all_reduce.")
+    car = CustomAllReduce(
+        world_sizes=tuple(int(w) for w in c("world_sizes")),
+        max_bytes=int(c("max_bytes")),
+        base_us=float(c("base_us")),
+        gbps=float(c("gbps")),
+    )
+    c.done()
+    return car
+
+
+def _compute_capability(source: str, r: _Reader) -> tuple[int, int]:
     cc = str(r("compute_capability", "0.0")).split(".")
     if len(cc) != 2 or not all(part.isdigit() for part in cc):
         raise ProfileError(f"{source}: compute_capability must be 'major.minor' such as 9.0, got {'.'.join(cc)!r}")
-    hw = HardwareProfile(
-        name=str(r("name")),
-        description=str(r("description", "")),
-        gpus=int(r("gpus")),
-        gpu_name=str(r("gpu_name")),
-        gpu_memory_gib=float(r("gpu_memory_gib")),
-        interconnect=str(r("interconnect")),
-        compute_speed=float(r("compute_speed")),
-        launch_us_graph=float(r("launch_us_graph")),
-        launch_us_eager=float(r("launch_us_eager")),
-        eager_us_per_layer=float(r("eager_us_per_layer")),
-        default_cuda_graph_max_bs=int(r("default_cuda_graph_max_bs")),
-        kv_cache_tokens=int(r("kv_cache_tokens")),
-        nccl=nccl,
-        custom_all_reduce=car,
-        custom_all_reduce_unavailable=str(r("custom_all_reduce_unavailable", "")),
-        per_unique_expert_factor=_factor(source, r, "per_unique_expert_factor", 1.0),
-        per_token_factor=_factor(source, r, "per_token_factor", 1.0),
-        verify_overhead_gpu_share=_factor(source, r, "verify_overhead_gpu_share", 0.0, at_most=1.0),
-        compute_capability=(int(cc[0]), int(cc[1])),
-        nodes=int(r("nodes", 1)),
-        nvlink_multicast=bool(r("nvlink_multicast", False)),
-        flashinfer_fusion=_timing(source, r, "flashinfer_fusion"),
-        pcie_ipc=_timing(source, r, "pcie_ipc"),
-        pcie_ipc_unavailable=str(r("pcie_ipc_unavailable", "")),
-        torch_symm_mem=_timing(source, r, "torch_symm_mem"),
-        mscclpp=_timing(source, r, "mscclpp"),
-    )
-    calibration = r("calibration", None)  # free-form notes: where the numbers come from
-    weighted = [k for k in ("per_unique_expert_factor", "per_token_factor", "verify_overhead_gpu_share") if k in data]
-    if weighted and not str(calibration or "").strip():
-        raise ProfileError(
-            f"{source}: {', '.join(weighted)} re-weigh the model's fitted terms; "
-            f"calibration must say what they are fitted to"
-        )
-    r.done()
-    return hw
+    return int(cc[0]), int(cc[1])
 
 
 def _timing(source: str, r: _Reader, key: str) -> BackendTiming | None:
