@@ -458,8 +458,14 @@ def nccl_all_reduce(hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, 
             if best is None or us < best.us:
                 best = AllReduceChoice("nccl", us, algo, proto, channels)
     assert best is not None
-    if s.tuner_rules is None:
-        return best
+    return best if s.tuner_rules is None else _plugin_choice(hw, s, tp, nbytes, graph, best)
+
+
+def _plugin_choice(
+    hw: HardwareProfile, s: NcclSettings, tp: int, nbytes: int, graph: bool, best: AllReduceChoice
+) -> AllReduceChoice:
+    """A loaded tuner plugin's algorithm, protocol and channels for this all-reduce, timed."""
+    assert s.tuner_rules is not None
     # The plugin's choice, from what NCCL allows and would pick itself (tuner_plugin.get_coll_info).
     choice, _ = get_coll_info(
         s.tuner_rules,
@@ -588,6 +594,37 @@ def resolve_comm(
     if tp <= 1:
         return Comm()
     lines: list[tuple[str, int, str]] = []
+    fusion = _fusion(p, hw, model, lines)
+    deterministic = _truthy(p.get("enable_deterministic_inference"))
+    custom, car_max = _custom(p, hw, tp, deterministic, lines)
+    if fusion:
+        sm = hw.compute_capability[0]
+        lines.append(
+            (
+                "scheduler",
+                20,
+                f"FlashInfer AllReduce Fusion enabled and workspace initialized: "
+                f"backend={'mnnvl' if sm == 10 else 'trtllm'}, rank=0, world_size={tp}, "
+                f"max_token_num={FUSE_ALLREDUCE_MAX_BATCH_SIZE}, hidden_dim={model.hidden_size}",
+            )
+        )
+    mscclpp = _mscclpp(p, hw, tp, lines)
+    rows = _pcie_ipc_rows(p, hw, model, tp, decode_rows, deterministic, lines)
+    tsm = _torch_symm_mem_bytes(p, hw, tp, lines)
+    return Comm(
+        fusion=fusion,
+        mscclpp=mscclpp,
+        custom=custom,
+        custom_max_bytes=car_max,
+        pcie_ipc_rows=rows,
+        torch_symm_mem_bytes=tsm,
+        lines=tuple(lines),
+    )
+
+
+def _fusion(p: Mapping[str, Any], hw: HardwareProfile, model: ModelProfile, lines: list[tuple[str, int, str]]) -> bool:
+    """FlashInfer's all-reduce fusion: asked for, or auto-enabled (0.5.23 on SM90/SM100 for FUSION_ARCHS, one
+    node or SM100, no DP attention, no MoE all-to-all); --enforce-disable-flashinfer-allreduce-fusion wins."""
     sm = hw.compute_capability[0]
     arch = model.architectures[0] if model.architectures else ""
     fusion = p.get("flashinfer_allreduce_fusion_backend") is not None
@@ -612,8 +649,13 @@ def resolve_comm(
                 )
             )
         fusion = False
-    fusion = fusion and sm in (9, 10) and hw.flashinfer_fusion is not None
-    deterministic = _truthy(p.get("enable_deterministic_inference"))
+    return fusion and sm in (9, 10) and hw.flashinfer_fusion is not None
+
+
+def _custom(
+    p: Mapping[str, Any], hw: HardwareProfile, tp: int, deterministic: bool, lines: list[tuple[str, int, str]]
+) -> tuple[bool, int]:
+    """SGLang's custom all-reduce: whether it is built here and its largest message in bytes."""
     custom = not _truthy(p.get("disable_custom_all_reduce")) and not deterministic
     if custom and not custom_all_reduce_usable(hw, tp, False) and hw.custom_all_reduce_unavailable:
         for cls in ("CustomAllReduceV2", "CustomAllreduce"):
@@ -630,17 +672,11 @@ def resolve_comm(
                 f"local_buffer = 0.06 MB, multicast = False, pull = True",
             )
         )
-    if fusion:
-        lines.append(
-            (
-                "scheduler",
-                20,
-                f"FlashInfer AllReduce Fusion enabled and workspace initialized: "
-                f"backend={'mnnvl' if sm == 10 else 'trtllm'}, rank=0, world_size={tp}, "
-                f"max_token_num={FUSE_ALLREDUCE_MAX_BATCH_SIZE}, hidden_dim={model.hidden_size}",
-            )
-        )
-    mscclpp = _truthy(p.get("enable_mscclpp")) and tp in MSCCLPP_WORLD_SIZES and hw.mscclpp is not None
+    return custom, car_max
+
+
+def _mscclpp(p: Mapping[str, Any], hw: HardwareProfile, tp: int, lines: list[tuple[str, int, str]]) -> bool:
+    """MSCCL++ (--enable-mscclpp): built only at its world sizes, with a warning otherwise."""
     if _truthy(p.get("enable_mscclpp")) and tp not in MSCCLPP_WORLD_SIZES:
         lines.append(
             (
@@ -651,17 +687,7 @@ def resolve_comm(
                 f"disable_mscclpp=True explicitly.",
             )
         )
-    rows = _pcie_ipc_rows(p, hw, model, tp, decode_rows, deterministic, lines)
-    tsm = _torch_symm_mem_bytes(p, hw, tp, lines)
-    return Comm(
-        fusion=fusion,
-        mscclpp=mscclpp,
-        custom=custom,
-        custom_max_bytes=car_max,
-        pcie_ipc_rows=rows,
-        torch_symm_mem_bytes=tsm,
-        lines=tuple(lines),
-    )
+    return _truthy(p.get("enable_mscclpp")) and tp in MSCCLPP_WORLD_SIZES and hw.mscclpp is not None
 
 
 def _pcie_ipc_rows(
@@ -769,16 +795,24 @@ def carried_all_reduce(
     through GroupCoordinator.all_reduce (MSCCL++, custom, FlashInfer's workspace, PCIe-IPC, torch symm mem)."""
     nbytes = tokens * token_bytes
     launch = hw.launch_us_graph if graph else hw.launch_us_eager
-    fusion = comm.fusion and tokens <= FUSE_ALLREDUCE_MAX_BATCH_SIZE and hw.flashinfer_fusion is not None
-    if fusion and fused and hw.flashinfer_fusion is not None:
-        return AllReduceChoice("flashinfer_fusion", hw.flashinfer_fusion.us(nbytes, launch))
+    fusion = hw.flashinfer_fusion if comm.fusion and tokens <= FUSE_ALLREDUCE_MAX_BATCH_SIZE else None
+    if fusion is not None and fused:
+        return AllReduceChoice("flashinfer_fusion", fusion.us(nbytes, launch))
     if comm.mscclpp and hw.mscclpp is not None:
         return AllReduceChoice("mscclpp", hw.mscclpp.us(nbytes, launch))
     car = hw.custom_all_reduce
     if comm.custom and car is not None and nbytes <= comm.custom_max_bytes:
         return AllReduceChoice("custom", launch + car.base_us + nbytes / (car.gbps * 1e3))
-    if fusion and hw.flashinfer_fusion is not None:
-        return AllReduceChoice("flashinfer_fusion", hw.flashinfer_fusion.us(nbytes, launch))
+    if fusion is not None:
+        return AllReduceChoice("flashinfer_fusion", fusion.us(nbytes, launch))
+    return _after_custom(hw, s, comm, tp, tokens, nbytes, graph)
+
+
+def _after_custom(
+    hw: HardwareProfile, s: NcclSettings, comm: Comm, tp: int, tokens: int, nbytes: int, graph: bool
+) -> AllReduceChoice:
+    """GroupCoordinator.all_reduce past custom all-reduce and FlashInfer: PCIe-IPC, torch symm mem, NCCL."""
+    launch = hw.launch_us_graph if graph else hw.launch_us_eager
     if comm.pcie_ipc_rows and tokens <= comm.pcie_ipc_rows and hw.pcie_ipc is not None:
         return AllReduceChoice("pcie_ipc", hw.pcie_ipc.us(nbytes, launch))
     if comm.torch_symm_mem_bytes and nbytes < comm.torch_symm_mem_bytes and hw.torch_symm_mem is not None:
