@@ -157,40 +157,54 @@ def sglang_options() -> tuple[tuple[_Option, ...], frozenset[str]]:
     """Every option of `sglang serve` 0.5.23 and the set of required ones, read from the help dump."""
     text = _help_text()
     usage, _, body = text.partition("\noptions:\n")
-    required = _required_in_usage(usage)
-    options: list[_Option] = []
-    lines = body.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        i += 1
-        if not line.startswith("  -"):
-            continue
-        invocation, _, help_first = line[2:].partition("  ")
-        help_lines = [help_first.strip()]
-        while i < len(lines) and lines[i].startswith(" " * 24):
-            help_lines.append(lines[i].strip())
-            i += 1
-        parts = [p.strip() for p in re.split(r", (?=-)", invocation.strip())]
-        strings, nargs, choices = [], None, None
-        for part in parts:
-            name, _, args = part.partition(" ")
-            strings.append(name)
-            if args:
-                nargs, choices = _parse_args_spec(args)
-        if "-h" in strings:
-            continue
-        longs = [s for s in strings if s.startswith("--")]
-        negatable = any(s.startswith("--no-") and "--" + s[5:] in longs for s in longs)
-        if negatable:
-            strings = [s for s in strings if not s.startswith("--no-")]
-        help_text = ""
-        for h in filter(None, help_lines):  # argparse wraps after hyphens: "--cuda-graph-" + "backend-..."
-            help_text += h if help_text.endswith("-") or not help_text else " " + h
-        deprecated = help_text if help_text.startswith("Deprecated") else None
-        dest = longs[0][2:].replace("-", "_")
-        options.append(_Option(tuple(strings), dest, nargs, choices, negatable, deprecated))
-    return tuple(options), frozenset(required)
+    options = [
+        opt for invocation, help_lines in _entries(body.splitlines()) if (opt := _option(invocation, help_lines))
+    ]
+    return tuple(options), frozenset(_required_in_usage(usage))
+
+
+def _entries(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """(invocation, help lines) of each option of the help text's `options:` block."""
+    entries: list[tuple[str, list[str]]] = []
+    open_entry = False  # a help text continues only on the lines right after its option
+    for line in lines:
+        if line.startswith("  -"):
+            invocation, _, help_first = line[2:].partition("  ")
+            entries.append((invocation, [help_first.strip()]))
+            open_entry = True
+        elif open_entry and line.startswith(" " * 24):
+            entries[-1][1].append(line.strip())
+        else:
+            open_entry = False
+    return entries
+
+
+def _joined(help_lines: list[str]) -> str:
+    """The help text in one line; argparse wraps after hyphens: "--cuda-graph-" + "backend-..."."""
+    help_text = ""
+    for h in filter(None, help_lines):
+        help_text += h if help_text.endswith("-") or not help_text else " " + h
+    return help_text
+
+
+def _option(invocation: str, help_lines: list[str]) -> _Option | None:
+    """One option from its invocation ("--tp-size TP_SIZE, --tensor-parallel-size TP_SIZE") and help; None
+    for -h."""
+    strings, nargs, choices = [], None, None
+    for part in (p.strip() for p in re.split(r", (?=-)", invocation.strip())):
+        name, _, args = part.partition(" ")
+        strings.append(name)
+        if args:
+            nargs, choices = _parse_args_spec(args)
+    if "-h" in strings:
+        return None
+    longs = [s for s in strings if s.startswith("--")]
+    negatable = any(s.startswith("--no-") and "--" + s[5:] in longs for s in longs)
+    if negatable:
+        strings = [s for s in strings if not s.startswith("--no-")]
+    help_text = _joined(help_lines)
+    deprecated = help_text if help_text.startswith("Deprecated") else None
+    return _Option(tuple(strings), longs[0][2:].replace("-", "_"), nargs, choices, negatable, deprecated)
 
 
 def _required_in_usage(usage: str) -> set[str]:
