@@ -27,6 +27,7 @@ from orchestrator.cli._app import (
     resolve_workdir,
 )
 from orchestrator.config import experiment as spec_mod
+from orchestrator.config.fields import tracking_uri_problem
 from orchestrator.errors import NoChampion, SweepError, SweepToolError, UserError
 from orchestrator.probe import nccl_dimensions, rank_settings, run_probe
 from orchestrator.probe.result import ProbeResult, RankedSetting, backend_lines
@@ -215,7 +216,7 @@ def run(
         _check_ray_address(ray_address)
     s = load_experiment(experiment, here=ray_address is None)  # on a cluster the trials run on other hosts
     try:
-        timeout_s = spec_mod.parse_duration(timeout) if timeout else None
+        timeout_s = spec_mod.parse_duration(timeout) if timeout is not None else None  # --timeout '' is refused
     except ValueError as exc:
         raise UserError(f"--timeout: {exc}") from None
     wd = resolve_workdir(workdir, s)
@@ -431,11 +432,19 @@ def _finished_verdict(wd: Path, status: str) -> st.Verdict | None:
 
 @app.command()
 @guard
-def sync(workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR)) -> None:
+def sync(
+    workdir: Path | None = typer.Option(None, "--workdir", parser=WORKDIR),
+    tracking_uri: str | None = typer.Option(
+        None, "--tracking-uri", help="where the MLflow server is now, if it moved (default: the sweep's own)"
+    ),
+) -> None:
     """Replay results queued in the outbox while MLflow was unreachable."""
+    if tracking_uri is not None and (problem := tracking_uri_problem(tracking_uri)):
+        raise UserError(f"--tracking-uri {problem}")
     wd = resolve_workdir(workdir)
     state = read_state(wd)
-    replayed, pending = open_tracker(state.tracking_uri, state.experiment_in_mlflow, wd).replay_outbox()
-    out.print(f"replayed {replayed} result(s) to {state.tracking_uri}; {pending} still pending")
+    uri = tracking_uri or state.tracking_uri
+    replayed, pending = open_tracker(uri, state.experiment_in_mlflow, wd).replay_outbox()
+    out.print(f"replayed {replayed} result(s) to {uri}; {pending} still pending")
     if pending:
         raise typer.Exit(1)

@@ -1,6 +1,7 @@
 """What the user wrote and what it means to SGLang (pure: no processes, no network).
 
-- `experiment`: the experiment models, loading and validation (`load`, `SweepSpec`); one message per mistake.
+- `experiment`: the experiment models, loading and validation (`load`, `SweepSpec`); one message per mistake;
+  `sections` holds the models, `loading` the reading and the checks that span sections.
 - `space`: the search-space models and the pure walks over a space (order of its knobs, every point).
 - `knobs`: the typed catalogue of every knob (NCCL variables, SGLang flags) and the env allow-list.
 - `flags`: SGLang's flag tables per version (`launch_server --help`, flags a knob emits, flags the sweep sets).
