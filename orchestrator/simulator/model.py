@@ -98,12 +98,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.simulator import algorithms
 from orchestrator.simulator.algorithms import (  # noqa: F401 - the model's public names since before the split
     Drafter,
     Speculation,
     depth_acceptance,
     expected_accept_length,
+    speculation,
     tree_widths,
 )
 from orchestrator.simulator.tuner_plugin import Rule, get_coll_info
@@ -873,7 +873,7 @@ def resolve(
     """Apply SGLang's resolution rules to orchestrator knob values; a string says why it fails.
 
     `params` uses the orchestrator's knob names: NCCL_* variables, speculative_algorithm (EAGLE, EAGLE3,
-    NEXTN, STANDALONE, DFLASH, NGRAM: algorithms.speculation), speculative_num_steps, speculative_eagle_topk,
+    NEXTN, STANDALONE, DFLASH, NGRAM: algorithms.py `speculation`), speculative_num_steps, speculative_eagle_topk,
     speculative_num_draft_tokens, speculative_dflash_block_size, speculative_ngram_max_bfs_breadth,
     speculative_attention_mode, all_reduce_path ('custom'|'nccl'), cuda_graph (default True),
     cuda_graph_max_bs, speculative_adaptive (with speculative_adaptive_slots, default 0.5.23's),
@@ -921,7 +921,7 @@ def _speculate(
         if isinstance(start, str):
             return start
         params = {**params, "speculative_num_steps": start, "speculative_eagle_topk": 1}
-    return algorithms.speculation(algo, params, model.drafters, model.default_spec)
+    return speculation(algo, params, model.drafters, model.default_spec)
 
 
 def _config(
