@@ -10,6 +10,9 @@
 - `speculation`: the speculative algorithms (one class each: flags, draft model, rules, simulator drafter,
   how acceptance is read); `speculation_rules`: SGLang 0.5.23's rules as pure functions (`Rule`, `Infeasible`).
 - `backend_rule`: the all_reduce_backend's rule before launch (a backend the host or model cannot take).
+- `allreduce`: which backend carries each message class, as SGLang 0.5.23 decides it (`allreduce_facts`: the
+  backends, host, model and path it works on); `commplan`: what `sweep plan` says of it.
+- `adaptive`: the `--speculative-adaptive-config` JSON as 0.5.23 reads it.
 - `render`: knob values -> SGLang flags (as data) and environment.
 """
 
