@@ -1,4 +1,4 @@
-"""promotion.correctness: the correctness gate's settings (sweep/_correctness.py applies them).
+"""promotion.correctness: the correctness gate's settings (verdict/correctness_gate.py applies them).
 
 Kept beside experiment.py, whose PromotionSpec takes the field from `Gated`.
 """

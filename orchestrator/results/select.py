@@ -11,10 +11,7 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Literal
 
-import numpy as np
-
 from orchestrator.records import (
-    Frozen,
     Metrics,
     ParamValue,
     TrialOutcome,
@@ -29,7 +26,6 @@ from orchestrator.stats import (
     Contrast,
     Covariate,
     Pooled,
-    as_array,
     covariate_adjusted,
     pooled_contrast,
     pooled_scores,
@@ -366,125 +362,6 @@ def pick_champion(
     scores = [f.score for f in fit] if fit is not None else [0.0] * len(eligible)
     best = max(range(len(eligible)), key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))
     return eligible[best][0]
-
-
-class GateResult(Frozen):
-    """The promotion gate's decision, with the numbers behind it and the reason in words."""
-
-    passed: bool
-    gain: float
-    """Relative improvement of the champion's median over the baseline's (0.041 = +4.1%)."""
-    ci_low: float
-    ci_high: float
-    min_gain: float
-    direction: Direction
-    paired: bool
-    n_champion: int
-    n_baseline: int
-    reason: str
-
-
-def _relative_gain(champion: np.ndarray, baseline: np.ndarray, direction: str) -> float:
-    c = float(np.median(champion))
-    b = float(np.median(baseline))
-    return (c - b) / b if direction == "maximize" else (b - c) / b
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:+.1f}%"
-
-
-def _log_ratio_interval(
-    c: np.ndarray, b: np.ndarray, direction: str, paired: bool, level: float
-) -> tuple[float, float]:
-    """Student-t interval of the champion/baseline ratio on the log scale, as a relative gain.
-
-    Paired (interleaved rounds share the host's state): t on the per-round log ratios, n-1 degrees
-    of freedom. Unpaired: Welch's t on the log values. Unlike a percentile bootstrap, whose
-    "interval" from two pairs is just their min and max, this stays honest at n = 2 or 3: the
-    t quantile (12.7 at 1 degree of freedom) makes the interval wide unless the rounds agree.
-    """
-    from scipy import stats  # deferred: scipy is slow to import and only the promotion gate needs it
-
-    sign = 1.0 if direction == "maximize" else -1.0
-    if paired:
-        d = sign * (np.log(c) - np.log(b))
-        mean, se, df = float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)), d.size - 1
-    else:
-        lc, lb = np.log(c), np.log(b)
-        vc, vb = lc.var(ddof=1) / lc.size, lb.var(ddof=1) / lb.size
-        mean, se = float(sign * (lc.mean() - lb.mean())), float(math.sqrt(vc + vb))
-        df = (vc + vb) ** 2 / (vc**2 / (lc.size - 1) + vb**2 / (lb.size - 1)) if vc + vb > 0 else 1.0
-    half = float(stats.t.ppf(1.0 - (1.0 - level) / 2.0, df)) * se
-    return math.exp(mean - half) - 1.0, math.exp(mean + half) - 1.0
-
-
-def promotion_gate(
-    champion: Sequence[float],
-    baseline: Sequence[float],
-    *,
-    min_gain: float,
-    direction: Direction = "maximize",
-    level: float = 0.95,
-) -> GateResult:
-    """Decide whether the champion really beats the baseline.
-
-    `champion` and `baseline` are re-measurements taken interleaved (A B A B ...). The gain is the
-    relative difference of the medians (positive = better, whatever the direction). Its interval is
-    a Student-t interval of the ratio on the log scale (see _log_ratio_interval): paired when the
-    series have equal length, since neighbours in time share the host's drift; Welch otherwise. The
-    gate passes only if the gain is at least `min_gain` and the whole interval lies above zero.
-    """
-    _check_direction(direction)
-    c = as_array(champion, "promotion_gate champion")
-    b = as_array(baseline, "promotion_gate baseline")
-    if not np.all(b > 0) or not np.all(c > 0):
-        raise ValueError("promotion_gate needs positive measurements (tok/s or ms)")
-    paired = c.size == b.size
-    gain = float(_relative_gain(c, b, direction))
-    rule = f"required >= {_pct(min_gain)} and interval above 0"
-
-    if c.size < 2 or b.size < 2:
-        return GateResult(
-            passed=False,
-            gain=gain,
-            ci_low=gain,
-            ci_high=gain,
-            min_gain=min_gain,
-            direction=direction,
-            paired=paired,
-            n_champion=int(c.size),
-            n_baseline=int(b.size),
-            reason=(
-                f"champion {_pct(gain)} over baseline from {c.size} vs {b.size} measurements; "
-                f"{rule}: at least 2 measurements of each are needed for an interval"
-            ),
-        )
-
-    low, high = _log_ratio_interval(c, b, direction, paired, level)
-    failures = []
-    if gain < min_gain:
-        failures.append("gain below the minimum")
-    if low <= 0:
-        failures.append("interval includes 0" if high >= 0 else "interval below 0")
-    passed = not failures
-    summary = (
-        f"champion {_pct(gain)} [{_pct(low)}, {_pct(high)}] over baseline from {c.size} vs {b.size} "
-        f"interleaved measurements; {rule}"
-    )
-    reason = summary if passed else f"{summary}: {' and '.join(failures)}"
-    return GateResult(
-        passed=passed,
-        gain=gain,
-        ci_low=low,
-        ci_high=high,
-        min_gain=min_gain,
-        direction=direction,
-        paired=paired,
-        n_champion=int(c.size),
-        n_baseline=int(b.size),
-        reason=reason,
-    )
 
 
 def pareto_front(

@@ -4,13 +4,10 @@
   `_context` (what the verbs share, with owners), `_resume`, `_signals`, `_loop` (keep N in flight),
   `_record` (outcomes, failure budget, best so far, baseline re-measure), `_probe_stage` (the probe's
   ranking warm-starts the search), `_screen` (the search's correctness screen).
-- The promotion, from the search's pick to the registry: `_promote` (the pipeline, the summary),
-  `_pick` (the pick, the verdict without a gate, the arms), `_confirm` (the interleaved rounds),
-  `_contender` (the runner-up against the pick), `_choose` (the gate's decision, the parts, what to
-  deploy, it at each load), `_correctness` and `_outputs` (the correctness gate and its captures),
-  `_register` (registry version, champion.env), `_promotion` (the pipeline's values), `_decided`
-  (a --resume after the verdict). The Verdict they end in is orchestrator.verdict's.
-- `schedule`: one clock for the night (the confirmation's cost held back before the first launch).
+- `_promote`: the end of a sweep: the promotion (orchestrator.verdict) through `_port` (the sweep's side of
+  the verdict's port: the rounds on the sweep's executor, the clock, MLflow), the Verdict kept in
+  summary.json; `_decided`: a --resume after the verdict neither measures nor registers again.
+- `schedule`: the night's plan, as orchestrator.verdict.schedule computes it (read here by the CLI).
 - `state`: the contracts: StopReason, SweepState (sweep.json), SweepSummary (summary.json), progress events.
 - `status`: `status_report` for `sweep status`, without Ray or MLflow.
 - `publish`: report.html and the parent MLflow run's description, rendered from the Verdict.

@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.sweep._context import Context
-from orchestrator.sweep._promotion import Decided, Promotion
 from orchestrator.sweep.state import Outcome, SweepSummary
+from orchestrator.verdict.steps import Decided, Promotion
 from orchestrator.verdict.value import Verdict
 
 log = logging.getLogger("sweep")

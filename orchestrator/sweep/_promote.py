@@ -1,37 +1,23 @@
-"""The end of a sweep: champion, interleaved confirmation against the baseline (through the same
-executor as the trials), promotion to the registry alias, the env file, and the summary.
-
-The promotion is a pipeline of values, each step a function returning a frozen one:
-
-    pick -> Champion           the trial to confirm, the baseline, its MLflow run
-    arms -> Arms               what the rounds measure (the main pair, ablations, levels, steps)
-    rounds -> Measured         _confirm.run_rounds: the values and the rows of every run
-    decide -> Gate             the main pair's decision, the figures, the contributions, the loads
-    choose -> Choice           the configuration to register (the champion or a simpler one)
-    register -> Promotion      the registry version and champion.env, or why not
-
-Any step may end the promotion instead: it then returns the Promotion saying why. `finish` builds
-the SweepSummary from the Promotion.
+"""The end of a sweep: the promotion (orchestrator.verdict, through the sweep's port), the Verdict kept in
+summary.json, the summary on the parent MLflow run.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any
 
 from orchestrator.fsio import write_json
-from orchestrator.results import contrib, report, select, sequential
-from orchestrator.sweep import _confirm, _contender, _correctness, schedule
-from orchestrator.sweep._choose import choose, decide, explain, load_arms, open_parts
+from orchestrator.records import TrialOutcome
+from orchestrator.results import report, select
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._decided import already_decided, remember
 from orchestrator.sweep._loop import act_on_interrupts
-from orchestrator.sweep._pick import arms, pick, ungated
-from orchestrator.sweep._promotion import Arms, Champion, Choice, Promotion
-from orchestrator.sweep._register import fingerprint_changes, register
-from orchestrator.sweep.state import ArmDropped, BaselineDrift, Outcome, StopKind, SweepSummary
+from orchestrator.sweep._port import SweepPort
+from orchestrator.sweep.state import BaselineDrift, StopKind, SweepSummary
 from orchestrator.sweep.status import recorded_speedups
+from orchestrator.trial import observe
+from orchestrator.verdict.promote import promote
 from orchestrator.verdict.value import Verdict
 
 log = logging.getLogger("sweep")
@@ -46,7 +32,7 @@ def finish(ctx: Context) -> SweepSummary:
     if earlier is not None:
         promotion = earlier
     elif _promotes(ctx):
-        promoted = promote(ctx)
+        promoted = promote(SweepPort(ctx))
         remember(ctx, promoted)
         promotion = promoted.summary_fields(ctx.spec.objective.metric)
     if "outcome" in promotion or "verdict" in promotion:
@@ -121,124 +107,16 @@ def _log_summary(ctx: Context, summary: SweepSummary, status: str) -> None:
 # ------------------------------------------------------------------------------ the pipeline
 
 
-def promote(ctx: Context) -> Promotion:
-    """Champion -> sequential interleaved confirmation against the baseline (with the arms that say
-    why it won) -> the configuration to deploy -> it at each load -> verdict -> registry alias -> env file."""
-    picked = pick(ctx)
-    if isinstance(picked, Promotion):
-        return picked
-    plan = _plan(ctx)
-    if plan is None:
-        chosen = ungated(ctx, picked)
-        return chosen if isinstance(chosen, Promotion) else register(ctx, picked, chosen)
-    measuring = fitted(ctx, arms(ctx, picked))
-    if not any(a.main for a in measuring.arms):
-        why = "; ".join(measuring.dropped)
-        return Promotion(
-            Outcome.undecided,
-            f"undecided: the night left no time for the confirmation ({why}); "
-            f"{ctx.resume_hint} with a longer --timeout confirms it",
-            picked,
-            not_measured=measuring.dropped,
-        )
-    return _confirmed(ctx, picked, measuring, plan)
-
-
-def _confirmed(ctx: Context, picked: Champion, measuring: Arms, plan: sequential.RoundsPlan) -> Promotion:
-    """The rounds, the gate's decision, the configuration to deploy (checked for correctness), it at each
-    load, and its registration."""
-    level = ctx.spec.benchmark.concurrency
-    at_gate = [a for a in measuring.arms if a.concurrency == level]
-    later = _later_s(ctx, [a for a in measuring.arms if a.concurrency != level])
-    search = _contender.search_contrast(ctx, picked, measuring)
-    measured = _confirm.run_rounds(
-        ctx,
-        at_gate,
-        plan,
-        more=lambda values: open_parts(ctx, picked, values, plan),
-        contends=lambda values: _contender.contending(ctx, values, plan, search),
-        hold_s=later,
-    )
-    gate = decide(ctx, picked, measuring, measured, plan)
-    if isinstance(gate, Promotion):
-        return gate
-    choice = choose(ctx, picked, measuring, measured, gate, plan, search)
-    # The correctness gate's slot: after the choice and before the loads measure it, so that what it
-    # settles on is what the loads measure and the registry holds (its note stays in choice.verdict).
-    if choice is not None:
-        checked = _correctness.gate(ctx, picked, measuring, measured, gate, plan, choice)  # outputs unchanged?
-        if isinstance(checked, Promotion):
-            return checked
-        choice = checked
-    # The loads measure what is deployed; with nothing to deploy, the champion the verdict is about.
-    subject = choice or Choice(
-        "champion",
-        measuring.params_of("champion"),
-        gate.figures,
-        "",
-        gate.outcome,
-        number=picked.trial.number,
-        decision=gate.decision,
-    )
-    stale = [n for n in measured.values if subject.name != "champion" and n.split("@")[0] in contrib.STEPS_ARMS]
-    measured = _confirm.run_more(ctx, *load_arms(ctx, picked, measuring, subject), measured, fresh=stale)
-    gate = explain(ctx, picked, measuring, measured, gate, subject)
-    if choice is None:
-        log.warning("no promotion: %s", gate.verdict)
-        return Promotion(
-            gate.outcome, gate.verdict, picked, measured.rows, gate, gate.figures, not_measured=measuring.dropped
-        )
-    note = choice.verdict.strip(". ")
-    choice = replace(choice, verdict=f"{gate.verdict}. {note}" if note else gate.verdict, figures=gate.figures)
-    promoted = register(ctx, picked, choice, measured.rows, gate)
-    return Promotion(
-        promoted.outcome,
-        promoted.verdict,
-        picked,
-        measured.rows,
-        gate,
-        promoted.confirmed,
-        promoted.registered,
-        not_measured=measuring.dropped,
-        choice=choice,
-    )
-
-
-def _later_s(ctx: Context, later: list[_confirm.Arm]) -> float:
-    """Seconds the arms measured after the deployed configuration is decided are expected to take (their
-    min_rounds rounds, as the night planned them): the gate's extra rounds leave them that."""
-    seconds = schedule.run_seconds(ctx.spec, ctx.outcomes)
-    return sum(seconds(a.concurrency) for a in later) * ctx.spec.promotion.min_rounds / max(ctx.executor.idle(), 1)
-
-
-def fitted(ctx: Context, measuring: Arms) -> Arms:
-    """The arms that fit the time left of the night (sweep.schedule.plan: the gate's pair first, then by
-    value), each one left out said in a line; the step comparison dropped with its arms."""
-    spec = ctx.spec
-    planned = schedule.plan(
-        [(a.name, a.concurrency, a.main) for a in measuring.arms],
-        seconds=schedule.run_seconds(spec, ctx.outcomes),
-        left_s=ctx.remaining(),
-        share_s=ctx.remaining(),
-        min_rounds=spec.promotion.min_rounds,
-        gate_level=spec.benchmark.concurrency,
-        slots=max(ctx.executor.idle(), 1),
-    )
-    kept = {a.name for a in planned.arms}
-    for d in planned.dropped:
-        log.warning("confirmation: %s not measured: %s", d.name, d.why)
-        ctx.emit(ArmDropped(name=d.name, why=d.why))
-    out = tuple(a for a in measuring.arms if a.name in kept)
-    steps_left = any(a.name.split("@")[0] == measuring.counterpart for a in out)
-    return Arms(
-        arms=out,
-        counterpart=measuring.counterpart if steps_left else "",
-        fixed=measuring.fixed if steps_left else "",
-        dropped=tuple(f"{d.name}: {d.why}" for d in planned.dropped),
-    )
-
-
-def _plan(ctx: Context) -> sequential.RoundsPlan | None:
-    """The rounds the confirmation may take; None without a gate (promotion.max_rounds: 0)."""
-    p = ctx.spec.promotion
-    return sequential.RoundsPlan(p.min_rounds, p.max_rounds, p.min_gain) if p.max_rounds else None
+def fingerprint_changes(outcomes: list[TrialOutcome]) -> list[str]:
+    """Hosts whose stable fingerprint changed during the sweep (a driver update, another NCCL...),
+    one line per change. Different hosts of a cluster differ by nature and are not a change."""
+    first: dict[str, TrialOutcome] = {}
+    changes: list[str] = []
+    for o in sorted((o for o in outcomes if o.fingerprint_hash), key=lambda o: o.started_at):
+        host = str(o.fingerprint.get("host") or o.node)
+        seen = first.setdefault(host, o)
+        if o.fingerprint_hash != seen.fingerprint_hash:
+            what = ", ".join(observe.fingerprint_diff(seen.fingerprint, o.fingerprint)) or "fingerprint"
+            changes.append(f"{host}: trial {o.number} differs from trial {seen.number}: {what}")
+            first[host] = o
+    return changes

@@ -9,7 +9,7 @@ refused trial keeps its measurement (outcome.json, MLflow, the study) with `outp
 why; results.select leaves it out of every pick (champion, runner-up, speculation donor), and the
 study marks it with OUTPUTS_CHANGED_ATTR, which the samplers read as a violated constraint (TPE
 proposes that region less; the refinement does not start from it). The confirmation's correctness gate
-(sweep._correctness) still checks whatever it promotes in full.
+(verdict.correctness_gate) still checks whatever it promotes in full.
 """
 
 from __future__ import annotations

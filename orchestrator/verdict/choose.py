@@ -11,28 +11,28 @@ from orchestrator.records import ParamValue, speculation_knob
 from orchestrator.results import contrib, sequential
 from orchestrator.search import space as sp
 from orchestrator.stats import Contrast
-from orchestrator.sweep import _confirm, _contender
-from orchestrator.sweep._context import Context
-from orchestrator.sweep._loop import act_on_interrupts
-from orchestrator.sweep._promotion import Arms, Champion, Choice, Gate, Promotion
-from orchestrator.sweep._register import constraints, gate_level_named
-from orchestrator.sweep.state import Outcome
+from orchestrator.verdict import contender, rounds
+from orchestrator.verdict.arm import Arm
+from orchestrator.verdict.port import Port
+from orchestrator.verdict.register import constraints, gate_level_named
+from orchestrator.verdict.steps import Arms, Champion, Choice, Gate, Promotion
+from orchestrator.verdict.value import Outcome
 
 
 def decide(
-    ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.Measured, plan: sequential.RoundsPlan
+    port: Port, champion: Champion, measuring: Arms, measured: rounds.Measured, plan: sequential.RoundsPlan
 ) -> Gate | Promotion:
     """The gate's decision on the main pair with the contributions of the champion's parts and the
     equivalence test of each; or, interrupted or without an interval, the Promotion that says so. The
     figures, levels and verdict become the deployed configuration's in `explain`, once it is known."""
-    spec = ctx.spec
+    spec = port.spec
     metric, direction = champion.metric, spec.objective.direction
-    named = gate_level_named(ctx)
-    if ctx.interrupts.pressed:
-        act_on_interrupts(ctx)
+    named = gate_level_named(port)
+    if port.interrupted():
+        port.stop_for_interrupt()
         return Promotion(
             None,
-            f"not promoted: interrupted during the confirmation rounds; {ctx.resume_hint} measures them again",
+            f"not promoted: interrupted during the confirmation rounds; {port.resume_hint} measures them again",
             champion,
             measured.rows,
         )
@@ -42,7 +42,7 @@ def decide(
             Outcome.undecided,
             contrib.at_level(
                 f"undecided: {measured.failed()} of {len(measured.rows)} confirmation runs failed, too few rounds "
-                f"for an interval; see {ctx.paths.root / 'confirm'}",
+                f"for an interval; see {port.workdir / 'confirm'}",
                 named,
                 metric,
             ),
@@ -51,7 +51,7 @@ def decide(
         )
     speculation = _speculation(champion)
     parts = contrib.contributions(
-        measured.values, speculation=speculation, sole_part=_sole_part(ctx, champion), direction=direction
+        measured.values, speculation=speculation, sole_part=_sole_part(port, champion), direction=direction
     )
     checks = contrib.part_checks(
         measured.values,
@@ -73,9 +73,9 @@ def decide(
     )
 
 
-def _sole_part(ctx: Context, champion: Champion) -> str:
+def _sole_part(port: Port, champion: Champion) -> str:
     """What the champion's whole gain is credited to when its parts were not measured apart."""
-    base = sp.baseline_params(ctx.spec.space)
+    base = sp.baseline_params(port.spec.space)
     params = champion.trial.params
     communication = sum(1 for k, v in params.items() if not speculation_knob(k) and v != base.get(k))
     if not contrib.speculates(params):
@@ -89,13 +89,13 @@ def _sole_part(ctx: Context, champion: Champion) -> str:
 
 
 def open_parts(
-    ctx: Context, champion: Champion, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan
+    port: Port, champion: Champion, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan
 ) -> list[str]:
     """The arms whose question is still open, for which the rounds go on (beside the main pair) while
     the night allows: the ablations whose part is neither shown to add less than
     promotion.equivalence_margin nor significant, and the runner-up while its near-tie with the
     champion is neither settled nor shown equivalent (which of the two is deployed depends on it)."""
-    margin, direction = ctx.spec.promotion.equivalence_margin, ctx.spec.objective.direction
+    margin, direction = port.spec.promotion.equivalence_margin, port.spec.objective.direction
     checks = contrib.part_checks(
         values, speculation=_speculation(champion), margin=margin, level=plan.level, direction=direction
     )
@@ -104,20 +104,20 @@ def open_parts(
 
 
 def choose(
-    ctx: Context,
+    port: Port,
     champion: Champion,
     measuring: Arms,
-    measured: _confirm.Measured,
+    measured: rounds.Measured,
     gate: Gate,
     plan: sequential.RoundsPlan,
     search: Contrast | None,
 ) -> Choice | None:
     """The configuration to deploy, before it is measured at the other loads: the runner-up when it
     measured better than the champion on the rounds and the search's contrast of the two (`search`,
-    _contender.search_contrast) and passes the gate itself (a near-tie settled
+    contender.search_contrast) and passes the gate itself (a near-tie settled
     by measurement); else, when the champion passed, the simpler arm whose left-out part is shown to add
     less than promotion.equivalence_margin and which passes the gate too, or the champion. None: nothing passes."""
-    spec = ctx.spec
+    spec = port.spec
     direction, metric, level = spec.objective.direction, champion.metric, spec.benchmark.concurrency
     values = measured.values
     won = contrib.contender_wins(values, "runner_up", direction=direction, search=search)
@@ -138,7 +138,7 @@ def choose(
             number=number,
             decision=runner,
             why=f"trial {number} (the runner-up) measured {won.text()} over trial {champion.trial.number} "
-            f"(the search's pick) in the same rounds{_contender.with_search(values, search, direction)}, and "
+            f"(the search's pick) in the same rounds{contender.with_search(values, search, direction)}, and "
             f"passes the gate itself",
         )
     if not gate.passed:
@@ -173,41 +173,41 @@ def choose(
     )
 
 
-def load_arms(ctx: Context, champion: Champion, measuring: Arms, choice: Choice) -> tuple[list[_confirm.Arm], int]:
+def load_arms(port: Port, champion: Champion, measuring: Arms, choice: Choice) -> tuple[list[Arm], int]:
     """What is measured of the deployed configuration once it is known, with the rounds: it and the
     baseline at each other promotion.concurrency level the night kept, and its adaptive-or-fixed
     counterpart (at the gate's level too when it is not the champion, whose counterpart ran beside it)."""
-    spec = ctx.spec
+    spec = port.spec
     level = spec.benchmark.concurrency
     base = sp.baseline_params(spec.space)
     levels = sorted({a.concurrency for a in measuring.arms if a.name.split("@")[0] == "champion"} - {level})
-    out: list[_confirm.Arm] = []
+    out: list[Arm] = []
     for c in levels:
         out += [
-            _confirm.Arm(f"{choice.name}@{c}", dict(choice.params), choice.number, c),
-            _confirm.Arm(f"baseline@{c}", base, -1, c),
+            Arm(f"{choice.name}@{c}", dict(choice.params), choice.number, c),
+            Arm(f"baseline@{c}", base, -1, c),
         ]
     steps_levels = sorted({a.concurrency for a in measuring.arms if a.name.split("@")[0] in contrib.STEPS_ARMS})
     if choice.name != "champion" and level in steps_levels and contrib.speculates(choice.params):
-        out.append(_confirm.Arm(choice.name, dict(choice.params), choice.number, level))
+        out.append(Arm(choice.name, dict(choice.params), choice.number, level))
     else:
         steps_levels = [c for c in steps_levels if c != level]
-    steps, _, _ = _confirm.steps_arms(spec, choice.params, choice.number, ctx.outcomes, constraints(ctx), steps_levels)
+    steps, _, _ = rounds.steps_arms(spec, choice.params, choice.number, port.outcomes, constraints(port), steps_levels)
     return out + steps, spec.promotion.min_rounds
 
 
 def explain(
-    ctx: Context, champion: Champion, measuring: Arms, measured: _confirm.Measured, gate: Gate, who: Choice
+    port: Port, champion: Champion, measuring: Arms, measured: rounds.Measured, gate: Gate, who: Choice
 ) -> Gate:
     """The gate with the figures of `who` (the deployed configuration; the champion when nothing
     passes), its gain per load and the verdict in words, all about it."""
-    spec = ctx.spec
+    spec = port.spec
     metric, level = champion.metric, spec.benchmark.concurrency
-    named = gate_level_named(ctx)
+    named = gate_level_named(port)
     name, params = who.name, who.params
     decision = who.decision or gate.decision
     evidence = decision.evidence or gate.evidence
-    levels, by_load, after = _by_load(ctx, champion, measured, name, params, evidence, who.label)
+    levels, by_load, after = _by_load(port, champion, measured, name, params, evidence, who.label)
     others = [lv for lv in levels if lv.concurrency != level]
     message = decision.message
     if message.startswith("promoted: "):
@@ -233,9 +233,9 @@ def explain(
 
 
 def _by_load(
-    ctx: Context,
+    port: Port,
     champion: Champion,
-    measured: _confirm.Measured,
+    measured: rounds.Measured,
     name: str,
     params: Mapping[str, ParamValue],
     evidence: sequential.Evidence,
@@ -245,15 +245,15 @@ def _by_load(
     gate's own figures, so "promoted" and "stops paying" cannot disagree; without levels listed, the
     gate's own level when adaptive and fixed steps were compared there), the sentence about them, and
     what the verdict ends with."""
-    spec = ctx.spec
+    spec = port.spec
     direction, level = spec.objective.direction, spec.benchmark.concurrency
     found = contrib.steps_counterpart(
         params,
         contrib.best_fixed_steps(
-            ctx.outcomes,
+            port.outcomes,
             metric=spec.objective.metric,
             direction=direction,
-            constraints=constraints(ctx),
+            constraints=constraints(port),
             concurrency=level,
         ),
     )
@@ -261,7 +261,7 @@ def _by_load(
     listed = sorted(spec.promotion.concurrency) or [level]
     levels = []
     for c in listed:
-        iv = contrib.interval_of(evidence) if c == level else _level(ctx, measured, f"{name}@{c}", f"baseline@{c}")
+        iv = contrib.interval_of(evidence) if c == level else _level(port, measured, f"{name}@{c}", f"baseline@{c}")
         if iv is None:
             continue
         steps = (
@@ -290,12 +290,12 @@ def _speculation(champion: Champion) -> str:
     return str(champion.trial.params.get("speculative_algorithm") or "EAGLE3").replace("EAGLE3", "EAGLE-3")
 
 
-def _level(ctx: Context, measured: _confirm.Measured, a_name: str, b_name: str) -> contrib.Interval | None:
+def _level(port: Port, measured: rounds.Measured, a_name: str, b_name: str) -> contrib.Interval | None:
     """A against B at one other level, over the rounds that measured both."""
     if a_name not in measured.values or b_name not in measured.values:
         return None
     return contrib.compare(
         *contrib.paired(measured.values[a_name], measured.values[b_name]),
-        direction=ctx.spec.objective.direction,
+        direction=port.spec.objective.direction,
         noise=contrib.pair_noise(measured.values, a_name, b_name),
     )

@@ -12,33 +12,33 @@ from collections.abc import Mapping
 from orchestrator.records import TrialRole
 from orchestrator.results import contrib, select, sequential
 from orchestrator.stats import COVARIATE_MIN_DOF, Contrast
-from orchestrator.sweep._context import Context
-from orchestrator.sweep._promotion import Arms, Champion
+from orchestrator.verdict.port import Port
+from orchestrator.verdict.steps import Arms, Champion
 
 log = logging.getLogger("sweep")
 
 
 def contending(
-    ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan, search: Contrast | None
+    port: Port, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan, search: Contrast | None
 ) -> list[str]:
     """["runner_up"] while it measured better than the champion on all the evidence (contrib.contender_wins)
     and its own gate has not decided: it would be deployed if it passed, so it joins the gate's pair
-    (_confirm.run_rounds says in which rounds; a runner-up left out of the rounds the gate's noise needed
+    (rounds.run_rounds says in which rounds; a runner-up left out of the rounds the gate's noise needed
     could not pass its own gate, and the champion it beat was deployed: the overnight bench at 4% noise,
     seed 26)."""
-    direction = ctx.spec.objective.direction
+    direction = port.spec.objective.direction
     if contrib.contender_wins(values, "runner_up", direction=direction, search=search) is None:
         return []
     own = contrib.gate_of(values, "runner_up", plan, direction=direction)
     return [] if own is not None and own.verdict is not None else ["runner_up"]
 
 
-def search_contrast(ctx: Context, champion: Champion, measuring: Arms) -> Contrast | None:
+def search_contrast(port: Port, champion: Champion, measuring: Arms) -> Contrast | None:
     """What the search's own measurements say of the runner-up against the champion (None without one)."""
     if not any(a.name == "runner_up" for a in measuring.arms):
         return None
-    spec = ctx.spec
-    eligible = select.eligible_values(ctx.outcomes, metric=spec.objective.metric, constraints=spec.objective.bounds())
+    spec = port.spec
+    eligible = select.eligible_values(port.outcomes, metric=spec.objective.metric, constraints=spec.objective.bounds())
     return select.search_contrast(
         eligible,
         champion.trial.params,
@@ -60,11 +60,13 @@ def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | No
     )
 
 
-def note_run_speed(ctx: Context) -> None:
+def note_run_speed(port: Port) -> None:
     """Say in the log whether the pick took each run's own speed out of its measurements (select.run_speed)."""
-    objective, level = ctx.spec.objective, ctx.spec.benchmark.concurrency
+    objective, level = port.spec.objective, port.spec.benchmark.concurrency
     eligible = select.eligible_values(
-        [o for o in ctx.outcomes if o.role is TrialRole.search], metric=objective.metric, constraints=objective.bounds()
+        [o for o in port.outcomes if o.role is TrialRole.search],
+        metric=objective.metric,
+        constraints=objective.bounds(),
     )
     adjustable = select.run_speed_metric(objective.metric, level)
     if adjustable is None and objective.metric in select.RUN_SPEED_METRICS:

@@ -18,12 +18,12 @@ from dataclasses import replace
 from orchestrator.fsio import write_json
 from orchestrator.records import ScoredOutput
 from orchestrator.results import contrib, correctness, sequential
-from orchestrator.sweep import _confirm
-from orchestrator.sweep._context import Context
-from orchestrator.sweep._outputs import run_dir, scored
-from orchestrator.sweep._promotion import Arms, Champion, Choice, Gate, Promotion
-from orchestrator.sweep.state import Outcome
 from orchestrator.trial import outputs
+from orchestrator.verdict import rounds
+from orchestrator.verdict.outputs import run_dir, scored
+from orchestrator.verdict.port import Port
+from orchestrator.verdict.steps import Arms, Champion, Choice, Gate, Promotion
+from orchestrator.verdict.value import Outcome
 
 log = logging.getLogger("sweep")
 
@@ -31,19 +31,19 @@ _ROUNDS_SCANNED = 256
 """Confirmation rounds searched for the baseline's scores: the gate's (at most 100) and the ones after."""
 
 
-def check(ctx: Context, arm: str) -> correctness.Correctness:
+def check(port: Port, arm: str) -> correctness.Correctness:
     """The correctness verdict on confirmation arm `arm` against the baseline."""
-    c = ctx.spec.promotion.correctness
+    c = port.spec.promotion.correctness
     scores: list[ScoredOutput] = []
     for i in range(1, _ROUNDS_SCANNED):
-        record = scored(ctx, i)
+        record = scored(port, i)
         if record is not None:
             scores = list(record.scored)
             break
     return correctness.compare(
         arm,
-        outputs.read(run_dir(ctx, 0, arm)),
-        outputs.read(run_dir(ctx, 0, "baseline")),
+        outputs.read(run_dir(port, 0, arm)),
+        outputs.read(run_dir(port, 0, "baseline")),
         scores,
         prompts=c.prompts,
         tolerance_nats=c.tolerance_nats,
@@ -51,23 +51,23 @@ def check(ctx: Context, arm: str) -> correctness.Correctness:
 
 
 def gate(
-    ctx: Context,
+    port: Port,
     champion: Champion,
     measuring: Arms,
-    measured: _confirm.Measured,
+    measured: rounds.Measured,
     passed: Gate,
     plan: sequential.RoundsPlan,
     chosen: Choice,
 ) -> Choice | Promotion:
     """`chosen` when its outputs are the baseline's; else the next configuration that passed the speed
     gate and this one, its verdict saying why the first was refused; else the Promotion refusing them."""
-    if not ctx.spec.promotion.correctness.enabled:
+    if not port.spec.promotion.correctness.enabled:
         return chosen
     verdicts: dict[str, correctness.Correctness] = {}
-    for choice in [chosen, *_alternatives(ctx, champion, measuring, measured.values, passed, plan, chosen)]:
-        verdicts[choice.name] = verdict = check(ctx, choice.name)
+    for choice in [chosen, *_alternatives(port, champion, measuring, measured.values, passed, plan, chosen)]:
+        verdicts[choice.name] = verdict = check(port, choice.name)
         if verdict.passed:
-            _keep(ctx, verdicts)
+            _keep(port, verdicts)
             log.info("%s: %s", choice.name, verdict.text())
             if choice is chosen:
                 return replace(chosen, verdict=f"{chosen.verdict}. {verdict.text()}")
@@ -78,7 +78,7 @@ def gate(
                 verdict=f"promoted {who} instead of {chosen.label}, which changes the "
                 f"outputs ({refused}). {choice.verdict}. {verdict.text()}",
             )
-    _keep(ctx, verdicts)
+    _keep(port, verdicts)
     refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items())
     why = (
         f"not promoted: the configuration passed the speed gate but not the correctness gate, and no "
@@ -95,7 +95,7 @@ _DERIVATION = {"no_speculation": "without speculation", "default_communication":
 
 
 def _alternatives(
-    ctx: Context,
+    port: Port,
     champion: Champion,
     measuring: Arms,
     values: Mapping[str, Mapping[int, float]],
@@ -105,7 +105,7 @@ def _alternatives(
 ) -> list[Choice]:
     """The other configurations that passed the speed gate against the baseline: the champion (when
     it passed), then its simpler forms and the runner-up, each when it passes the gate itself."""
-    spec = ctx.spec
+    spec = port.spec
     number = champion.trial.number
     out = []
     if chosen.name != "champion" and passed.passed:
@@ -145,5 +145,5 @@ def _alternatives(
     return out
 
 
-def _keep(ctx: Context, verdicts: Mapping[str, correctness.Correctness]) -> None:
-    write_json(ctx.paths.root / "confirm" / "correctness.json", {k: v.record() for k, v in verdicts.items()})
+def _keep(port: Port, verdicts: Mapping[str, correctness.Correctness]) -> None:
+    write_json(port.workdir / "confirm" / "correctness.json", {k: v.record() for k, v in verdicts.items()})

@@ -13,21 +13,21 @@ from pathlib import Path
 
 from orchestrator.records import OutputsRecord, OutputsRequest, ScoreRequest
 from orchestrator.results.correctness import first_difference
-from orchestrator.sweep._context import Context
 from orchestrator.trial import outputs
+from orchestrator.verdict.port import Port
 
 CANDIDATES = ("champion", "no_speculation", "default_communication", "runner_up")
 """The confirmation arms that may be promoted: their outputs are checked."""
 
 
-def run_dir(ctx: Context, round_i: int, arm: str) -> Path:
+def run_dir(port: Port, round_i: int, arm: str) -> Path:
     """Where the confirmation run of `arm` in round `round_i` keeps its files (as sweep._confirm names it)."""
-    return ctx.paths.confirm_dir(round_i, arm.replace("@", "-c"))
+    return port.arm_dir(round_i, arm.replace("@", "-c"))
 
 
-def request(ctx: Context, arm: str, round_i: int) -> OutputsRequest | None:
+def request(port: Port, arm: str, round_i: int) -> OutputsRequest | None:
     """What the run of `arm` in round `round_i` (0-based) captures or scores; None: nothing."""
-    c = ctx.spec.promotion.correctness
+    c = port.spec.promotion.correctness
     if not c.enabled:
         return None
     if round_i == 0:
@@ -36,27 +36,27 @@ def request(ctx: Context, arm: str, round_i: int) -> OutputsRequest | None:
             if arm in (*CANDIDATES, "baseline")
             else None
         )
-    if arm != "baseline" or any(scored(ctx, r) for r in range(1, round_i)):
+    if arm != "baseline" or any(scored(port, r) for r in range(1, round_i)):
         return None
-    to_score = _to_score(ctx)
+    to_score = _to_score(port)
     return OutputsRequest(prompts=0, max_new_tokens=c.max_new_tokens, score=to_score) if to_score else None
 
 
-def scored(ctx: Context, round_i: int) -> OutputsRecord | None:
+def scored(port: Port, round_i: int) -> OutputsRecord | None:
     """The scores of a later round's baseline run, when it completed them."""
-    record = outputs.read(run_dir(ctx, round_i, "baseline"))
+    record = outputs.read(run_dir(port, round_i, "baseline"))
     return record if record is not None and record.scored and not record.error else None
 
 
-def _to_score(ctx: Context) -> tuple[ScoreRequest, ...]:
+def _to_score(port: Port) -> tuple[ScoreRequest, ...]:
     """Every round-one output of a candidate that differs from the baseline's own."""
-    base = outputs.read(run_dir(ctx, 0, "baseline"))
+    base = outputs.read(run_dir(port, 0, "baseline"))
     if base is None:
         return ()
     own = {p.prompt: p for p in base.prompts}
     out = []
     for arm in CANDIDATES:
-        record = outputs.read(run_dir(ctx, 0, arm))
+        record = outputs.read(run_dir(port, 0, arm))
         for p in record.prompts if record is not None else ():
             b = own.get(p.prompt)
             if b is not None and first_difference(p.output_ids, b.output_ids) is not None:

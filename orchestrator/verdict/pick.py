@@ -9,40 +9,41 @@ import logging
 from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, select
 from orchestrator.search import space as sp
-from orchestrator.sweep import _confirm, _contender
-from orchestrator.sweep._context import Context
-from orchestrator.sweep._promotion import Arms, Champion, Choice, Promotion
-from orchestrator.sweep._register import constraints, gate_level_named, run_id_of
-from orchestrator.sweep.state import Outcome
+from orchestrator.verdict import contender, rounds
+from orchestrator.verdict.arm import Arm
+from orchestrator.verdict.port import Port
+from orchestrator.verdict.register import constraints, gate_level_named, run_id_of
+from orchestrator.verdict.steps import Arms, Champion, Choice, Promotion
+from orchestrator.verdict.value import Outcome
 
 log = logging.getLogger("sweep")
 
 
-def pick(ctx: Context) -> Champion | Promotion:
+def pick(port: Port) -> Champion | Promotion:
     """The champion of the search, with the baseline and its MLflow run; or why there is none to promote."""
-    spec = ctx.spec
+    spec = port.spec
     metric = spec.objective.metric
-    feasible = [o for o in ctx.outcomes if o.role is TrialRole.search]
+    feasible = [o for o in port.outcomes if o.role is TrialRole.search]
     champion = select.pick_champion(
         feasible,
         metric=metric,
         direction=spec.objective.direction,
-        constraints=constraints(ctx),
+        constraints=constraints(port),
         concurrency=spec.benchmark.concurrency,
     )
     baseline = next(
-        (o for o in reversed(ctx.outcomes) if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE), None
+        (o for o in reversed(port.outcomes) if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE), None
     )
     if champion is None or baseline is None:
         return Promotion(Outcome.no_champion, _no_champion(feasible) if champion is None else "no baseline measured")
-    _contender.note_run_speed(ctx)
-    run_id = run_id_of(ctx, champion)
+    contender.note_run_speed(port)
+    run_id = run_id_of(port, champion)
     if run_id is None:
         return Promotion(
             Outcome.no_champion,
-            f"not promoted: trial {champion.number} is not in MLflow yet ({ctx.track.pending()} "
+            f"not promoted: trial {champion.number} is not in MLflow yet ({port.pending()} "
             f"result(s) wait in the outbox); when MLflow is reachable run `sweep sync` and "
-            f"{ctx.resume_hint} to promote",
+            f"{port.resume_hint} to promote",
         )
     return Champion(trial=champion, baseline=baseline, run_id=run_id, metric=metric)
 
@@ -69,14 +70,14 @@ def _no_champion(searched: list[TrialOutcome]) -> str:
     )
 
 
-def ungated(ctx: Context, champion: Champion) -> Choice | Promotion:
+def ungated(port: Port, champion: Champion) -> Choice | Promotion:
     """Without a gate (promotion.max_rounds: 0): the champion on its one search-phase measurement against
     the baseline's, promoted as unconfirmed when that shows promotion.min_gain, refused otherwise."""
-    spec = ctx.spec
+    spec = port.spec
     metric, level = champion.metric, spec.benchmark.concurrency
     value, base_value = champion.search_value, float(getattr(champion.baseline.metrics, metric))
     figures = contrib.unconfirmed(value, base_value, metric, spec.objective.direction, concurrency=level)
-    at = f" at {contrib.streams(level)}" if gate_level_named(ctx) is not None else ""
+    at = f" at {contrib.streams(level)}" if gate_level_named(port) is not None else ""
     measured = (
         f"{value:.2f} vs baseline {base_value:.2f} {metric}, {figures.gain * 100:+.1f}% from one measurement each{at}"
     )
@@ -98,40 +99,38 @@ def ungated(ctx: Context, champion: Champion) -> Choice | Promotion:
     )
 
 
-def arms(ctx: Context, champion: Champion) -> Arms:
+def arms(port: Port, champion: Champion) -> Arms:
     """The champion and the baseline (the main pair), the ablations (promotion.explain), the pair at each
     other promotion.concurrency level, and the champion as the other kind of step control."""
-    spec = ctx.spec
+    spec = port.spec
     trial, level = champion.trial, spec.benchmark.concurrency
     base_params = sp.baseline_params(spec.space)
     out = [
-        _confirm.Arm("champion", dict(trial.params), trial.number, level, main=True),
-        _confirm.Arm("baseline", base_params, -1, level, main=True),
+        Arm("champion", dict(trial.params), trial.number, level, main=True),
+        Arm("baseline", base_params, -1, level, main=True),
     ]
     if spec.promotion.explain:
-        out += _ablations(ctx, trial, base_params)
+        out += _ablations(port, trial, base_params)
     for c in spec.promotion.concurrency:
         if c != level:
-            out.append(_confirm.Arm(f"champion@{c}", dict(trial.params), trial.number, c))
-            out.append(_confirm.Arm(f"baseline@{c}", base_params, -1, c))
-    steps, counterpart, fixed = _confirm.steps_arms(
-        spec, trial.params, trial.number, ctx.outcomes, constraints(ctx), spec.promotion.concurrency or (level,)
+            out.append(Arm(f"champion@{c}", dict(trial.params), trial.number, c))
+            out.append(Arm(f"baseline@{c}", base_params, -1, c))
+    steps, counterpart, fixed = rounds.steps_arms(
+        spec, trial.params, trial.number, port.outcomes, constraints(port), spec.promotion.concurrency or (level,)
     )
     return Arms(arms=tuple(out + steps), counterpart=counterpart, fixed=fixed)
 
 
-def _ablations(ctx: Context, trial: TrialOutcome, base_params: dict[str, ParamValue]) -> list[_confirm.Arm]:
+def _ablations(port: Port, trial: TrialOutcome, base_params: dict[str, ParamValue]) -> list[Arm]:
     """The champion without each of its parts (when it sets both), and the runner-up from another region."""
-    spec = ctx.spec
+    spec = port.spec
     level = spec.benchmark.concurrency
     out = []
     set_knobs = {k for k, v in trial.params.items() if v != base_params.get(k)}
     if contrib.speculates(trial.params) and any(not speculation_knob(k) for k in set_knobs):
+        out.append(Arm("no_speculation", contrib.without_speculation(trial.params, base_params), trial.number, level))
         out.append(
-            _confirm.Arm("no_speculation", contrib.without_speculation(trial.params, base_params), trial.number, level)
-        )
-        out.append(
-            _confirm.Arm(
+            Arm(
                 "default_communication",
                 contrib.with_default_communication(trial.params, base_params),
                 trial.number,
@@ -140,26 +139,24 @@ def _ablations(ctx: Context, trial: TrialOutcome, base_params: dict[str, ParamVa
         )
     elif not contrib.speculates(trial.params):
         donor = contrib.best_speculating(
-            ctx.outcomes,
+            port.outcomes,
             metric=spec.objective.metric,
             direction=spec.objective.direction,
-            constraints=constraints(ctx),
+            constraints=constraints(port),
             concurrency=spec.benchmark.concurrency,
         )
         if donor is not None:
             out.append(
-                _confirm.Arm(
-                    "with_speculation", contrib.with_speculation_of(trial.params, donor.params), trial.number, level
-                )
+                Arm("with_speculation", contrib.with_speculation_of(trial.params, donor.params), trial.number, level)
             )
     other = contrib.runner_up(
-        ctx.outcomes,
+        port.outcomes,
         trial,
         metric=spec.objective.metric,
         direction=spec.objective.direction,
-        constraints=constraints(ctx),
+        constraints=constraints(port),
         concurrency=spec.benchmark.concurrency,
     )
     if other is not None:
-        out.append(_confirm.Arm("runner_up", dict(other.params), other.number, level))
+        out.append(Arm("runner_up", dict(other.params), other.number, level))
     return out

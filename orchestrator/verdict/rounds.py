@@ -18,37 +18,19 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.config import eagle, knobs
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.execute.base import Finished
-from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialRole, TrialSpec, TrialStatus
+from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialStatus
 from orchestrator.results import contrib, sequential
-from orchestrator.sweep import _outputs, schedule
-from orchestrator.sweep._context import Context
-from orchestrator.sweep._loop import WAIT_S, keep_files
-from orchestrator.sweep._record import baseline_measured_at
-from orchestrator.sweep.schedule import at_concurrency
-from orchestrator.sweep.state import ConfirmationRun
+from orchestrator.verdict import schedule
+from orchestrator.verdict.arm import Arm
+from orchestrator.verdict.port import Port, Run
 
 log = logging.getLogger("sweep")
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One configuration measured in the rounds."""
-
-    name: str
-    """champion | baseline | no_speculation | default_communication | runner_up | champion@8 | baseline@8 ..."""
-    params: dict[str, ParamValue]
-    number: int
-    """The trial it comes from (-1: the baseline)."""
-    concurrency: int
-    main: bool = False
-    """The champion/baseline pair the verdict is about: measured until decided."""
 
 
 class ConfirmationRow(Frozen):
@@ -138,7 +120,7 @@ add less than promotion.equivalence_margin nor significant), measured beside the
 
 
 def run_rounds(
-    ctx: Context,
+    port: Port,
     arms: list[Arm],
     plan: sequential.RoundsPlan,
     *,
@@ -163,36 +145,36 @@ def run_rounds(
     rows: list[ConfirmationRow] = []
     stopped, rounds = "", 0
     decision: sequential.Decision | None = None
-    timing = _timing(ctx)
+    timing = _timing(port)
     for i in range(plan.max_rounds):
         chosen = _round_arms(arms, values, plan, i, decision, more, contends)
         if chosen is None:
             break
         wanted, extra = chosen
-        held = hold_s if i >= plan.min_rounds else _gate_hold(ctx, values, wanted, plan, timing, i)
-        open_arms = _open_arms(ctx, wanted, timing, i, held, undecided=decision is None, after=rounds, plan=plan)
+        held = hold_s if i >= plan.min_rounds else _gate_hold(port, values, wanted, plan, timing, i)
+        open_arms = _open_arms(port, wanted, timing, i, held, undecided=decision is None, after=rounds, plan=plan)
         if extra and not extra & {a.name for a in open_arms}:
             log.warning("confirmation: no time left for round %d of %s", i + 1, ", ".join(sorted(extra)))
             break
         if not open_arms:
             stopped = (
-                f"the wall-time budget ({ctx.timeout_s / 60:.0f} min for this run) leaves no time for round {i + 1}"
+                f"the wall-time budget ({port.timeout_s / 60:.0f} min for this run) leaves no time for round {i + 1}"
             )
             break
         order = open_arms if i % 2 == 0 else list(reversed(open_arms))
-        rows += [_row(ctx, arm, finished, i, values) for arm, finished in _measure(ctx, order, i, plan.max_rounds)]
+        rows += [_row(port, run, i, values) for run in port.run_round(order, i, plan.max_rounds)]
         rounds = i + 1
-        if ctx.interrupts.pressed:
+        if port.interrupted():
             stopped = "interrupted during the confirmation rounds"
             break
         if decision is None:
-            decision = _decided(ctx, values, plan)
-    if decision is not None and not ctx.interrupts.pressed:
+            decision = _decided(port, values, plan)
+    if decision is not None and not port.interrupted():
         return Measured(values=values, rows=tuple(rows), decision=decision, rounds=rounds)
     return Measured(
         values=values,
         rows=tuple(rows),
-        decision=_undecided(ctx, values, plan, rounds, stopped),
+        decision=_undecided(port, values, plan, rounds, stopped),
         rounds=rounds,
         stopped=stopped,
     )
@@ -234,7 +216,7 @@ def _wanted(arms: list[Arm], leading: set[str], extra: set[str], *, decided: boo
 
 
 def _open_arms(
-    ctx: Context,
+    port: Port,
     wanted: list[Arm],
     timing: _Timing,
     i: int,
@@ -246,12 +228,12 @@ def _open_arms(
 ) -> list[Arm]:
     """The arms of round `i` that fit, with `held` seconds kept back; when none fit and the gate is still
     undecided, the time held is the gate's (nothing is deployed yet to measure after it)."""
-    open_arms = _fitting_round(ctx, wanted, timing, i, held)
+    open_arms = _fitting_round(port, wanted, timing, i, held)
     if not open_arms and held and undecided:
         # Undecided, nothing is deployed and the arms measured after it have nothing to describe: the
         # gate's next round takes their time (they are dropped with a line if none is left). Before
         # min_rounds the time kept for the gate's later rounds never stops its own pair.
-        open_arms = _fitting_round(ctx, wanted, timing, i)
+        open_arms = _fitting_round(port, wanted, timing, i)
         if open_arms and i >= plan.min_rounds:
             log.warning(
                 "confirmation: the gate is still undecided after %d rounds; round %d takes the time "
@@ -262,7 +244,7 @@ def _open_arms(
     return open_arms
 
 
-def run_more(ctx: Context, arms: list[Arm], rounds: int, measured: Measured, *, fresh: Sequence[str] = ()) -> Measured:
+def run_more(port: Port, arms: list[Arm], rounds: int, measured: Measured, *, fresh: Sequence[str] = ()) -> Measured:
     """The arms measured after the deployed configuration was decided (it and the baseline at the
     other loads, its adaptive-or-fixed counterpart), `rounds` interleaved rounds numbered after the
     gate's, added to `measured`; the arms named in `fresh` lose what the gate's rounds measured under
@@ -273,22 +255,22 @@ def run_more(ctx: Context, arms: list[Arm], rounds: int, measured: Measured, *, 
     for a in arms:
         values.setdefault(a.name, {})
     rows = list(measured.rows)
-    timing = _timing(ctx)
+    timing = _timing(port)
     first = measured.rounds
     for j in range(rounds):
         i = first + j
-        if ctx.interrupts.pressed or ctx.elapsed() + timing.round_s(arms) > ctx.timeout_s:
-            if not ctx.interrupts.pressed:
+        if port.interrupted() or port.elapsed() + timing.round_s(arms) > port.timeout_s:
+            if not port.interrupted():
                 log.warning("confirmation: no time left for round %d of %s", j + 1, ", ".join(a.name for a in arms))
             break
         order = arms if j % 2 == 0 else list(reversed(arms))
-        rows += [_row(ctx, arm, finished, i, values) for arm, finished in _measure(ctx, order, i, first + rounds)]
+        rows += [_row(port, run, i, values) for run in port.run_round(order, i, first + rounds)]
     return Measured(
         values=values, rows=tuple(rows), decision=measured.decision, rounds=measured.rounds, stopped=measured.stopped
     )
 
 
-def _fitting_round(ctx: Context, open_arms: list[Arm], timing: _Timing, i: int, hold_s: float = 0.0) -> list[Arm]:
+def _fitting_round(port: Port, open_arms: list[Arm], timing: _Timing, i: int, hold_s: float = 0.0) -> list[Arm]:
     """The arms of round `i` that fit the time left (less `hold_s`), chosen as the night's plan chooses
     them (schedule.plan, one round): the main pair, then the other arms by value (the runner-up, which can
     still win, before the ablations) while they fit; none when the pair itself does not. Each arm left
@@ -299,10 +281,10 @@ def _fitting_round(ctx: Context, open_arms: list[Arm], timing: _Timing, i: int, 
         return schedule.plan(
             [(a.name, a.concurrency, a.main) for a in arms],
             seconds=timing.seconds,
-            left_s=ctx.timeout_s - hold_s - ctx.elapsed(),
+            left_s=port.timeout_s - hold_s - port.elapsed(),
             share_s=math.inf,
             min_rounds=1,
-            gate_level=ctx.spec.benchmark.concurrency,
+            gate_level=port.spec.benchmark.concurrency,
             slots=timing.slots,
         )
 
@@ -319,7 +301,7 @@ def _fitting_round(ctx: Context, open_arms: list[Arm], timing: _Timing, i: int, 
 
 
 def _gate_hold(
-    ctx: Context,
+    port: Port,
     values: Mapping[str, Mapping[int, float]],
     arms: Sequence[Arm],
     plan: sequential.RoundsPlan,
@@ -336,13 +318,13 @@ def _gate_hold(
     noise = contrib.pair_noise(values)
     if noise is None or len(champ) < 2:
         return 0.0
-    gain = sequential.evidence(champ, base, direction=ctx.spec.objective.direction, level=plan.level, noise=noise).gain
+    gain = sequential.evidence(champ, base, direction=port.spec.objective.direction, level=plan.level, noise=noise).gain
     extra = sequential.rounds_needed(gain, noise, plan) - plan.min_rounds
     if extra <= 0:
         return 0.0
     pair_s = timing.round_s([a for a in arms if a.main])
     # The rounds up to min_rounds keep at least their pair (a second's margin against rounding).
-    left_s = ctx.timeout_s - ctx.elapsed() - (plan.min_rounds - i) * pair_s - 1.0
+    left_s = port.timeout_s - port.elapsed() - (plan.min_rounds - i) * pair_s - 1.0
     hold = min(extra * pair_s, max(left_s, 0.0))
     if hold > 0:
         log.warning(
@@ -359,10 +341,10 @@ def _gate_hold(
 
 
 def _decided(
-    ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan
+    port: Port, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan
 ) -> sequential.Decision | None:
     """The gate's decision once min_rounds are in and it reaches a verdict; None to measure on."""
-    decision = contrib.gate_of(values, "champion", plan, direction=ctx.spec.objective.direction)
+    decision = contrib.gate_of(values, "champion", plan, direction=port.spec.objective.direction)
     return decision if decision is not None and decision.verdict is not None else None
 
 
@@ -378,33 +360,18 @@ class _Timing:
         return sum(self.seconds(a.concurrency) for a in arms) / self.slots
 
 
-def _timing(ctx: Context) -> _Timing:
-    return _Timing(schedule.run_seconds(ctx.spec, ctx.outcomes), max(ctx.executor.idle(), 1))
+def _timing(port: Port) -> _Timing:
+    return _Timing(schedule.run_seconds(port.spec, port.outcomes), max(port.slots(), 1))
 
 
-def _row(ctx: Context, arm: Arm, finished: Finished, i: int, values: dict[str, dict[int, float]]) -> ConfirmationRow:
-    """Keep and log one finished confirmation run; its value goes into `values` (and the baseline's
-    into the sweep's baselines: the end-of-sweep measurement)."""
-    if finished.lost is not None:
-        return ConfirmationRow(round=i, who=arm.name, status=TrialStatus.FAILED, reason=finished.lost[:200])
-    outcome = finished.outcome
-    keep_files(ctx.paths.confirm_dir(i, arm.name.replace("@", "-c")), finished.files)
-    ctx.track.log_trial(
-        ctx.parent_run_id or "",
-        outcome,
-        run_id=None,
-        extra_metrics={},
-        extra_tags={
-            "sweep.confirm_round": str(i),
-            "sweep.confirm_of": arm.name,
-            "sweep.confirm_concurrency": str(arm.concurrency),
-        },
-    )
-    value = _value(outcome, ctx.spec.objective.metric)
+def _row(port: Port, run: Run, i: int, values: dict[str, dict[int, float]]) -> ConfirmationRow:
+    """One finished confirmation run (kept and logged by the port) as a row; its value goes into `values`."""
+    arm, outcome = run.arm, run.outcome
+    if outcome is None:
+        return ConfirmationRow(round=i, who=arm.name, status=TrialStatus.FAILED, reason=(run.lost or "lost")[:200])
+    value = value_of(outcome, port.spec.objective.metric)
     if value is not None:
         values[arm.name][i] = value
-        if arm.name == "baseline":
-            baseline_measured_at(ctx, outcome.finished_at, value)
     return ConfirmationRow(
         round=i,
         who=arm.name,
@@ -415,7 +382,7 @@ def _row(ctx: Context, arm: Arm, finished: Finished, i: int, values: dict[str, d
     )
 
 
-def _value(outcome: TrialOutcome, metric: str) -> float | None:
+def value_of(outcome: TrialOutcome, metric: str) -> float | None:
     """The objective's value of a complete run, when positive; None otherwise."""
     raw = getattr(outcome.metrics, metric) if outcome.metrics is not None else None
     return float(raw) if outcome.status is TrialStatus.COMPLETE and raw is not None and raw > 0 else None
@@ -427,7 +394,7 @@ def _main(values: Mapping[str, Mapping[int, float]]) -> tuple[list[float], list[
 
 
 def _undecided(
-    ctx: Context, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan, rounds: int, stopped: str
+    port: Port, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan, rounds: int, stopped: str
 ) -> sequential.Decision | None:
     """Stopped early or rounds failed: the evidence so far, and no verdict but "undecided" (None
     with fewer than two complete rounds)."""
@@ -435,53 +402,16 @@ def _undecided(
     if len(champ) < 2:
         return None
     ev = sequential.evidence(
-        champ, base, direction=ctx.spec.objective.direction, level=plan.level, noise=contrib.pair_noise(values)
+        champ, base, direction=port.spec.objective.direction, level=plan.level, noise=contrib.pair_noise(values)
     )
     why = stopped or f"{rounds - len(champ)} of {rounds} rounds failed"
     return sequential.Decision(
         sequential.Verdict.undecided,
         ev,
         f"undecided after {len(champ)} complete round(s): {_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}]; "
-        f"{why}; see {ctx.paths.root / 'confirm'}, then {ctx.resume_hint} or raise budget.wall_time",
+        f"{why}; see {port.workdir / 'confirm'}, then {port.resume_hint} or raise budget.wall_time",
     )
 
 
 def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
-
-
-def _measure(ctx: Context, order: list[Arm], i: int, of: int) -> Iterator[tuple[Arm, Finished]]:
-    """Run the arms of round `i` in `order`, as many at a time as the executor has free slots."""
-    executor = ctx.executor
-    pending = list(order)
-    running: dict[int, Arm] = {}
-    while pending or running:
-        while pending and executor.idle() > 0 and not ctx.interrupts.pressed:
-            arm = pending.pop(0)
-            tdir = ctx.paths.confirm_dir(i, arm.name.replace("@", "-c"))
-            spec = TrialSpec(
-                number=arm.number,
-                params=arm.params,
-                effective_params=eagle.effective(arm.params),
-                role=TrialRole.confirm,
-                repeats=ctx.spec.benchmark.repeats,
-                trial_dir=str(tdir),
-                seed=ctx.spec.sampler.seed * 7919 + i * 64 + order.index(arm),
-                sweep_started_at=ctx.started_at,
-                experiment=at_concurrency(ctx.spec, arm.concurrency),
-                outputs=_outputs.request(ctx, arm.name, i),
-            )
-            ctx.emit(ConfirmationRun(round=i + 1, of=of, who=arm.name))
-            running[executor.submit(spec)] = arm
-        if ctx.interrupts.pressed:
-            pending.clear()
-        if not running:
-            return
-        for finished in executor.wait(WAIT_S):
-            arm_done = running.pop(finished.handle, None)
-            if arm_done is not None:
-                yield arm_done, finished
-        if ctx.interrupts.pressed >= 2 and not ctx.abort_reason:
-            ctx.abort_reason = "aborted by a second Ctrl-C"
-            for handle in running:
-                executor.abort(handle)

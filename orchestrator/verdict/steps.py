@@ -16,8 +16,9 @@ from typing import Any
 
 from orchestrator.records import Frozen, ParamValue, TrialOutcome
 from orchestrator.results import contrib, sequential
-from orchestrator.sweep import _confirm
-from orchestrator.sweep.state import Outcome
+from orchestrator.verdict import rounds
+from orchestrator.verdict.arm import Arm
+from orchestrator.verdict.value import Outcome
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Champion:
 class Arms:
     """What the confirmation measures, and the step-control comparison among them."""
 
-    arms: tuple[_confirm.Arm, ...]
+    arms: tuple[Arm, ...]
     counterpart: str
     """contrib.ADAPTIVE or FIXED: the kind of step control the champion is compared with ("" when none)."""
     fixed: str
@@ -158,7 +159,7 @@ class Promotion:
     """None: interrupted during the rounds (confirm again on --resume)."""
     verdict: str
     champion: Champion | None = None
-    rows: tuple[_confirm.ConfirmationRow, ...] | None = None
+    rows: tuple[rounds.ConfirmationRow, ...] | None = None
     """Every confirmation run, when rounds ran."""
     gate: Gate | None = None
     confirmed: contrib.Confirmed | None = None

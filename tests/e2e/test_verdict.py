@@ -43,7 +43,8 @@ def test_not_better_exits_3_and_export_reports_the_verdict(tmp_path, sqlite_stor
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert "not promoted (not better)" in proc.stdout and "promotion.min_gain" in proc.stdout
-    assert "search phase (one measurement, the best of many)" in proc.stdout
+    assert "not deployed (not better): the search's pick was trial " in proc.stdout  # the Verdict's headline
+    assert "in one search-phase run (optimistic)" in proc.stdout
     # min_rounds 3; open parts may earn more rounds while the night allows (sweep/_confirm.py), so at least 3.
     rounds = re.search(r"confirmed over (\d+) interleaved rounds", proc.stdout)
     assert rounds is not None and int(rounds.group(1)) >= 3, proc.stdout

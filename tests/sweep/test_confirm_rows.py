@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.records import TrialStatus
-from orchestrator.sweep._confirm import ConfirmationRow
+from orchestrator.verdict.rounds import ConfirmationRow
 
 
 @pytest.mark.parametrize(
