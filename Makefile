@@ -55,6 +55,7 @@ check: install
 	$(BIN)/mypy
 	$(BIN)/ruff check orchestrator tests bench scripts
 	$(BIN)/ruff format --check orchestrator tests bench scripts
+	$(BIN)/python scripts/check_complexity.py --max 15 orchestrator
 
 # Two pytest-xdist workers, a test file each at a time (--dist loadfile keeps a file's module fixtures in one
 # process): most tests wait on servers and processes they start, so two workers halve the wall time on a

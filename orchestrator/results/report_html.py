@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.results import contrib
+from orchestrator.results import contrib, report_plots
 
 STYLE = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;background:#f6f7f9;color:#1d2430}
@@ -34,6 +34,9 @@ tr.champion td{background:#fff6d6;font-weight:600} tr.failed td{color:#8a8f98}
 .scroll{overflow-x:auto;max-height:640px;overflow-y:auto;border:1px solid #dde1e6}
 code,pre{background:#eef1f4;border-radius:4px;padding:1px 4px;font-size:12px} pre{padding:8px;white-space:pre-wrap}
 .plot{background:#fff;border:1px solid #dde1e6;border-radius:8px;margin:10px 0;padding:6px}
+.plot svg.chart{display:block;width:100%;height:auto}
+.plot h3{font-size:14px;margin:4px 6px;color:#5c6675;font-weight:600}
+.card,.card code,li,p{overflow-wrap:anywhere}
 """
 
 FRONT_COLUMNS = ("champion", "trial", "role", "status", "failure_kind", "speedup_pct")
@@ -91,9 +94,16 @@ class ReportInput:
     truth: str = ""
     """On the simulator: how close the champion came to the space's true optimum."""
     plots: Sequence[tuple[str, str]] = ()
-    """(title, HTML fragment) of each plot, in order."""
+    """(title, HTML fragment) of Optuna's interactive views: named on the page, not inlined (plotly.js alone
+    is 4 MB); they are on the parent MLflow run under `optuna/` and in `sweep dashboard`."""
     figures: Mapping[str, str] = field(default_factory=dict)
-    """title -> base64 PNG of matplotlib figures."""
+    """title -> base64 PNG of matplotlib figures (report.figures): not drawn, the page draws its own SVG."""
+    parts: Sequence[report_plots.Bar] = ()
+    """Why it won: each part's gain with its interval (the verdict's contributions)."""
+    levels: Sequence[report_plots.Bar] = ()
+    """The deployed configuration against the baseline at each load level."""
+    secondary: str | None = None
+    """The second objective, when the sweep has two (the Pareto front is drawn)."""
 
 
 def _e(value: Any) -> str:
@@ -151,25 +161,31 @@ def _champion_cards(r: ReportInput) -> str:
         "".join(f"<li><code>{_e(k)}={_e(v)}</code></li>" for k, v in r.champion_params.items())
         or "<li>engine defaults</li>"
     )
+    value = f"{r.champion_value:.1f} {_e(r.objective)}" if r.champion_value is not None else ""
+    return f"""<div class="cards">
+<div class="card" id="champion"><div class="label">Which: {_e(r.which)}</div><div class="big">{_e(r.champion_label or f"trial {r.champion_trial}")}</div>
+<div>{value}</div><ul>{knobs}</ul></div>
+{_gain_card(r)}
+<div class="card" id="why"><div class="label">Why</div>{_why(r)}</div>
+</div>"""
+
+
+def _gain_card(r: ReportInput) -> str:
+    """How much: the gain of what the verdict is about, "confirmed" only where a gate measured it."""
     gain_cls = "good" if r.promoted else "warn"
     interval = (
         f"gate bounds {_pct(r.gain_low)} to {_pct(r.gain_high)}"  # sequential: wider than 95%
         if r.gain_low is not None and r.gain_high is not None and r.gain_low != r.gain_high
         else ""
     )
-    value = f"{r.champion_value:.1f} {_e(r.objective)}" if r.champion_value is not None else ""
     promoted = f"promoted as <code>{_e(r.model)}</code> version {_e(r.model_version)}" if r.promoted else "not promoted"
     env = f"<br>env file: <code>{_e(r.env_file)}</code>" if r.env_file else ""
     rounds = f" over {r.confirm_rounds} confirmation rounds" if r.confirm_rounds else ""
     at = "" if r.concurrency is None else f" at {contrib.streams(r.concurrency, short=True)}"
-    return f"""<div class="cards">
-<div class="card" id="champion"><div class="label">Which: {_e(r.which)}</div><div class="big">{_e(r.champion_label or f"trial {r.champion_trial}")}</div>
-<div>{value}</div><ul>{knobs}</ul></div>
-<div class="card" id="gain"><div class="label">How much: {"confirmed" if r.gated else "UNCONFIRMED"} gain{_e(at)}</div>
+    label = "confirmed" if r.gated else "UNCONFIRMED"
+    return f"""<div class="card" id="gain"><div class="label">How much: {label} gain{_e(at)}</div>
 <div class="big {gain_cls}">{_pct(r.gain) or "n/a"}</div><div>{interval}{_e(rounds)}</div>
-<p>{_e(r.verdict)}</p><p>{promoted}{env}</p></div>
-<div class="card" id="why"><div class="label">Why</div>{_why(r)}</div>
-</div>"""
+<p>{_e(r.verdict)}</p><p>{promoted}{env}</p></div>"""
 
 
 def _why(r: ReportInput) -> str:
@@ -232,21 +248,41 @@ def _health(r: ReportInput) -> str:
     return stop + drift + fp + truth
 
 
+def _plot(title: str, svg: str) -> str:
+    return f'<div class="plot"><h3>{_e(title)}</h3>{svg}</div>' if svg else ""
+
+
+def _plots(r: ReportInput) -> str:
+    """The history, the parts, the load levels and (two objectives) the Pareto front, as light SVG; where
+    Optuna's interactive views exist, the one line that says where they are."""
+    deployed = r.champion_trial
+    drawn = [
+        _plot(f"{r.objective} by trial", report_plots.history(r.table, r.objective, deployed)),
+        _plot("Why it won: the parts (gain with its interval)", report_plots.intervals(r.parts, "parts")),
+        _plot("Load levels: against the baseline", report_plots.intervals(r.levels, "load levels")),
+    ]
+    if r.secondary:
+        drawn.append(_plot("Pareto front", report_plots.pareto(r.table, r.objective, r.secondary)))
+    body = "".join(drawn) or "<p>Too few complete trials to draw.</p>"
+    if r.plots:
+        names = ", ".join(_e(title) for title, _ in r.plots)
+        body += (
+            f"<p class='sub'>Optuna's interactive views ({names}) are on the sweep's MLflow run under "
+            f"<code>optuna/</code>, and live in <code>sweep dashboard</code>.</p>"
+        )
+    return body
+
+
 def render(r: ReportInput, plotly_js: str = "") -> str:
-    """The report page. `plotly_js`: the script inlined once when `plots` are given (offline page)."""
-    script = f"<script>{plotly_js}</script>" if plotly_js and r.plots else ""
-    plots = "".join(f'<div class="plot">{fragment}</div>' for _, fragment in r.plots)
-    images = "".join(
-        f'<div class="plot"><img alt="{_e(t)}" style="max-width:100%" src="data:image/png;base64,{b}"></div>'
-        for t, b in r.figures.items()
-    )
+    """The report page: self-contained, no script, a few hundred kilobytes at most, as wide as the window.
+    `plotly_js` is not inlined (kept for callers that still pass it)."""
+    del plotly_js
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{_e(r.experiment)}: sweep report</title>
-<style>{STYLE}</style>{script}</head><body><main>
+<meta name="viewport" content="width=device-width,initial-scale=1"><style>{STYLE}</style></head><body><main>
 <h1>{_e(r.experiment)}: sweep report</h1>
 <div class="sub">objective: {_e(r.direction)} <code>{_e(r.objective)}</code></div>
 {_champion_cards(r)}
-<h2 id="history">History and knobs</h2>{plots or images or "<p>Too few complete trials to draw.</p>"}
-{images if plots else ""}
+<h2 id="history">History, parts and load levels</h2>{_plots(r)}
 <h2 id="failures">Failures by kind</h2>{_failures(r)}
 <h2 id="health">Fingerprint, drift and the true optimum</h2>{_health(r)}
 <h2 id="trials">Every trial, best first</h2>{table_html(r.table)}

@@ -230,21 +230,37 @@ def plan(
             kept += unit
             used += cost
             continue
-        if key[0] == 3 and key[2] == 1 and key[1] not in levels_kept:
-            why = f"its level's champion and baseline ({key[1]} streams) are not measured"
-        elif used + cost > left_s:
-            why = f"{cost / 3600:.2f} h does not fit the {max(left_s - used, 0) / 3600:.2f} h left of the night"
-        elif others + cost > share_s:
-            why = f"{cost / 3600:.2f} h would take the other arms past promotion.confirm_share ({share_s / 3600:.2f} h)"
-        else:
-            kept += unit
-            used += cost
-            others += cost
-            if key[0] == 3:
-                levels_kept.add(key[1])
+        left_out = _left_out(key, cost, levels_kept, used=used, others=others, left_s=left_s, share_s=share_s)
+        if left_out is not None:
+            dropped += [Dropped(a.name, left_out) for a in unit]
             continue
-        dropped += [Dropped(a.name, why) for a in unit]
+        kept += unit
+        used += cost
+        others += cost
+        if key[0] == 3:
+            levels_kept.add(key[1])
     return ConfirmationPlan(tuple(kept), tuple(dropped), slots)
+
+
+def _left_out(
+    key: tuple[int, int, int],
+    cost: float,
+    levels_kept: set[int],
+    *,
+    used: float,
+    others: float,
+    left_s: float,
+    share_s: float,
+) -> str | None:
+    """Why a unit other than the gate's pair is left out (its level's pair not measured, the night's time,
+    the other arms' share), or None when it fits."""
+    if key[0] == 3 and key[2] == 1 and key[1] not in levels_kept:
+        return f"its level's champion and baseline ({key[1]} streams) are not measured"
+    if used + cost > left_s:
+        return f"{cost / 3600:.2f} h does not fit the {max(left_s - used, 0) / 3600:.2f} h left of the night"
+    if others + cost > share_s:
+        return f"{cost / 3600:.2f} h would take the other arms past promotion.confirm_share ({share_s / 3600:.2f} h)"
+    return None
 
 
 def reserve(
