@@ -16,6 +16,9 @@ Pieces:
                   `params_from_launch` (argv + env -> model params: what a launch runs)
     spec_resolve.py  SGLang 0.5.23's resolution of the speculative flags per algorithm (`resolve`)
     engine.py     the scheduler loop: batching, real-time cycles, acceptance sampling, counters
+    requests.py   a request (its counters, /generate meta_info), one verify of its draft, the prefix cache
+    timing.py     what scales modelled time for a run: noise factors, jitter, drift
+    adaptive_steps.py  --speculative-adaptive's per-slot EMA of the acceptance length and its log line
     tokens.py     the simulated model's greedy tokens and log-probabilities (shared with the model-backed
                   executor), near ties by reduction order, modelled corruption (LL128 forced on PCIe)
     api.py        the HTTP routes (Starlette)        telemetry.py  /metrics (prometheus_client)

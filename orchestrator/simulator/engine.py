@@ -34,147 +34,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import math
 import random
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from orchestrator.simulator import failures, tokens
 from orchestrator.simulator import model as perf
+from orchestrator.simulator.adaptive_steps import AdaptiveSteps
 from orchestrator.simulator.logs import Log
+from orchestrator.simulator.requests import PrefixCache, Request, next_tokens, verify
 from orchestrator.simulator.telemetry import Metrics
+from orchestrator.simulator.timing import Timing, per_cycle_jitter, run_factor, run_factors
 from orchestrator.simulator.tokens import detokenize, tokenize
 
 __all__ = ["Engine", "Request", "Timing", "detokenize", "per_cycle_jitter", "run_factor", "run_factors", "tokenize"]
-
-LogprobEntry = tuple[float | None, int, str | None]
-
-_GOLDEN = 0.6180339887498949
-
 
 CATCH_UP_S = 2.0
 """How far behind its schedule the loop may fall and still catch up (the next steps run back to back until
 it is on time again), so a machine under load, whose scheduler wakes the loop late now and then, serves
 the modelled rate on average; a longer stall (a stopped process) resumes from now instead of bursting."""
-
-
-@dataclass(eq=False)
-class Request:
-    """One generation, from arrival to finish; the HTTP handler waits on `wake`."""
-
-    input_ids: list[int]
-    max_new_tokens: int
-    stream: bool = False
-    internal: str | None = None
-    """'warmup' or 'health' for the server's own requests (not counted as user traffic)."""
-    rid: str = field(default_factory=lambda: uuid.uuid4().hex)
-    created: float = field(default_factory=time.perf_counter)
-    created_wall: float = field(default_factory=time.time)
-    output_ids: list[int] = field(default_factory=list)
-    cached_tokens: int = 0
-    verify_ct: int = 0
-    correct_drafts: int = 0
-    proposed_drafts: int = 0
-    """Draft tokens offered for verification (each cycle's draft tokens - 1: they vary when adaptive)."""
-    accept_histogram: list[int] = field(default_factory=list)
-    phase: float = 0.0
-    """Where this request's low-discrepancy acceptance sequence starts."""
-    first_token_at: float | None = None
-    last_chunk_at: float | None = None
-    finished_at: float | None = None
-    finish_reason: dict | None = None
-    aborted: bool = False
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    return_logprob: bool = False
-    logprob_start_len: int = -1
-    """SGLang's meaning: the first prompt position to report; -1 only the output tokens."""
-    top_logprobs_num: int = 0
-    return_text_in_logprobs: bool = False
-    greedy: tokens.Stream | None = None
-    """The greedy stream of this request's context (set at submit)."""
-    output_logprobs: list[tuple[float, int, float]] = field(default_factory=list)
-    """(log-probability, top token, top log-probability) of each output token."""
-    input_scores: list[tuple[float | None, int, float | None, int | None]] = field(default_factory=list)
-    output_tops: list[list[tuple[int, float]]] = field(default_factory=list)
-    """The model's top_logprobs_num best words at each output position (when more than one is asked)."""
-    input_tops: list[list[tuple[int, float]] | None] = field(default_factory=list)
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None or self.aborted
-
-    def meta_info(self, draft_tokens: int) -> dict:
-        """SGLang's /generate meta_info for the request as it stands."""
-        now = self.finished_at or time.perf_counter()
-        meta: dict[str, Any] = {
-            "id": self.rid,
-            "finish_reason": self.finish_reason,
-            "prompt_tokens": len(self.input_ids),
-            "weight_version": "default",
-            "total_retractions": 0,
-            "completion_tokens": len(self.output_ids),
-            "cached_tokens": self.cached_tokens,
-            "e2e_latency": now - self.created,
-        }
-        if self.verify_ct > 0:
-            proposed = self.proposed_drafts or self.verify_ct * (draft_tokens - 1)
-            meta.update(
-                spec_accept_rate=self.correct_drafts / proposed if proposed else 0.0,
-                spec_accept_length=len(self.output_ids) / self.verify_ct,
-                spec_num_correct_drafts=self.correct_drafts,
-                spec_num_proposed_drafts=proposed,
-                spec_verify_ct=self.verify_ct,
-                spec_correct_drafts_histogram=list(self.accept_histogram),
-            )
-        if self.return_logprob:
-            meta.update(self._logprobs())
-        return meta
-
-    def _entry(self, logprob: float | None, token: int) -> LogprobEntry:
-        return (logprob, token, tokens.ID_WORDS.get(token, "<unk>") if self.return_text_in_logprobs else None)
-
-    def _logprobs(self) -> dict[str, Any]:
-        """SGLang's logprob fields (tokenizer_manager.py add_logprob_to_meta_info): lists of
-        (logprob, token_id, text or None); the top ones per position when top_logprobs_num > 0."""
-        out: dict[str, Any] = {
-            "input_token_logprobs": [self._entry(lp, t) for lp, t, _, _ in self.input_scores],
-            "output_token_logprobs": [
-                self._entry(lp, t) for (lp, _, _), t in zip(self.output_logprobs, self.output_ids)
-            ],
-            "output_token_logprobs_length": len(self.output_logprobs),
-        }
-        if self.top_logprobs_num == 1:
-            out["input_top_logprobs"] = [
-                None if top is None else [self._entry(top_lp, top)] for _, _, top_lp, top in self.input_scores
-            ]
-            out["output_top_logprobs"] = [[self._entry(top_lp, top)] for _, top, top_lp in self.output_logprobs]
-        elif self.top_logprobs_num > 1:
-            out["input_top_logprobs"] = [
-                None if tops is None else [self._entry(lp, t) for t, lp in tops] for tops in self.input_tops
-            ]
-            out["output_top_logprobs"] = [[self._entry(lp, t) for t, lp in tops] for tops in self.output_tops]
-        return out
-
-
-@dataclass(frozen=True)
-class Timing:
-    """What scales modelled time for one server run."""
-
-    run_factor: float
-    jitter: float
-    drift_per_hour: float
-    drift_epoch: float
-    prefill_factor: float | None = None
-    """The run's factor on prefill time (run_factors' second); None: run_factor, one speed for the run."""
-
-    def factor(self, rng: random.Random, *, prefill: bool = False) -> float:
-        hours = max(0.0, time.time() - self.drift_epoch) / 3600.0
-        jitter = 1.0 + self.jitter * rng.gauss(0.0, 1.0) if self.jitter else 1.0
-        run = self.prefill_factor if prefill and self.prefill_factor is not None else self.run_factor
-        return run * (1.0 + self.drift_per_hour * hours) * max(jitter, 0.5)
 
 
 class Engine:
@@ -217,20 +95,15 @@ class Engine:
         self.topk_crash = topk_crash
         self.on_fatal = on_fatal
         self.watchdog_timeout_s = watchdog_timeout_s
-        self.ema_alpha = ema_alpha
         self.model_key = model_key
         self.numerics = numerics
-        self.steps_now = cfg.steps
-        """The draft steps running now (adaptive: the last candidate chosen; starts at the initial count)."""
-        self.ema_accept_len: float | None = None
-        self._slot_ema: dict[int, float] = {}
-        """Adaptive: one EMA of the acceptance length per batch-size slot (0.5.23 AdaptiveStepSlot)."""
-        self._slot_steps: dict[int, int] = {}
+        self.adaptive = AdaptiveSteps(cfg, log, ema_alpha)
+        """--speculative-adaptive's state: one EMA of the acceptance length per batch-size slot."""
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
         self._wake = asyncio.Event()
         self._predictions: dict[int, perf.Prediction] = {}
-        self._prefix_store: collections.deque[tuple[int, ...]] = collections.deque(maxlen=64)
+        self._prefix_cache = PrefixCache()
         self.user_tokens = 0
         self.cycles = 0
         # SGLang's metrics reporter: a window per decode-log interval, lifetime totals at boundaries.
@@ -268,12 +141,12 @@ class Engine:
             self.waiting.remove(req)
         if req in self.running:
             self.running.remove(req)
-        self._finish_metrics(req)
+        req.record_finish(self.metrics)
 
     def flush_cache(self) -> bool:
         if self.running or self.waiting:
             return False
-        self._prefix_store.clear()
+        self._prefix_cache.clear()
         return True
 
     def prediction(self, batch: int) -> perf.Prediction:
@@ -309,18 +182,6 @@ class Engine:
         if delay > 0:
             await asyncio.sleep(delay)
 
-    def _cached_prefix(self, ids: list[int]) -> int:
-        best = 0
-        for prev in self._prefix_store:
-            n = 0
-            for a, b in zip(prev, ids):
-                if a != b:
-                    break
-                n += 1
-            best = max(best, n)
-        self._prefix_store.append(tuple(ids))
-        return min(best, max(len(ids) - 1, 0))
-
     async def _prefill(self, deadline: float) -> float:
         batch: list[Request] = []
         while self.waiting and len(self.running) + len(batch) < self.max_running:
@@ -332,7 +193,7 @@ class Engine:
             await self._hang(batch)
         new_tokens = cached = 0
         for req in batch:
-            req.cached_tokens = self._cached_prefix(req.input_ids)
+            req.cached_tokens = self._prefix_cache.lookup(req.input_ids)
             cached += req.cached_tokens
             new_tokens += len(req.input_ids) - req.cached_tokens
             self.cache_lookups += len(req.input_ids)
@@ -348,7 +209,7 @@ class Engine:
         for req in batch:
             if req.aborted:
                 continue
-            self._emit(req, _next_tokens(req, 1), now)
+            self._emit(req, next_tokens(req, 1), now)
             if self.metrics and req.internal != "health":
                 self.metrics.first_token(now - req.created)
             if not self._maybe_finish(req, now):
@@ -381,7 +242,7 @@ class Engine:
         cycle_accepted = 0
         for req in list(self.running):
             if cfg.speculative:
-                accepted = _verify(req, pred)
+                accepted = verify(req, pred)
                 self._win_proposed += pred.draft_tokens - 1
                 cycle_accepted += accepted + 1
                 self._win_forward_ct += 1
@@ -391,12 +252,12 @@ class Engine:
             else:
                 n = 1
             n = min(n, req.max_new_tokens - len(req.output_ids))
-            self._emit(req, _next_tokens(req, n), now)
+            self._emit(req, next_tokens(req, n), now)
             if self._maybe_finish(req, now):
                 self.running.remove(req)
         self.cycles += 1
         if cfg.adaptive and batch:
-            self._adapt(pred.adaptive_slot, pred.steps, cycle_accepted / batch)
+            self.adaptive.update(pred.adaptive_slot, pred.steps, cycle_accepted / batch)
         if self.metrics:
             if cfg.speculative:
                 seconds = {
@@ -412,27 +273,6 @@ class Engine:
         if self.crash_after_tokens is not None and self.user_tokens >= self.crash_after_tokens:
             self.on_fatal(*failures.cuda_illegal_access())
         return deadline
-
-    def _adapt(self, slot: int, steps: int, accept_len: float) -> None:
-        """SGLang's adaptive speculation: the EMA of the acceptance length of the batch-size slot that ran
-        this cycle (0.5.23 AdaptiveStepSlot.update: no update while the slot runs 0 steps), and its line when
-        that slot's steps change (a slot starts at the initial count when it is one of its candidates,
-        else at the middle one: AdaptiveStepSlot.__init__)."""
-        candidates = dict(self.cfg.adaptive_slots).get(slot, (self.cfg.steps,))
-        start = self.cfg.steps if self.cfg.steps in candidates else candidates[len(candidates) // 2]
-        before = self._slot_steps.get(slot, start)
-        ema = self._slot_ema.get(slot)
-        if before > 0:
-            ema = accept_len if ema is None else self.ema_alpha * accept_len + (1 - self.ema_alpha) * ema
-            self._slot_ema[slot] = ema
-        self.ema_accept_len = ema
-        if steps != before:
-            self.log.scheduler(
-                f"Adaptive spec params updated: steps {before} -> {steps} "
-                f"(ema_accept_len={ema if ema is not None else float(before - 1):.2f})"
-            )
-        self._slot_steps[slot] = steps
-        self.steps_now = steps
 
     def _emit(self, req: Request, tokens: list[int], now: float) -> None:
         if not tokens:
@@ -453,25 +293,9 @@ class Engine:
             return False
         req.finish_reason = {"type": "length", "length": req.max_new_tokens}
         req.finished_at = now
-        self._finish_metrics(req)
+        req.record_finish(self.metrics)
         req.wake.set()
         return True
-
-    def _finish_metrics(self, req: Request) -> None:
-        if not self.metrics or req.internal == "health":
-            return
-        end = req.finished_at or time.perf_counter()
-        first = req.first_token_at or end
-        self.metrics.finished(
-            prompt_tokens=len(req.input_ids),
-            completion_tokens=len(req.output_ids),
-            cached_tokens=req.cached_tokens,
-            streaming=req.stream,
-            e2e_s=end - req.created,
-            decode_s=end - first,
-            verify_ct=req.verify_ct,
-            aborted=req.aborted,
-        )
 
     def _used_tokens(self) -> int:
         return sum(len(r.input_ids) + len(r.output_ids) for r in self.running)
@@ -518,68 +342,3 @@ class Engine:
         await asyncio.sleep(self.watchdog_timeout_s)
         self.log.scheduler(failures.watchdog_timeout(self.watchdog_timeout_s))
         await asyncio.Event().wait()
-
-
-def _verify(req: Request, pred: perf.Prediction) -> int:
-    """One verify of `req`'s draft: how many drafts it accepts (its low-discrepancy sequence inverting the
-    per-depth acceptance, see the module docstring), with the request's counters updated."""
-    u = (req.phase + req.verify_ct * _GOLDEN) % 1.0
-    accepted, survive = 0, 1.0
-    for a in pred.per_depth_acceptance:
-        survive *= a
-        if u >= survive:
-            break
-        accepted += 1
-    req.verify_ct += 1
-    req.correct_drafts += accepted
-    req.proposed_drafts += pred.draft_tokens - 1
-    if len(req.accept_histogram) <= accepted:
-        req.accept_histogram.extend([0] * (accepted + 1 - len(req.accept_histogram)))
-    req.accept_histogram[accepted] += 1
-    return accepted
-
-
-def _next_tokens(req: Request, n: int) -> list[int]:
-    """The request's next `n` greedy tokens (their log-probabilities kept when it asked for them)."""
-    stream = req.greedy
-    if stream is None:
-        raise RuntimeError("a request decodes only after submit()")
-    out = []
-    for _ in range(n):
-        if req.return_logprob and req.top_logprobs_num > 1:
-            req.output_tops.append(tokens.top_k(stream.state, req.top_logprobs_num))
-        token, lp, top = stream.next()
-        if req.return_logprob:
-            req.output_logprobs.append((lp, top.first, top.first_logprob))
-        out.append(token)
-    return out
-
-
-def run_factors(seed: int | None, noise: float, prefill_correlation: float = 1.0) -> tuple[float, float]:
-    """One server run's multiplicative noise on (decode cycle time, prefill time), drawn once from the run's
-    seed. The decode factor is the run's own draw; the prefill factor shares it by `prefill_correlation`
-    (1: one speed for the whole run, what a slower GPU clock gives; 0: prefill's own draw, so a run's
-    TTFT says nothing of its decode speed), the rest drawn after it, so the decode factor of a seed is
-    the same at every correlation."""
-    if noise <= 0:
-        return 1.0, 1.0
-    rng = random.Random(None if seed is None else seed * 7919 + 1)
-    shared = rng.gauss(0.0, 1.0)
-    own = rng.gauss(0.0, 1.0)
-    c = max(-1.0, min(1.0, prefill_correlation))
-    prefill = c * shared + math.sqrt(1.0 - c * c) * own
-
-    def factor(z: float) -> float:
-        return max(0.5, 1.0 + noise * max(-3.0, min(3.0, z)))
-
-    return factor(shared), factor(prefill)
-
-
-def run_factor(seed: int | None, noise: float) -> float:
-    """The per-server-run multiplicative noise on cycle time (run_factors' first)."""
-    return run_factors(seed, noise)[0]
-
-
-def per_cycle_jitter(noise: float) -> float:
-    """Cycle-to-cycle jitter: a quarter of the run-to-run noise."""
-    return noise / 4.0 if noise > 0 else 0.0
