@@ -43,37 +43,18 @@ def results_table(
     (a study that cannot be read) is each ratio computed here, over the nearest of `baselines`."""
     metric, direction = spec.objective.metric, spec.objective.direction
     trials = sorted((o for o in outcomes if o.role is not TrialRole.confirm), key=lambda o: o.number)
-    front = {o.number for o in _pareto(spec, trials)}
+    front = {o.number for o in _pareto(spec, trials)} if spec.objective.secondary else None
     champion = _champion(spec, trials)
     rows: list[dict[str, Any]] = []
     best: float | None = None
     for o in trials:
-        row: dict[str, Any] = {
-            "champion": "★" if champion == o.number else "",
-            "trial": o.number,
-            "role": o.role.value,
-            "status": o.status.value,
-            "failure_kind": o.failure_kind.value if o.failure_kind else "",
-            "speedup_pct": None,
-        }
-        value = getattr(o.metrics, metric) if o.metrics is not None else None
-        if o.metrics is not None:
-            ratio = _speedup(o, value, baselines, speedups, direction)
-            row["speedup_pct"] = None if ratio is None else select.speedup_pct(ratio)
-            for c in _METRIC_COLUMNS:
-                row[c] = getattr(o.metrics, c)
-        if (
-            o.role is TrialRole.search
-            and o.status is TrialStatus.COMPLETE
-            and value is not None
-            and not o.outputs_changed
-        ):
-            best = value if best is None else (max(best, value) if direction == "maximize" else min(best, value))
+        best = _better(best, _searched_value(o, metric), direction)
+        row = _row(o, champion == o.number, _speedup(o, baselines, speedups, metric, direction))
         row["best_so_far"] = best
         row["outputs_changed"] = o.outputs_changed  # the search's correctness screen refused it: never a candidate
         row["allreduce_path"] = o.allreduce_path
         row.update({k: ("unset" if v is None else v) for k, v in launched_params(o).items()})
-        if spec.objective.secondary:
+        if front is not None:
             row["pareto_front"] = o.number in front
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -85,16 +66,50 @@ def results_table(
     return df.reset_index(drop=True)
 
 
+def _row(o: TrialOutcome, champion: bool, ratio: float | None) -> dict[str, Any]:
+    """A trial's leading columns and its metrics (none for a trial that measured nothing)."""
+    row: dict[str, Any] = {
+        "champion": "★" if champion else "",
+        "trial": o.number,
+        "role": o.role.value,
+        "status": o.status.value,
+        "failure_kind": o.failure_kind.value if o.failure_kind else "",
+        "speedup_pct": None if ratio is None else select.speedup_pct(ratio),
+    }
+    if o.metrics is not None:
+        row.update({c: getattr(o.metrics, c) for c in _METRIC_COLUMNS})
+    return row
+
+
+def _searched_value(o: TrialOutcome, metric: str) -> float | None:
+    """The objective of a complete searched trial the correctness screen kept: what `best_so_far` follows."""
+    if o.role is not TrialRole.search or o.status is not TrialStatus.COMPLETE or o.outputs_changed:
+        return None
+    return getattr(o.metrics, metric) if o.metrics is not None else None
+
+
+def _better(best: float | None, value: float | None, direction: str) -> float | None:
+    """The better of the best so far and `value` (either may be None)."""
+    if value is None:
+        return best
+    if best is None:
+        return value
+    return max(best, value) if direction == "maximize" else min(best, value)
+
+
 def _speedup(
     o: TrialOutcome,
-    value: float | None,
     baselines: Sequence[tuple[float, float]],
     speedups: Mapping[int, float] | None,
+    metric: str,
     direction: select.Direction,
 ) -> float | None:
     """The trial's speed-up ratio: the one kept when it was told, else (no study) over the nearest baseline."""
+    if o.metrics is None:
+        return None
     if speedups is not None:
         return speedups.get(o.number)
+    value = getattr(o.metrics, metric)
     base = select.nearest_baseline(o.finished_at, list(baselines))
     return select.speedup(value, base, direction=direction) if base and value is not None else None
 
@@ -146,7 +161,6 @@ def figures(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequen
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # deferred, after the headless backend is chosen
 
-    metric = spec.objective.metric
     done = sorted(
         (
             o
@@ -155,7 +169,15 @@ def figures(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequen
         ),
         key=lambda o: o.number,
     )
-    figs: dict[str, Any] = {}
+    figs: dict[str, Any] = {"objective_by_trial.png": _history_figure(plt, spec, done, outcomes)}
+    if spec.objective.secondary:
+        figs["pareto_front.png"] = _pareto_figure(plt, spec, done, spec.objective.secondary)
+    return figs
+
+
+def _history_figure(plt: Any, spec: SweepSpec, done: Sequence[TrialOutcome], outcomes: Sequence[TrialOutcome]) -> Any:
+    """The objective of every complete trial by number (baselines grey), the best so far, failures as crosses."""
+    metric = spec.objective.metric
     fig, ax = plt.subplots(figsize=(8, 4.5))
     xs = [o.number for o in done]
     ys = [getattr(o.metrics, metric) for o in done]
@@ -164,39 +186,39 @@ def figures(spec: SweepSpec, outcomes: Sequence[TrialOutcome], baselines: Sequen
     best: float | None = None
     running: list[float] = []
     for y in ys:
-        if y is not None:
-            best = y if best is None else (max(best, y) if spec.objective.direction == "maximize" else min(best, y))
+        best = _better(best, y, spec.objective.direction)
         running.append(math.nan if best is None else best)  # not drawn before the first value
     ax.step(xs, running, where="post", color="tab:orange", label="best so far")
     failed = [o.number for o in outcomes if o.status is TrialStatus.FAILED]
-    if failed and ys:
-        ax.scatter(failed, [min(y for y in ys if y is not None)] * len(failed), marker="x", c="tab:red", label="failed")
+    measured = [y for y in ys if y is not None]
+    if failed and measured:
+        ax.scatter(failed, [min(measured)] * len(failed), marker="x", c="tab:red", label="failed")
     ax.set_xlabel("trial")
     ax.set_ylabel(metric)
     ax.set_title(f"{spec.name}: {metric} by trial")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    figs["objective_by_trial.png"] = fig
-    if spec.objective.secondary:
-        sec = spec.objective.secondary
-        pts = [
-            {metric: getattr(o.metrics, metric), sec: getattr(o.metrics, sec), "trial": o.number}
-            for o in done
-            if getattr(o.metrics, sec) is not None
-        ]
-        front = select.pareto_front(
-            pts, [(metric, spec.objective.direction), (sec, spec.objective.secondary_direction)]
-        )
-        fig2, ax2 = plt.subplots(figsize=(6, 4.5))
-        ax2.scatter([p[metric] for p in pts], [p[sec] for p in pts], s=14, c="tab:blue", label="trials")
-        fp = sorted((pts[i] for i in front), key=lambda p: p[metric])
-        ax2.plot([p[metric] for p in fp], [p[sec] for p in fp], "o-", c="tab:orange", label="Pareto front")
-        ax2.set_xlabel(metric)
-        ax2.set_ylabel(sec)
-        ax2.legend(fontsize=8)
-        fig2.tight_layout()
-        figs["pareto_front.png"] = fig2
-    return figs
+    return fig
+
+
+def _pareto_figure(plt: Any, spec: SweepSpec, done: Sequence[TrialOutcome], sec: str) -> Any:
+    """The objective and the second one (`sec`) of every complete trial, the Pareto front joined."""
+    metric = spec.objective.metric
+    pts = [
+        {metric: getattr(o.metrics, metric), sec: getattr(o.metrics, sec), "trial": o.number}
+        for o in done
+        if getattr(o.metrics, sec) is not None
+    ]
+    front = select.pareto_front(pts, [(metric, spec.objective.direction), (sec, spec.objective.secondary_direction)])
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ax.scatter([p[metric] for p in pts], [p[sec] for p in pts], s=14, c="tab:blue", label="trials")
+    fp = sorted((pts[i] for i in front), key=lambda p: p[metric])
+    ax.plot([p[metric] for p in fp], [p[sec] for p in fp], "o-", c="tab:orange", label="Pareto front")
+    ax.set_xlabel(metric)
+    ax.set_ylabel(sec)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def _pareto(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> list[TrialOutcome]:
