@@ -31,7 +31,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "results": frozenset({"leaf", "config", "simulator"}),
     "tracking": frozenset({"leaf", "config", "results"}),
     "execute": frozenset({"leaf", "config", "trial"}),
-    "verdict": frozenset({"leaf", "config", "search", "trial", "results"}),
+    "verdict": frozenset({"leaf", "config", "search", "trial", "probe", "results"}),
     "sweep": frozenset({"leaf", "config", "search", "trial", "probe", "results", "tracking", "execute", "verdict"}),
     "cli": frozenset(
         {"leaf", "config", "search", "trial", "probe", "results", "tracking", "execute", "verdict", "sweep"}

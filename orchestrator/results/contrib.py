@@ -236,10 +236,15 @@ def contributions(
         "with_speculation",
         "champion",
     )
+    with_default = (
+        f"{spec_name} on top of the champion's NCCL settings (SGLang's default for the model)",
+        "with_default_speculation",
+        "champion",
+    )
     if "no_speculation" not in values and "default_communication" not in values:
         # At most one part is set: the champion's whole gain is that part's.
         parts = [(sole_part, "champion", "baseline"), parts[-1]]
-    parts.append(with_spec)
+    parts += [with_spec, with_default]
     out = []
     for part, a, b in parts:
         if a not in values or b not in values:

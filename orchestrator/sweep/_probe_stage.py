@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import commplan, eagle
+from orchestrator.config import commplan
 from orchestrator.config.allreduce import Backend
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.probe import (
@@ -26,7 +26,6 @@ from orchestrator.probe import (
     RankedSetting,
     base_env,
     comm,
-    default_speculation,
     nccl_dimensions,
     rank_settings,
     read_probe,
@@ -42,6 +41,7 @@ from orchestrator.search.study import Study
 from orchestrator.sweep._context import Context
 from orchestrator.sweep.state import ProbeStage
 from orchestrator.tracking.probe_run import Curve, ProbeLog
+from orchestrator.verdict.pick import sglang_default_speculation as speculation_start
 
 log = logging.getLogger("sweep")
 
@@ -120,47 +120,57 @@ def probe_cost_s(spec: SweepSpec, result: ProbeResult) -> float:
 
 
 def kept_settings(spec: SweepSpec, ranked: tuple[RankedSetting, ...]) -> dict[str, dict[str, ParamValue]]:
-    """{label: every NCCL knob of the space -> its value} of the kept settings, fastest first."""
+    """{label: every NCCL knob of the space -> its value} of the kept settings, fastest first. Where fewer
+    than WARM_START of them (besides the NCCL defaults) are safe from the correctness screen
+    (screen_refuses), the fastest safe settings probed are kept beside them (issue 34: on a PCIe host the
+    probe's next settings after a hang forced LL128, and the search went back to them all night)."""
     dims = nccl_dimensions(spec)
-    out: dict[str, dict[str, ParamValue]] = {}
-    for r in ranked:
-        if not r.kept:
-            continue
-        values: dict[str, ParamValue] = {}
-        for name, choices in dims.items():
-            text = r.env.get(name)
-            match = [v for v in choices if (v is None and text is None) or (v is not None and str(v) == text)]
-            if not match:
-                break
-            values[name] = match[0]
-        else:
-            out[r.setting] = values
-    return out
+    probed = [(r, _knob_values(dims, r)) for r in ranked if r.kept or r.score_us is not None]
+    every = {r.setting: v for r, v in probed if v is not None}
+    kept = [r.setting for r in ranked if r.kept and r.setting in every]
+    beside = _safe_beside(every, kept, screen_refuses(spec))
+    return {label: every[label] for label in every if label in kept or label in beside}
 
 
-def speculation_start(spec: SweepSpec, base: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
-    """`base` with the model's default EAGLE-3 speculation switched on, where the space has it and
-    the rules allow; `base` unchanged otherwise."""
-    params = dict(base)
-    space = spec.space.params
-    algo = space.get("speculative_algorithm")
-    if algo is None or algo.choices is None or "EAGLE3" not in algo.choices:
-        return params
-    steps, topk, draft = default_speculation(spec)
-    trial = {**params, "speculative_algorithm": "EAGLE3"}
-    for name, value in (
-        ("speculative_num_steps", steps),
-        ("speculative_eagle_topk", topk),
-        ("speculative_num_draft_tokens", draft),
-    ):
-        param = space.get(name)
-        if param is not None and value in param.values():
-            trial[name] = value
-    for name in sp.ordered(spec.space):  # a knob whose `when` no longer holds is not set
-        if not sp.is_active(space[name], trial):
-            trial[name] = None
-    trial = sp.complete(spec.space, trial)
-    return trial if eagle.infeasible(trial) is None else params
+def _safe_beside(
+    every: Mapping[str, Mapping[str, ParamValue]], kept: list[str], refused: Callable[[Mapping[str, ParamValue]], bool]
+) -> list[str]:
+    """The fastest probed settings, not kept, that bring the safe kept ones (NCCL defaults aside) to WARM_START."""
+    safe = [label for label in kept if label != DEFAULTS_LABEL and not refused(every[label])]
+    extra = [label for label in every if label not in kept and not refused(every[label])]
+    return extra[: max(WARM_START - len(safe), 0)]
+
+
+def _knob_values(dims: Mapping[str, Any], r: RankedSetting) -> dict[str, ParamValue] | None:
+    """The space's value of every NCCL knob under setting `r`, or None when one is not a value of the space."""
+    values: dict[str, ParamValue] = {}
+    for name, choices in dims.items():
+        text = r.env.get(name)
+        match = [v for v in choices if (v is None and text is None) or (v is not None and str(v) == text)]
+        if not match:
+            return None
+        values[name] = match[0]
+    return values
+
+
+def screen_refuses(spec: SweepSpec) -> Callable[[Mapping[str, ParamValue]], bool]:
+    """Whether the correctness screen will refuse an NCCL setting on the described host: NCCL_PROTO forcing
+    LL128 over PCIe (NCCL enables LL128 by default only where it is safe; forced on PCIe it can corrupt
+    data, as simulator/tokens.py models after NCCL's documentation). Nothing on an undescribed host."""
+    ctx = comm.comm_context(spec, None, None)
+    pcie = ctx is not None and ctx.host.interconnect == "pcie"
+
+    def refused(values: Mapping[str, ParamValue]) -> bool:
+        return pcie and str(values.get("NCCL_PROTO") or "").upper() == "LL128"
+
+    return refused
+
+
+def warm_start(spec: SweepSpec, kept: Mapping[str, dict[str, ParamValue]]) -> list[str]:
+    """The WARM_START kept settings the warm start launches: the fastest the screen will not refuse first."""
+    refused = screen_refuses(spec)
+    safe = [label for label, values in kept.items() if not refused(values)]
+    return (safe + [label for label in kept if label not in safe])[:WARM_START]
 
 
 def size_latencies(result: ProbeResult, kept: Mapping[str, Any]) -> dict[str, dict[str, float]]:
@@ -190,6 +200,28 @@ def fixed_backend(spec: SweepSpec, result: ProbeResult) -> tuple[dict[str, Param
     default resolves to is known only from a trial's log), a class is carried by two backends, the objective
     depends on prefill, or a latency was not measured."""
     knob = "all_reduce_backend"
+    planned = _backend_plan(spec, knob)
+    if planned is None:
+        return None
+    cp, kinds = planned
+    measured = {arm.value: _arm_path(result, arm, kinds) for arm in cp.arms}
+    paths = {value: p for value, p in measured.items() if p is not None}
+    default = paths.pop(None, None)
+    if default is None or len(paths) != len(measured) - 1:
+        return None
+    ratio = spec.probe.keep_within
+    slower = {value: p for value, p in paths.items() if all(p[k][1] > ratio * default[k][1] for k in kinds)}
+    if len(slower) != len(paths):
+        return None
+    return {knob: None}, _slower_line(knob, kinds, default, slower, ratio)
+
+
+BackendPath = dict[str, tuple[Backend, float]]  # {message kind: (the backend carrying it, its latency in us)}
+
+
+def _backend_plan(spec: SweepSpec, knob: str) -> tuple[commplan.CommPlan, list[str]] | None:
+    """The communication plan of the described host and the message kinds (decode, verify) the objective
+    depends on, when every arm is a value of the backend `knob` the space searches with the engine default."""
     if knob not in spec.space.params or None not in spec.space.params[knob].values():
         return None
     ctx = comm.comm_context(spec, None, None)
@@ -199,46 +231,46 @@ def fixed_backend(spec: SweepSpec, result: ProbeResult) -> tuple[dict[str, Param
     kinds = [c for c in cp.depends_on if c in ("decode", "verify")]
     if not kinds or len(kinds) != len(cp.depends_on) or any(arm.knob != knob for arm in cp.arms):
         return None
-    nccl_rows = [[r for r in result.rows if r.setting == s.setting] for s in result.settings if s.status == "ok"]
+    return cp, kinds
 
-    def latency(backend: Backend, kind: str) -> float | None:
-        if backend is Backend.nccl:
-            scores = [x for rows in nccl_rows if (x := setting_score(rows, result.sizes, kind)) is not None]
-            return min(scores, default=None)
-        rows = [r for r in result.backend_rows if r.setting == backend_label(backend.value)]
-        return setting_score(rows, result.sizes, kind) if rows else None
 
-    def path(arm: commplan.Arm) -> dict[str, tuple[Backend, float]] | None:
-        out: dict[str, tuple[Backend, float]] = {}
-        for c in arm.classes:
-            if c.message in kinds:
-                carriers = {b for b, _, _ in c.backends}
-                us = latency(next(iter(carriers)), c.message) if len(carriers) == 1 else None
-                if us is None:
-                    return None
-                out[c.message] = (next(iter(carriers)), us)
-        return out
-
-    measured = {arm.value: path(arm) for arm in cp.arms}
-    paths = {value: p for value, p in measured.items() if p is not None}
-    default = paths.pop(None, None)
-    if default is None or len(paths) != len(measured) - 1:
-        return None
-    ratio = spec.probe.keep_within
-    slower = {value: p for value, p in paths.items() if all(p[k][1] > ratio * default[k][1] for k in kinds)}
-    if len(slower) != len(paths):
-        return None
+def _slower_line(
+    knob: str, kinds: list[str], default: BackendPath, slower: Mapping[Any, BackendPath], ratio: float
+) -> str:
     said = "; ".join(
         f"{knob} {value}: {', '.join(f'{k} on {b.value} {us:.1f} us' for k, (b, us) in p.items())}"
         for value, p in slower.items()
     )
-    line = (
+    return (
         f"probe: the engine default carries {' and '.join(kinds)} on "
         f"{', '.join(sorted({b.value for b, _ in default.values()}))} at "
         f"{', '.join(f'{us:.1f} us' for _, us in default.values())}; {said}: more than {ratio:g}x slower, so "
         f"the search keeps {knob} at the engine default (probe.keep_within)"
     )
-    return {knob: None}, line
+
+
+def _latency(result: ProbeResult, backend: Backend, kind: str) -> float | None:
+    """The probe's latency of `backend` at message `kind`: the best NCCL setting's for NCCL."""
+    if backend is Backend.nccl:
+        rows = ([r for r in result.rows if r.setting == s.setting] for s in result.settings if s.status == "ok")
+        scores = [x for found in rows if (x := setting_score(found, result.sizes, kind)) is not None]
+        return min(scores, default=None)
+    mine = [r for r in result.backend_rows if r.setting == backend_label(backend.value)]
+    return setting_score(mine, result.sizes, kind) if mine else None
+
+
+def _arm_path(result: ProbeResult, arm: commplan.Arm, kinds: list[str]) -> BackendPath | None:
+    """{message kind: (the one backend carrying it under `arm`, its probed latency)}, or None when a kind is
+    carried by two backends or not measured."""
+    out: BackendPath = {}
+    for c in arm.classes:
+        if c.message in kinds:
+            carriers = {b for b, _, _ in c.backends}
+            us = _latency(result, next(iter(carriers)), c.message) if len(carriers) == 1 else None
+            if us is None:
+                return None
+            out[c.message] = (next(iter(carriers)), us)
+    return out
 
 
 def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str, Any]:
@@ -274,8 +306,8 @@ def apply_probe(study: Study, spec: SweepSpec, result: ProbeResult) -> dict[str,
     study.set_attr("probe", summary)
     study.set_attr(PROBE_LATENCY_ATTR, size_latencies(result, kept))
     study.restrict_nccl(kept)
-    for rank, (label, values) in enumerate(list(kept.items())[:WARM_START]):
-        study.enqueue({**start, **values}, {"role": "search", "warm_start": rank + 1, "probe_setting": label})
+    for rank, label in enumerate(warm_start(spec, kept)):
+        study.enqueue({**start, **kept[label]}, {"role": "search", "warm_start": rank + 1, "probe_setting": label})
     return summary
 
 

@@ -5,7 +5,11 @@ none), the verdict without a gate, and the arms the confirmation measures.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
+from orchestrator.config import eagle
+from orchestrator.config.experiment import SweepSpec
+from orchestrator.probe.run import default_speculation
 from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import contrib, select
 from orchestrator.search import space as sp
@@ -145,10 +149,12 @@ def _ablations(port: Port, trial: TrialOutcome, base_params: dict[str, ParamValu
             constraints=constraints(port),
             concurrency=spec.benchmark.concurrency,
         )
-        if donor is not None:
-            out.append(
-                Arm("with_speculation", contrib.with_speculation_of(trial.params, donor.params), trial.number, level)
-            )
+        best = contrib.with_speculation_of(trial.params, donor.params) if donor is not None else None
+        if best is not None:
+            out.append(Arm("with_speculation", best, trial.number, level))
+        default = sglang_default_speculation(spec, trial.params)
+        if contrib.speculates(default) and default != best:
+            out.append(Arm("with_default_speculation", default, trial.number, level))
     other = contrib.runner_up(
         port.outcomes,
         trial,
@@ -160,3 +166,30 @@ def _ablations(port: Port, trial: TrialOutcome, base_params: dict[str, ParamValu
     if other is not None:
         out.append(Arm("runner_up", dict(other.params), other.number, level))
     return out
+
+
+def sglang_default_speculation(spec: SweepSpec, base: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
+    """`base` with the model's default EAGLE-3 speculation switched on (the steps, top-k and draft tokens its
+    profile ships with: what SGLang runs for it when told only the algorithm), where the space has it and
+    the rules allow; `base` unchanged otherwise. The probe stage warm-starts from it; the verdict judges
+    speculation against it as well as against the best speculating trial."""
+    params = dict(base)
+    space = spec.space.params
+    algo = space.get("speculative_algorithm")
+    if algo is None or algo.choices is None or "EAGLE3" not in algo.choices:
+        return params
+    steps, topk, draft = default_speculation(spec)
+    trial = {**params, "speculative_algorithm": "EAGLE3"}
+    for name, value in (
+        ("speculative_num_steps", steps),
+        ("speculative_eagle_topk", topk),
+        ("speculative_num_draft_tokens", draft),
+    ):
+        param = space.get(name)
+        if param is not None and value in param.values():
+            trial[name] = value
+    for name in sp.ordered(spec.space):  # a knob whose `when` no longer holds is not set
+        if not sp.is_active(space[name], trial):
+            trial[name] = None
+    trial = sp.complete(spec.space, trial)
+    return trial if eagle.infeasible(trial) is None else params

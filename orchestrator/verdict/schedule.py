@@ -29,7 +29,7 @@ from orchestrator.results import cost as cost_mod
 from orchestrator.results.cost import TrialCost
 from orchestrator.search import space as sp
 
-VALUE_ORDER = ("runner_up", "no_speculation", "default_communication", "with_speculation")
+VALUE_ORDER = ("runner_up", "no_speculation", "default_communication", "with_speculation", "with_default_speculation")
 """The other arms at the gate's level, most useful first: the runner-up can still win (a near-tie is
 settled by measurement), the ablations decide the simpler configuration and say why it won; with a
 champion that does not speculate, the best speculation on its NCCL settings says what speculation adds."""
