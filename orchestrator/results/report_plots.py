@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orchestrator.results import contrib
+from orchestrator.results.figures import Contribution, LevelGain, streams
 
 W, H = 900, 320
 """The drawing's own units (the viewBox); the page scales it to its column's width."""
@@ -221,16 +221,16 @@ def pareto(table: pd.DataFrame, objective: str, secondary: str) -> str:
     return _svg("".join(body), f"{secondary} against {objective}")
 
 
-def contribution_bars(contributions: Sequence[contrib.Contribution]) -> list[Bar]:
+def contribution_bars(contributions: Sequence[Contribution]) -> list[Bar]:
     """The verdict's parts as bars: each part's gain and interval."""
     return [Bar(c.part, c.interval.gain, c.interval.low, c.interval.high, f"{c.a} vs {c.b}") for c in contributions]
 
 
-def level_bars(levels: Sequence[contrib.LevelGain], gate_level: int | None = None) -> list[Bar]:
+def level_bars(levels: Sequence[LevelGain], gate_level: int | None = None) -> list[Bar]:
     """The load levels as bars: the deployed configuration against the baseline at each level."""
     return [
         Bar(
-            contrib.streams(g.concurrency, short=True),
+            streams(g.concurrency, short=True),
             g.interval.gain,
             g.interval.low,
             g.interval.high,

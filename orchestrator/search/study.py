@@ -453,3 +453,25 @@ def read_only(storage_url: str, name: str) -> tuple[list[TrialView], dict[str, A
             f"Optuna storage {mask_url_password(storage_url)} cannot be read: {type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:300]}"
         ) from None
+
+
+def name_objectives(storage_url: str, name: str, metrics: Sequence[str]) -> bool:
+    """Name study `name`'s objectives after the sweep's metrics (`decode_tok_s`, what optuna-dashboard then
+    shows instead of "Objective 0"); False when there is no such study or its objectives are not these."""
+    storage = _rdb(storage_url, skip_compatibility_check=True)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+        if len(study.directions) != len(metrics):
+            return False
+        if study.metric_names != list(metrics):
+            with warnings.catch_warnings():  # experimental since Optuna 3.2, and what the dashboard reads
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(list(metrics))
+        return True
+    except KeyError:
+        return False
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+        raise StorageError(
+            f"Optuna storage {mask_url_password(storage_url)} cannot be read: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:300]}"
+        ) from None

@@ -4,10 +4,13 @@ Chromium (Debian's package, driven by Playwright) shows the sweep, its trials an
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import pytest
 from browser_helpers import CHROMIUM, FLAGS, serving_ui
+
+from orchestrator.tracking import convert
 
 pytestmark = pytest.mark.slow
 
@@ -35,9 +38,10 @@ def test_mlflow_ui_shows_the_sweep_its_trials_and_the_champion(ui_server, tmp_pa
         parent = page.get_by_text("sweep-", exact=False).first
         parent.wait_for(timeout=60_000)
         page.screenshot(path=str(tmp_path / "runs.png"))
-        # The parent's run page lists its children (nested runs) and its results artifacts.
-        page.goto(f"{base}/#/experiments/{exp_id}/runs/{state['parent_run_id']}", wait_until="domcontentloaded")
+        # The parent's run page, by the link the tool writes: the training view's, not GenAI's "Evaluations".
+        page.goto(f"{base}/{convert.run_path(exp_id, state['parent_run_id'])}", wait_until="domcontentloaded")
         page.get_by_text("best_decode_tok_s").first.wait_for(timeout=60_000)
+        assert not page.get_by_text(re.compile("^Evaluations?$")).count(), "a run page in the GenAI view"
         # The champion's registered model with its alias.
         page.goto(f"{base}/#/models/{state['model_name']}", wait_until="domcontentloaded")
         page.get_by_text("champion").first.wait_for(timeout=60_000)
