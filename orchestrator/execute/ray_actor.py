@@ -13,16 +13,20 @@ import ipaddress
 import logging
 import os
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import ray
 
 from orchestrator.clock import RealClock
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.errors import ClusterUnreachable, RayStartError
+from orchestrator.execute import agent_reaper
 from orchestrator.execute.base import ExecutorInfo, Finished, last_line, made_outcome
 from orchestrator.execute.processes import kill_server_now
 from orchestrator.fsio import write_json
@@ -70,7 +74,39 @@ def init_local(*, num_gpus: int | None, node_ip: str = "127.0.0.2", num_cpus: in
             "again"
         ) from None
     private_token_file()  # one Ray has just generated
+    _watch_agents(ctx)
     return {"address": _address(ctx), "node_ip": node_ip}
+
+
+_watchdog: subprocess.Popen[bytes] | None = None
+"""The agent reaper of this process's private Ray instance; process-wide, as the instance ray.init starts is."""
+
+
+def _watch_agents(ctx: Any) -> None:
+    """Start the watchdog that ends the raylet's agents when this driver ends (execute.agent_reaper)."""
+    global _watchdog
+    raylets = [p for p in psutil.Process().children() if p.name() == "raylet"]
+    if not raylets:
+        log.warning("no raylet among this process's children: Ray's agents may outlive a killed driver")
+        return
+    session = Path(ctx.address_info.get("session_dir") or tempfile.gettempdir())
+    (session / "logs").mkdir(parents=True, exist_ok=True)
+    _watchdog = agent_reaper.start(raylets[0], session / "logs" / "agent_reaper.log")
+
+
+def _stop_watchdog() -> None:
+    """Close the watchdog's pipe (it ends what the instance left, then exits) and wait for it."""
+    global _watchdog
+    if _watchdog is None:
+        return
+    watchdog, _watchdog = _watchdog, None
+    if watchdog.stdin is not None:
+        watchdog.stdin.close()
+    try:
+        watchdog.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
 
 
 def token_file() -> Path:
@@ -152,6 +188,7 @@ def _address(ctx: Any) -> str | None:
 def shutdown() -> None:
     if ray.is_initialized():
         ray.shutdown()
+    _stop_watchdog()
 
 
 @ray.remote(max_restarts=0, max_concurrency=2)  # type: ignore[call-overload]  # the stubs lack actor options
