@@ -1,2 +1,2 @@
 #!/bin/sh
-exec "${SERVE_CHAMPION_PYTHON:-python3}" -m orchestrator.results.entrypoint "$@"
+exec "${SERVE_CHAMPION_PYTHON:-python3}" -I -m orchestrator.results.entrypoint "$@"
