@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from orchestrator.errors import TrackingError
 from orchestrator.fsio import write_json
 from orchestrator.records import TrialOutcome
 from orchestrator.results import report, select
@@ -14,7 +15,7 @@ from orchestrator.sweep._context import Context
 from orchestrator.sweep._decided import already_decided, remember
 from orchestrator.sweep._loop import act_on_interrupts
 from orchestrator.sweep._port import SweepPort
-from orchestrator.sweep.state import BaselineDrift, StopKind, SweepSummary
+from orchestrator.sweep.state import BaselineDrift, Outcome, StopKind, SweepSummary
 from orchestrator.sweep.status import recorded_speedups
 from orchestrator.trial import observe
 from orchestrator.verdict.promote import promote
@@ -35,6 +36,8 @@ def finish(ctx: Context) -> SweepSummary:
         promoted = promote(SweepPort(ctx))
         remember(ctx, promoted)
         promotion = promoted.summary_fields(ctx.spec.objective.metric)
+        if promoted.outcome in (Outcome.not_better, Outcome.undecided, Outcome.outputs_changed):
+            promotion["verdict"] = promoted.verdict + _withdrawn(ctx)
     if "outcome" in promotion or "verdict" in promotion:
         promotion["decision"] = Verdict.of(promotion, ctx.spec.objective.metric, ctx.study.importances())
     summary = _summary(ctx, promotion)
@@ -43,6 +46,32 @@ def finish(ctx: Context) -> SweepSummary:
     ctx.write_state(status)
     write_json(ctx.paths.summary, summary.to_json())
     return summary
+
+
+def _withdrawn(ctx: Context) -> str:
+    """Where an earlier driver of this sweep set the alias (and wrote champion.env) before it was killed,
+    and this run reached a verdict that promotes nothing: the alias is removed and champion.env with it,
+    so the registry, the env file and the verdict agree; the sentence that says so ("" when nothing was)."""
+    p = ctx.spec.promotion
+    try:
+        version = ctx.track.withdraw(p.model_name, p.alias, ctx.parent_run_id or "")
+    except TrackingError as exc:
+        log.warning("could not check %s@%s against this verdict: %s", p.model_name, p.alias, exc)
+        return f". {p.model_name}@{p.alias} was not checked against this verdict ({exc}): check it before deploying"
+    env = ctx.paths.root / "champion.env"
+    if version is None:
+        return ""
+    env.unlink(missing_ok=True)
+    log.warning(
+        "%s@%s (version %s, set before the resume) withdrawn: this verdict promotes nothing",
+        p.model_name,
+        p.alias,
+        version,
+    )
+    return (
+        f". {p.model_name}@{p.alias} no longer points at version {version}, which this sweep registered before "
+        f"it was stopped: this verdict promotes nothing, so the alias and champion.env were removed"
+    )
 
 
 def _promotes(ctx: Context) -> bool:

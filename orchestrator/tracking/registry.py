@@ -76,6 +76,30 @@ def promote(
     return str(version.version)
 
 
+def withdraw(store: Store, model_name: str, alias: str, parent_run_id: str) -> str | None:
+    """Remove `alias` from `model_name` when the version it points at was registered by the sweep whose parent
+    run is `parent_run_id` (a driver killed after setting it, whose resume reached another verdict); the
+    version withdrawn, or None (no such alias, or another sweep's version: left as it is)."""
+    with store.failing_as(
+        f"check {model_name!r}@{alias} against this sweep's verdict",
+        "(1) check the tracking server is up, then (2) run `sweep run EXPERIMENT --resume` again.",
+    ):
+        from mlflow.exceptions import MlflowException  # deferred: importing mlflow takes ~1 s
+
+        client = store.client()
+        try:
+            version = client.get_model_version_by_alias(model_name, alias)
+        except MlflowException as e:
+            if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                return None
+            raise
+        parent = client.get_run(version.run_id).data.tags.get("mlflow.parentRunId") if version.run_id else None
+        if parent != parent_run_id:
+            return None
+        client.delete_registered_model_alias(model_name, alias)
+    return str(version.version)
+
+
 def _version_from(client: MlflowClient, model_name: str, run_id: str, source: str) -> ModelVersion | None:
     """The newest version of `model_name` registered from `source` of run `run_id`, or None."""
     found = [

@@ -353,6 +353,11 @@ class Tracker:
         self._outbox.backoff.up()
         return version
 
+    def withdraw(self, model_name: str, alias: str, parent_run_id: str) -> str | None:
+        """Remove `alias` where it points at a version this sweep (`parent_run_id`) registered; the version
+        withdrawn, or None. Raises TrackingError when MLflow cannot say."""
+        return registry.withdraw(self._store, model_name, alias, parent_run_id)
+
     def resolve(self, model_name: str, alias: str = "champion") -> ServingConfig:
         """Fetch the serving config behind `models:/<model_name>@<alias>`, with
         `model_version` and `run_id` from the registry. Raises TrackingError naming the store and

@@ -106,3 +106,20 @@ def test_a_kill_after_registration_resumes_to_the_same_version(tmp_path, sqlite_
     assert again.confirm_runs == [], "every confirmation run was kept"
     assert again.submitted == []
     _agree(spec, wd, resumed)
+
+
+def test_a_verdict_that_promotes_nothing_withdraws_only_this_sweeps_alias(tmp_path, sqlite_store_template):
+    # The alias an earlier driver of this sweep set is removed when the sweep's verdict promotes nothing
+    # (sweep/_promote._withdrawn); one another sweep set is left alone.
+    spec, wd = _setup(tmp_path, sqlite_store_template)
+    summary = Sweep(spec, wd, executor=KillingExecutor(2)).run()
+    _agree(spec, wd, summary)
+    tracker = Tracker(f"sqlite:///{wd / 'mlflow.db'}", spec.tracking.experiment or spec.name, outbox_dir=wd)
+    name, alias = spec.promotion.model_name, spec.promotion.alias
+    assert tracker.withdraw(name, alias, "another-sweeps-parent-run") is None
+    client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
+    assert client.get_model_version_by_alias(name, alias).version is not None  # still there
+    assert tracker.withdraw(name, alias, summary.parent_run_id or "") == summary.model_version
+    with pytest.raises(Exception, match="alias"):
+        client.get_model_version_by_alias(name, alias)
+    assert tracker.withdraw(name, alias, summary.parent_run_id or "") is None  # nothing left to withdraw
