@@ -62,7 +62,12 @@ def _serve(argv: list[str], env: dict[str, str] | None = None) -> None:
     """Run a UI server in its own process group until it ends, Ctrl-C, SIGTERM (`kill`) or SIGHUP (the
     terminal closed); on the way out the whole group stops, the server and the workers it forked, so no
     server is left answering on the port. Exit with its status (0 when stopped)."""
-    old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # A signal already ignored stays ignored (`nohup sweep ui` must outlive its terminal).
+    old = {
+        sig: signal.signal(sig, _stop)
+        for sig in (signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
     proc: subprocess.Popen[bytes] | None = None
     code = 0
     try:
