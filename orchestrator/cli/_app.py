@@ -34,6 +34,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # click's plain help: typer's rich help labels every flag `<bool>`
+    # Help as wide as a terminal allows up to 120 columns, and 120 where it goes to a file or a pipe (click
+    # would take 80 and cut each command's summary short).
+    context_settings={"max_content_width": 120, **({} if sys.stdout.isatty() else {"terminal_width": 120})},
     help="Find the fastest way to serve a model with SGLang: NCCL and speculative-decoding sweeps.",
 )
 
