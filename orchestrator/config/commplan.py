@@ -4,7 +4,7 @@ NCCL knobs are inert because NCCL carries no message class the objective depends
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from orchestrator.config.allreduce import (
@@ -72,8 +72,13 @@ def draft_tokens(space: SearchSpace) -> tuple[int, int] | None:
     """(fewest, most) draft tokens per request a speculating point of the space verifies, None without one."""
     if not any(v is not None for v in _values(space, "speculative_algorithm")):
         return None
+    algorithms = set(_values(space, "speculative_algorithm"))
     counts = [int(v) for v in _values(space, "speculative_num_draft_tokens") if v is not None]
     counts += [int(s) + 1 for s in _values(space, "speculative_num_steps") if s is not None]
+    if "DFLASH" in algorithms:  # the block is the verify window (0.5.23 _handle_dflash; 16 when none is named)
+        counts += [int(b) for b in _values(space, "speculative_dflash_block_size") if b is not None] or [16]
+    if "NGRAM" in algorithms:  # 0.5.23 _handle_ngram: 12 draft tokens unless given
+        counts.append(12)
     return (min(counts), max(counts)) if counts else (4, 4)  # none given: SGLang's default 3 steps, 4 tokens
 
 
@@ -107,17 +112,25 @@ def plan(spec: SweepSpec, ctx: CommContext) -> CommPlan:
 
     arms = [arm(knob, value) for value in values]
     offered = set(values) if knob == "all_reduce_backend" else set()
+    others = _others(arms, [b for b in BACKEND_CHOICES if b not in offered], ctx, arm)
+    nccl = tuple(n for n in spec.space.params if n.startswith("NCCL_") and n not in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"))
+    return CommPlan(depends, tuple(arms), nccl, tuple(others))
+
+
+def _others(
+    arms: list[Arm], backends: list[str], ctx: CommContext, arm: Callable[[str | None, Scalar], Arm]
+) -> list[Arm]:
+    """The backends not offered that this host takes and that change some carrier, once per distinct path."""
     seen = {a.classes for a in arms}
     others = []
-    for backend in BACKEND_CHOICES:
-        if backend in offered or ctx.refusal({"all_reduce_backend": backend}) is not None:
+    for backend in backends:
+        if ctx.refusal({"all_reduce_backend": backend}) is not None:
             continue
         other = arm("all_reduce_backend", backend)
         if other.classes not in seen:
             seen.add(other.classes)
             others.append(other)
-    nccl = tuple(n for n in spec.space.params if n.startswith("NCCL_") and n not in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"))
-    return CommPlan(depends, tuple(arms), nccl, tuple(others))
+    return others
 
 
 def lines(cp: CommPlan, ctx: CommContext) -> list[str]:
@@ -156,15 +169,20 @@ def _verdict(arm: Arm, cp: CommPlan) -> str:
     carriers = {b for c in objective for b, _, _ in c.backends}
     names = " and ".join(c.message for c in objective) or "no objective class"
     if Backend.nccl not in carriers:
-        prefill = next((c for c in arm.classes if c.message == "prefill"), None)
-        nccl_prefill = prefill is not None and any(b is Backend.nccl for b, _, _ in prefill.backends)
-        tail = "NCCL_* affect prefill only" if nccl_prefill else "NCCL_* affect none of these messages"
-        who = ", ".join(sorted(b.value for b in carriers))
-        bound = f" up to {FUSE_ALLREDUCE_MAX_BATCH_SIZE} tokens" if carriers == {Backend.flashinfer_fusion} else ""
-        return f"{who} carries {names}{bound}: {tail}"
+        return _without_nccl(arm, carriers, names)
     if carriers == {Backend.nccl}:
         return f"NCCL carries {names}: the NCCL_* knobs matter"
     return f"NCCL carries part of {names}: the NCCL_* knobs matter there"
+
+
+def _without_nccl(arm: Arm, carriers: set[Backend], names: str) -> str:
+    """The verdict when NCCL carries no objective class: who does, and whether NCCL_* touch prefill."""
+    prefill = next((c for c in arm.classes if c.message == "prefill"), None)
+    nccl_prefill = prefill is not None and any(b is Backend.nccl for b, _, _ in prefill.backends)
+    tail = "NCCL_* affect prefill only" if nccl_prefill else "NCCL_* affect none of these messages"
+    who = ", ".join(sorted(b.value for b in carriers))
+    bound = f" up to {FUSE_ALLREDUCE_MAX_BATCH_SIZE} tokens" if carriers == {Backend.flashinfer_fusion} else ""
+    return f"{who} carries {names}{bound}: {tail}"
 
 
 def inert_backend(cp: CommPlan) -> str | None:
