@@ -111,6 +111,43 @@ def load(env: Mapping[str, str]) -> tuple[list[tuple[tuple[str, ...], str]], str
     return said, path
 
 
+def _rule(line: str) -> tuple[Rule, str] | None:
+    """One CSV line as the example plugin parses it (strtok on ',': empty fields vanish; fewer than 8: skipped),
+    with its "Loaded config" line (which shows the fields as written)."""
+    fields = [t.strip(" \t") for t in line.split(",") if t][:10]
+    if len(fields) < 8:
+        return None
+    coll, algo, proto = fields[0], fields[3], fields[4]
+    rule = Rule(
+        coll if coll in COLLECTIVES else "allreduce",
+        _strtoull(fields[1]),
+        _strtoull(fields[2]),
+        algo if algo in ALGORITHMS else "ring",
+        proto if proto in PROTOCOLS else "simple",
+        _atoi(fields[5]),
+        _atoi(fields[6]),
+        _atoi(fields[7]),
+        _atoi(fields[8]) if len(fields) > 8 else -1,
+        _atoi(fields[9]) if len(fields) > 9 else -1,
+    )
+    loaded = (
+        "TUNER/ExamplePlugin: Loaded config: %s [%d-%d] %s/%s channels=%d nodes=%d ranks=%d pipeOps=%s regBuff=%s"
+        % (
+            coll,
+            rule.min_bytes,
+            rule.max_bytes,
+            algo,
+            proto,
+            rule.channels,
+            rule.n_nodes,
+            rule.n_ranks,
+            "any" if rule.num_pipe_ops == -1 else rule.num_pipe_ops,
+            "any" if rule.reg_buff == -1 else rule.reg_buff,
+        )
+    )
+    return rule, loaded
+
+
 def read_config(world: int, env: Mapping[str, str]) -> tuple[list[str], tuple[Rule, ...]]:
     """ext-tuner/example's pluginInit on one node of `world` ranks: its lines (TUNING) and the rules it keeps."""
     said = ["TUNER/ExamplePlugin: Initializing tuner for 1 nodes, %d ranks, 1 NVL domains" % world]
@@ -129,41 +166,9 @@ def read_config(world: int, env: Mapping[str, str]) -> tuple[list[str], tuple[Ru
     if not lines:
         return said + ["TUNER/ExamplePlugin: No valid configurations found in %s" % config], ()
     said.append("TUNER/ExamplePlugin: Allocated memory for %d configurations" % len(lines))
-    rules = []
-    for line in lines:
-        fields = [t.strip(" \t") for t in line.split(",") if t][:10]  # strtok: empty fields vanish
-        if len(fields) < 8:
-            continue
-        coll, algo, proto = fields[0], fields[3], fields[4]
-        rule = Rule(
-            coll if coll in COLLECTIVES else "allreduce",
-            _strtoull(fields[1]),
-            _strtoull(fields[2]),
-            algo if algo in ALGORITHMS else "ring",
-            proto if proto in PROTOCOLS else "simple",
-            _atoi(fields[5]),
-            _atoi(fields[6]),
-            _atoi(fields[7]),
-            _atoi(fields[8]) if len(fields) > 8 else -1,
-            _atoi(fields[9]) if len(fields) > 9 else -1,
-        )
-        rules.append(rule)
-        said.append(
-            "TUNER/ExamplePlugin: Loaded config: %s [%d-%d] %s/%s channels=%d nodes=%d ranks=%d "
-            "pipeOps=%s regBuff=%s"
-            % (
-                coll,
-                rule.min_bytes,
-                rule.max_bytes,
-                algo,
-                proto,
-                rule.channels,
-                rule.n_nodes,
-                rule.n_ranks,
-                "any" if rule.num_pipe_ops == -1 else rule.num_pipe_ops,
-                "any" if rule.reg_buff == -1 else rule.reg_buff,
-            )
-        )
+    parsed = [found for line in lines if (found := _rule(line)) is not None]
+    rules = [rule for rule, _ in parsed]
+    said += [loaded for _, loaded in parsed]
     said.append("TUNER/ExamplePlugin: Loaded %d tuning configurations from %s" % (len(rules), config))
     return said, tuple(rules)
 
