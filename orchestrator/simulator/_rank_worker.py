@@ -100,14 +100,7 @@ def nccl_lines(rank, world, version, tuning, env):
     if shown("INIT"):
         lines.append(prefix + "NCCL version " + version)
     if shown("ENV"):
-        for name in sorted(env):
-            if not name.startswith("NCCL_") or name in _NOT_ECHOED:
-                continue
-            value = env[name]
-            if name in _INT_PARAMS and value.strip().lstrip("-").isdigit():
-                lines.append("%s%s set by environment to %d." % (prefix, name, int(value)))
-            else:
-                lines.append("%s%s set by environment to %s" % (prefix, name, value))
+        lines += env_lines(prefix, env)
     comm = 0x55D0C0DE0000 + rank * 0x1000
     if shown("INIT"):
         lines.append(
@@ -127,15 +120,36 @@ def nccl_lines(rank, world, version, tuning, env):
             + "ncclCommInitRank comm %#x rank %d nranks %d cudaDev %d - Init COMPLETE" % (comm, rank, world, rank)
         )
     if shown("TUNING"):
-        for item in tuning:
-            if rules is not None:
-                item, said = tuned(item, rules, world, env)
-                lines += [prefix + message for message in said]
-            nbytes, algo, proto, channels = item.split()
-            lines.append(
-                "%sAllReduce: %s Bytes -> Algo %s proto %s channel{Lo..Hi}={0..%d}"
-                % (prefix, nbytes, algo, proto, int(channels) - 1)
-            )
+        lines += tuning_lines(prefix, tuning, rules, world, env)
+    return lines
+
+
+def env_lines(prefix, env):
+    """NCCL's "<NAME> set by environment to <value>" for each NCCL_* variable it echoes (integers with a dot)."""
+    lines = []
+    for name in sorted(env):
+        if not name.startswith("NCCL_") or name in _NOT_ECHOED:
+            continue
+        value = env[name]
+        if name in _INT_PARAMS and value.strip().lstrip("-").isdigit():
+            lines.append("%s%s set by environment to %d." % (prefix, name, int(value)))
+        else:
+            lines.append("%s%s set by environment to %s" % (prefix, name, value))
+    return lines
+
+
+def tuning_lines(prefix, tuning, rules, world, env):
+    """NCCL's TUNING line per all-reduce size, after a loaded tuner plugin's own lines when it chose."""
+    lines = []
+    for item in tuning:
+        if rules is not None:
+            item, said = tuned(item, rules, world, env)
+            lines += [prefix + message for message in said]
+        nbytes, algo, proto, channels = item.split()
+        lines.append(
+            "%sAllReduce: %s Bytes -> Algo %s proto %s channel{Lo..Hi}={0..%d}"
+            % (prefix, nbytes, algo, proto, int(channels) - 1)
+        )
     return lines
 
 
