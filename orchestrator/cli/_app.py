@@ -153,24 +153,33 @@ def _host_problem(host: str) -> str | None:
 
 
 def resolve_workdir(workdir: Path | None, experiment: spec_mod.SweepSpec | None = None) -> Path:
+    """The work directory: --workdir (it must hold a sweep unless `experiment` is about to start one),
+    else runs/<experiment name>, else the one sweep under ./runs; UserError naming the fix otherwise."""
     if workdir is not None:
-        if workdir.is_dir():
-            return workdir
-        if experiment is None:  # status, sync, ui, export: the sweep must be there
-            what = "is a file" if workdir.is_file() else "does not exist"
-            raise UserError(
-                f"--workdir {workdir}: {what}, not a sweep's work directory; pass the --workdir `sweep run` used"
-            )
-        existing = next(p for p in (workdir, *workdir.parents) if p.exists() or p == p.parent)
-        if existing.exists() and not existing.is_dir():
-            raise UserError(
-                f"--workdir {workdir}: {existing} is a file, not a directory; pass a directory "
-                f"path, e.g. --workdir runs/{experiment.name}"
-            )
-        return workdir
+        return _given_workdir(workdir, experiment)
     if experiment is not None:
         return Path("runs") / experiment.name
-    runs = Path("runs")
+    return _the_only_sweep(Path("runs"))
+
+
+def _given_workdir(workdir: Path, experiment: spec_mod.SweepSpec | None) -> Path:
+    if workdir.is_dir():
+        return workdir
+    if experiment is None:  # status, sync, ui, export: the sweep must be there
+        what = "is a file" if workdir.is_file() else "does not exist"
+        raise UserError(
+            f"--workdir {workdir}: {what}, not a sweep's work directory; pass the --workdir `sweep run` used"
+        )
+    existing = next(p for p in (workdir, *workdir.parents) if p.exists() or p == p.parent)
+    if existing.exists() and not existing.is_dir():
+        raise UserError(
+            f"--workdir {workdir}: {existing} is a file, not a directory; pass a directory "
+            f"path, e.g. --workdir runs/{experiment.name}"
+        )
+    return workdir
+
+
+def _the_only_sweep(runs: Path) -> Path:
     candidates = sorted(p for p in runs.iterdir() if (p / "sweep.json").exists()) if runs.is_dir() else []
     if len(candidates) == 1:
         return candidates[0]
