@@ -122,20 +122,22 @@ class _Process:
         os._exit(1)  # not reached: SIGKILL cannot be caught
 
 
-async def _serve(
-    argv: Sequence[str],
-    resolved: cli.Resolved,
-    sim: cli.SimOptions,
-    hw: perf.HardwareProfile,
-    md: perf.ModelProfile,
-    proc: _Process,
-) -> int:
-    log, args = proc.log, resolved.args
-    loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
+@dataclasses.dataclass(frozen=True)
+class _Launch:
+    """What the launch resolved to before anything loads: the model's config and the environments."""
 
+    cfg: perf.Config
+    topk_crash: bool
+    """Too many draft tokens for the tree: SGLang fails at CUDA-graph capture (or the first verify)."""
+    server_env: dict[str, str]
+    rank_env: dict[str, str]
+    tp: int
+    graph: bool
+
+
+def _launch(
+    args: dict, sim: cli.SimOptions, hw: perf.HardwareProfile, md: perf.ModelProfile, proc: _Process
+) -> _Launch:
     tp = int(args["tp_size"] or 1)
     graph, _ = cli.cuda_graph_decode(args)
     server_env = dict(os.environ)
@@ -158,9 +160,24 @@ async def _serve(
         # The only other refusal left after cli.resolve: an NCCL_ALGO this host cannot run.
         proc.workers = ranks.start(tp, rank_env, nccl_version=hw.nccl.version, tuning=[])
         proc.fatal(*failures.nccl_no_algorithm(str(rank_env.get("NCCL_ALGO")), hw.nccl.version))
+    return _Launch(cfg, topk_crash, server_env, rank_env, tp, graph)
 
+
+async def _start_up(
+    launch: _Launch,
+    args: dict,
+    sim: cli.SimOptions,
+    hw: perf.HardwareProfile,
+    md: perf.ModelProfile,
+    proc: _Process,
+    stopping: asyncio.Event,
+) -> int | None:
+    """SGLang's start-up: distributed init, weights, KV cache, CUDA graphs, with their log lines and the
+    faults that end it; the KV cache's tokens, or None when stopped meanwhile."""
+    log, cfg = proc.log, launch.cfg
     log.scheduler("Init torch distributed begin.")
-    proc.workers = ranks.start(tp, rank_env, nccl_version=hw.nccl.version, tuning=_tuning_lines(hw, md, cfg))
+    tuning = _tuning_lines(hw, md, cfg)
+    proc.workers = ranks.start(launch.tp, launch.rank_env, nccl_version=hw.nccl.version, tuning=tuning)
     for where, level, line in cfg.comm.lines:  # SGLang 0.5.23's own lines about its all-reduce backends
         (log.main if where == "main" else log.scheduler)(line, level=level)
     mem = hw.gpu_memory_gib
@@ -168,7 +185,7 @@ async def _serve(
     log.scheduler(f"Load weight begin. avail mem={mem - 0.6:.2f} GB")
     load_s = md.load_weights_s * sim.time_scale
     if await _stopped_within(stopping, sim.faults.slow_start_s + load_s):
-        return 0
+        return None
     weights = mem * 0.62
     log.scheduler(
         f"Load weight end. elapsed={0.42 + load_s:.2f} s, type={md.architectures[0]}, dtype=torch.bfloat16, "
@@ -178,33 +195,40 @@ async def _serve(
     log.scheduler(f"KV Cache is allocated. #tokens: {max_total}, KV size: {mem * 0.25:.2f} GB")
     if cfg.speculative and sim.faults.ooms(cfg.draft_tokens, cfg.topk):
         proc.fatal(*failures.cuda_oom(tried_gib=0.0625 * cfg.draft_tokens * cfg.topk, total_gib=mem, free_gib=0.41))
-    if graph:
-        log.scheduler(f"Capture cuda graph begin. This can take up to several minutes. avail mem={mem * 0.1:.2f} GB")
-        if topk_crash:
-            proc.fatal(*failures.draft_topk_out_of_range(at_capture=True))
-        capture_s = md.graph_capture_s * sim.time_scale
-        if await _stopped_within(stopping, capture_s):
-            return 0
-        log.scheduler(
-            f"Capture cuda graph end. Time elapsed: {0.31 + capture_s:.2f} s. mem usage=1.21 GB. avail mem={mem * 0.087:.2f} GB."
-        )
-    max_running = int(args.get("max_running_requests") or 1024)
-    log.scheduler(
-        f"max_total_num_tokens={max_total}, chunked_prefill_size={args.get('chunked_prefill_size') or 8192}, "
-        f"max_prefill_tokens=16384, max_running_requests={max_running}, context_len={md.context_length}, "
-        f"available_gpu_mem={mem * 0.087:.2f} GB"
-    )
+    if launch.graph and not await _capture(launch, sim, md, mem, proc, stopping):
+        return None
+    return max_total
 
-    disable_created_metrics()  # SGLang runs prometheus_client in multiprocess mode: no *_created series
-    served = str(args.get("served_model_name") or args.get("model_path"))
-    metrics = None
-    if args.get("enable_metrics"):
-        metrics = Metrics(
-            served,
-            speculative=cfg.speculative,
-            device_timer=os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER") == "1",
-        )
-        metrics.set_static(spec_steps=cfg.steps, spec_draft_tokens=cfg.draft_tokens, max_total_tokens=max_total)
+
+async def _capture(
+    launch: _Launch, sim: cli.SimOptions, md: perf.ModelProfile, mem: float, proc: _Process, stopping: asyncio.Event
+) -> bool:
+    """CUDA-graph capture (where too many draft tokens for the tree fail); False when stopped meanwhile."""
+    log = proc.log
+    log.scheduler(f"Capture cuda graph begin. This can take up to several minutes. avail mem={mem * 0.1:.2f} GB")
+    if launch.topk_crash:
+        proc.fatal(*failures.draft_topk_out_of_range(at_capture=True))
+    capture_s = md.graph_capture_s * sim.time_scale
+    if await _stopped_within(stopping, capture_s):
+        return False
+    log.scheduler(
+        f"Capture cuda graph end. Time elapsed: {0.31 + capture_s:.2f} s. mem usage=1.21 GB. avail mem={mem * 0.087:.2f} GB."
+    )
+    return True
+
+
+def _engine(
+    launch: _Launch,
+    args: dict,
+    sim: cli.SimOptions,
+    hw: perf.HardwareProfile,
+    md: perf.ModelProfile,
+    proc: _Process,
+    metrics: Metrics | None,
+    max_total: int,
+) -> engine.Engine:
+    """The scheduler loop of this server run, with its timing, faults and numerics."""
+    cfg = launch.cfg
     numerics = tokens.launch_numerics(
         hw,
         md,
@@ -220,42 +244,94 @@ async def _serve(
         drift_per_hour=sim.drift_per_hour,
         drift_epoch=sim.drift_epoch if sim.drift_epoch is not None else time.time(),
     )
-    eng = engine.Engine(
+    adaptive = cli.adaptive_config(args.get("speculative_adaptive_config"))
+    return engine.Engine(
         hw=hw,
         model=md,
         cfg=cfg,
-        log=log,
+        log=proc.log,
         metrics=metrics,
         timing=timing,
         seed=None if sim.seed is None else sim.seed * 104729 + 17,
-        max_running=max_running,
+        max_running=int(args.get("max_running_requests") or 1024),
         decode_log_interval=int(args.get("decode_log_interval") or 40),
         max_total_tokens=max_total,
         record_step_time=os.environ.get("SGLANG_RECORD_STEP_TIME") == "1",
-        hang=sim.faults.hangs(server_env),
+        hang=sim.faults.hangs(launch.server_env),
         crash_after_tokens=sim.faults.crash_after_tokens,
         hang_after_tokens=sim.faults.hang_after_tokens,
-        topk_crash=topk_crash,
+        topk_crash=launch.topk_crash,
         on_fatal=proc.fatal,
         watchdog_timeout_s=float(args.get("watchdog_timeout") or 300),
-        ema_alpha=adaptive.ema_alpha
-        if isinstance(adaptive := cli.adaptive_config(args.get("speculative_adaptive_config")), cli.AdaptiveConfig)
-        else 0.2,
+        ema_alpha=adaptive.ema_alpha if isinstance(adaptive, cli.AdaptiveConfig) else 0.2,
         model_key=tokens.model_key(str(args.get("model_path"))),
         numerics=numerics,
     )
+
+
+def _metrics(args: dict, cfg: perf.Config, max_total: int) -> Metrics | None:
+    """/metrics with --enable-metrics (SGLang runs prometheus_client in multiprocess mode: no *_created)."""
+    disable_created_metrics()
+    if not args.get("enable_metrics"):
+        return None
+    metrics = Metrics(
+        str(args.get("served_model_name") or args.get("model_path")),
+        speculative=cfg.speculative,
+        device_timer=os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER") == "1",
+    )
+    metrics.set_static(spec_steps=cfg.steps, spec_draft_tokens=cfg.draft_tokens, max_total_tokens=max_total)
+    return metrics
+
+
+async def _serve(
+    argv: Sequence[str],
+    resolved: cli.Resolved,
+    sim: cli.SimOptions,
+    hw: perf.HardwareProfile,
+    md: perf.ModelProfile,
+    proc: _Process,
+) -> int:
+    log, args = proc.log, resolved.args
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    launch = _launch(args, sim, hw, md, proc)
+    max_total = await _start_up(launch, args, sim, hw, md, proc, stopping)
+    if max_total is None:
+        return 0
+    cfg, mem = launch.cfg, hw.gpu_memory_gib
+    max_running = int(args.get("max_running_requests") or 1024)
+    log.scheduler(
+        f"max_total_num_tokens={max_total}, chunked_prefill_size={args.get('chunked_prefill_size') or 8192}, "
+        f"max_prefill_tokens=16384, max_running_requests={max_running}, context_len={md.context_length}, "
+        f"available_gpu_mem={mem * 0.087:.2f} GB"
+    )
+    metrics = _metrics(args, cfg, max_total)
+    eng = _engine(launch, args, sim, hw, md, proc, metrics, max_total)
     state = api.ServerState(
         args=args,
-        served_model_name=served,
+        served_model_name=str(args.get("served_model_name") or args.get("model_path")),
         draft_tokens=cfg.draft_tokens,
         log=log,
         metrics=metrics,
-        env=server_env,
+        env=launch.server_env,
         engine=eng,
         launch_command=shlex.join([sys.executable, "-m", "orchestrator.simulator", *argv]),
         model_info=api.model_info_for(args, md.architectures, md.model_type, md.context_length),
-        memory_usage={"weight": round(mem * 0.62, 2), "kvcache": round(mem * 0.25, 2), "graph": 1.21 if graph else 0.0},
+        memory_usage={
+            "weight": round(mem * 0.62, 2),
+            "kvcache": round(mem * 0.25, 2),
+            "graph": 1.21 if launch.graph else 0.0,
+        },
     )
+    return await _http(state, eng, args, sim, stopping)
+
+
+async def _http(
+    state: api.ServerState, eng: engine.Engine, args: dict, sim: cli.SimOptions, stopping: asyncio.Event
+) -> int:
+    """Serve the HTTP surface until stopped (uvicorn), warming the server up first as SGLang does."""
     engine_task = asyncio.create_task(eng.run())
 
     class _Server(uvicorn.Server):
@@ -296,22 +372,7 @@ async def _serve(
                 break
             await asyncio.sleep(0.01)
         if server.started and not stopping.is_set():
-            if sim.faults.never_ready:
-                pass  # warmup never completes: status stays Starting, /health 503
-            elif args.get("skip_server_warmup"):
-                state.up = True
-                log.main("The server is fired up and ready to roll!")
-            else:
-                warm = engine.Request(input_ids=engine.tokenize(_WARMUP_PROMPT), max_new_tokens=8, internal="warmup")
-                eng.submit(warm)
-                while not warm.finished and not stopping.is_set():
-                    await asyncio.wait(
-                        {asyncio.ensure_future(warm.wake.wait()), stop_task}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    warm.wake.clear()
-                if warm.finished:
-                    state.up = True
-                    log.main("The server is fired up and ready to roll!")
+            await _warm_up(state, eng, args, sim, stopping, stop_task)
         await asyncio.wait({serve_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         server.should_exit = True
@@ -322,6 +383,31 @@ async def _serve(
     if serve_task.done() and not serve_task.cancelled():
         return serve_task.result()
     return 0
+
+
+async def _warm_up(
+    state: api.ServerState,
+    eng: engine.Engine,
+    args: dict,
+    sim: cli.SimOptions,
+    stopping: asyncio.Event,
+    stop_task: asyncio.Task,
+) -> None:
+    """SGLang's warm-up request, then "fired up"; never with the never_ready fault (/health stays 503)."""
+    if sim.faults.never_ready:
+        return  # warmup never completes: status stays Starting, /health 503
+    if not args.get("skip_server_warmup"):
+        warm = engine.Request(input_ids=engine.tokenize(_WARMUP_PROMPT), max_new_tokens=8, internal="warmup")
+        eng.submit(warm)
+        while not warm.finished and not stopping.is_set():
+            await asyncio.wait(
+                {asyncio.ensure_future(warm.wake.wait()), stop_task}, return_when=asyncio.FIRST_COMPLETED
+            )
+            warm.wake.clear()
+        if not warm.finished:
+            return
+    state.up = True
+    state.log.main("The server is fired up and ready to roll!")
 
 
 def _resolution_error(last_line: str) -> str:
