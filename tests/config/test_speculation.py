@@ -195,3 +195,22 @@ def test_sweep_plan_prints_each_algorithms_launch_and_counts_refusals(tmp_path: 
         assert f"speculative_algorithm={algo}" in out
     assert "--speculative-algorithm DFLASH --speculative-draft-model-path z-lab/Kimi-K2.5-DFlash" in out
     assert "infeasible: draft tokens - 1 <= topk + (steps - 1) * topk^2" in out
+
+
+def test_plan_counts_what_0_5_23_refuses_per_algorithm() -> None:
+    """A space that sets EAGLE's knobs for every algorithm (no `when`): `sweep plan`'s census counts the
+    DFLASH and NGRAM points SGLang would override or refuse under their own rules."""
+    space = sp.SearchSpace(
+        params={
+            "speculative_algorithm": sp.ParamSpec(choices=(None, "EAGLE3", "DFLASH", "NGRAM")),
+            "speculative_num_steps": sp.ParamSpec(choices=(None, 1, 3)),
+            "speculative_eagle_topk": sp.ParamSpec(choices=(None, 1)),
+            "speculative_dflash_block_size": sp.ParamSpec(choices=(None, 8)),
+        }
+    )
+    total, feasible, reasons = sp.census(space)
+    assert total == 4 * 3 * 2 * 2 and feasible < total
+    assert reasons[Rule.dflash_single_pass.value] > 0  # DFLASH with 3 steps (_handle_dflash overrides)
+    assert reasons[Rule.ngram_topk.value] > 0  # NGRAM with a top-k (_handle_ngram overwrites it)
+    assert reasons[Rule.foreign_knob.value] > 0  # a DFLASH block beside EAGLE3 or NGRAM
+    assert reasons[Rule.without_algorithm.value] > 0
