@@ -14,6 +14,7 @@ from orchestrator.errors import NoChampion, SweepToolError, UserError
 from orchestrator.probe.result import ProbeRow, read_probe
 from orchestrator.probe.tuner import render_tuner_config, tuner_file_from
 from orchestrator.results import adaptive_export, formats
+from orchestrator.results.deployable import deploy_only
 from orchestrator.sweep import state as st
 from orchestrator.sweep.status import read_state
 
@@ -74,6 +75,12 @@ def export(
         raise UserError(f"cannot export as {fmt}: {exc}") from None
     _write(output, text)
     out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.trial_number}, run {config.run_id}")
+    if left_out := deploy_only(config)[1]:  # json and sglang-args have no header to say it in
+        out.print(
+            f"left out, as only a deployment sets them (they load or run code): {' '.join(left_out)}; pass them "
+            "with serve-champion --path-env NAME=VALUE, or after the image name",
+            soft_wrap=True,
+        )
 
 
 def _registry(workdir: Path | None, tracking_uri: str | None, model: str | None) -> tuple[Tracker, Path | None, str]:

@@ -286,12 +286,17 @@ def _environment(
 
 def launch(environ: Mapping[str, str], extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str], list[str]]:
     """(argv, environment, notes) that start SGLang for the configuration `environ` points at; `extra` are
-    the entrypoint's arguments (its own options, then SGLang flags).
+    the entrypoint's arguments (its own options among SGLang flags).
 
     Reads the configuration (and, when it is the environment, the image record) and nothing else;
     DeployError for anything unusable.
     """
-    options, sglang_extra = own_options(extra)
+    return _launch(environ, *own_options(extra))
+
+
+def _launch(
+    environ: Mapping[str, str], options: Options, sglang_extra: list[str]
+) -> tuple[list[str], dict[str, str], list[str]]:
     config = load(environ)
     if problem := deployable.config_problem(config.env, config.args):
         raise DeployError(f"{config.source} {problem}")
@@ -334,11 +339,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Replace this process with SGLang; return 2 (after one message) when the input is unusable."""
     extra = list(sys.argv[1:] if argv is None else argv)
     try:
-        options, _ = own_options(extra)
+        options, sglang_extra = own_options(extra)
         if options.record_image_env is not None:
             _record(os.environ, options.record_image_env)
             return 0
-        command, env, notes = launch(os.environ, extra)
+        command, env, notes = _launch(os.environ, options, sglang_extra)
     except DeployError as e:
         print(f"{_PROG}: {e}", file=sys.stderr)
         return e.exit_code

@@ -27,6 +27,7 @@ from orchestrator.config import flags
 from orchestrator.results import deployable, entrypoint, export, formats
 
 MODEL = "/models/m"
+REPO = Path(__file__).resolve().parents[2]
 GOOD = formats.render_for(make_config(), "docker-env")
 
 
@@ -207,17 +208,34 @@ def test_export_refuses_what_no_process_can_be_given() -> None:
 # ---------------------------------------------------------------- 3. the argument file, read with mapfile
 
 
+def _readme_recipe() -> list[str]:
+    """The README's deploy recipe: its indented lines from `sweep export --format sglang-args` on."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    sweep export --format sglang-args"))
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("    "):
+            break
+        block.append(line[4:])
+    return block
+
+
 def test_the_readmes_mapfile_recipe_keeps_every_argument_whole_and_literal(tmp_path: Path) -> None:
-    """`sweep export --format sglang-args` writes one argument a line; bash's mapfile reads them back as
-    they were, a value with spaces whole and a `$(...)` not run."""
+    """The README's recipe, run verbatim in bash on the files `sweep export` writes (the sglang-args one, one
+    argument a line): the launcher gets each argument whole, a value with spaces and a `$(...)` as text."""
     marker = tmp_path / "pwned"
     args = ["--served-model-name", "two words", "--chat-template", f"$(touch {marker})", "--tp-size", "8", "--x", ""]
-    path = tmp_path / "champion.args"
-    path.write_text(export.render(make_config(args=args), "sglang-args"))
-    # The README's recipe, with printf standing in for python -m sglang.launch_server.
-    script = 'mapfile -t args < "$1"; printf "%s\\0" "${args[@]}"'
-    proc = subprocess.run(["bash", "-c", script, "bash", str(path)], capture_output=True, timeout=30, check=True)
-    assert proc.stdout.decode().split("\0")[:-1] == args
+    config = make_config(env={"NCCL_PROTO": "LL"}, args=args)
+    (tmp_path / "champion.args").write_text(formats.render_for(config, "sglang-args"))
+    (tmp_path / "champion.env").write_text(formats.render_for(config, "env"))
+    recipe = _readme_recipe()
+    assert recipe[0].startswith("sweep export --format sglang-args -o champion.args")
+    assert any(line.startswith("mapfile -t args < champion.args") for line in recipe)
+    # `python` records its argv instead of starting SGLang; the export itself was done above.
+    script = "\n".join(["python() { printf '%s\\0' \"$@\"; }", *recipe[1:]])
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, timeout=30, check=True)
+    argv = proc.stdout.decode().split("\0")[:-1]
+    assert argv == ["-m", "sglang.launch_server", "--model-path", "/models/Kimi-K2.5", "--port", "30000", *args]
     assert not marker.exists()
 
 
