@@ -174,15 +174,18 @@ def param_diff(new: Mapping[str, str], existing: Mapping[str, str]) -> tuple[dic
 
 
 def version_tags(config: ServingConfig) -> dict[str, str]:
-    """The tags of a registered serving-config version: trial, experiment, engine, fingerprint
-    and `metric.<name>` per metric."""
-    return {
-        TRIAL_TAG: str(config.trial_number),
-        "sweep.experiment": config.experiment,
-        "sweep.engine": config.engine,
-        "sweep.fingerprint_hash": config.fingerprint_hash,
-        **{f"metric.{k}": number_text(v) for k, v in config.metrics.items()},
-    }
+    """The tags of a registered serving-config version: trial, experiment, engine, fingerprint,
+    `metric.<name>` per metric and `knob.<name>` per knob it sets (what the version's page shows of it)."""
+    return tags(
+        {
+            TRIAL_TAG: str(config.trial_number),
+            "sweep.experiment": config.experiment,
+            "sweep.engine": config.engine,
+            "sweep.fingerprint_hash": config.fingerprint_hash,
+            **{f"metric.{k}": number_text(v) for k, v in config.metrics.items()},
+            **{f"knob.{k}": v for k, v in config.params.items() if v is not None},
+        }
+    )
 
 
 def parent_filters(run_name: str | None, status: str | None) -> list[str]:

@@ -47,4 +47,17 @@ def test_mlflow_ui_shows_the_sweep_its_trials_and_the_champion(ui_server, tmp_pa
         page.get_by_text("champion").first.wait_for(timeout=60_000)
         page.get_by_text(f"Version {summary['model_version']}").first.wait_for(timeout=30_000)
         page.screenshot(path=str(tmp_path / "model.png"))
+        # The version's page shows the knobs it serves, as its `knob.<name>` tags.
+        version = httpx.get(
+            f"{base}/api/2.0/mlflow/model-versions/get",
+            params={"name": state["model_name"], "version": summary["model_version"]},
+        ).json()["model_version"]
+        knobs = sorted(t["key"] for t in version.get("tags", []) if t["key"].startswith("knob."))
+        assert knobs, "the registered version carries its knobs"
+        page.goto(
+            f"{base}/#/models/{state['model_name']}/versions/{summary['model_version']}?workflowType=machine_learning",
+            wait_until="domcontentloaded",
+        )
+        page.get_by_text(knobs[0]).first.wait_for(timeout=60_000)
+        page.screenshot(path=str(tmp_path / "model-version.png"))
         browser.close()

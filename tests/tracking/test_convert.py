@@ -218,7 +218,7 @@ def test_version_tags() -> None:
         run_id="r",
         engine="simulator",
         sglang_version="0.5.23",
-        params={},
+        params={"NCCL_PROTO": "LL", "speculative_num_steps": 3, "NCCL_ALGO": None},
         env={},
         sglang_args=(),
         metrics={"decode_tok_s": 160.0, "gain": 0.125},
@@ -232,6 +232,8 @@ def test_version_tags() -> None:
         "sweep.fingerprint_hash": "fp",
         "metric.decode_tok_s": "160",
         "metric.gain": "0.125",
+        "knob.NCCL_PROTO": "LL",  # the version's page shows the knobs it sets; unset ones are left out
+        "knob.speculative_num_steps": "3",
     }
 
 
