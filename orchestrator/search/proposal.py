@@ -1,6 +1,8 @@
 """The proposal policy: ask the study for a point and settle, without a launch, what needs none.
 
-An infeasible point is told as a failure with its rule; an exact repeat of a finished point is told
+An infeasible point is told as a failure with its rule; a point in the core of a failed trial's region
+(search/regions.py: the same speculation shape past an out-of-memory, the same NCCL setting past a hang,
+the protocol past changed outputs) is told as a failure the sampler learns from, naming that trial; an exact repeat of a finished point is told
 that point's result again (its values, or its failure), unless it was queued to be measured again
 (REMEASURE_ATTR); a repeat of a point in flight is dropped.
 The sweep's loop and bench/search_efficiency.py both use it, so the benchmark measures the search
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.records import ParamValue
+from orchestrator.search import regions
 from orchestrator.search import space as sp
 from orchestrator.search.study import Study
 
@@ -41,6 +44,7 @@ class Settlement(str, enum.Enum):
     duplicate_of_complete = "duplicate_of_complete"
     duplicate_of_failed = "duplicate_of_failed"
     duplicate_of_running = "duplicate_of_running"
+    in_failed_region = "in_failed_region"
 
 
 @dataclass(frozen=True)
@@ -93,10 +97,21 @@ class ProposalPolicy:
             self.study.tell_failed(number, {"failure_kind": "infeasible", "reason": why, "skipped": True})
             return Settled(number, params, Settlement.infeasible, why)
         if role == "search" and REMEASURE_ATTR not in attrs:
-            settled = self._settle_repeat(number, params, in_flight or {})
+            settled = self._settle_region(number, params) or self._settle_repeat(number, params, in_flight or {})
             if settled is not None:
                 return settled
         return Proposal(number, params, role, attrs)
+
+    def _settle_region(self, number: int, params: dict[str, ParamValue]) -> Settled | None:
+        """A point a failed trial's region holds (search/regions.py), told as a failure the sampler learns."""
+        region = regions.holding(regions.regions_of(self.study.trials()), params)
+        if region is None:
+            return None
+        detail = regions.describe(region)
+        self.study.tell_failed(
+            number, {"failure_kind": Settlement.in_failed_region.value, "skipped": True, "reason": detail}, learn=True
+        )
+        return Settled(number, params, Settlement.in_failed_region, detail)
 
     def _settle_repeat(
         self, number: int, params: dict[str, ParamValue], in_flight: Mapping[str, int]

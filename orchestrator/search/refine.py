@@ -1,4 +1,6 @@
-"""Stage two's local refinement: the next untried feasible neighbour of the best measured points.
+"""Stage two's local refinement: the edge of the latest failed region (search/regions.py: one draft token
+fewer past an out-of-memory, the next NCCL protocol or no speculation past a hang), else the next untried
+feasible neighbour of the best measured points; never a point a failed region's core holds.
 
 PARENTS of the best measured points take turns, ranked by their pooled score (stats.pooled_scores),
 so one lucky measurement does not decide where the refinement looks. A point's neighbours, in
@@ -22,6 +24,7 @@ from orchestrator.config import eagle
 from orchestrator.config.experiment import SearchSpace
 from orchestrator.records import ParamValue, split_point
 from orchestrator.search import space as sp
+from orchestrator.search.regions import Region, holding
 from orchestrator.stats import pooled_scores
 
 PARENTS = 2
@@ -47,21 +50,38 @@ class Refinement:
         self._rr = 0
 
     def next(
-        self, measured: Sequence[tuple[float, Mapping[str, ParamValue]]], tried: Collection[str]
+        self,
+        measured: Sequence[tuple[float, Mapping[str, ParamValue]]],
+        tried: Collection[str],
+        regions: Sequence[Region] = (),
     ) -> dict[str, ParamValue] | None:
-        """The next neighbour whose key (`space.key`) is not in `tried` (measured, failed or in flight);
-        `measured` are (value, higher better, point). The top PARENTS take turns; when their neighbours
-        are used up, the next best measured point's (best-first). None when every one is tried."""
+        """The next point whose key (`space.key`) is not in `tried` (measured, failed or in flight) and no
+        failed region's core holds (search/regions.py); `measured` are (value, higher better, point).
+        First the edges of the failed regions, latest failure first (a failure is the starting point for
+        its neighbours); then the neighbours of the top PARENTS in turn; when those are used up, the next
+        best measured point's (best-first). None when every one is tried."""
+        for region in sorted(regions, key=lambda r: -r.number):
+            for point in region.edge(self.space, self.settings):
+                if self._open(point, tried, regions):
+                    return point
         ranked = ranked_points(measured)
         top = ranked[:PARENTS]
         order = [top[(self._rr + i) % len(top)] for i in range(len(top))] + ranked[PARENTS:]
         means = _log_means(measured)
         for params in order:
             for point in self.neighbours(params, means):
-                if sp.key(point) not in tried:
+                if self._open(point, tried, regions):
                     self._rr += 1
                     return point
         return None
+
+    def _open(self, point: Mapping[str, ParamValue], tried: Collection[str], regions: Sequence[Region]) -> bool:
+        """Untried, the probe's fixed knobs kept, and in no failed region's core."""
+        return (
+            sp.key(point) not in tried
+            and all(point.get(k) == v for k, v in self.fixed.items())
+            and holding(regions, point) is None
+        )
 
     def fastest_nccl(self, params: Mapping[str, ParamValue]) -> dict[str, ParamValue] | None:
         """The kept NCCL setting the probe measured fastest at `params`' own all-reduce size, or None."""
@@ -80,30 +100,48 @@ class Refinement:
         """The feasible one-step neighbours of `params` (module doc), nearest knobs of the space first;
         with `means` ({point key: mean log value} of the measured points), the steps that go on the way
         a knob's last step gained come right after the fastest NCCL setting (`continuations`)."""
-        space = self.space
         kept = list(self.settings.values())
-        rank = next((i for i, v in enumerate(kept) if all(params.get(k) == x for k, x in v.items())), None)
-        out: list[dict[str, ParamValue]] = []
         nccl = set(kept[0]) if kept else set()
-        active = any(sp.is_active(space.params[k], params) for k in nccl if k in space.params)
-        if not active:  # NCCL carries nothing here (the knobs' `when`): no NCCL move changes the point
-            rank = None
+        active = any(sp.is_active(self.space.params[k], params) for k in nccl if k in self.space.params)
+        out: list[dict[str, ParamValue]] = []
         fastest = self.fastest_nccl(params) if active else None
         if fastest is not None:
             out.append({**params, **fastest})
-        out.extend(continuations(space, params, means or {}, skip=nccl))
-        for name in sp.ordered(space):
-            if name in nccl or params.get(name) is None and not sp.is_active(space.params[name], params):
-                continue
-            for value in _moves(space, name, params.get(name)):
-                out.append(_settle_activity(space, {**params, name: value}))
-        if rank is not None:
-            for r in (rank + 1, rank - 1):
-                if 0 <= r < len(kept):
-                    out.append({**params, **kept[r]})
-        out = [p for p in out if sp.infeasible_reason(p) is None and all(p.get(k) == v for k, v in self.fixed.items())]
+        out.extend(continuations(self.space, params, means or {}, skip=nccl))
+        out.extend(self._knob_moves(params, nccl))
+        if active:  # NCCL carries something here (the knobs' `when`): the next-ranked kept settings
+            out.extend(_rank_moves(params, kept))
+        return self._distinct(out, params)
+
+    def _distinct(
+        self, points: Sequence[dict[str, ParamValue]], params: Mapping[str, ParamValue]
+    ) -> list[dict[str, ParamValue]]:
+        """`points` that are feasible, keep the probe's fixed knobs and are not `params`, each once."""
+        out = [
+            p for p in points if sp.infeasible_reason(p) is None and all(p.get(k) == v for k, v in self.fixed.items())
+        ]
         keys = [sp.key(p) for p in out]  # a continuation is also a plain move: kept at its first place
         return [p for i, (p, k) in enumerate(zip(out, keys)) if k != sp.key(params) and k not in keys[:i]]
+
+    def _knob_moves(self, params: Mapping[str, ParamValue], nccl: Collection[str]) -> list[dict[str, ParamValue]]:
+        """Each active non-NCCL knob moved to the adjacent values of its list."""
+        out: list[dict[str, ParamValue]] = []
+        for name in sp.ordered(self.space):
+            if name in nccl or params.get(name) is None and not sp.is_active(self.space.params[name], params):
+                continue
+            for value in _moves(self.space, name, params.get(name)):
+                out.append(_settle_activity(self.space, {**params, name: value}))
+        return out
+
+
+def _rank_moves(
+    params: Mapping[str, ParamValue], kept: Sequence[Mapping[str, ParamValue]]
+) -> list[dict[str, ParamValue]]:
+    """`params` under the kept NCCL settings ranked next to its own (one after, one before), if it has one."""
+    rank = next((i for i, v in enumerate(kept) if all(params.get(k) == x for k, x in v.items())), None)
+    if rank is None:
+        return []
+    return [{**params, **kept[r]} for r in (rank + 1, rank - 1) if 0 <= r < len(kept)]
 
 
 def ranked_points(measured: Sequence[tuple[float, Mapping[str, ParamValue]]]) -> list[dict[str, ParamValue]]:

@@ -8,7 +8,8 @@ failures told with FAILED_CONSTRAINT are complete trials with that constraint vi
 the failing region less, and the real storage keeps them FAIL for everything else (status, resume).
 
 StageTwoSampler (a two-stage sweep, once the probe kept NCCL settings): the local refinement
-(search/refine.py: the next untried neighbour of the best measured points) proposes every fresh
+(search/refine.py: the edge of the latest failed region, search/regions.py, else the next untried
+neighbour of the best measured points, never a point a failed region's core holds) proposes every fresh
 trial while TPE would still sample at random (its startup trials), then two of every TPE_EVERY; the
 failure-aware TPE proposes the rest and keeps exploring in between.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -31,6 +33,7 @@ from orchestrator.config.experiment import SearchSpace
 from orchestrator.records import ParamValue, prefill_group, prefill_x, split_point
 from orchestrator.search import space as sp
 from orchestrator.search.refine import Refinement
+from orchestrator.search.regions import regions_of
 from orchestrator.stats import covariate_adjusted
 
 NCCL_SETTING = "probe.nccl_rank"
@@ -210,37 +213,57 @@ class StageTwoSampler(FailureAwareTPE):
     def _neighbour(
         self, study: OptunaStudy, settings: Mapping[str, Mapping[str, ParamValue]]
     ) -> dict[str, ParamValue] | None:
-        latency = study.user_attrs.get(PROBE_LATENCY_ATTR) or {}
-        fixed = study.user_attrs.get(PROBE_FIXED_ATTR) or {}
-        if (
-            self._refinement is None
-            or self._refinement.settings != settings
-            or self._refinement.latency != latency
-            or self._refinement.fixed != fixed
-        ):
-            old = self._refinement
-            self._refinement = Refinement(self._space, settings, latency, fixed)
-            if old is not None:
-                self._refinement._rr = old._rr
+        refinement = self._refinement_for(study, settings)
         sign = 1.0 if study.directions[0] == StudyDirection.MAXIMIZE else -1.0
         measured: list[tuple[float, dict[str, ParamValue]]] = []
         ttft: list[Any] = []
         tried: set[str] = set()
+        seen: list[Seen] = []
         for t in study.get_trials(deepcopy=False):
             if t.state == TrialState.WAITING:
                 continue
             point = sp.complete(self._space, point_of(t.params, settings))
             tried.add(sp.key(point))
-            if (
-                t.state == TrialState.COMPLETE
-                and t.values
-                and not t.user_attrs.get("skipped")
-                and not t.user_attrs.get(OUTPUTS_CHANGED_ATTR)
-            ):
+            seen.append(Seen(t.number, t.state.name, point, t.user_attrs))
+            if _measured(t):
                 measured.append((t.values[0], point))
                 ttft.append(t.user_attrs.get(RUN_TTFT_ATTR))
         measured = [(sign * v, p) for v, p in adjusted(measured, ttft)]
-        return self._refinement.next(measured, tried) if measured else None
+        return refinement.next(measured, tried, regions_of(seen)) if measured else None
+
+    def _refinement_for(self, study: OptunaStudy, settings: Mapping[str, Mapping[str, ParamValue]]) -> Refinement:
+        """The refinement over the study's kept settings, latencies and fixed knobs (made again when they
+        change, keeping its turn among the parents)."""
+        latency = study.user_attrs.get(PROBE_LATENCY_ATTR) or {}
+        fixed = study.user_attrs.get(PROBE_FIXED_ATTR) or {}
+        old = self._refinement
+        if old is not None and old.settings == settings and old.latency == latency and old.fixed == fixed:
+            return old
+        fresh = Refinement(self._space, settings, latency, fixed)
+        if old is not None:
+            fresh._rr = old._rr
+        self._refinement = fresh
+        return fresh
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A trial as search/regions.py reads it: number, state name, point (NCCL knobs restored), attributes."""
+
+    number: int
+    state: str
+    params: dict[str, ParamValue]
+    attrs: Mapping[str, Any]
+
+
+def _measured(t: FrozenTrial) -> bool:
+    """A measurement the refinement starts from: complete, launched, outputs unchanged."""
+    return bool(
+        t.state == TrialState.COMPLETE
+        and t.values
+        and not t.user_attrs.get("skipped")
+        and not t.user_attrs.get(OUTPUTS_CHANGED_ATTR)
+    )
 
 
 def adjusted(

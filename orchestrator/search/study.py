@@ -233,16 +233,8 @@ class Study:
     def ask(self) -> tuple[int, dict[str, ParamValue], dict[str, Any]] | None:
         """A new trial: (number, every knob of the space, user attrs it was enqueued with), or None
         when a grid sweep has measured every point."""
-        if self._grid is not None and not self._waiting():
-            tried = {sp.key(sp.complete(self.space, t.params)) for t in self.trials()}
-            for point in self._grid:
-                if self._settings and self.nccl_label(point) is None:
-                    continue  # an NCCL setting the probe did not keep
-                if sp.key(point) not in tried:
-                    self.enqueue(point, {"role": "search"})
-                    break
-            else:
-                return None
+        if self._grid is not None and not self._waiting() and not self._enqueue_next_grid_point():
+            return None
         trial = self.study.ask()
         chosen: dict[str, ParamValue] = {}
         restricted = (
@@ -252,26 +244,40 @@ class Study:
         )
         nccl = set(next(iter(self._settings.values()))) if restricted else set()
         for name in sp.ordered(self.space):
-            if name in chosen:
-                continue
-            param = self.space.params[name]
-            if not sp.is_active(param, chosen):
-                chosen[name] = None
-                continue
-            if name in self._fixed and "role" not in trial.user_attrs:  # a fresh proposal: the probe's one value
-                chosen[name] = self._fixed[name]
-                continue
-            if name in nccl:  # the NCCL knobs come as one kept setting, where they are active (their `when`)
-                rank = trial.suggest_int(NCCL_SETTING, 1, len(self._settings))
-                chosen.update(list(self._settings.values())[rank - 1])
-                continue
-            dist = sp.distribution(param)
-            if isinstance(dist, optuna.distributions.CategoricalDistribution):
-                chosen[name] = trial.suggest_categorical(name, list(dist.choices))
-            else:
-                chosen[name] = trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+            if name not in chosen:
+                chosen.update(self._choose(trial, name, chosen, nccl))
         self._asked[trial.number] = trial
         return trial.number, sp.complete(self.space, chosen), dict(trial.user_attrs)
+
+    def _enqueue_next_grid_point(self) -> bool:
+        """Queue the grid's next untried point (an NCCL setting the probe kept, where it restricted them);
+        False when every one was tried."""
+        tried = {sp.key(sp.complete(self.space, t.params)) for t in self.trials()}
+        for point in self._grid or ():
+            if self._settings and self.nccl_label(point) is None:
+                continue  # an NCCL setting the probe did not keep
+            if sp.key(point) not in tried:
+                self.enqueue(point, {"role": "search"})
+                return True
+        return False
+
+    def _choose(
+        self, trial: optuna.Trial, name: str, chosen: Mapping[str, ParamValue], nccl: set[str]
+    ) -> dict[str, ParamValue]:
+        """Knob `name`'s value for `trial` (with the knobs already `chosen`): unset where inactive, the probe's
+        one value for a fresh proposal, the NCCL knobs as one kept setting, else the sampler's."""
+        param = self.space.params[name]
+        if not sp.is_active(param, chosen):
+            return {name: None}
+        if name in self._fixed and "role" not in trial.user_attrs:  # a fresh proposal: the probe's one value
+            return {name: self._fixed[name]}
+        if name in nccl:  # the NCCL knobs come as one kept setting, where they are active (their `when`)
+            rank = trial.suggest_int(NCCL_SETTING, 1, len(self._settings))
+            return dict(list(self._settings.values())[rank - 1])
+        dist = sp.distribution(param)
+        if isinstance(dist, optuna.distributions.CategoricalDistribution):
+            return {name: trial.suggest_categorical(name, list(dist.choices))}
+        return {name: trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)}
 
     def _waiting(self) -> bool:
         return any(t.state == TrialState.WAITING for t in self.study.get_trials(deepcopy=False))

@@ -20,9 +20,9 @@ from orchestrator.search.proposal import REMEASURE_ATTR
 from orchestrator.search.sampler import OUTPUTS_CHANGED_ATTR, RUN_TTFT_ATTR
 from orchestrator.sweep import _screen, schedule
 from orchestrator.sweep._context import Context
-from orchestrator.sweep._probe_stage import speculation_start
 from orchestrator.sweep._workdir import write_json
 from orchestrator.sweep.state import StopKind, StopReason, TrialFinished
+from orchestrator.verdict.pick import sglang_default_speculation
 
 log = logging.getLogger("sweep")
 
@@ -346,10 +346,10 @@ def _check_failure_budget(ctx: Context) -> None:
 
 def default_configuration(spec: SweepSpec) -> dict[str, Any] | None:
     """What the server runs untuned: the model's default speculation, every other knob at the engine's
-    default (_probe_stage.speculation_start on the baseline); None where the space has no speculation
+    default (verdict.pick.sglang_default_speculation on the baseline); None where the space has no speculation
     (the default configuration is then the baseline)."""
     base = sp.baseline_params(spec.space)
-    start = speculation_start(spec, base)
+    start = sglang_default_speculation(spec, base)
     return None if start == base else start
 
 
