@@ -12,14 +12,17 @@ from orchestrator.config import eagle
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.errors import TrackingError
 from orchestrator.execute.base import Finished
-from orchestrator.records import FailureKind, ServingConfig, TrialOutcome, TrialRole, TrialSpec
+from orchestrator.fsio import write_atomic
+from orchestrator.records import FailureKind, TrialOutcome, TrialRole, TrialSpec
+from orchestrator.results import formats
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._loop import WAIT_S, act_on_interrupts, keep_files
 from orchestrator.sweep._record import baseline_measured_at
 from orchestrator.sweep.state import ArmDropped, ConfirmationRun, TrackingWait
+from orchestrator.trial import plan as planner
 from orchestrator.verdict import outputs
 from orchestrator.verdict.arm import Arm
-from orchestrator.verdict.port import Run
+from orchestrator.verdict.port import Chosen, Run
 from orchestrator.verdict.rounds import value_of
 from orchestrator.verdict.schedule import at_concurrency
 
@@ -213,15 +216,29 @@ class SweepPort:
             log.warning("cannot find the MLflow run of trial %d's confirmation run: %s", number, exc)
             return None
 
-    def register(self, run_id: str, config: ServingConfig, description: str) -> str:
+    def register(self, chosen: Chosen) -> tuple[str, Path]:
+        """The chosen configuration as the serving config SGLang's version takes (trial.plan), registered
+        under the alias, and champion.env written from it with the version."""
         spec = self._ctx.spec
-        return self._ctx.track.promote(
-            run_id,
+        config = planner.serving_config(
+            spec,
+            chosen.params,
+            trial_number=chosen.number,
+            run_id=chosen.run_id,
+            metrics=chosen.metrics,
+            fingerprint_hash=chosen.fingerprint_hash,
+            allreduce_backend=chosen.allreduce_backend,
+        ).model_copy(update={"derivation": chosen.derivation})
+        version = self._ctx.track.promote(
+            chosen.run_id,
             model_name=spec.promotion.model_name,
             serving_config=config,
             alias=spec.promotion.alias,
-            description=description,
+            description=chosen.description,
         )
+        env_path = self.workdir / "champion.env"
+        write_atomic(env_path, formats.render_for(config.model_copy(update={"model_version": version}), "env"))
+        return version, env_path
 
     def _send_outbox(self, wait_s: float) -> bool:
         """Replay the MLflow outbox, retrying for up to `wait_s` while MLflow is unreachable; True once empty."""

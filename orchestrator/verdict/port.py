@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator.config.experiment import SweepSpec
-from orchestrator.records import ServingConfig, TrialOutcome
+from orchestrator.records import ParamValue, TrialOutcome
 from orchestrator.verdict.arm import Arm
 
 
@@ -25,6 +25,22 @@ class Run:
     arm: Arm
     outcome: TrialOutcome | None
     lost: str | None = None
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """What the verdict registers: the configuration, the MLflow run that measured it, its own figures and the
+    registry version's description. The port turns it into the serving config and champion.env."""
+
+    run_id: str
+    params: dict[str, ParamValue]
+    number: int
+    """The search trial it is, or is derived from."""
+    metrics: dict[str, float]
+    fingerprint_hash: str
+    allreduce_backend: str
+    derivation: str
+    description: str
 
 
 class Port(Protocol):
@@ -84,6 +100,6 @@ class Port(Protocol):
     def confirm_run_id(self, number: int, folder: Path) -> str | None:
         """The MLflow run of the confirmation run kept in `folder`, or None while MLflow cannot say."""
 
-    def register(self, run_id: str, config: ServingConfig, description: str) -> str:
-        """Register `config` (measured by `run_id`) under the promotion's alias; its version. Raises
-        TrackingError when the registry refuses."""
+    def register(self, chosen: Chosen) -> tuple[str, Path]:
+        """Register the chosen configuration under the promotion's alias and write the sweep's env file for
+        it; the registry version and the env file. Raises TrackingError when the registry refuses."""

@@ -7,13 +7,10 @@ from __future__ import annotations
 import logging
 
 from orchestrator.errors import TrackingError
-from orchestrator.fsio import write_atomic
 from orchestrator.records import TrialOutcome, TrialRole, TrialStatus
-from orchestrator.results import formats
-from orchestrator.trial import plan as planner
 from orchestrator.verdict import render as verdict_render
 from orchestrator.verdict import rounds
-from orchestrator.verdict.port import Port
+from orchestrator.verdict.port import Chosen, Port
 from orchestrator.verdict.steps import Champion, Choice, Gate, Promotion, Registered
 from orchestrator.verdict.value import Outcome, Verdict
 
@@ -60,25 +57,23 @@ def register(
     metrics = choice.figures.metrics()
     if not choice.derived:
         metrics[f"search_{champion.metric}"] = float(getattr(trial.metrics, champion.metric))
-    config = planner.serving_config(
-        spec,
-        choice.params,
-        trial_number=choice.number,
+    chosen = Chosen(
         run_id=run_id,
+        params=dict(choice.params),
+        number=choice.number,
         metrics=metrics,
         fingerprint_hash=trial.fingerprint_hash,
         allreduce_backend="" if choice.derived else trial.allreduce_path,
+        derivation=choice.derivation,
+        description=_version_description(port, champion, choice, gate),
     )
-    config = config.model_copy(update={"derivation": choice.derivation})
     try:
-        version = port.register(run_id, config, _version_description(port, champion, choice, gate))
+        version, env_path = port.register(chosen)
     except TrackingError as exc:
         log.warning("not promoted: %s", exc)
         return Promotion(
             Outcome.no_champion, f"{choice.verdict}; but not promoted: {exc}", champion, confirmed=choice.figures
         )
-    env_path = port.workdir / "champion.env"
-    write_atomic(env_path, formats.render_for(config.model_copy(update={"model_version": version}), "env"))
     log.info(
         "promoted %s as %s@%s (version %s): %s",
         choice.label,
