@@ -25,7 +25,7 @@ from orchestrator.fsio import write_atomic
 from orchestrator.nccllog import version_mismatch
 from orchestrator.probe.result import probed_nccl
 from orchestrator.records import TrialOutcome, TrialStatus
-from orchestrator.results import contrib, report, report_html
+from orchestrator.results import contrib, report, report_html, report_plots
 from orchestrator.results import truth as truth_mod
 from orchestrator.search import plots as optuna_plots
 from orchestrator.search import space as sp
@@ -279,6 +279,19 @@ def _with_nccl_mismatch(fields: dict[str, Any], workdir: Path, done: Sequence[Tr
     return {**fields, "fingerprint_changes": [*fields["fingerprint_changes"], *problems]} if problems else fields
 
 
+def _verdict_plots(spec: SweepSpec, v: Verdict | None) -> dict[str, Any]:
+    """The page's bars of the verdict: each part's gain, the gain at each load level, and the secondary
+    objective (two objectives: the Pareto front)."""
+    if v is None:
+        return {"secondary": spec.objective.secondary}
+    gate_level = v.figures.concurrency if v.figures else None
+    return {
+        "parts": report_plots.contribution_bars(v.parts),
+        "levels": report_plots.level_bars(v.levels, gate_level),
+        "secondary": spec.objective.secondary,
+    }
+
+
 def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> Report:
     """The report of the sweep in `workdir` (finished or running). `truth`: on the simulator, also rank the
     champion against the space's true optimum (evaluates every feasible point: a minute on large spaces)."""
@@ -304,6 +317,7 @@ def build(workdir: Path, storage: str | None = None, *, truth: bool = False) -> 
         failures=_failures(done),
         truth=_truth(spec, verdict.subject if verdict else None) if truth else "",
         plots=[(p.title, p.html) for p in plots],
+        **_verdict_plots(spec, verdict),
         figures=figures,
     )
     page = report_html.render(content, optuna_plots.plotly_js() if plots else "")
