@@ -130,3 +130,52 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
             data_bytes = path.read_bytes()
             assert HF_TOKEN.encode() not in data_bytes, path
             assert AWS_SECRET.encode() not in data_bytes, path
+
+
+def test_a_night_whose_probe_best_settings_hang_still_ends_with_a_champion(tmp_path, sqlite_store_template):
+    """The probe ranks NCCL_PROTO=LL fastest, and every speculating server forcing LL hangs (the probe runs
+    no model, so it does not see the hang): the warm start's trials hang one after another, far past
+    budget.max_failure_rate, yet the parameters explain them (issue 34). The night goes on, steps off the
+    failing region (the same setting without speculation, another protocol) and ends with a champion."""
+    space = tmp_path / "hang.yaml"
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "hang",
+                "params": {
+                    "NCCL_PROTO": {"choices": [None, "LL", "Simple"]},
+                    "NCCL_ALGO": {"choices": [None, "Ring", "Tree"]},
+                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                    "speculative_num_steps": {"low": 2, "high": 3, "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+                },
+            }
+        )
+    )
+    data = served_experiment(
+        name="probehang",
+        simulator={"faults": [{"fault": "nccl_hang_when=NCCL_PROTO:LL", "when": {"speculative_algorithm": "EAGLE3"}}]},
+        probe={"enabled": True, "keep_within": 1.5},
+        sampler={"kind": "tpe", "seed": 0, "startup_trials": 3},
+        budget={"trials": 9, "concurrent_trials": 2, "max_failure_rate": 0.3, "min_trials_for_failure_rate": 3},
+        promotion={"max_rounds": 0},
+        benchmark={"stall_timeout_s": 3},
+    )
+    data["search_space"] = [str(space)]
+    exp = write_experiment(tmp_path, data)
+    wd = new_workdir(tmp_path, sqlite_store_template)
+    proc = sweep("run", str(exp), "--workdir", str(wd))
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out
+
+    outcomes = [json.loads((d / "outcome.json").read_text()) for d in sorted((wd / "trials").iterdir())]
+    warm = [o for o in outcomes if o["role"] == "search"][:3]
+    assert warm[0]["params"]["NCCL_PROTO"] == "LL" and warm[0]["failure_kind"] == "nccl_hang", warm[0]["params"]
+    hung = [o for o in outcomes if o["failure_kind"] == "nccl_hang"]
+    searched = [o for o in outcomes if o["role"] == "search"]
+    assert len(hung) >= 2 and len(hung) / len(searched) > 0.3  # past the old failure budget
+    summary = json.loads((wd / "summary.json").read_text())
+    assert summary["stop_kind"] in ("trial_budget", "grid_exhausted", "space_exhausted"), summary["stop_reason"]
+    champ = summary["champion"]["params"]
+    assert not (champ.get("NCCL_PROTO") == "LL" and champ.get("speculative_algorithm") == "EAGLE3"), champ
+    assert summary["promoted"] is True, summary.get("verdict")
