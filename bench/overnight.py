@@ -14,9 +14,15 @@ run, confirmation included, as the tool spent it (nothing here holds time back o
 the driver does, or not).
 
 Policies: two-stage (probe + kept NCCL settings + warm start, failure-aware TPE: the tool's default);
-tpe (the same failure-aware TPE without the probe); random. Scenarios: `plain`; `hidden`, with an
-OOM above 8 draft tokens at top-k 4 and an NCCL hang under NCCL_ALGO=Ring + NCCL_PROTO=LL128 (trials
-spent in that region are counted; the optimum is then the best point outside it). The optimum never
+tpe (the same failure-aware TPE without the probe); random. Scenarios (SCENARIOS): `plain`; `hidden`, with
+an OOM above 8 draft tokens at top-k 4 and an NCCL hang under NCCL_ALGO=Ring + NCCL_PROTO=LL128; issue 34's
+failure shapes: `fastest-hang`, a failing region that holds the unconstrained optimum under the probe's
+fastest NCCL settings (a hang under NCCL_PROTO=LL + NCCL_P2P_LEVEL=SYS + NCCL_MAX_CTAS=4 in the full server
+only, and an OOM above 6 draft tokens at top-k 2), `fastest-hang-probed`, the same with the hang also seen
+by the probe (a simulator fault: the probe records it and keeps the next settings), and `oom-edge`, an OOM
+above 5 draft tokens at top-k 2 alone, whose edge (5 draft tokens) is near-optimal. Trials spent in a
+region are counted; the optimum is then the best point outside it. --probe-mismatch M scales each probed
+setting's latencies by a seeded factor in [1 - M, 1 + M] (the probe's ranking off from the server's). The optimum never
 counts a point whose outputs the simulator corrupts (NCCL_PROTO forcing LL128 on a PCIe host,
 results/truth.changes_outputs): the correctness gate refuses it, so no tool may deploy it; the optimum
 with those points is kept beside it (`with_corrupting`). Worlds: --noise,
@@ -24,7 +30,8 @@ with those points is kept beside it (`with_corrupting`). Worlds: --noise,
 sampler.remeasure_every (0: the search without re-measured near-ties, the policy before it shipped).
 
     .venv/bin/python bench/overnight.py [--seeds 10] [--first-seed 0] [--profiles pcie-rtxpro6000-x8,...]
-        [--policies two-stage,tpe] [--scenarios plain,hidden] [--noise 0.02] [--hours 8]
+        [--policies two-stage,tpe] [--scenarios plain,hidden,fastest-hang,...] [--noise 0.02] [--hours 8]
+        [--probe-mismatch 0.2]
         [--objective decode@1|output@32] [--remeasure-every K] [--jobs 2] [-o bench/results-overnight-noise4.json]
 
 The true optimum needs every feasible point evaluated (about 15 s per profile and objective); it is
@@ -39,6 +46,7 @@ import hashlib
 import json
 import logging
 import math
+import random
 import shutil
 import statistics
 import sys
@@ -60,13 +68,13 @@ import _result  # noqa: E402  (bench/_result.py: the result file and what made i
 
 from orchestrator.config import eagle  # noqa: E402
 from orchestrator.config import experiment as spec_mod  # noqa: E402
-from orchestrator.probe import PROBE_FILE, read_probe  # noqa: E402
+from orchestrator.probe import PROBE_FILE, read_probe, run_probe, write_probe  # noqa: E402
 from orchestrator.records import FailureKind, ParamValue, TrialOutcome, TrialRole, TrialStatus  # noqa: E402
 from orchestrator.results import cost as cost_mod  # noqa: E402
 from orchestrator.results import truth  # noqa: E402
 from orchestrator.search import space as sp  # noqa: E402
 from orchestrator.search.study import read_only  # noqa: E402
-from orchestrator.sweep._probe_stage import speculation_start  # noqa: E402 - the warm start's own policy
+from orchestrator.sweep._probe_stage import probe_cost_s, speculation_start  # noqa: E402 - the stage's own policy
 from orchestrator.sweep.driver import Sweep  # noqa: E402
 from orchestrator.testing import ModelExecutor  # noqa: E402
 from orchestrator.tracking.tracker import Tracker  # noqa: E402
@@ -82,6 +90,44 @@ GPUS = 8
 TARGET = 0.98
 OOM_TOPK, OOM_ABOVE = 4, 8
 HANG = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128"}
+FASTEST = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_CTAS": 4}
+"""The NCCL settings the probe ranks fastest on the PCIe profiles (and the optimum's): issue 34's hang region."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What fails in a night's world: an OOM above `oom[1]` draft tokens at top-k `oom[0]`, an NCCL hang
+    where every `hang` variable has its value; `probe_sees`: the hang is also a simulator fault, which the
+    probe records (otherwise only the full server hangs)."""
+
+    oom: tuple[int, int] | None = None
+    hang: Mapping[str, ParamValue] | None = None
+    probe_sees: bool = False
+
+    def failure(self, params: Mapping[str, ParamValue]) -> tuple[FailureKind, str] | None:
+        """This scenario's failure for `params`: oom, nccl_hang or None."""
+        eff = eagle.effective(dict(params))
+        draft = int(eff.get("speculative_num_draft_tokens") or 0)
+        if self.oom is not None and eff.get("speculative_eagle_topk") == self.oom[0] and draft > self.oom[1]:
+            return FailureKind.oom, "torch.OutOfMemoryError: CUDA out of memory (the hidden region)"
+        if self.hang is not None and all(params.get(k) == v for k, v in self.hang.items()):
+            return FailureKind.nccl_hang, "no token for 300s: a collective that never completes (the hidden region)"
+        return None
+
+    def faults(self) -> list[dict[str, str]]:
+        """simulator.faults of the experiment: the hang where the probe sees it."""
+        if not (self.probe_sees and self.hang):
+            return []
+        return [{"fault": "nccl_hang_when=" + ",".join(f"{k}:{v}" for k, v in self.hang.items())}]
+
+
+SCENARIOS = {
+    "plain": Scenario(),
+    "hidden": Scenario(oom=(OOM_TOPK, OOM_ABOVE), hang=HANG),
+    "fastest-hang": Scenario(oom=(2, 6), hang=FASTEST),
+    "fastest-hang-probed": Scenario(oom=(2, 6), hang=FASTEST, probe_sees=True),
+    "oom-edge": Scenario(oom=(2, 5)),
+}
 CACHE = Path(tempfile.gettempdir()) / "sglang-sweep-overnight-optimum.json"
 
 
@@ -95,6 +141,8 @@ class World:
     """sampler.remeasure_every of the night; None: as experiments/kimi-k2.5-tp8.yaml ships it."""
     prefill_correlation: float = 1.0
     """simulator.noise_prefill_correlation: how far a run's TTFT shares its decode noise (1: one speed)."""
+    probe_mismatch: float = 0.0
+    """Each probed setting's latencies scaled by a seeded factor in [1 - M, 1 + M] (0: the probe as measured)."""
 
 
 def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Path) -> spec_mod.SweepSpec:
@@ -110,6 +158,7 @@ def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Pat
         "drift_per_hour": DRIFT_PER_HOUR,
         "time_scale": 1.0,
         "noise_prefill_correlation": world.prefill_correlation,
+        "faults": SCENARIOS[scenario].faults(),
     }
     data["sampler"] = {**data["sampler"], "kind": "random" if policy == "random" else "tpe", "seed": seed}
     if world.remeasure_every is not None:
@@ -129,12 +178,20 @@ def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Pat
 
 def hidden_failure(params: Mapping[str, ParamValue]) -> tuple[FailureKind, str] | None:
     """The hidden scenario's failure for `params`: oom, nccl_hang or None."""
-    eff = eagle.effective(dict(params))
-    if eff.get("speculative_eagle_topk") == OOM_TOPK and int(eff.get("speculative_num_draft_tokens") or 0) > OOM_ABOVE:
-        return FailureKind.oom, "torch.OutOfMemoryError: CUDA out of memory (the hidden region)"
-    if all(params.get(k) == v for k, v in HANG.items()):
-        return FailureKind.nccl_hang, "no token for 300s: a collective that never completes (the hidden region)"
-    return None
+    return SCENARIOS["hidden"].failure(params)
+
+
+def mismatched_probe(spec: spec_mod.SweepSpec, workdir: Path, mismatch: float, seed: int) -> float:
+    """Probe `spec` into `workdir` (the sweep then reuses probe.json) with each setting's latencies scaled by
+    a factor drawn in [1 - mismatch, 1 + mismatch] from (seed, setting); the probe's seconds on the clock."""
+    result = run_probe(spec, workdir, budget=spec.probe.budget)
+    factor = {s.setting: 1 + mismatch * random.Random(f"{seed}|{s.setting}").uniform(-1, 1) for s in result.settings}
+    rows = tuple(
+        r.model_copy(update={"median_us": r.median_us * factor.get(r.setting, 1.0)}) if r.median_us else r
+        for r in result.rows
+    )
+    write_probe(result.model_copy(update={"rows": rows}), workdir / PROBE_FILE)
+    return probe_cost_s(spec, result)
 
 
 # ---------------------------------------------------------------- the true optimum (cached)
@@ -152,7 +209,8 @@ def _optimum_of(world: World) -> dict[str, Any]:
         spec = experiment(world, "tpe", 0, "plain", Path(tmp))
     value, corrupts = truth.evaluator(spec), truth.changes_outputs(spec)
     best: tuple[float, dict[str, Any]] = (0.0, {})
-    best_hidden = best
+    regions = {name: sc for name, sc in SCENARIOS.items() if name != "plain"}
+    best_in = dict.fromkeys(regions, best)  # the best point outside each scenario's failing region
     best_any = best  # corrupting points included: what the optimum would be without the correctness gate
     # The old NCCL-only space (issue 19): the NCCL knobs searched, everything else as the baseline runs
     # (no speculation, SGLang's own all-reduce choice) or with the model's default EAGLE-3 speculation.
@@ -169,16 +227,17 @@ def _optimum_of(world: World) -> dict[str, Any]:
             continue  # the correctness gate refuses it: no tool may deploy it, so it is no optimum to reach
         if v > best[0]:
             best = (v, dict(p))
-        if v > best_hidden[0] and hidden_failure(p) is None:
-            best_hidden = (v, dict(p))
+        for name, sc in regions.items():
+            if v > best_in[name][0] and sc.failure(p) is None:
+                best_in[name] = (v, dict(p))
         for name, rest in fixed.items():
             if v > old[name] and all(p.get(k) == x for k, x in rest.items() if not k.startswith("NCCL_")):
                 old[name] = v
     return {
         "plain": best[0],
         "plain_params": best[1],
-        "hidden": best_hidden[0],
-        "hidden_params": best_hidden[1],
+        **{name: found[0] for name, found in best_in.items()},
+        **{f"{name}_params": found[1] for name, found in best_in.items()},
         "nccl_only_baseline": old["baseline"],
         "nccl_only_default_eagle3": old["default_eagle3"],
         "with_corrupting": best_any[0],
@@ -189,7 +248,7 @@ def _optimum_of(world: World) -> dict[str, Any]:
 def optima(worlds: list[World], jobs: int) -> dict[str, dict[str, Any]]:
     cached = json.loads(CACHE.read_text()) if CACHE.exists() else {}
     keys = {w: _key(w) for w in worlds}
-    todo = sorted({w for w in worlds if keys[w] not in cached}, key=lambda w: keys[w])
+    todo = sorted({w for w in worlds if not set(SCENARIOS) <= set(cached.get(keys[w], {}))}, key=lambda w: keys[w])
     todo = list({keys[w]: w for w in todo}.values())
     if todo:
         print(
@@ -281,10 +340,13 @@ def _night(world: World, policy: str, seed: int, scenario: str, optimum: float) 
         wd = Path(tmp) / "wd"
         wd.mkdir()
         shutil.copyfile(_store_template(), wd / "mlflow.db")
+        failing = SCENARIOS[scenario]
         executor = ModelExecutor(
-            spec.budget.concurrent_trials, failures=hidden_failure if scenario == "hidden" else None
+            spec.budget.concurrent_trials, failures=failing.failure if scenario != "plain" else None
         )
         epoch = executor.clock.time()
+        if world.probe_mismatch and spec.probe.enabled:
+            executor.clock.spend(mismatched_probe(spec, wd, world.probe_mismatch, seed))
         summary = Sweep(spec, wd, executor=executor).run()
         true_value, corrupts = truth.evaluator(spec), truth.changes_outputs(spec)
 
@@ -313,8 +375,8 @@ def _night(world: World, policy: str, seed: int, scenario: str, optimum: float) 
         result.trials = len(searched)
         result.failed = sum(o.status is TrialStatus.FAILED for o in searched)
         result.failed_in_region = (
-            sum(o.status is TrialStatus.FAILED and hidden_failure(o.params) is not None for o in searched)
-            if scenario == "hidden"
+            sum(o.status is TrialStatus.FAILED and failing.failure(o.params) is not None for o in searched)
+            if scenario != "plain"
             else 0
         )
         last = max((o.finished_at for o in searched), default=epoch)
@@ -384,7 +446,8 @@ def _row(group: list[Night]) -> dict[str, Any]:
 def world_name(w: World) -> str:
     again = "" if w.remeasure_every is None else f", remeasure_every {w.remeasure_every}"
     ttft = "" if w.prefill_correlation == 1 else f", TTFT noise correlation {w.prefill_correlation:g}"
-    return f"{w.profile}, {w.objective}, noise {w.noise:g}{ttft}, {w.hours:g} h{again}"
+    off = f", probe off by {w.probe_mismatch:.0%}" if w.probe_mismatch else ""
+    return f"{w.profile}, {w.objective}, noise {w.noise:g}{ttft}, {w.hours:g} h{again}{off}"
 
 
 def summarize(nights: list[Night]) -> dict[str, Any]:
@@ -420,13 +483,28 @@ def main() -> int:
         help="how far a run's TTFT shares its decode noise (simulator.noise_prefill_correlation; "
         "default 1: one speed for the run; 0: TTFT says nothing of it)",
     )
+    ap.add_argument(
+        "--probe-mismatch",
+        type=float,
+        default=0.0,
+        help="scale each probed setting's latencies by a seeded factor in [1 - M, 1 + M] (the probe's ranking "
+        "off from the server's; default 0)",
+    )
     ap.add_argument("--jobs", type=int, default=2)
     _result.add_output(ap)
     args = ap.parse_args()
     run = _result.start()
     started = time.time()
     worlds = [
-        World(p, args.noise, args.hours, args.objective, args.remeasure_every, args.prefill_correlation)
+        World(
+            p,
+            args.noise,
+            args.hours,
+            args.objective,
+            args.remeasure_every,
+            args.prefill_correlation,
+            args.probe_mismatch,
+        )
         for p in args.profiles.split(",")
     ]
     best = optima(worlds, args.jobs)
