@@ -78,15 +78,16 @@ def chain_steps(params: Mapping[str, Any]) -> int | None:
 
 
 def tune(measurements: Iterable[LoadMeasurement], *, within: float = WITHIN) -> tuple[SlotChoice, ...]:
-    """One slot per concurrency measured: the steps that won there (ValueError when nothing was measured)."""
+    """One slot per concurrency measured: the steps that won there (ValueError when no fixed chain was measured:
+    a slot of no speculation alone says nothing of drafting)."""
     by_level: dict[int, dict[int, list[LoadMeasurement]]] = {}
     for m in measurements:
         by_level.setdefault(m.concurrency, {}).setdefault(m.steps, []).append(m)
-    if not by_level:
+    if not any(steps for by_steps in by_level.values() for steps in by_steps):
         raise ValueError(
-            "no completed trial of a fixed EAGLE/EAGLE3 chain (top-k 1) or of no speculation to tune the "
-            "slots from; run a sweep whose space has speculative_algorithm EAGLE3 at top-k 1, with "
-            "promotion.concurrency naming the loads you serve"
+            "no completed trial of a fixed EAGLE/EAGLE3 chain (top-k 1, not adaptive) to tune the slots from "
+            "(trials without speculation alone say nothing of drafting); run a sweep whose space has "
+            "speculative_algorithm EAGLE3 at top-k 1, with promotion.concurrency naming the loads you serve"
         )
     slots = []
     for level, by_steps in sorted(by_level.items()):

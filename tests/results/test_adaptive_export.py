@@ -54,9 +54,11 @@ def test_repeated_measurements_count_by_their_median_and_ties_go_to_fewer_steps(
     assert slots[0].medians[2] == 100.0 and slots[0].best == 2 and slots[0].candidate_steps == (2, 3)
 
 
-def test_nothing_measured_is_one_clear_message() -> None:
+def test_nothing_but_the_baseline_measured_is_one_clear_message() -> None:
     with pytest.raises(ValueError, match="no completed trial of a fixed EAGLE/EAGLE3 chain"):
         ax.tune([])
+    with pytest.raises(ValueError, match="no completed trial of a fixed EAGLE/EAGLE3 chain"):
+        ax.tune([m(1, 0, 60.0), m(8, 0, 300.0)])  # the baseline alone says nothing of drafting
 
 
 @pytest.mark.parametrize(
