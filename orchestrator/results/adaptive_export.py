@@ -7,7 +7,8 @@ moves the draft steps among its own `candidate_steps` (0: no drafting) from an E
 Its default slots ({1: [1,3,5,7], 8: [0,1,3], 32: [0,1], 64: [0]}) are a guess for any model and host; this
 writes the slots from measurements instead:
 
-  - a measurement is one completed trial of a fixed EAGLE/EAGLE3 chain (top-k 1, not adaptive: the only
+  - a measurement is one completed run (a search trial, or a confirmation round at a promotion.concurrency
+    level) of a fixed EAGLE/EAGLE3 chain (top-k 1, not adaptive: the only
     drafts adaptive runs, `adaptive_unsupported_reason`) or of no speculation (steps 0), at the concurrency
     its benchmark held (the most requests its measured repeat had in flight, read from bench.jsonl);
   - one slot per concurrency measured, keyed by it (the running batch is the concurrency, within
@@ -48,7 +49,8 @@ class LoadMeasurement:
     steps: int
     value: float
     """Output tokens per second of all streams together (what a slot's batch delivers)."""
-    trial: int
+    run: str
+    """Where it was measured: the run's folder in the work directory (trials/0012, confirm/03-champion@8)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class SlotChoice:
     """The steps of the best median value at this level."""
     medians: Mapping[int, float]
     """Steps -> median value of its trials at this level."""
-    trials: tuple[int, ...]
+    runs: tuple[str, ...]
 
 
 def chain_steps(params: Mapping[str, Any]) -> int | None:
@@ -94,8 +96,8 @@ def tune(measurements: Iterable[LoadMeasurement], *, within: float = WITHIN) -> 
         medians = {s: statistics.median(m.value for m in ms) for s, ms in sorted(by_steps.items())}
         best = max(medians, key=lambda s: (medians[s], -s))  # a tie goes to fewer steps: less draft work
         kept = tuple(s for s, v in medians.items() if v >= medians[best] * (1.0 - within))
-        trials = tuple(sorted(m.trial for ms in by_steps.values() for m in ms))
-        slots.append(SlotChoice(level, kept, best, medians, trials))
+        runs = tuple(sorted(m.run for ms in by_steps.values() for m in ms))
+        slots.append(SlotChoice(level, kept, best, medians, runs))
     return tuple(slots)
 
 
@@ -110,7 +112,7 @@ def render(slots: Sequence[SlotChoice], *, source: str = "") -> str:
             str(s.batch_size): {
                 "best_steps": s.best,
                 "median_output_tok_s": {str(k): round(v, 3) for k, v in s.medians.items()},
-                "trials": list(s.trials),
+                "runs": list(s.runs),
             }
             for s in slots
         },
@@ -149,9 +151,10 @@ def _bench_records(path: Path) -> list[BenchRecord]:
 
 
 def measurements_from_workdir(workdir: Path) -> list[LoadMeasurement]:
-    """Every completed trial in `workdir`/trials whose launch adaptive could run (chain_steps), at its load."""
+    """Every completed run in `workdir` whose launch adaptive could run (chain_steps), at its load: the search's
+    trials (trials/*) and the confirmation's rounds at each promotion.concurrency level (confirm/*)."""
     found = []
-    for outcome_file in sorted((workdir / "trials").glob("*/outcome.json")):
+    for outcome_file in sorted([*workdir.glob("trials/*/outcome.json"), *workdir.glob("confirm/*/outcome.json")]):
         try:
             outcome = TrialOutcome.model_validate_json(outcome_file.read_text(encoding="utf-8"))
         except (OSError, ValidationError):
@@ -160,8 +163,9 @@ def measurements_from_workdir(workdir: Path) -> list[LoadMeasurement]:
         if outcome.status is not TrialStatus.COMPLETE or outcome.metrics is None or steps is None:
             continue
         level = held_concurrency(_bench_records(outcome_file.parent / "bench.jsonl"))
+        run = outcome_file.parent.relative_to(workdir).as_posix()
         if level > 0:
-            found.append(LoadMeasurement(level, steps, outcome.metrics.output_tok_s, outcome.number))
+            found.append(LoadMeasurement(level, steps, outcome.metrics.output_tok_s, run))
     return found
 
 

@@ -23,7 +23,7 @@ DEMO = Path(__file__).resolve().parents[2] / "experiments" / "demo.yaml"
 
 
 def m(level: int, steps: int, value: float, trial: int = 0) -> LoadMeasurement:
-    return LoadMeasurement(level, steps, value, trial)
+    return LoadMeasurement(level, steps, value, f"trials/{trial:04d}")
 
 
 def test_each_level_keeps_the_steps_that_won_there() -> None:
@@ -45,7 +45,7 @@ def test_each_level_keeps_the_steps_that_won_there() -> None:
         (8, (1,), 1),
         (32, (0,), 0),
     ]
-    assert slots[0].trials == (1, 2, 3, 4)
+    assert slots[0].runs == ("trials/0001", "trials/0002", "trials/0003", "trials/0004")
     assert slots[1].medians == {0: 300.0, 1: 310.0, 3: 290.0}
 
 
@@ -83,7 +83,11 @@ def test_rendered_file_is_what_the_loader_reads_with_the_trace_beside(tmp_path: 
     loaded = adaptive.load(str(path))
     assert [(s.batch_size, s.candidate_steps) for s in loaded.slots] == [(1, (3,)), (16, (0,))]
     trace = json.loads(path.read_text())[ax.TRACE_KEY]
-    assert trace["slots"]["1"] == {"best_steps": 3, "median_output_tok_s": {"0": 60.0, "3": 80.0}, "trials": [1, 2]}
+    assert trace["slots"]["1"] == {
+        "best_steps": 3,
+        "median_output_tok_s": {"0": 60.0, "3": 80.0},
+        "runs": ["trials/0001", "trials/0002"],
+    }
 
 
 def _record(i: int, start: float, latency: float, *, warmup: bool = False) -> BenchRecord:
@@ -102,7 +106,7 @@ def test_held_concurrency_is_the_most_requests_in_flight() -> None:
     assert ax.held_concurrency([]) == 0
 
 
-def _trial(s: spec_mod.SweepSpec, number: int, steps: int, concurrency: int, wd: Path) -> TrialOutcome:
+def _trial(s: spec_mod.SweepSpec, number: int, steps: int, concurrency: int, folder: Path) -> TrialOutcome:
     params = sp.baseline_params(s.space)
     if steps:
         params.update(speculative_algorithm="EAGLE3", speculative_num_steps=steps, speculative_eagle_topk=1)
@@ -110,24 +114,31 @@ def _trial(s: spec_mod.SweepSpec, number: int, steps: int, concurrency: int, wd:
     spec = TrialSpec(
         number=number,
         params=params,
-        trial_dir=str(wd / "trials" / f"{number:04d}"),
+        trial_dir=str(folder),
         experiment=s.model_copy(update={"benchmark": bench}),
     )
     return run_trial(spec)
 
 
 def test_export_from_real_trials_traces_each_slot_to_its_measured_level(tmp_path: Path) -> None:
-    """Real trials on the simulator at 1 and 4 streams, steps 0 (no speculation) and 3; the exported slots are
-    exactly the winners their outcome.json files and bench.jsonl loads say."""
+    """Real trials on the simulator at 1 and 4 streams, steps 0 (no speculation) and 3, kept where a sweep keeps
+    search trials and confirmation rounds; the exported slots are exactly the winners their outcome.json files
+    and bench.jsonl loads say."""
     base = spec_mod.load(DEMO)
     s = base.model_copy(update={"server": base.server.model_copy(update={"tp": 2})})
     wd = tmp_path / "wd"
-    outcomes = [
-        _trial(s, n, steps, level, wd) for n, (steps, level) in enumerate([(0, 1), (3, 1), (0, 4), (3, 4)], start=1)
-    ]
+    runs = {  # the search's trials at 1 stream, the confirmation's rounds at the 4-stream level
+        "trials/0001": (0, 1),
+        "trials/0002": (3, 1),
+        "confirm/00-baseline@4": (0, 4),
+        "confirm/00-champion@4": (3, 4),
+    }
+    outcomes = [_trial(s, n, *runs[name], wd / name) for n, name in enumerate(runs, start=1)]
     assert all(o.status is TrialStatus.COMPLETE for o in outcomes), [o.reason for o in outcomes]
     measured = ax.measurements_from_workdir(wd)
-    assert sorted((x.trial, x.concurrency, x.steps) for x in measured) == [(1, 1, 0), (2, 1, 3), (3, 4, 0), (4, 4, 3)]
+    assert sorted((x.run, x.concurrency, x.steps) for x in measured) == sorted(
+        (name, level, steps) for name, (steps, level) in runs.items()
+    )
     out = tmp_path / "adaptive.json"
     result = CliRunner().invoke(app, ["export", "--format", "adaptive-config", "--workdir", str(wd), "-o", str(out)])
     assert result.exit_code == 0, result.output

@@ -28,12 +28,12 @@ print(json.dumps({"slots": {str(k): v["candidate_steps"] for k, v in slots.items
 def test_sglang_0_5_23_loads_the_exported_slots(sglang_python: str, tmp_path: Path) -> None:
     slots = ax.tune(
         [
-            ax.LoadMeasurement(1, 0, 60.0, 1),
-            ax.LoadMeasurement(1, 3, 80.0, 2),
-            ax.LoadMeasurement(8, 1, 310.0, 3),
-            ax.LoadMeasurement(8, 0, 300.0, 4),
-            ax.LoadMeasurement(32, 0, 690.0, 5),
-            ax.LoadMeasurement(32, 1, 650.0, 6),
+            ax.LoadMeasurement(1, 0, 60.0, "trials/0001"),
+            ax.LoadMeasurement(1, 3, 80.0, "trials/0002"),
+            ax.LoadMeasurement(8, 1, 310.0, "trials/0003"),
+            ax.LoadMeasurement(8, 0, 300.0, "trials/0004"),
+            ax.LoadMeasurement(32, 0, 690.0, "trials/0005"),
+            ax.LoadMeasurement(32, 1, 650.0, "trials/0006"),
         ]
     )
     path = tmp_path / "adaptive.json"
