@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -21,7 +22,7 @@ def test_sweep_runs_trials_two_at_a_time_and_prints_the_champion(finished_sweep)
     summary = json.loads((wd / "summary.json").read_text())
     assert summary["launched"] == 6
     assert summary["complete"] >= 5
-    assert "champion: trial" in proc.stdout
+    assert re.search(r"^deployed( UNCONFIRMED)?: trial \d+", proc.stdout, re.M), proc.stdout  # the Verdict's headline
     assert "env file:" in proc.stdout and "sweep ui --workdir" in proc.stdout
     # Two trials really overlapped in time: some trial started before another one ended.
     spans = []

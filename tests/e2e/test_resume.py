@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 import uuid
@@ -101,8 +102,8 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
 
     # Nothing the killed driver started outlives the resumed sweep: Ray, actors, simulators.
     assert wait_until_gone(marker) == {}
-    sweep_log = (wd / "sweep.log").read_text()
-    assert "Ray process(es) the previous driver left" in sweep_log
+    # Who ended them varies with timing: the killed driver's agent reaper (execute/agent_reaper.py) or the
+    # resume (sweep/_resume.reap_previous_driver, which then logs "Ray process(es) the previous driver left").
 
     trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "resume")
     by_number = {t.number: t for t in trials}
@@ -111,9 +112,16 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
         assert (by_number[n].state, by_number[n].values) == (t.state, t.values)
     runs = mlflow_runs(wd, "resume")
     for n, (run_id, status_, end, metrics) in runs_at_kill.items():
-        assert [(r.info.run_id, r.info.status, r.info.end_time, dict(r.data.metrics)) for r in runs[n]] == [
-            (run_id, status_, end, metrics)
-        ]
+        # The report's publication adds the trial's rank in the shared view (tracking.runs: RANK_METRIC).
+        assert [
+            (
+                r.info.run_id,
+                r.info.status,
+                r.info.end_time,
+                {k: v for k, v in r.data.metrics.items() if k != "sweep_rank"},
+            )
+            for r in runs[n]
+        ] == [(run_id, status_, end, metrics)]
 
     # What was running is FAIL/interrupted in Optuna, KILLED in MLflow, and measured again exactly once.
     interrupted = [t for t in trials if t.attrs.get("failure_kind") == FailureKind.interrupted.value]
@@ -139,7 +147,8 @@ def test_sigkill_mid_sweep_then_resume_keeps_results_and_measures_nothing_twice(
 
     summary = json.loads((wd / "summary.json").read_text())
     assert summary["launched"] == budget
-    assert summary["champion"] and "champion: trial" in resumed.stdout, summary.get("verdict")
+    headline = re.search(r"^deployed( UNCONFIRMED)?: trial \d+", resumed.stdout, re.M)
+    assert summary["champion"] and headline, summary.get("verdict")
     if summary["promoted"]:  # the promotion gate's verdict is select.py's; when it passes, the alias resolves
         version = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}").get_model_version_by_alias(
             "sglang-sweep-demo", "champion"

@@ -47,6 +47,7 @@ def _run(tmp_path: Path, config: ServingConfig, extra_env: dict[str, str] | None
     record = tmp_path / "record.json"
     env = {
         "PATH": os.environ["PATH"],
+        "SERVE_CHAMPION_PYTHON": sys.executable,  # the image's python3 -I: this one has the package
         "CHAMPION_ENV": str(env_file),
         "MODEL_PATH": "/models/Kimi K2.5",
         "SGLANG_PYTHON": str(recorder),
@@ -92,7 +93,12 @@ def test_entrypoint_starts_sglang_with_the_exported_env_and_flags(tmp_path):
 def test_entrypoint_refuses_a_missing_env_file(tmp_path):
     proc = subprocess.run(
         ["bash", str(ENTRYPOINT)],
-        env={"PATH": os.environ["PATH"], "CHAMPION_ENV": str(tmp_path / "missing.env"), "MODEL_PATH": "/m"},
+        env={
+            "PATH": os.environ["PATH"],
+            "SERVE_CHAMPION_PYTHON": sys.executable,
+            "CHAMPION_ENV": str(tmp_path / "missing.env"),
+            "MODEL_PATH": "/m",
+        },
         capture_output=True,
         text=True,
         timeout=30,
@@ -110,7 +116,12 @@ def test_entrypoint_refuses_path_ld_preload_and_pythonpath_from_the_file(tmp_pat
     env_file.write_text(f"PATH={evil}\nLD_PRELOAD=/x.so\nPYTHONPATH=/x\nNCCL_PROTO=LL\nSGLANG_SWEEP_ARGS=--tp-size\n")
     proc = subprocess.run(
         ["bash", str(ENTRYPOINT)],
-        env={"PATH": os.environ["PATH"], "CHAMPION_ENV": str(env_file), "MODEL_PATH": "/m"},
+        env={
+            "PATH": os.environ["PATH"],
+            "SERVE_CHAMPION_PYTHON": sys.executable,
+            "CHAMPION_ENV": str(env_file),
+            "MODEL_PATH": "/m",
+        },
         capture_output=True,
         text=True,
         timeout=30,
