@@ -69,7 +69,7 @@ class Refinement:
         order = [top[(self._rr + i) % len(top)] for i in range(len(top))] + ranked[PARENTS:]
         means = _log_means(measured)
         for params in order:
-            for point in self.neighbours(params, means):
+            for point in self.neighbours(params, means, regions):
                 if self._open(point, tried, regions):
                     self._rr += 1
                     return point
@@ -83,28 +83,36 @@ class Refinement:
             and holding(regions, point) is None
         )
 
-    def fastest_nccl(self, params: Mapping[str, ParamValue]) -> dict[str, ParamValue] | None:
-        """The kept NCCL setting the probe measured fastest at `params`' own all-reduce size, or None."""
+    def fastest_nccl(
+        self, params: Mapping[str, ParamValue], regions: Sequence[Region] = ()
+    ) -> dict[str, ParamValue] | None:
+        """The kept NCCL setting the probe measured fastest at `params`' own all-reduce size that puts
+        `params` in no failed region's core, or None."""
         eff = eagle.effective(dict(params))
         draft = eff.get("speculative_num_draft_tokens") if eff.get("speculative_algorithm") else None
         size = f"verify-{draft}" if draft else "decode"
-        timed = [(by_size[size], label) for label, by_size in self.latency.items() if size in by_size]
-        if not timed:
-            return None
-        _, label = min(timed)
-        return self.settings.get(label)
+        timed = sorted((by_size[size], label) for label, by_size in self.latency.items() if size in by_size)
+        for _, label in timed:
+            values = self.settings.get(label)
+            if values is not None and holding(regions, {**params, **values}) is None:
+                return values
+        return None
 
     def neighbours(
-        self, params: Mapping[str, ParamValue], means: Mapping[str, float] | None = None
+        self,
+        params: Mapping[str, ParamValue],
+        means: Mapping[str, float] | None = None,
+        regions: Sequence[Region] = (),
     ) -> list[dict[str, ParamValue]]:
         """The feasible one-step neighbours of `params` (module doc), nearest knobs of the space first;
         with `means` ({point key: mean log value} of the measured points), the steps that go on the way
-        a knob's last step gained come right after the fastest NCCL setting (`continuations`)."""
+        a knob's last step gained come right after the fastest NCCL setting (`continuations`), the fastest
+        outside the failed `regions`."""
         kept = list(self.settings.values())
         nccl = set(kept[0]) if kept else set()
         active = any(sp.is_active(self.space.params[k], params) for k in nccl if k in self.space.params)
         out: list[dict[str, ParamValue]] = []
-        fastest = self.fastest_nccl(params) if active else None
+        fastest = self.fastest_nccl(params, regions) if active else None
         if fastest is not None:
             out.append({**params, **fastest})
         out.extend(continuations(self.space, params, means or {}, skip=nccl))

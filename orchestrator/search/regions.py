@@ -9,7 +9,8 @@ launch, as infeasible) and its edge (the nearest points that may not, proposed n
   one draft token fewer (one draft step fewer at top-k 1).
 - nccl_hang: the same NCCL setting with speculation on or off as it was; the edge is the next NCCL
   protocol (the fastest kept setting forcing another NCCL_PROTO) and the same NCCL setting without
-  speculation.
+  speculation. Two hangs also mark the NCCL values they share (one set at least), speculating or not,
+  unless a measured point runs them.
 - outputs changed (the screen refused it): every point forcing the same NCCL_PROTO, speculating or not
   as it was (a protocol that changes greedy outputs on this host does so at every setting); where no
   protocol was forced, the same NCCL setting. The edge is the next NCCL protocol.
@@ -51,14 +52,18 @@ def _shape(params: Mapping[str, ParamValue]) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Region:
-    """The region trial `number`'s failure of `kind` (or the screen's refusal) marks around its `point`."""
+    """The region trial `number`'s failure of `kind` (or the screen's refusal) marks around its `point`;
+    with `shared`, the region two hangs have in common instead: every point with those NCCL values."""
 
     kind: str
     point: dict[str, ParamValue]
     number: int
+    shared: tuple[tuple[str, ParamValue], ...] = ()
 
     def holds(self, params: Mapping[str, ParamValue]) -> bool:
         """Whether `params` lies in the core: it would fail the same way (module doc)."""
+        if self.shared:
+            return all(params.get(k) == v for k, v in self.shared)
         if self.kind == OOM:
             if not (_speculating(params) and _speculating(self.point)):
                 return False
@@ -76,6 +81,8 @@ class Region:
     def edge(self, space: SearchSpace, settings: Mapping[str, Mapping[str, ParamValue]]) -> list[dict[str, ParamValue]]:
         """The nearest points outside the core, nearest first (module doc); feasible, maybe tried already."""
         out: list[dict[str, ParamValue]] = []
+        if self.shared:
+            return out
         if self.kind == OOM:
             out += _fewer_drafts(space, self.point)
         else:
@@ -121,6 +128,7 @@ def regions_of(trials: Iterable[Any]) -> list[Region]:
     that failed with a SHAPED kind (a real failure, not a proposal settled without a launch), or was
     measured with its outputs changed (attrs `outputs_changed`)."""
     out: list[Region] = []
+    measured: list[dict[str, ParamValue]] = []
     for t in trials:
         attrs = t.attrs
         if attrs.get("skipped"):
@@ -129,6 +137,21 @@ def regions_of(trials: Iterable[Any]) -> list[Region]:
             out.append(Region(str(attrs["failure_kind"]), dict(t.params), t.number))
         elif t.state == "COMPLETE" and attrs.get(REFUSED):
             out.append(Region(REFUSED, dict(t.params), t.number))
+        elif t.state == "COMPLETE":
+            measured.append(dict(t.params))
+    return out + _shared_hangs([r for r in out if r.kind == HANG], measured)
+
+
+def _shared_hangs(hangs: Sequence[Region], measured: Sequence[Mapping[str, ParamValue]]) -> list[Region]:
+    """For each two hangs, the NCCL values they share (at least one set), as a region of its own where no
+    measured point lies in it: hangs under ALGO=Ring+CTAS=4 and under CTAS=4 alone point at CTAS=4."""
+    out: list[Region] = []
+    for i, a in enumerate(hangs):
+        for b in hangs[i + 1 :]:
+            shared = tuple(sorted((k, v) for k, v in _nccl(a.point).items() if b.point.get(k) == v))
+            region = Region(HANG, a.point, max(a.number, b.number), shared)
+            if any(v is not None for _, v in shared) and not any(region.holds(m) for m in measured):
+                out.append(region)
     return out
 
 

@@ -184,3 +184,20 @@ def test_the_kept_set_keeps_safe_settings_beside_those_the_screen_will_refuse() 
     assert len(safe) == 3 and all(not by_label[label].kept for label in safe)
     assert warm_start(spec, kept) == safe  # the warm start launches no setting the screen will refuse
     assert not refused({"NCCL_PROTO": "LL"}) and refused({"NCCL_PROTO": "LL128"})
+
+
+class _Trial:
+    def __init__(self, number: int, state: str, params: dict, **attrs: object):
+        self.number, self.state, self.params, self.attrs = number, state, params, attrs
+
+
+def test_two_hangs_mark_the_nccl_values_they_share_unless_a_measured_point_runs_them() -> None:
+    ring4 = point(TREE, {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": 4})
+    plain4 = point(PLAIN, {"NCCL_PROTO": "Simple", "NCCL_MAX_NCHANNELS": 4})
+    third = point(TREE, {"NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": 4})
+    hangs = [_Trial(1, "FAIL", ring4, failure_kind="nccl_hang"), _Trial(2, "FAIL", plain4, failure_kind="nccl_hang")]
+    found = regions_of([_Trial(0, "COMPLETE", point(PLAIN)), *hangs])
+    assert [r.shared for r in found if r.shared] == [(("NCCL_MAX_NCHANNELS", 4),)]
+    assert any(r.holds(third) for r in found)  # 4 channels hung twice, whatever the protocol
+    measured = _Trial(3, "COMPLETE", point(PLAIN, {"NCCL_MAX_NCHANNELS": 4}))
+    assert not any(r.shared for r in regions_of([*hangs, measured]))  # 4 channels ran there: not the cause
