@@ -9,6 +9,7 @@ Pieces:
     running.py   probe, run, status, sync: the night itself and how it is going
     browse.py    ui, dashboard, report: looking at the results
     export.py    export: the champion in the form the place that loads it reads
+    __main__.py  `python -m orchestrator.cli`: the same commands without the console script
 """
 
 # isort: skip_file

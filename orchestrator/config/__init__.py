@@ -14,6 +14,9 @@
   backends, host, model and path it works on); `commplan`: what `sweep plan` says of it.
 - `adaptive`: the `--speculative-adaptive-config` JSON as 0.5.23 reads it.
 - `render`: knob values -> SGLang flags (as data) and environment.
+- `correctness`: promotion.correctness, the correctness gate's settings; `durations`: '8h', '30m' as seconds;
+  `fields`: field types with finite ranges and text without control characters; `messages`: pydantic's
+  errors in the user's words; `yamlfile`: bounded reading of the user's YAML.
 """
 
 __all__ = ["eagle", "experiment", "flags", "knobs", "render", "space"]

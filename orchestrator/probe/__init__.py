@@ -15,6 +15,7 @@ Pieces:
     gpu.py        a GPU host: rank workers (_worker.py) forking one fresh process group per setting
     tuner.py      `--format nccl-tuner`: per-size rules for NCCL's example tuner plugin, and their parser
     run.py        the loop: ask, measure, score, tell, write probe.json
+    comm.py       the host's communication path before a launch (SGLang 0.5.23's resolution on a profile)
 """
 
 from __future__ import annotations

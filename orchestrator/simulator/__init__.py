@@ -7,6 +7,8 @@ NCCL_DEBUG=INFO lines), and streams tokens in real time at the rate of a calibra
 model. The demo, CI and the tests run it instead of a GPU server, through the same code paths.
 
 Pieces:
+    __main__.py   `python -m orchestrator.simulator`: the server's entry point
+    _rank_worker.py  one simulated tensor-parallel rank (stdlib only), started by ranks.py
     model.py      the performance model: pure equations, `evaluate`, `truth` (no I/O)
     algorithms.py each speculative algorithm's drafter (acceptance per position, draft cost, verify window:
                   tree, block, lookup) and its steps/top-k/draft tokens as SGLang resolves them

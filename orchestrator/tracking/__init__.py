@@ -7,6 +7,7 @@
 - `registry`: promote a serving config to a model version with an alias; resolve it back.
 - `convert`: pure conversions of params, metrics, tags and names to what MLflow stores.
 - `_client`: the MLflow client and experiment of one store, created on first use.
+- `probe_run`: `sweep probe` as one MLflow run (the ranking table, probe.json, the latency plot).
 
 Importing this package does not import MLflow; the first call that needs it does. It re-exports
 nothing: its modules import each other as `from orchestrator.tracking import convert`, which runs this

@@ -61,11 +61,8 @@ _DISK_FIX = (
 
 
 class Tracker:
-    """The sweep's view of one MLflow tracking store and experiment.
-
-    Nothing happens in the constructor: the MLflow client, the experiment and the database are
-    created on first use, so building a Tracker is free and cannot fail.
-    """
+    """The sweep's view of one MLflow tracking store and experiment. Nothing happens in the constructor: the
+    MLflow client, the experiment and the database are created on first use, so building one cannot fail."""
 
     def __init__(
         self, tracking_uri: str, experiment_name: str, *, outbox_dir: Path, artifact_location: str | None = None
@@ -354,8 +351,7 @@ class Tracker:
         return version
 
     def withdraw(self, model_name: str, alias: str, parent_run_id: str) -> str | None:
-        """Remove `alias` where it points at a version this sweep (`parent_run_id`) registered; the version
-        withdrawn, or None. Raises TrackingError when MLflow cannot say."""
+        """Remove `alias` where it points at a version this sweep registered (registry.withdraw)."""
         return registry.withdraw(self._store, model_name, alias, parent_run_id)
 
     def resolve(self, model_name: str, alias: str = "champion") -> ServingConfig:

@@ -8,6 +8,8 @@
 - `observe`: what really ran (environment per rank, NCCL's lines; `fingerprint`: the host); `allreduce`: which
   all-reduce carried decode/verify, and plan warnings; `procs`: the trial's reader of other processes.
 - `runner`: the phases of one trial: TrialSpec in, TrialOutcome out.
+- `outputs`: greedy outputs of a fixed prompt set for the correctness gate; `_bench_serving_repeats`: every
+  repeat of SGLang's bench_serving in one process.
 """
 
 __all__ = [

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from test_report import _outcome, _spec
+from report_helpers import outcome as _outcome
+from report_helpers import spec as _spec
 
 from orchestrator.records import TrialRole, TrialStatus
 from orchestrator.results import report, report_html, report_plots

@@ -21,13 +21,11 @@ from mlflow_fixtures import (  # noqa: F401 (fixtures are used by name)
     sqlite_store_template,
 )
 from ports import free_port
+from trial_files import KNOBS, write_trial
 
 from orchestrator.errors import TrackingError
 from orchestrator.records import (
     FailureKind,
-    LaunchPlan,
-    MeasurementSummary,
-    Metrics,
     ServingConfig,
     TrialOutcome,
     TrialRole,
@@ -40,13 +38,6 @@ from orchestrator.tracking.tracker import Tracker
 
 matplotlib.use("Agg")
 
-KNOBS = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": None,
-    "NCCL_MAX_NCHANNELS": 16,
-    "speculative_num_steps": 3,
-    "speculative_eagle_topk": 1,
-}
 BASELINE_KNOBS = {k: None for k in KNOBS}
 
 TRIES_PER_CALL = 2
@@ -84,64 +75,6 @@ def knocks(monkeypatch: pytest.MonkeyPatch) -> Knocks:
 
     monkeypatch.setattr(urllib3.util.connection, "create_connection", counting)
     return seen
-
-
-def write_trial(
-    workdir: Path,
-    number: int,
-    *,
-    role: TrialRole = TrialRole.search,
-    status: TrialStatus = TrialStatus.COMPLETE,
-    failure_kind: FailureKind | None = None,
-    params: dict | None = None,
-    decode_tok_s: float = 150.0,
-) -> TrialOutcome:
-    """A trial folder as trial.py leaves it, outcome.json included."""
-    trial_dir = workdir / "trials" / str(number)
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / "spec.json").write_text(json.dumps({"number": number}))
-    (trial_dir / "server.log").write_text("Decode batch, #running-req: 1, accept len: 2.61\n")
-    (trial_dir / "bench.jsonl").write_text('{"index": 0, "ok": true}\n')
-    complete = status == TrialStatus.COMPLETE
-    outcome = TrialOutcome(
-        number=number,
-        params=params if params is not None else KNOBS,
-        role=role,
-        status=status,
-        failure_kind=failure_kind,
-        reason="" if complete else "CUDA out of memory while allocating the draft KV cache",
-        log_tail="" if complete else "torch.OutOfMemoryError: CUDA out of memory",
-        metrics=Metrics(
-            decode_tok_s=decode_tok_s,
-            output_tok_s=290.5,
-            ttft_ms_p50=41.0,
-            itl_ms_p99=9.5,
-            accept_length=2.61,
-            verify_ms=None,
-            requests_ok=8,
-            sources={"accept_length": "meta_info"},
-        )
-        if complete
-        else None,
-        summary=MeasurementSummary(
-            repeats=3,
-            median={"decode_tok_s": decode_tok_s},
-            ci95_low={"decode_tok_s": decode_tok_s - 4},
-            ci95_high={"decode_tok_s": decode_tok_s + 4},
-        )
-        if complete
-        else None,
-        fingerprint_hash="fp-1234",
-        allreduce_path="nccl",
-        launch=LaunchPlan(argv=("python", "-m", "orchestrator.simulator"), port=30000, engine="simulator"),
-        trial_dir=str(trial_dir),
-        node="127.0.0.2",
-        started_at=1_750_000_000.0 + number * 100,
-        finished_at=1_750_000_060.0 + number * 100,
-        timings={"server_start": 3.5, "bench": 20.0},
-    )
-    (trial_dir / "outcome.json").write_text(outcome.model_dump_json(indent=2))
-    return outcome
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 from mlflow_fixtures import copy_store, sqlite_store_template  # noqa: F401 (fixtures are used by name)
-from test_tracking import KNOBS, write_trial
+from trial_files import KNOBS, write_trial
 
 from orchestrator.records import TrialRole
 from orchestrator.tracking import convert
