@@ -18,6 +18,7 @@ from orchestrator.config import experiment as spec_mod
 from orchestrator.records import TrialRole
 from orchestrator.results import export
 from orchestrator.sweep import state as st
+from orchestrator.sweep._port import SweepPort
 from orchestrator.sweep.driver import Sweep
 from orchestrator.tracking.tracker import Tracker
 
@@ -85,22 +86,25 @@ def test_a_kill_during_the_rounds_resumes_from_the_last_completed_run(tmp_path, 
     _agree(spec, wd, resumed)
 
 
-def test_a_kill_after_registration_resumes_to_the_same_version(tmp_path, sqlite_store_template, monkeypatch):
-    # The registry version and its alias are set, then the driver dies before champion.env and summary.json:
-    # the resume measures nothing again and registers nothing again; everything names that version.
+@pytest.mark.parametrize("after", ["alias", "env file"])
+def test_a_kill_after_registration_resumes_to_the_same_version(tmp_path, sqlite_store_template, monkeypatch, after):
+    # The registry version and its alias are set (and, for "env file", champion.env written), then the driver
+    # dies before the verdict is kept and summary.json written: the resume measures nothing again and
+    # registers nothing again; the registry, the alias, champion.env and the verdict name that version.
     spec, wd = _setup(tmp_path, sqlite_store_template)
-    promote = Tracker.promote
+    cls, name = (Tracker, "promote") if after == "alias" else (SweepPort, "register")
+    original = getattr(cls, name)
 
-    def promote_then_die(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        promote(self, *args, **kwargs)
-        raise Killed("killed after the alias was set")
+    def then_die(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, *args, **kwargs)
+        raise Killed(f"killed after the {after}")
 
-    monkeypatch.setattr(Tracker, "promote", promote_then_die)
+    monkeypatch.setattr(cls, name, then_die)
     first = KillingExecutor(2)
     with pytest.raises(Killed):
         Sweep(spec, wd, executor=first).run()
-    assert not (wd / "champion.env").exists() and not (wd / "summary.json").exists()
-    monkeypatch.setattr(Tracker, "promote", promote)
+    assert (wd / "champion.env").exists() is (after == "env file") and not (wd / "summary.json").exists()
+    monkeypatch.setattr(cls, name, original)
     again = KillingExecutor(2)
     resumed = Sweep(spec, wd, executor=again, resume=True).run()
     assert again.confirm_runs == [], "every confirmation run was kept"
