@@ -1,17 +1,20 @@
 """Trial failures are data: a server that never becomes ready, one that dies mid-benchmark, one that
 runs out of memory and one whose collective hangs each give a FAILED trial of the right kind with the
-log tail, leave no process behind, and the sweep goes on."""
+log tail, leave no process behind, and the sweep goes on; a failure marks its region (issue 34)."""
 
 from __future__ import annotations
 
 import json
 import os
 import uuid
+from collections import Counter
 
 import pytest
 import yaml
 from e2e_helpers import ended_cleanly, new_workdir, served_experiment, sweep, write_experiment
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
+
+from orchestrator.search.study import read_only
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +48,10 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
                 "params": {
                     "NCCL_PROTO": {"choices": [None, "LL", "LL128", "Simple"]},
                     "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-                    "speculative_num_steps": {"low": 2, "high": 2, "when": {"speculative_algorithm": "EAGLE3"}},
-                    "speculative_eagle_topk": {"choices": [4], "when": {"speculative_algorithm": "EAGLE3"}},
+                    # 3 steps: 8 draft tokens are feasible at top-k 2 too (draft - 1 <= topk + (steps - 1) topk^2)
+                    "speculative_num_steps": {"low": 3, "high": 3, "when": {"speculative_algorithm": "EAGLE3"}},
+                    # two shapes: the OOM at top-k 4 marks that shape's region, top-k 2 stays open
+                    "speculative_eagle_topk": {"choices": [2, 4], "when": {"speculative_algorithm": "EAGLE3"}},
                     "speculative_num_draft_tokens": {"choices": [8], "when": {"speculative_algorithm": "EAGLE3"}},
                 },
             }
@@ -69,7 +74,7 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
             ]
         },
         sampler={"kind": "grid", "seed": 0},
-        budget={"trials": 10, "concurrent_trials": 2, "max_failure_rate": 0.9, "max_consecutive_failures": 8},
+        budget={"trials": 14, "concurrent_trials": 2, "max_failure_rate": 0.9, "max_consecutive_failures": 8},
         promotion={"max_rounds": 0},  # failures are the subject here: no gate (exit 0, or 3 if not better)
         benchmark={"stall_timeout_s": 3},
     )
@@ -91,37 +96,54 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
     for d in sorted((wd / "trials").iterdir()):
         o = json.loads((d / "outcome.json").read_text())
         p = o["params"]
-        kinds[(p["NCCL_PROTO"], p["speculative_algorithm"])] = (
+        kinds[(p["NCCL_PROTO"], p["speculative_algorithm"], p["speculative_eagle_topk"])] = (
             o["status"],
             o["failure_kind"],
             o["log_tail"],
             o["reason"],
         )
-    assert len(kinds) == 8, kinds  # every grid point was measured: failures did not stop the sweep
-    assert kinds[("LL128", None)][:2] == ("FAILED", "startup_timeout")
-    status, kind, tail, reason = kinds[("Simple", None)]
+    # A speculation shape that ran out of memory is not launched again under another NCCL setting (issue
+    # 34): every top-k 4 point asked after the OOM was recorded is settled without a launch, in its region.
+    oom_number = int(next(d.name for d in (wd / "trials").iterdir() if '"oom"' in (d / "outcome.json").read_text()))
+    views, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "failures") or ([], {})
+    settled = {
+        (t.params["NCCL_PROTO"], t.params["speculative_algorithm"], t.params["speculative_eagle_topk"]): t.attrs[
+            "reason"
+        ]
+        for t in views
+        if t.attrs.get("failure_kind") == "in_failed_region"
+    }
+    assert all(r == f"in the region where trial {oom_number} ran out of memory (oom)" for r in settled.values())
+    assert all(topk == 4 for _, _, topk in settled) and not set(settled) & set(kinds), (settled, kinds)
+    assert len(kinds) + len(settled) == 12, kinds  # every grid point settled: failures did not stop the sweep
+    assert kinds[("LL128", None, None)][:2] == ("FAILED", "startup_timeout")
+    status, kind, tail, reason = kinds[("Simple", None, None)]
     # SGLang's launcher SIGKILLs its tree when a scheduler dies: the reason is the scheduler's exception
     assert (status, kind) == ("FAILED", "server_crash") and tail
     assert reason.startswith(
         "server died: RuntimeError: CUDA error: an illegal memory access was encountered (killed by signal 9 (SIGKILL))"
     ), reason
-    status, kind, tail, reason = kinds[("LL128", "EAGLE3")]
+    status, kind, tail, reason = kinds[("LL128", "EAGLE3", 4)]
     assert (status, kind) == ("FAILED", "oom") and "out of memory" in tail.lower()
-    status, kind, tail, reason = kinds[(None, "EAGLE3")]
-    assert (status, kind) == ("FAILED", "env_not_applied") and "did not reach" in reason
-    assert kinds[("LL", "EAGLE3")][:2] == ("FAILED", "nccl_hang")
-    status, kind, tail, reason = kinds[("LL", None)]  # hung mid-benchmark: not a COMPLETE measurement
+    assert kinds[("LL128", "EAGLE3", 2)][1] is None  # 2 x 8 draft tokens fit: outside the OOM's shape
+    expected = {(None, "EAGLE3"): "env_not_applied", ("LL", "EAGLE3"): "nccl_hang", ("Simple", "EAGLE3"): None}
+    for (proto, spec), want in expected.items():
+        assert kinds[(proto, spec, 2)][1] == want, kinds[(proto, spec, 2)]
+        # top-k 4: launched before the OOM was recorded, or settled in its region
+        assert (proto, spec, 4) in settled or kinds[(proto, spec, 4)][1] == want, kinds.get((proto, spec, 4))
+    assert "did not reach" in kinds[(None, "EAGLE3", 2)][3]
+    status, kind, tail, reason = kinds[("LL", None, None)]  # hung mid-benchmark: not a COMPLETE measurement
     assert (status, kind) == ("FAILED", "nccl_hang") and "after 1 good request" in reason
-    for ok in [(None, None), ("Simple", "EAGLE3")]:
-        assert kinds[ok][0] == "COMPLETE", (ok, kinds[ok])
+    assert kinds[(None, None, None)][0] == "COMPLETE", kinds[(None, None, None)]
     assert _processes_marked(marker) == []  # no server, rank worker or Ray process left running
 
     summary = json.loads((wd / "summary.json").read_text())
     champ = summary["champion"]["params"]  # never a failed trial, never the env_not_applied one
-    assert (champ.get("NCCL_PROTO"), champ.get("speculative_algorithm")) == ("Simple", "EAGLE3")
+    assert (champ.get("NCCL_PROTO"), champ.get("speculative_algorithm")) == ("Simple", "EAGLE3"), champ
     status_proc = sweep("status", "--workdir", str(wd))
-    for k in ("startup_timeout 1", "server_crash 1", "oom 1", "env_not_applied 1", "nccl_hang 2"):
-        assert k in status_proc.stdout, status_proc.stdout
+    counts = Counter(k[1] for k in kinds.values() if k[1])
+    for k, n in counts.items():
+        assert f"{k} {n}" in status_proc.stdout, status_proc.stdout
 
     # Secrets in the driver's environment reach no file the sweep wrote: artifacts, logs, both
     # databases, MLflow's artifact store.
