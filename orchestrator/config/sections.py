@@ -222,11 +222,13 @@ class BudgetSpec(Strict):
     trial_timeout_s: Positive = 3600.0
     """Seconds one trial may take in all (start-up, benchmark, every repeat) before it fails trial_timeout."""
     max_failure_rate: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.5
-    """The search stops when more than this share of the finished trials failed."""
+    """The search stops when more than this share of the finished search trials failed and the failures are
+    one kind whatever the parameters (a broken set-up); failures the parameters explain never stop it."""
     max_consecutive_failures: Annotated[int, Int(1, 100_000)] = 8
-    """The search stops after this many failed trials in a row."""
+    """The search stops after this many failed trials in a row when they are one kind whatever the
+    parameters (a broken set-up); failures the parameters explain never stop it."""
     min_trials_for_failure_rate: Annotated[int, Int(1, 100_000)] = 6
-    """Finished trials before max_failure_rate is applied."""
+    """Finished search trials before max_failure_rate is applied."""
     baseline_every: Annotated[int, Int(0, 100_000)] = 0
     """Measure the baseline again every K finished trials (0: only at the start). The promotion gate's
     interleaved runs measure it again at the end; every baseline measurement feeds the drift check."""
