@@ -114,8 +114,10 @@ def test_status_reads_a_finished_sweep(finished_sweep):
     proc = sweep("status", "--workdir", str(wd))
     assert proc.returncode == 0, proc.stderr
     assert "6/6 trials launched" in proc.stdout
-    # After the search, the best searched trial is no longer "best so far": the phase and verdict say more.
-    assert "best searched trial: trial" in proc.stdout and "best so far" not in proc.stdout
+    # After the search, the best searched trial is no longer "best so far", and the verdict leads: what was
+    # deployed and its knobs (the highest single measurement is only named, without its knobs).
+    assert "best single search measurement: trial" in proc.stdout and "best so far" not in proc.stdout
+    assert re.search(r"^deployed( UNCONFIRMED)?: trial \d+", proc.stdout, re.M), proc.stdout
     assert "phase: done" in proc.stdout and "env file:" in proc.stdout
 
 

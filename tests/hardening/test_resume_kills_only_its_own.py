@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,6 +83,13 @@ def test_the_server_a_killed_driver_left_is_reaped(tmp_path: Path, stranger: sub
     )
     server.start()
     assert server.proc is not None
+    # The record names the exec'd server's argv: until the child has exec'd (a while on a loaded machine),
+    # /proc still shows the parent's command line and no record would match it. A killed driver's server
+    # has long exec'd; wait for that here (a hang guard, not a timing assertion).
+    wanted = tuple(a for a in (*SLEEPER, "trial-server") if a.strip())
+    deadline = time.monotonic() + 120
+    while procs.cmdline(server.proc.pid) != wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
     reap_previous_driver(Paths(tmp_path))
     assert server.proc.wait(timeout=30) != 0
     assert stranger.poll() is None

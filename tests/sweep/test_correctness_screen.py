@@ -67,7 +67,19 @@ def test_trials_whose_outputs_changed_are_measured_but_never_the_champion(tmp_pa
     outcomes = _outcomes(wd)
     ll128 = {n: o for n, o in outcomes.items() if o["params"].get("NCCL_PROTO") == "LL128"}
     others = {n: o for n, o in outcomes.items() if n not in ll128 and o["role"] == "search"}
-    assert len(ll128) == 4 and others
+    # Two at a time: the LL128 trials launched before the first refusal came back; the screen's refusal then
+    # marks LL128 as a region the sampler does not launch again (search/regions.py), so the rest of the grid's
+    # LL128 points are settled without a launch, each saying why.
+    assert 1 <= len(ll128) < 4 and others
+    storage = f"sqlite:///{wd / 'optuna.db'}"
+    (name,) = optuna.get_all_study_names(storage)
+    settled = [
+        t
+        for t in optuna.load_study(study_name=name, storage=storage).trials
+        if t.user_attrs.get("skipped") and t.params.get("NCCL_PROTO") == "LL128"
+    ]
+    assert len(ll128) + len(settled) == 4, (sorted(ll128), [t.user_attrs for t in settled])
+    assert all("changed the outputs" in str(t.user_attrs.get("reason")) for t in settled)
     # every LL128 trial measured (its numbers kept) and refused with its figure; no other trial refused
     for o in ll128.values():
         assert o["status"] == "COMPLETE" and o["metrics"]["decode_tok_s"] > 0
