@@ -31,6 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from orchestrator.tracking import convert
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "screenshots"
 WAIT_MS = 90_000
@@ -126,13 +128,29 @@ def wait_text(page: Any, text: str | re.Pattern[str], view: str) -> None:
         raise Failed(f"{view}: {text!r} did not appear within {WAIT_MS // 1000} s ({type(exc).__name__})") from exc
 
 
+def _close_assistant(page: Any) -> None:
+    """MLflow 3.17 opens its Assistant over a third of the page on a browser's first visit: close it."""
+    button = page.locator('[data-component-id="mlflow.assistant.chat_panel.close"]')
+    if button.count():
+        button.first.click()
+        page.wait_for_timeout(SETTLE_MS)
+
+
+def _snap(page: Any, path: Path, written: list[Path]) -> None:
+    page.wait_for_timeout(SETTLE_MS)
+    _close_assistant(page)
+    page.screenshot(path=str(path))
+    written.append(path)
+
+
 def shoot(wd: Path, out: Path, width: int, height: int) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
     chromium, flags = browser_settings()
     summary = json.loads((wd / "summary.json").read_text(encoding="utf-8"))
     state = json.loads((wd / "sweep.json").read_text(encoding="utf-8"))
-    champion = (summary.get("champion") or {}).get("number")
+    decision = summary.get("decision") or {}
+    deployed = (decision.get("deployed") or summary.get("champion") or {}).get("number")
     out.mkdir(parents=True, exist_ok=True)
     proc, url = start_ui(wd)
     written: list[Path] = []
@@ -141,17 +159,20 @@ def shoot(wd: Path, out: Path, width: int, height: int) -> list[Path]:
             browser = p.chromium.launch(executable_path=chromium, args=flags)
             page = browser.new_page(viewport={"width": width, "height": height})
             page.goto(url, wait_until="domcontentloaded")
-            trial = f"trial-{champion:04d}" if champion is not None else re.compile(r"trial-\d{4}")
-            wait_text(page, trial, "the ranked trials view")
-            page.wait_for_timeout(SETTLE_MS)
-            written.append(out / "mlflow-trials.png")
-            page.screenshot(path=str(written[-1]))
-            experiment = url.split("/experiments/")[1].split("/")[0]
-            page.goto(f"{url.split('#')[0]}#/experiments/{experiment}/runs/{state['parent_run_id']}")
-            wait_text(page, re.compile("champion", re.IGNORECASE), "the parent run")
-            page.wait_for_timeout(SETTLE_MS)
-            written.append(out / "mlflow-parent.png")
-            page.screenshot(path=str(written[-1]))
+            trial = f"trial-{deployed:04d}" if deployed is not None else re.compile(r"trial-\d{4}")
+            wait_text(page, trial, "the ranked trials view (knob columns, the deployed trial first)")
+            _snap(page, out / "mlflow-trials.png", written)
+            base = url.split("#")[0]
+            experiment = url.split("/experiments/")[1].split("/")[0].split("?")[0]
+            page.goto(f"{base}{convert.run_path(experiment, state['parent_run_id'])}")
+            wait_text(page, re.compile("deployed", re.IGNORECASE), "the parent run")
+            _snap(page, out / "mlflow-parent.png", written)
+            version = decision.get("model_version") or summary.get("model_version")
+            if version:
+                model = state.get("model_name") or "sglang-sweep-demo"
+                page.goto(f"{base}#/models/{model}/versions/{version}?{convert.ML_VIEW}")
+                wait_text(page, re.compile("knob", re.IGNORECASE), "the model version page")
+                _snap(page, out / "mlflow-model-version.png", written)
             report = wd / "report.html"
             if report.exists():
                 page.goto(report.as_uri(), wait_until="load")

@@ -15,7 +15,8 @@ def knob_lines(config: Configuration | None, indent: str = "    ") -> list[str]:
     """`K = V` per knob the configuration sets, or that it runs the engine's defaults."""
     if config is None:
         return []
-    return [f"{indent}{k} = {v}" for k, v in config.params.items()] or [f"{indent}(engine defaults)"]
+    # By name: the same order whether the Verdict is the run's own or read back from summary.json.
+    return [f"{indent}{k} = {v}" for k, v in sorted(config.params.items())] or [f"{indent}(engine defaults)"]
 
 
 def headline(v: Verdict) -> str:
@@ -96,7 +97,7 @@ def markdown(v: Verdict) -> list[str]:
         blocks.append(_first_up(pick) + ".")
     config = v.deployed or v.pick
     if config is not None:
-        knobs = "\n".join(f"- `{k}={val}`" for k, val in config.params.items()) or "- engine defaults"
+        knobs = "\n".join(f"- `{k}={val}`" for k, val in sorted(config.params.items())) or "- engine defaults"
         blocks.append(f"**Knobs of {config.label}**:\n{knobs}")
     if v.parts:
         blocks.append(f"**{_first_up(v.parts_heading())}**:\n" + "\n".join(f"- {p.text()}" for p in v.parts))
