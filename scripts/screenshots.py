@@ -27,9 +27,10 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from readme_outputs import git_stamp  # the same stamp as the README's outputs (this script's folder)
 
 from orchestrator.tracking import convert
 
@@ -187,29 +188,12 @@ def shoot(wd: Path, out: Path, width: int, height: int) -> list[Path]:
     return written
 
 
-def stamp() -> tuple[str, str]:
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "unknown", ""
-    return commit + (" (with uncommitted changes)" if dirty else ""), datetime.now(timezone.utc).strftime("%Y-%m-%d")
-
-
 def write_readme(out: Path, wd: Path, files: list[Path]) -> Path:
-    commit, date = stamp()
     state = json.loads((wd / "sweep.json").read_text(encoding="utf-8"))
     lines = [
         "# Screenshots",
         "",
-        f"Made by `scripts/screenshots.py` on {date} at commit {commit}, from the finished sweep",
+        f"Made by `scripts/screenshots.py` at {git_stamp()}, from the finished sweep",
         f"`{state.get('experiment', '?')}` (its work directory was `{wd}`), in Debian's Chromium through Playwright",
         "with the UI tests' flags. Do not edit them by hand; regenerate them:",
         "",

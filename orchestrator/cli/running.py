@@ -340,7 +340,7 @@ def status(
     finished, its verdict: the deployed configuration, its knobs and its own figures."""
     wd = resolve_workdir(workdir)
     rep = status_report(wd, storage)
-    verdict = _finished_verdict(wd, rep.status)
+    verdict = rep.decision if rep.status != "running" else None
     if as_json:  # for scripts: the same report and Verdict as JSON, on one line
         payload = {"workdir": str(wd), **dataclasses.asdict(rep), "decision": _verdict_json(verdict)}
         typer.echo(json.dumps(payload, default=str))
@@ -416,18 +416,6 @@ def _print_health(rep: StatusReport) -> None:
 
 def _outcome_words(verdict: st.Verdict) -> str:
     return verdict.outcome.words if verdict.outcome is not None else "interrupted"
-
-
-def _finished_verdict(wd: Path, status: str) -> st.Verdict | None:
-    """The verdict of a finished sweep (summary.json), or None while it runs (a resumed run's old one is not
-    shown) or before any promotion ended."""
-    if status == "running":
-        return None
-    try:
-        summary = st.SweepSummary.model_validate_json((wd / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None  # no verdict yet (stopped before the end)
-    return summary.the_verdict()
 
 
 @app.command()

@@ -8,7 +8,7 @@ config.experiment."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, StrictInt, field_validator, model_validator
 
@@ -142,19 +142,6 @@ class BenchmarkSpec(Strict):
     server's `server.python`, else the one running the sweep)."""
 
 
-METRIC_NAMES = (
-    "decode_tok_s",
-    "output_tok_s",
-    "ttft_ms_p50",
-    "ttft_ms_p99",
-    "itl_ms_p50",
-    "itl_ms_p99",
-    "tpot_ms_p50",
-    "accept_length",
-    "accept_rate",
-    "verify_ms",
-    "cycle_ms",
-)
 MetricName = Literal[
     "decode_tok_s",
     "output_tok_s",
@@ -168,6 +155,7 @@ MetricName = Literal[
     "verify_ms",
     "cycle_ms",
 ]
+METRIC_NAMES: tuple[str, ...] = get_args(MetricName)
 
 
 class Bound(Strict):

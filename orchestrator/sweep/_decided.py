@@ -12,7 +12,6 @@ from pydantic import ValidationError
 from orchestrator.sweep._context import Context
 from orchestrator.sweep.state import Outcome, SweepSummary
 from orchestrator.verdict.steps import Decided, Promotion
-from orchestrator.verdict.value import Verdict
 
 log = logging.getLogger("sweep")
 
@@ -65,7 +64,6 @@ def already_decided(ctx: Context) -> dict[str, Any] | None:
         f"already decided before this --resume, nothing measured or registered again: "
         f"{decided.verdict or decided.outcome.value}"
     )
-    kept["decision"] = Verdict.of(kept, ctx.spec.objective.metric, ctx.study.importances())
     return kept
 
 

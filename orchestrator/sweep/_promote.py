@@ -38,9 +38,10 @@ def finish(ctx: Context) -> SweepSummary:
         promotion = promoted.summary_fields(ctx.spec.objective.metric)
         if promoted.outcome in (Outcome.not_better, Outcome.undecided, Outcome.outputs_changed):
             promotion["verdict"] = promoted.verdict + _withdrawn(ctx)
+    importances = ctx.study.importances()  # fANOVA over every trial: computed once, for both
     if "outcome" in promotion or "verdict" in promotion:
-        promotion["decision"] = Verdict.of(promotion, ctx.spec.objective.metric, ctx.study.importances())
-    summary = _summary(ctx, promotion)
+        promotion["decision"] = Verdict.of(promotion, ctx.spec.objective.metric, importances)
+    summary = _summary(ctx, promotion, importances)
     _log_summary(ctx, summary, status)
     ctx.track.end_sweep(ctx.parent_run_id or "", "FINISHED" if status == "finished" else "KILLED")
     ctx.write_state(status)
@@ -80,7 +81,7 @@ def _promotes(ctx: Context) -> bool:
     return not ctx.interrupts.pressed and stop is not None and stop.kind is not StopKind.baseline_failed
 
 
-def _summary(ctx: Context, promotion: dict[str, Any]) -> SweepSummary:
+def _summary(ctx: Context, promotion: dict[str, Any], importances: dict[str, float]) -> SweepSummary:
     """The summary of the sweep: its counts, the promotion's fields, importances, drift, fingerprints."""
     p = ctx.progress
     # After the promotion gate: its interleaved baselines are the end-of-sweep measurement.
@@ -98,7 +99,7 @@ def _summary(ctx: Context, promotion: dict[str, Any]) -> SweepSummary:
         skipped=p.skipped,
         stopped_by_failure=p.stopped_by_failure,
         **fields,
-        importances=ctx.study.importances(),
+        importances=importances,
         baseline_drift=BaselineDrift(max_relative_change=drift, flagged=flagged, baselines=p.baselines),
         fingerprint_changes=fingerprint_changes(ctx.outcomes),
     )

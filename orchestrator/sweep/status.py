@@ -83,6 +83,8 @@ class StatusReport:
     """The promotion's verdict in words, once the sweep is done."""
     env_file: str | None = None
     """The champion's env file, once promoted."""
+    decision: Verdict | None = None
+    """The finished sweep's Verdict (summary.json), read once; None while it runs."""
     remaining: cost.Remaining | None = None
     """Trials that still fit the wall time, from the measured start-up and benchmark seconds."""
     schedule: list[str] = field(default_factory=list)
@@ -112,14 +114,6 @@ def verdict_of(workdir: Path) -> Verdict | None:
     except (OSError, ValidationError):
         return None
     return summary.the_verdict()
-
-
-def _promotion(workdir: Path) -> tuple[str | None, str | None]:
-    """(verdict, env file) from the Verdict in summary.json, or (None, None) before the end."""
-    v = verdict_of(workdir)
-    if v is None:
-        return None, None
-    return v.text, v.env_file if v.promoted else None
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -209,7 +203,8 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
     elapsed = _elapsed_s(state)
     phase = phase_of(workdir, state.status)
     eta, remaining = _forecast(state, finished, running, elapsed, phase)
-    verdict, env_file = _promotion(workdir) if phase == "done" else (None, None)
+    decision = _decision(workdir, state.status, phase)
+    shown = decision if phase == "done" else None
     return StatusReport(
         experiment=state.experiment,
         status=state.status,
@@ -231,10 +226,17 @@ def status_report(workdir: Path, storage: str | None = None) -> StatusReport:
         stop_reason=state.stop_reason,
         schedule=list(state.schedule),
         phase=phase,
-        verdict=verdict,
-        env_file=env_file,
+        verdict=shown.text if shown is not None else None,
+        env_file=shown.env_file if shown is not None and shown.promoted else None,
+        decision=decision,
         remaining=remaining,
     )
+
+
+def _decision(workdir: Path, status: str, phase: str) -> Verdict | None:
+    """The finished sweep's Verdict, read once; None while it runs (its summary.json would be a resumed
+    run's old one)."""
+    return verdict_of(workdir) if status != "running" or phase == "done" else None
 
 
 def _study_trials(workdir: Path, state: SweepState, storage: str | None) -> list[TrialView]:

@@ -21,8 +21,8 @@ CANDIDATES = ("champion", "no_speculation", "default_communication", "runner_up"
 
 
 def run_dir(port: Port, round_i: int, arm: str) -> Path:
-    """Where the confirmation run of `arm` in round `round_i` keeps its files (as sweep._confirm names it)."""
-    return port.arm_dir(round_i, arm.replace("@", "-c"))
+    """Where the confirmation run of `arm` in round `round_i` keeps its files (the port names the folder)."""
+    return port.arm_dir(round_i, arm)
 
 
 def request(port: Port, arm: str, round_i: int) -> OutputsRequest | None:

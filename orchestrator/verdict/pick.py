@@ -16,7 +16,7 @@ from orchestrator.search import space as sp
 from orchestrator.verdict import contender, rounds
 from orchestrator.verdict.arm import Arm
 from orchestrator.verdict.port import Port
-from orchestrator.verdict.register import constraints, gate_level_named, run_id_of
+from orchestrator.verdict.register import constraints, gate_level_named
 from orchestrator.verdict.steps import Arms, Champion, Choice, Promotion
 from orchestrator.verdict.value import Outcome
 
@@ -41,7 +41,7 @@ def pick(port: Port) -> Champion | Promotion:
     if champion is None or baseline is None:
         return Promotion(Outcome.no_champion, _no_champion(feasible) if champion is None else "no baseline measured")
     contender.note_run_speed(port)
-    run_id = run_id_of(port, champion)
+    run_id = port.run_id_of(champion)  # the port sends the outbox first: its run may be created there
     if run_id is None:
         return Promotion(
             Outcome.no_champion,

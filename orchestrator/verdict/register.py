@@ -113,15 +113,10 @@ def _source(
         return champion.run_id, champion.trial
     trial = next((o for o in port.outcomes if o.number == choice.number and o.role is TrialRole.search), champion.trial)
     if not choice.derived:
-        run_id = run_id_of(port, trial)
+        run_id = port.run_id_of(trial)
         return None if run_id is None else (run_id, trial)
     first = next((r for r in rows if r.who == choice.name and r.status is TrialStatus.COMPLETE), None)
     if first is None:
         return None
     run_id = port.confirm_run_id(choice.number, port.arm_dir(first.round, choice.name))
     return None if run_id is None else (run_id, trial)
-
-
-def run_id_of(port: Port, outcome: TrialOutcome) -> str | None:
-    """The trial's MLflow run (the port sends what waits in the outbox first: its run may be created there)."""
-    return port.run_id_of(outcome)

@@ -99,3 +99,32 @@ def experiment(tmp_path: Path, steps: int, **promotion: object) -> dict:
     )
     data["search_space"] = [str(space(tmp_path, steps))]
     return data
+
+
+def near_tie(tmp_path: Path, *, max_rounds: int, name: str = "neartie") -> dict:
+    """A two-step grid at 6% noise whose seeded pick is EAGLE-3 with 4 steps on NCCL_P2P_LEVEL=SYS, truly about
+    12% slower than a runner-up two knobs away; a +5% gate of 3 to `max_rounds` rounds."""
+    path = tmp_path / "near-tie.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "near-tie",
+                "params": {
+                    "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
+                    "NCCL_PROTO": {"choices": [None, "LL"]},
+                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+                    "speculative_num_steps": {"choices": [2, 4], "when": {"speculative_algorithm": "EAGLE3"}},
+                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+                },
+            }
+        )
+    )
+    data = demo_experiment(
+        name=name,
+        budget={"trials": 12, "concurrent_trials": 2},
+        sampler={"kind": "grid", "seed": 3},
+        simulator={"noise": 0.06},
+        promotion={"min_rounds": 3, "max_rounds": max_rounds, "explain": True, "min_gain": 0.05},
+    )
+    data["search_space"] = [str(path)]
+    return data

@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from e2e_helpers import demo_experiment, write_experiment
-from loop_helpers import run_sweep
+from loop_helpers import near_tie, run_sweep
 from mlflow import MlflowClient
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 
@@ -28,35 +27,6 @@ from orchestrator.sweep import publish
 from orchestrator.sweep import state as st
 from orchestrator.tracking import convert
 from orchestrator.verdict.value import Verdict
-
-
-def near_tie(tmp_path: Path) -> dict:
-    """A grid at 6% noise whose seeded pick is EAGLE-3 with 4 steps on NCCL_P2P_LEVEL=SYS, truly about 12%
-    slower than a runner-up two knobs away, which wins in the same rounds and is deployed."""
-    path = tmp_path / "near-tie.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "near-tie",
-                "params": {
-                    "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
-                    "NCCL_PROTO": {"choices": [None, "LL"]},
-                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-                    "speculative_num_steps": {"choices": [2, 4], "when": {"speculative_algorithm": "EAGLE3"}},
-                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-                },
-            }
-        )
-    )
-    data = demo_experiment(
-        name="views",
-        budget={"trials": 12, "concurrent_trials": 2},
-        sampler={"kind": "grid", "seed": 3},
-        simulator={"noise": 0.06},
-        promotion={"min_rounds": 3, "max_rounds": 6, "explain": True, "min_gain": 0.05},
-    )
-    data["search_space"] = [str(path)]
-    return data
 
 
 def ungated() -> dict:
@@ -116,7 +86,7 @@ def _pct(gain: float) -> str:
 
 
 def test_every_view_names_the_deployed_runner_up_its_knobs_and_gain(tmp_path, sqlite_store_template):
-    data = near_tie(tmp_path)
+    data = near_tie(tmp_path, max_rounds=6, name="views")  # the runner-up wins in the same rounds
     wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, data)
     v = summary.the_verdict()
     assert v is not None and v.deployed is not None and v.pick is not None and v.figures is not None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 from e2e_helpers import demo_experiment, write_experiment
-from loop_helpers import run_sweep
+from loop_helpers import near_tie, run_sweep
 from mlflow import MlflowClient
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 
@@ -185,35 +185,6 @@ def test_a_champion_without_speculation_is_told_what_speculation_would_add(tmp_p
     [part] = [p for p in summary.contributions if p.a == "with_speculation"]
     assert part.part.startswith("EAGLE-3 on top of the champion's NCCL settings") and part.interval.gain < 0.01
     assert part.part in (summary.verdict or "")
-
-
-def near_tie(tmp_path: Path, *, max_rounds: int) -> dict:
-    """A two-step grid at 6% noise whose seeded pick is EAGLE-3 with 4 steps on NCCL_P2P_LEVEL=SYS, truly about
-    12% slower than a runner-up two knobs away; a +5% gate of 3 to `max_rounds` rounds."""
-    path = tmp_path / "near-tie.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "near-tie",
-                "params": {
-                    "NCCL_P2P_LEVEL": {"choices": [None, "SYS"]},
-                    "NCCL_PROTO": {"choices": [None, "LL"]},
-                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-                    "speculative_num_steps": {"choices": [2, 4], "when": {"speculative_algorithm": "EAGLE3"}},
-                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-                },
-            }
-        )
-    )
-    data = demo_experiment(
-        name="neartie",
-        budget={"trials": 12, "concurrent_trials": 2},
-        sampler={"kind": "grid", "seed": 3},
-        simulator={"noise": 0.06},
-        promotion={"min_rounds": 3, "max_rounds": max_rounds, "explain": True, "min_gain": 0.05},
-    )
-    data["search_space"] = [str(path)]
-    return data
 
 
 def test_a_near_tie_is_settled_by_measurement_and_the_runner_up_deployed(tmp_path, sqlite_store_template):
