@@ -26,13 +26,18 @@ setting's latencies by a seeded factor in [1 - M, 1 + M] (the probe's ranking of
 counts a point whose outputs the simulator corrupts (NCCL_PROTO forcing LL128 on a PCIe host,
 results/truth.changes_outputs): the correctness gate refuses it, so no tool may deploy it; the optimum
 with those points is kept beside it (`with_corrupting`). Worlds: --noise,
---hours, --profiles, --objective (decode_tok_s at 1 stream, or output_tok_s at 32); --remeasure-every sets
-sampler.remeasure_every (0: the search without re-measured near-ties, the policy before it shipped).
+--hours, --profiles, --objective (decode_tok_s at 1 stream, or output_tok_s at 32; both: decode@1,output@32);
+--remeasure-every sets
+sampler.remeasure_every (0: the search without re-measured near-ties, the policy before it shipped). --space
+algorithms searches the speculative algorithm too (search_spaces/speculation.yaml: none, EAGLE3, DFLASH, NGRAM,
+each with its own knobs, on the kimi model profile's drafters) instead of EAGLE-3 alone; the optimum is then over
+that space, and each algorithm's best deployable point is reported beside it (`algorithms`).
 
     .venv/bin/python bench/overnight.py [--seeds 10] [--first-seed 0] [--profiles pcie-rtxpro6000-x8,...]
         [--policies two-stage,tpe] [--scenarios plain,hidden,fastest-hang,...] [--noise 0.02] [--hours 8]
         [--probe-mismatch 0.2]
-        [--objective decode@1|output@32] [--remeasure-every K] [--jobs 2] [-o bench/results-overnight-noise4.json]
+        [--objective decode@1|output@32] [--remeasure-every K] [--space eagle3|algorithms] [--jobs 2]
+        [-o bench/results-overnight-noise4.json]
 
 The true optimum needs every feasible point evaluated (about 15 s per profile and objective); it is
 cached in the temp directory (sglang-sweep-overnight-optimum.json), keyed by the world and the space.
@@ -129,6 +134,9 @@ SCENARIOS = {
     "oom-edge": Scenario(oom=(2, 5)),
 }
 CACHE = Path(tempfile.gettempdir()) / "sglang-sweep-overnight-optimum.json"
+SPACES = {"eagle3": "eagle3.yaml", "algorithms": "speculation.yaml"}
+"""--space: the speculation part of the night's space (search_spaces/): EAGLE-3 or none (eagle3.yaml), or the
+algorithm as a dimension (speculation.yaml: none, EAGLE3, DFLASH, NGRAM, each with its own knobs; issue 35)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,8 @@ class World:
     """simulator.noise_prefill_correlation: how far a run's TTFT shares its decode noise (1: one speed)."""
     probe_mismatch: float = 0.0
     """Each probed setting's latencies scaled by a seeded factor in [1 - M, 1 + M] (0: the probe as measured)."""
+    space: str = "eagle3"
+    """The speculation part of the space (SPACES): eagle3, or algorithms (the algorithm searched too)."""
 
 
 def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Path) -> spec_mod.SweepSpec:
@@ -150,7 +160,7 @@ def experiment(world: World, policy: str, seed: int, scenario: str, workdir: Pat
     data = yaml.safe_load((REPO / "experiments" / "kimi-k2.5-tp8.yaml").read_text(encoding="utf-8"))
     data["engine"] = "simulator"
     data["server"].update(model="moonshotai/Kimi-K2.5", draft_model="lightseekorg/kimi-k2.5-eagle3")
-    data["search_space"] = [str(REPO / "search_spaces" / "nccl.yaml"), str(REPO / "search_spaces" / "eagle3.yaml")]
+    data["search_space"] = [str(REPO / "search_spaces" / name) for name in ("nccl.yaml", SPACES[world.space])]
     data["simulator"] = {
         "hardware_profile": world.profile,
         "model_profile": "kimi-k2.5",
@@ -219,6 +229,7 @@ def _optimum_of(world: World) -> dict[str, Any]:
         "default_eagle3": speculation_start(spec, sp.baseline_params(spec.space)),
     }
     old = dict.fromkeys(fixed, 0.0)
+    by_algorithm: dict[str, tuple[float, dict[str, Any]]] = {}  # the best deployable point of each algorithm
     for p in truth.feasible_points(spec):
         v = value(p)
         if v > best_any[0]:
@@ -227,6 +238,9 @@ def _optimum_of(world: World) -> dict[str, Any]:
             continue  # the correctness gate refuses it: no tool may deploy it, so it is no optimum to reach
         if v > best[0]:
             best = (v, dict(p))
+        algorithm = str(p.get("speculative_algorithm") or "none")
+        if v > by_algorithm.get(algorithm, (0.0,))[0]:
+            by_algorithm[algorithm] = (v, dict(p))
         for name, sc in regions.items():
             if v > best_in[name][0] and sc.failure(p) is None:
                 best_in[name] = (v, dict(p))
@@ -242,13 +256,17 @@ def _optimum_of(world: World) -> dict[str, Any]:
         "nccl_only_default_eagle3": old["default_eagle3"],
         "with_corrupting": best_any[0],
         "with_corrupting_params": best_any[1],
+        "algorithms": {name: found[0] for name, found in sorted(by_algorithm.items())},
+        "algorithms_params": {name: found[1] for name, found in sorted(by_algorithm.items())},
     }
 
 
 def optima(worlds: list[World], jobs: int) -> dict[str, dict[str, Any]]:
     cached = json.loads(CACHE.read_text()) if CACHE.exists() else {}
     keys = {w: _key(w) for w in worlds}
-    todo = sorted({w for w in worlds if not set(SCENARIOS) <= set(cached.get(keys[w], {}))}, key=lambda w: keys[w])
+    todo = sorted(
+        {w for w in worlds if not {*SCENARIOS, "algorithms"} <= set(cached.get(keys[w], {}))}, key=lambda w: keys[w]
+    )
     todo = list({keys[w]: w for w in todo}.values())
     if todo:
         print(
@@ -289,6 +307,9 @@ class Night:
     candidate_true: float = 0.0
     """True value of the search's champion (before the gate and the simpler-configuration rule)."""
     promoted_config: str = ""
+    deployed_algorithm: str = "none"
+    """The speculative algorithm of what the night deploys (none: the baseline or a point without speculation)."""
+    candidate_algorithm: str = ""
     verdict: str = ""
     verdict_text: str = ""
     """The verdict's own sentence (why promoted, not better or undecided)."""
@@ -399,11 +420,13 @@ def _night(world: World, policy: str, seed: int, scenario: str, optimum: float) 
         result.champion_true = value(baseline)
         if summary.champion:
             result.candidate_true = value(summary.champion["params"])
+            result.candidate_algorithm = str(summary.champion["params"].get("speculative_algorithm") or "none")
         if summary.promoted:
             deployed = Tracker(f"sqlite:///{wd / 'mlflow.db'}", spec.name, outbox_dir=wd).resolve(
                 spec.promotion.model_name, spec.promotion.alias
             )
             result.champion_true = value(deployed.params)
+            result.deployed_algorithm = str(deployed.params.get("speculative_algorithm") or "none")
         return result
 
 
@@ -429,6 +452,7 @@ def _row(group: list[Night]) -> dict[str, Any]:
         "candidate_ratio_median": round(statistics.median(n.candidate_true / n.optimum for n in group), 4),
         "promoted": sum(n.verdict == "promoted" for n in group),
         "promoted_configs": dict(sorted(Counter(n.promoted_config or "-" for n in group).items())),
+        "deployed_algorithms": dict(sorted(Counter(n.deployed_algorithm for n in group).items())),
         "gpu_hours_to_98pct_median": _median([n.hours_to_target for n in group]),
         "reached_98pct": sum(n.hours_to_target is not None for n in group),
         "trials_median": statistics.median(n.trials for n in group),
@@ -447,7 +471,8 @@ def world_name(w: World) -> str:
     again = "" if w.remeasure_every is None else f", remeasure_every {w.remeasure_every}"
     ttft = "" if w.prefill_correlation == 1 else f", TTFT noise correlation {w.prefill_correlation:g}"
     off = f", probe off by {w.probe_mismatch:.0%}" if w.probe_mismatch else ""
-    return f"{w.profile}, {w.objective}, noise {w.noise:g}{ttft}, {w.hours:g} h{again}{off}"
+    space = "" if w.space == "eagle3" else f", space {w.space}"
+    return f"{w.profile}, {w.objective}, noise {w.noise:g}{ttft}, {w.hours:g} h{again}{off}{space}"
 
 
 def summarize(nights: list[Night]) -> dict[str, Any]:
@@ -469,7 +494,11 @@ def main() -> int:
     ap.add_argument("--scenarios", default="plain")
     ap.add_argument("--noise", type=float, default=NOISE)
     ap.add_argument("--hours", type=float, default=HOURS)
-    ap.add_argument("--objective", choices=sorted(OBJECTIVES), default="decode@1")
+    ap.add_argument(
+        "--objective",
+        default="decode@1",
+        help=f"one or more of {', '.join(sorted(OBJECTIVES))}, comma-separated (each a world of its own)",
+    )
     ap.add_argument(
         "--remeasure-every",
         type=int,
@@ -490,9 +519,19 @@ def main() -> int:
         help="scale each probed setting's latencies by a seeded factor in [1 - M, 1 + M] (the probe's ranking "
         "off from the server's; default 0)",
     )
+    ap.add_argument(
+        "--space",
+        choices=sorted(SPACES),
+        default="eagle3",
+        help="the speculation part of the space: eagle3 (EAGLE-3 or none, default) or algorithms (none, EAGLE3, "
+        "DFLASH, NGRAM with their own knobs: search_spaces/speculation.yaml)",
+    )
     ap.add_argument("--jobs", type=int, default=2)
     _result.add_output(ap)
     args = ap.parse_args()
+    objectives = args.objective.split(",")
+    if not set(objectives) <= set(OBJECTIVES):
+        ap.error(f"--objective {args.objective}: each must be one of {', '.join(sorted(OBJECTIVES))}")
     run = _result.start()
     started = time.time()
     worlds = [
@@ -500,12 +539,14 @@ def main() -> int:
             p,
             args.noise,
             args.hours,
-            args.objective,
+            objective,
             args.remeasure_every,
             args.prefill_correlation,
             args.probe_mismatch,
+            args.space,
         )
         for p in args.profiles.split(",")
+        for objective in objectives
     ]
     best = optima(worlds, args.jobs)
     keys = {w: _key(w) for w in worlds}
@@ -526,6 +567,10 @@ def main() -> int:
             f"{o['nccl_only_baseline'] / o['plain']:.3f} of it without speculation, "
             f"{o['nccl_only_default_eagle3'] / o['plain']:.3f} with the default EAGLE-3"
         )
+        print(
+            "  best of each algorithm (true value, share of the optimum): "
+            + "; ".join(f"{a} {v:.1f} ({v / o['plain']:.3f})" for a, v in o["algorithms"].items())
+        )
     for scenario, by_world in table.items():
         for world, by_policy in by_world.items():
             print(f"\n{scenario} / {world}")
@@ -536,7 +581,8 @@ def main() -> int:
                     f"GPU-h to 98%: {row['gpu_hours_to_98pct_median']} ({row['reached_98pct']} reached); "
                     f"trials {row['trials_median']}, launches {row['launches_median']}; wall h median "
                     f"{row['wall_hours_median']} max {row['wall_hours_max']} (search {row['search_hours_median']}, "
-                    f"confirmation {row['confirm_hours_median']}); promoted {row['promoted_configs']}"
+                    f"confirmation {row['confirm_hours_median']}); promoted {row['promoted_configs']}; "
+                    f"deployed {row['deployed_algorithms']}"
                 )
     _result.write(
         args.out,
