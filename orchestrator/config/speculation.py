@@ -22,7 +22,7 @@ Gemma-4 assistant draft) no model in this tool ships, and NEXTN is 0.5.23's alia
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import ClassVar
 
 from orchestrator.config import speculation_rules as rules
@@ -55,6 +55,9 @@ class Algorithm:
     source: ClassVar[str] = "speculative_hook.py _handle_eagle_family"
     adaptive: ClassVar[bool] = False
     """--speculative-adaptive applies (adaptive_spec_params.py adaptive_unsupported_reason)."""
+    auto_params: ClassVar[bool] = True
+    """Given only the algorithm, SGLang chooses steps, top-k and draft tokens for the model
+    (speculative_hook.py _auto_choose_speculative_params: the model profile's default_spec)."""
 
     def refusal(self, params: Mapping[str, ParamValue]) -> Infeasible | None:
         """Why SGLang 0.5.23 would not run the point with this algorithm as asked, or None."""
@@ -122,6 +125,7 @@ class DFlash(Algorithm):
     own = ("speculative_draft_model_path", "speculative_dflash_block_size")
     sim_drafter = "dflash"
     source = "speculative_hook.py _handle_dflash"
+    auto_params = False
 
     def own_refusal(self, params: Mapping[str, ParamValue]) -> Infeasible | None:
         return rules.dflash(params)
@@ -143,6 +147,7 @@ class Ngram(Algorithm):
     )
     sim_drafter = "ngram"
     source = "speculative_hook.py _handle_ngram"
+    auto_params = False
 
     def own_refusal(self, params: Mapping[str, ParamValue]) -> Infeasible | None:
         return rules.ngram(params)
@@ -162,6 +167,13 @@ def get(name: ParamValue) -> Algorithm | None:
     if str(name) not in ALGORITHMS:
         raise KeyError(f"speculative_algorithm {name!r} is not one of {', '.join(ALGORITHMS)}")
     return ALGORITHMS[str(name)]
+
+
+def model_default(drafters: Collection[str]) -> Algorithm | None:
+    """The algorithm of a model's default speculation (SGLang's own steps, top-k and draft tokens for it: the
+    model profile's default_spec): the first in the registry's order whose steps SGLang chooses itself and
+    whose drafter the model profile models (`drafters`, its keys); None when there is none."""
+    return next((a for a in ALGORITHMS.values() if a.auto_params and a.sim_drafter in drafters), None)
 
 
 def needs_draft_model(name: ParamValue) -> bool:

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
+from orchestrator.config import speculation as speculation_registry
 from orchestrator.config.allreduce import Backend, CommContext
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.probe.result import BackendRecord, Mode, ProbeRow, backend_label
@@ -89,14 +90,15 @@ def _backend_rows(
 ) -> list[ProbeRow] | str:
     hw, md = load_hardware(spec.simulator.hardware_profile), load_model(spec.simulator.model_profile)
     steps, topk, draft = md.default_spec  # the workspace PCIe-IPC sizes follows the verify width
+    default = speculation_registry.model_default(md.drafters)
     speculation = (
         {
-            "speculative_algorithm": "EAGLE3",
+            "speculative_algorithm": default.name,
             "speculative_num_steps": steps,
             "speculative_eagle_topk": topk,
             "speculative_num_draft_tokens": draft,
         }
-        if "eagle3" in md.drafters
+        if default is not None
         else {}
     )
     cfg = resolve_model({"all_reduce_backend": backend, **speculation, **base_env}, hw, md, tp=spec.server.tp)

@@ -140,6 +140,16 @@ def test_registry_covers_the_knob_and_each_draft_model() -> None:
         speculation.get("MEDUSA")
 
 
+def test_model_default_comes_from_the_registry_and_the_profiles_drafters() -> None:
+    from orchestrator.simulator import load_model
+
+    kimi = load_model("kimi-k2.5").drafters  # eagle3, eagle, dflash, ngram, ...
+    assert speculation.model_default(kimi) is speculation.ALGORITHMS["EAGLE3"]
+    assert speculation.model_default({"eagle": 0, "dflash": 0}) is speculation.ALGORITHMS["EAGLE"]
+    # DFLASH and NGRAM take no steps SGLang chooses for the model: no default speculation from them alone
+    assert speculation.model_default({"dflash": 0, "ngram": 0}) is None
+
+
 def test_drafter_missing_only_for_algorithms_with_a_draft_model() -> None:
     assert speculation.drafter_missing([None, "NGRAM"], drafter=False) is False
     assert speculation.drafter_missing([None, "DFLASH"], drafter=False) is True
