@@ -278,6 +278,11 @@ class PromotionSpec(correctness.Gated):
     other load levels, adaptive vs fixed steps), beside the gate's own two arms at min_rounds, which
     are always held back: the search stops in time for them, and an arm that does not fit is not
     measured (a line says so)."""
+    min_search_trials: Annotated[int, Int(0, 100_000)] | None = None
+    """Search trials (baselines included) the night keeps before the confirmation's other arms get time:
+    on a short night an arm that would leave the search fewer is not measured, least valuable first
+    (other load levels, then the step comparison, the ablations, the runner-up; the gate's pair always
+    is), and `sweep plan` says so. None: twice sampler.startup_trials, at most budget.trials."""
 
     @model_validator(mode="before")
     @classmethod

@@ -4,8 +4,12 @@
 start-up and benchmark seconds replace the cost model's), the confirmation is planned: the gate's own
 two arms (champion, baseline) for min_rounds rounds are always held back; the other arms (runner-up,
 ablations, the adaptive-or-fixed counterpart, other load levels) are added by value while they fit in
-`promotion.confirm_share` of the night. The search launches a trial only when it is expected to end
-before that reserve begins. At the confirmation, the arms are fitted again to the time really left:
+`promotion.confirm_share` of the night and leave the search its floor: promotion.min_search_trials
+(default twice sampler.startup_trials), enough to find the optimum and measure it again. So the split
+scales with the night: on a long one the share binds, on a short one the floor does, and the arms of
+least value go first (other load levels, the step comparison, the ablations, then the runner-up), each
+with a line in `sweep plan`. The search launches a trial only when it is expected to end before that
+reserve begins. At the confirmation, the arms are fitted again to the time really left:
 an arm that does not fit is dropped with a line saying so, the gate's pair last.
 
 Seconds per run come from the trials this sweep measured (median start-up + benchmark, scaled to
@@ -201,16 +205,26 @@ def plan(
     min_rounds: int,
     gate_level: int,
     slots: int = 1,
+    floor: SearchFloor | None = None,
+    baseline_seconds: Callable[[int], float] | None = None,
 ) -> ConfirmationPlan:
     """Fit `arms` into `left_s` seconds by unit (a level's champion/baseline pair together; a
     counterpart only beside its level's champion): the gate's pair first (dropped only when even it does
     not fit, and everything with it), then the others by value while their total stays within
-    `share_s` and everything within `left_s`."""
+    `share_s`, everything within `left_s` and, with a `floor`, within `left_s` less the search's floor.
+    `baseline_seconds`: one run of a baseline arm, where it differs from the others' (`seconds`)."""
     slots = max(slots, 1)
+    of_baseline = baseline_seconds or seconds
     units: dict[tuple[int, int, int], list[PlannedArm]] = {}
     for name, concurrency, main in arms:  # a main arm beside the pair (a leading runner-up) is of its unit
         units.setdefault((0, 0, 0) if main else value_rank(name, concurrency, gate_level), []).append(
-            PlannedArm(name, concurrency, main, seconds(concurrency), min_rounds)
+            PlannedArm(
+                name,
+                concurrency,
+                main,
+                (of_baseline if name.split("@")[0] == "baseline" else seconds)(concurrency),
+                min_rounds,
+            )
         )
     kept: list[PlannedArm] = []
     dropped: list[Dropped] = []
@@ -230,7 +244,9 @@ def plan(
             kept += unit
             used += cost
             continue
-        left_out = _left_out(key, cost, levels_kept, used=used, others=others, left_s=left_s, share_s=share_s)
+        left_out = _left_out(
+            key, cost, levels_kept, used=used, others=others, left_s=left_s, share_s=share_s, floor=floor
+        )
         if left_out is not None:
             dropped += [Dropped(a.name, left_out) for a in unit]
             continue
@@ -251,36 +267,64 @@ def _left_out(
     others: float,
     left_s: float,
     share_s: float,
+    floor: SearchFloor | None = None,
 ) -> str | None:
     """Why a unit other than the gate's pair is left out (its level's pair not measured, the night's time,
-    the other arms' share), or None when it fits."""
+    the other arms' share, the search's floor), or None when it fits."""
     if key[0] == 3 and key[2] == 1 and key[1] not in levels_kept:
         return f"its level's champion and baseline ({key[1]} streams) are not measured"
     if used + cost > left_s:
         return f"{cost / 3600:.2f} h does not fit the {max(left_s - used, 0) / 3600:.2f} h left of the night"
     if others + cost > share_s:
         return f"{cost / 3600:.2f} h would take the other arms past promotion.confirm_share ({share_s / 3600:.2f} h)"
+    if floor is not None and used + cost > left_s - floor.seconds:
+        return (
+            f"{cost / 3600:.2f} h would leave the search fewer than {floor.trials} trials "
+            f"({floor.seconds / 3600:.2f} h, promotion.min_search_trials)"
+        )
     return None
+
+
+@dataclass(frozen=True)
+class SearchFloor:
+    """The search trials a night keeps before the confirmation's other arms get time, and their seconds."""
+
+    trials: int
+    seconds: float
+
+
+def search_floor_trials(spec: SweepSpec) -> int:
+    """promotion.min_search_trials, by default twice sampler.startup_trials (the start-up, then as many
+    trials led by the model, among them the re-measures of near-ties); never above budget.trials."""
+    wanted = spec.promotion.min_search_trials
+    return min(2 * spec.sampler.startup_trials if wanted is None else wanted, spec.budget.trials)
 
 
 def reserve(
     spec: SweepSpec, measured: Iterable[TrialOutcome], *, wall_s: float | None = None, slots: int = 1
 ) -> ConfirmationPlan:
     """The confirmation held back from the start of a night of `wall_s` seconds (default
-    budget.wall_time): the worst-case arms of `spec`; nothing without a gate (max_rounds 0)."""
+    budget.wall_time): the worst-case arms of `spec` that fit beside the search's floor (the gate's pair
+    always); nothing without a gate (max_rounds 0). The baseline's arms are planned at its own measured
+    seconds (it is slower than the search's median trial), the others at the search's median."""
     wall = spec.budget.wall_time if wall_s is None else wall_s
-    return (
-        plan(
-            candidate_arms(spec),
-            seconds=run_seconds(spec, measured),
-            left_s=wall,
-            share_s=spec.promotion.confirm_share * wall,
-            min_rounds=spec.promotion.min_rounds,
-            gate_level=spec.benchmark.concurrency,
-            slots=slots,
-        )
-        if spec.promotion.max_rounds
-        else ConfirmationPlan((), (), slots)
+    if not spec.promotion.max_rounds:
+        return ConfirmationPlan((), (), slots)
+    measured = list(measured)
+    seconds = run_seconds(spec, measured)
+    trials = search_floor_trials(spec)
+    return plan(
+        candidate_arms(spec),
+        seconds=seconds,
+        left_s=wall,
+        share_s=spec.promotion.confirm_share * wall,
+        min_rounds=spec.promotion.min_rounds,
+        gate_level=spec.benchmark.concurrency,
+        slots=slots,
+        floor=SearchFloor(trials, trials * seconds(spec.benchmark.concurrency) / max(slots, 1)),
+        # The baseline is the slowest configuration measured: its own runs, not the search's median (whose
+        # trials speculate), say what its rounds take; before it finished, the cost model's (the baseline's).
+        baseline_seconds=run_seconds(spec, [o for o in measured if o.role is TrialRole.baseline]),
     )
 
 
