@@ -110,6 +110,15 @@ class Metrics(Frozen):
     sources: dict[str, str] = Field(default_factory=dict)
     """Where each derived number came from, e.g. {"verify_ms": "device_timer"}."""
 
+    @property
+    def acceptance_label(self) -> str | None:
+        """How its acceptance must be read where it is shown: "synthetic prompts" when measured on the
+        builtin generator's prompts (inflated against real text), "real text" on a dataset; None without it."""
+        if self.accept_length is None and self.accept_rate is None:
+            return None
+        prompts = self.sources.get("prompts", "")
+        return "synthetic prompts" if prompts.startswith("synthetic") else "real text" if prompts else None
+
 
 class MeasurementSummary(Frozen):
     """r repeated measurements of one configuration reduced to medians and bootstrap intervals."""

@@ -150,7 +150,12 @@ def _progress_printer(
             took = max(o.finished_at - o.started_at, 0.0) if o.started_at and o.finished_at else 0.0
             if o.status is TrialStatus.COMPLETE and o.metrics is not None:
                 sp_txt = f" ({(event.speedup - 1) * 100:+.1f}% vs baseline)" if event.speedup else ""
-                al = f", accept len {o.metrics.accept_length:.2f}" if o.metrics.accept_length else ""
+                label = o.metrics.acceptance_label
+                al = (
+                    f", accept len {o.metrics.accept_length:.2f}{f' ({label})' if label else ''}"
+                    if o.metrics.accept_length
+                    else ""
+                )
                 value = getattr(o.metrics, objective)
                 shown = (
                     f"{value:7.1f} tok/s"

@@ -78,6 +78,7 @@ def _row(o: TrialOutcome, champion: bool, ratio: float | None) -> dict[str, Any]
     }
     if o.metrics is not None:
         row.update({c: getattr(o.metrics, c) for c in _METRIC_COLUMNS})
+        row["acceptance"] = o.metrics.acceptance_label  # "synthetic prompts": inflated against real text
     return row
 
 

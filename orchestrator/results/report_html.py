@@ -40,6 +40,8 @@ code,pre{background:#eef1f4;border-radius:4px;padding:1px 4px;font-size:12px} pr
 """
 
 FRONT_COLUMNS = ("champion", "trial", "role", "status", "failure_kind", "speedup_pct")
+SYNTHETIC = "synthetic prompts"
+"""records.Metrics.acceptance_label of acceptance measured on the builtin generator's prompts."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,17 @@ def _plots(r: ReportInput) -> str:
     return body
 
 
+def _synthetic(r: ReportInput) -> str:
+    """The line that labels acceptance measured on the builtin generator's synthetic prompts."""
+    if "acceptance" not in r.table or not (r.table["acceptance"] == SYNTHETIC).any():
+        return ""
+    return (
+        f"<p class='warn' id='synthetic'>Acceptance (accept_length, accept_rate) was measured on {SYNTHETIC}: the "
+        "builtin generator's 25-word list, inflated against real text. Set benchmark.dataset_path to a prompt set "
+        "of your traffic to measure it on real text.</p>"
+    )
+
+
 def render(r: ReportInput, plotly_js: str = "") -> str:
     """The report page: self-contained, no script, a few hundred kilobytes at most, as wide as the window.
     `plotly_js` is not inlined (kept for callers that still pass it)."""
@@ -281,7 +294,7 @@ def render(r: ReportInput, plotly_js: str = "") -> str:
 <meta name="viewport" content="width=device-width,initial-scale=1"><style>{STYLE}</style></head><body><main>
 <h1>{_e(r.experiment)}: sweep report</h1>
 <div class="sub">objective: {_e(r.direction)} <code>{_e(r.objective)}</code></div>
-{_champion_cards(r)}
+{_synthetic(r)}{_champion_cards(r)}
 <h2 id="history">History, parts and load levels</h2>{_plots(r)}
 <h2 id="failures">Failures by kind</h2>{_failures(r)}
 <h2 id="health">Fingerprint, drift and the true optimum</h2>{_health(r)}

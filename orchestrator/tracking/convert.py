@@ -155,6 +155,7 @@ def outcome_tags(outcome: TrialOutcome) -> dict[str, str]:
     }
     if outcome.metrics is not None and outcome.metrics.sources:
         values["sweep.metric_sources"] = json.dumps(outcome.metrics.sources, sort_keys=True)
+        values["sweep.acceptance"] = outcome.metrics.acceptance_label  # "synthetic prompts" or "real text"
     if outcome.status != TrialStatus.COMPLETE and (outcome.reason or outcome.log_tail):
         # The run's description in the UI: why it failed and the end of its log.
         kind = outcome.failure_kind.value if outcome.failure_kind else "failed"
