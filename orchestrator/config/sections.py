@@ -276,8 +276,8 @@ class PromotionSpec(correctness.Gated):
     confirm_share: Annotated[float, Field(strict=False, ge=0, le=0.9)] = 0.3
     """Share of budget.wall_time held back for the confirmation's other arms (runner-up, ablations,
     other load levels, adaptive vs fixed steps), beside the gate's own two arms at min_rounds, which
-    are always held back: the search stops in time for them, and an arm that does not fit is not
-    measured (a line says so)."""
+    are always held back: the search stops in time for them, and an arm that does not fit (or would leave
+    the search fewer than min_search_trials) is not measured (a line says so)."""
     min_search_trials: Annotated[int, Int(0, 100_000)] | None = None
     """Search trials (baselines included) the night keeps before the confirmation's other arms get time:
     on a short night an arm that would leave the search fewer is not measured, least valuable first
