@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from orchestrator.config.fields import tracking_uri_problem
 from orchestrator.errors import NoChampion, SweepToolError, UserError
 from orchestrator.probe.result import ProbeRow, read_probe
 from orchestrator.probe.tuner import render_tuner_config, tuner_file_from
+from orchestrator.records import ServingConfig
 from orchestrator.results import adaptive_export, formats
 from orchestrator.results.deployable import deploy_only
 from orchestrator.sweep import state as st
@@ -48,6 +50,19 @@ def export(
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (instead of --workdir)"),
     model: str | None = typer.Option(None, "--model", help="registered model name (with --tracking-uri)"),
     alias: str = typer.Option("champion", "--alias"),
+    with_adaptive: Path | None = typer.Option(
+        None,
+        "--with-adaptive-config",
+        help="carry this --speculative-adaptive-config JSON (sweep export --format adaptive-config): copied "
+        "beside -o as NAME.adaptive.json, the champion's flags gain --speculative-adaptive and "
+        "--speculative-adaptive-config pointing at it",
+    ),
+    adaptive_path: str | None = typer.Option(
+        None,
+        "--adaptive-config-path",
+        help="where the server reads the carried adaptive config (absolute; default: the copy beside -o; in a "
+        "container, where you mount it, e.g. /config/champion.adaptive.json)",
+    ),
 ) -> None:
     """Write the configuration registered under models:/<name>@<alias> for where it is loaded: a shell env
     file, a docker --env-file, a Kubernetes ConfigMap, json or SGLang's arguments one a line. Production by
@@ -55,6 +70,7 @@ def export(
     if fmt not in formats.EXPORT_FORMATS:
         raise UserError(f"--format must be one of {', '.join(formats.EXPORT_FORMATS)}, but got {fmt!r}")
     check_output(output)
+    _check_adaptive_options(fmt, with_adaptive, adaptive_path)
     if fmt == formats.TUNER_FORMAT:
         _export_tuner(output, workdir)
         return
@@ -62,25 +78,51 @@ def export(
         _export_adaptive(output, workdir)
         return
     tracker, wd, model = _registry(workdir, tracking_uri, model)
-    try:
-        config = tracker.resolve(model, alias)
-    except SweepToolError:
-        last = _last_verdict(wd) if wd is not None else None
-        if last is None:
-            raise
-        raise NoChampion(f"nothing to export from {wd}: {last}") from None
+    config = _champion(tracker, wd, model, alias)
+    carried = _carry_adaptive(config, output, with_adaptive, adaptive_path) if with_adaptive is not None else None
+    if carried is not None:
+        config = carried.config
     try:
         text = formats.render_for(config, fmt, keep_observation=keep_observation, tuner_file=tuner_file)
     except ValueError as exc:
         raise UserError(f"cannot export as {fmt}: {exc}") from None
+    if carried is not None:
+        _write(carried.copy, carried.text)
+        text = (carried.note if fmt in ("env", "docker-env", "k8s") else "") + text
     _write(output, text)
     out.print(f"wrote {output} ({fmt}) from models:/{model}@{alias}: trial {config.trial_number}, run {config.run_id}")
+    if carried is not None:
+        out.print(
+            f"wrote {carried.copy} (the adaptive config); the flags read it at "
+            f"{config.params['speculative_adaptive_config']}: ship it with the configuration (serve-champion: "
+            "mount it there)",
+            soft_wrap=True,
+        )
     if left_out := deploy_only(config)[1]:  # json and sglang-args have no header to say it in
         out.print(
             f"left out, as only a deployment sets them (they load or run code): {' '.join(left_out)}; pass them "
             "with serve-champion --path-env NAME=VALUE, or after the image name",
             soft_wrap=True,
         )
+
+
+def _check_adaptive_options(fmt: str, with_adaptive: Path | None, adaptive_path: str | None) -> None:
+    """UserError for --with-adaptive-config / --adaptive-config-path where they mean nothing."""
+    if (with_adaptive is not None or adaptive_path is not None) and fmt not in formats.FORMATS:
+        raise UserError(f"--with-adaptive-config carries the adaptive config in a serving configuration, not in {fmt}")
+    if adaptive_path is not None and with_adaptive is None:
+        raise UserError("--adaptive-config-path needs --with-adaptive-config FILE (the adaptive config to carry)")
+
+
+def _champion(tracker: Tracker, wd: Path | None, model: str, alias: str) -> ServingConfig:
+    """The configuration registered under models:/<model>@<alias>; NoChampion naming the last verdict."""
+    try:
+        return tracker.resolve(model, alias)
+    except SweepToolError:
+        last = _last_verdict(wd) if wd is not None else None
+        if last is None:
+            raise
+        raise NoChampion(f"nothing to export from {wd}: {last}") from None
 
 
 def _registry(workdir: Path | None, tracking_uri: str | None, model: str | None) -> tuple[Tracker, Path | None, str]:
@@ -103,6 +145,41 @@ def _registry(workdir: Path | None, tracking_uri: str | None, model: str | None)
             f"--model NAME, or `sweep run EXPERIMENT --resume` writes it again"
         )
     return open_tracker(state.tracking_uri, state.experiment_in_mlflow, wd), wd, model
+
+
+@dataclass(frozen=True)
+class _Carried:
+    """The serving config with the adaptive config carried, the copy to write and the header's line."""
+
+    config: ServingConfig
+    copy: Path
+    text: str
+    note: str
+
+
+def _carry_adaptive(config: ServingConfig, output: Path, source: Path, at: str | None) -> _Carried:
+    """--with-adaptive-config SOURCE: its JSON (checked as 0.5.23's loader checks it) copied beside `output`, and
+    `config` running adaptive speculation from it at `at` (default: the copy's absolute path)."""
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UserError(
+            f"--with-adaptive-config {source}: cannot read it ({reason}); write it with sweep export --format "
+            "adaptive-config -o FILE"
+        ) from None
+    copy = output.with_name(f"{output.stem}.adaptive.json")
+    check_output(copy, "champion.adaptive.json")
+    path = at if at is not None else str(copy.resolve())
+    try:
+        carried = adaptive_export.carried(config, text, path)
+    except ValueError as exc:
+        raise UserError(f"--with-adaptive-config {source}: {exc}") from None
+    note = (
+        f"# adaptive speculation: --speculative-adaptive-config {path} (a copy of {source} written to {copy}); "
+        "the server must find it at that path\n"
+    )
+    return _Carried(carried, copy, text, " ".join(note.splitlines()) + "\n")
 
 
 def _write(output: Path, text: str) -> None:

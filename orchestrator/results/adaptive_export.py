@@ -18,12 +18,15 @@ writes the slots from measurements instead:
   - the file names where each slot came from under the key `sglang_sweep` (0.5.23 skips keys that are not
     all digits as slots, and its slots read only their own knobs, so the trace costs nothing at run time).
 
-`tune` is pure (measurements in, config out); `measurements_from_workdir` reads a work directory.
+`tune` is pure (measurements in, config out); `measurements_from_workdir` reads a work directory. `carried` puts
+such a file into a serving configuration (`sweep export --format env --with-adaptive-config FILE`): the champion
+then runs --speculative-adaptive with --speculative-adaptive-config at the path the server reads it from.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,13 +35,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.config import adaptive
-from orchestrator.records import BenchRecord, TrialOutcome, TrialStatus, launched_params
+from orchestrator.config import adaptive, speculation, yamlfile
+from orchestrator.records import BenchRecord, ServingConfig, TrialOutcome, TrialStatus, launched_params
 
 FORMAT = "adaptive-config"
 WITHIN = 0.02
 """Steps measured within this fraction of a level's best value stay candidates of its slot."""
 TRACE_KEY = "sglang_sweep"
+ADAPTIVE_FLAG = "--speculative-adaptive"
+CONFIG_FLAG = "--speculative-adaptive-config"
 
 
 @dataclass(frozen=True)
@@ -173,3 +178,53 @@ def export_from_workdir(workdir: Path) -> tuple[str, tuple[SlotChoice, ...]]:
     """The adaptive config JSON tuned from `workdir`'s trials, and its slots (ValueError: nothing to tune from)."""
     slots = tune(measurements_from_workdir(workdir))
     return render(slots, source=str(workdir)), slots
+
+
+def carried(config: ServingConfig, text: str, path: str) -> ServingConfig:
+    """`config` running adaptive speculation from the adaptive config `text` (its JSON), which the server reads at
+    `path`: --speculative-adaptive (unless set) and --speculative-adaptive-config PATH follow its flags.
+    ValueError (what and how to fix it) where SGLang 0.5.23 would not run that: a config its loader refuses, a
+    champion adaptive cannot run (only an EAGLE/EAGLE3 chain, top-k 1: `adaptive_unsupported_reason`), its
+    steps outside the config's candidate_steps (`_init_adaptive_speculative_params`), or a path that is relative
+    (the server would resolve it against its own working directory) or that no process can be given."""
+    try:
+        slots = adaptive.parse(json.loads(text))
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"it is not an adaptive config SGLang 0.5.23 reads ({exc})") from None
+    params = config.params
+    algo = speculation.get(params.get("speculative_algorithm"))
+    steps, topk = params.get("speculative_num_steps"), params.get("speculative_eagle_topk")
+    if algo is None or not algo.adaptive or topk not in (None, 1) or steps is None:
+        what = "no speculation" if algo is None else f"{algo.name} at top-k {topk}, steps {steps}"
+        raise ValueError(
+            f"the champion runs {what}; SGLang 0.5.23 runs adaptive speculation only for an EAGLE/EAGLE3 chain "
+            "(top-k 1) with its steps set, so the config would be ignored: export the env file without it"
+        )
+    if int(steps) not in slots.candidate_steps:
+        raise ValueError(
+            f"the champion's --speculative-num-steps {steps} is not among the config's candidate_steps "
+            f"{list(slots.candidate_steps)}, which SGLang 0.5.23 refuses at start-up; export the config from the "
+            "same sweep (sweep export --format adaptive-config), or add the steps to a slot"
+        )
+    if problem := _path_problem(path):
+        raise ValueError(
+            f"the path the server reads it from, {yamlfile.shorten(repr(path), 80)}, {problem}: give an absolute "
+            "path on the serving host (in a container, where you mount it: e.g. /config/champion.adaptive.json)"
+        )
+    args = list(config.sglang_args)
+    if any(a == CONFIG_FLAG or a.startswith(CONFIG_FLAG + "=") for a in args):
+        raise ValueError(f"the champion's flags already hold {CONFIG_FLAG}; export it without --with-adaptive-config")
+    if ADAPTIVE_FLAG not in args:
+        args.append(ADAPTIVE_FLAG)
+    args += [CONFIG_FLAG, path]
+    params = {**params, "speculative_adaptive": True, "speculative_adaptive_config": path}
+    return config.model_copy(update={"sglang_args": tuple(args), "params": params})
+
+
+def _path_problem(path: str) -> str | None:
+    """Why the server could not be pointed at `path` by a flag, or None."""
+    if not os.path.isabs(path):
+        return "is relative (the server would resolve it against its own working directory)"
+    if any(c in path for c in "\n\r"):
+        return "holds a line break, which an env file cannot carry"
+    return yamlfile.arg_problem(path)
