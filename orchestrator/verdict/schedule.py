@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator.config import knobs
 from orchestrator.config.experiment import SweepSpec
@@ -71,11 +71,13 @@ class ConfirmationPlan:
     arms: tuple[PlannedArm, ...]
     dropped: tuple[Dropped, ...]
     slots: int = 1
+    pair_s: float = 0.0
+    """The gate's pair's min_rounds rounds with the baseline at its own measured seconds: the least held back."""
 
     @property
     def seconds(self) -> float:
-        """Expected seconds of the kept arms' rounds, `slots` runs at a time."""
-        return sum(a.total_s for a in self.arms) / max(self.slots, 1)
+        """Expected seconds of the kept arms' rounds, `slots` runs at a time (at least the pair's own)."""
+        return max(sum(a.total_s for a in self.arms) / max(self.slots, 1), self.pair_s)
 
     @property
     def fits(self) -> bool:
@@ -90,6 +92,11 @@ class ConfirmationPlan:
             for a in self.arms
         ]
         out += [f"confirmation: {d.name} not measured: {d.why}" for d in self.dropped]
+        if self.pair_s > sum(a.total_s for a in self.arms) / max(self.slots, 1):
+            out.append(
+                f"confirmation: {self.pair_s / 3600:.2f} h held back: the gate's pair with the baseline at its "
+                "own measured seconds (slower than the search's median trial)"
+            )
         return out
 
 
@@ -206,25 +213,16 @@ def plan(
     gate_level: int,
     slots: int = 1,
     floor: SearchFloor | None = None,
-    baseline_seconds: Callable[[int], float] | None = None,
 ) -> ConfirmationPlan:
     """Fit `arms` into `left_s` seconds by unit (a level's champion/baseline pair together; a
     counterpart only beside its level's champion): the gate's pair first (dropped only when even it does
     not fit, and everything with it), then the others by value while their total stays within
-    `share_s`, everything within `left_s` and, with a `floor`, within `left_s` less the search's floor.
-    `baseline_seconds`: one run of a baseline arm, where it differs from the others' (`seconds`)."""
+    `share_s`, everything within `left_s` and, with a `floor`, within `left_s` less the search's floor."""
     slots = max(slots, 1)
-    of_baseline = baseline_seconds or seconds
     units: dict[tuple[int, int, int], list[PlannedArm]] = {}
     for name, concurrency, main in arms:  # a main arm beside the pair (a leading runner-up) is of its unit
         units.setdefault((0, 0, 0) if main else value_rank(name, concurrency, gate_level), []).append(
-            PlannedArm(
-                name,
-                concurrency,
-                main,
-                (of_baseline if name.split("@")[0] == "baseline" else seconds)(concurrency),
-                min_rounds,
-            )
+            PlannedArm(name, concurrency, main, seconds(concurrency), min_rounds)
         )
     kept: list[PlannedArm] = []
     dropped: list[Dropped] = []
@@ -305,15 +303,15 @@ def reserve(
 ) -> ConfirmationPlan:
     """The confirmation held back from the start of a night of `wall_s` seconds (default
     budget.wall_time): the worst-case arms of `spec` that fit beside the search's floor (the gate's pair
-    always); nothing without a gate (max_rounds 0). The baseline's arms are planned at its own measured
-    seconds (it is slower than the search's median trial), the others at the search's median."""
+    always), never less than the gate's pair at the baseline's own measured seconds; nothing without a
+    gate (max_rounds 0)."""
     wall = spec.budget.wall_time if wall_s is None else wall_s
     if not spec.promotion.max_rounds:
         return ConfirmationPlan((), (), slots)
     measured = list(measured)
     seconds = run_seconds(spec, measured)
     trials = search_floor_trials(spec)
-    return plan(
+    planned = plan(
         candidate_arms(spec),
         seconds=seconds,
         left_s=wall,
@@ -322,10 +320,17 @@ def reserve(
         gate_level=spec.benchmark.concurrency,
         slots=slots,
         floor=SearchFloor(trials, trials * seconds(spec.benchmark.concurrency) / max(slots, 1)),
-        # The baseline is the slowest configuration measured: its own runs, not the search's median (whose
-        # trials speculate), say what its rounds take; before it finished, the cost model's (the baseline's).
-        baseline_seconds=run_seconds(spec, [o for o in measured if o.role is TrialRole.baseline]),
     )
+    if not planned.fits:
+        return planned
+    # The baseline is the slowest configuration measured: its own runs, not the search's median (whose
+    # trials speculate), say what the gate's rounds take (before it finished, the cost model's, which is
+    # the baseline's). The other arms give way to the pair at the confirmation, so they may cover its
+    # difference; a reserve of the pair alone must hold it.
+    level = spec.benchmark.concurrency
+    of_baseline = run_seconds(spec, [o for o in measured if o.role is TrialRole.baseline])
+    pair_s = spec.promotion.min_rounds * (seconds(level) + of_baseline(level)) / max(slots, 1)
+    return replace(planned, pair_s=pair_s)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ cost model at real scale (simulator.time_scale 1: about 13-minute trials), as `s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from e2e_helpers import demo_experiment, write_experiment
 
 from orchestrator.config import experiment as spec_mod
@@ -65,19 +67,15 @@ def test_the_floor_is_the_users_and_never_above_the_trial_budget(tmp_path):
     assert schedule.search_floor_trials(few) == 6  # a search of 6 trials keeps no more than those
 
 
-def test_the_baselines_arms_are_planned_at_the_baselines_own_seconds():
-    # The search's median trial speculates; the baseline decodes slower and its rounds take longer: planned
-    # at the median, the gate's third round did not fit a 4-hour night's reserve.
-    arms = [("champion", 1, True), ("baseline", 1, True), ("baseline@8", 8, False), ("champion@8", 8, False)]
-    planned = schedule.plan(
-        arms,
-        seconds=lambda c: 600.0,
-        baseline_seconds=lambda c: 800.0,
-        left_s=8 * 3600,
-        share_s=8 * 3600,
-        min_rounds=3,
-        gate_level=1,
-    )
-    run_s = {a.name: a.run_s for a in planned.arms}
-    assert run_s == {"champion": 600.0, "baseline": 800.0, "champion@8": 600.0, "baseline@8": 800.0}
-    assert planned.seconds == 3 * (2 * 600.0 + 2 * 800.0)
+def test_a_reserve_of_the_pair_alone_holds_the_baselines_own_seconds():
+    # The search's median trial speculates; the baseline decodes slower, so its rounds take longer: planned
+    # at the median alone, the gate's third round did not fit a 4-hour night's reserve of the pair.
+    arms = [("champion", 1, True), ("baseline", 1, True), ("runner_up", 1, False)]
+    kw = {"left_s": 8 * 3600, "share_s": 8 * 3600, "min_rounds": 3, "gate_level": 1}
+    pair = schedule.plan(arms[:2], seconds=lambda c: 600.0, **kw)
+    held = replace(pair, pair_s=3 * (600.0 + 800.0))
+    assert pair.seconds == 3600.0 and held.seconds == 4200.0
+    assert any("the gate's pair with the baseline at its own measured seconds" in line for line in held.lines())
+    # With another arm beside it, that arm gives way to the pair at the confirmation: it covers the difference.
+    three = replace(schedule.plan(arms, seconds=lambda c: 600.0, **kw), pair_s=4200.0)
+    assert three.seconds == 5400.0 and not any("own measured seconds" in line for line in three.lines())
