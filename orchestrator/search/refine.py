@@ -8,8 +8,12 @@ order: the same point under the kept NCCL setting the probe measured fastest at 
 all-reduce size (its verify pass: draft tokens per request; a decode step without speculation),
 then the pattern moves (a knob whose last measured step gained, one step further the same way: `continuations`),
 then each speculation knob moved to the adjacent value of its list (a knob that becomes active
-starts mid-list), then the NCCL setting moved to the next-ranked kept one. Decode speed is smooth in
-the speculation knobs, so the incumbents' neighbourhoods are where the last percents are.
+starts mid-list; the moves that change fewest active knobs first, so speculation switched off comes after
+the moves within it), then the NCCL setting moved to the next-ranked kept one. Decode speed is smooth in
+the speculation knobs, so the incumbents' neighbourhoods are where the last percents are. A speculation
+shape nothing measured yet comes before a tried shape under another NCCL setting (the warm start measures
+one shape under three settings; a short night has a few trials to find the shape the probe cannot see),
+and a point the correctness screen refused that measured slower than the best is avoided, not explored.
 
 Pure: the stage-two sampler (search/sampler.py) hands it what the study holds.
 """
@@ -17,7 +21,7 @@ Pure: the stage-two sampler (search/sampler.py) hands it what the study holds.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from orchestrator.config import eagle
@@ -54,13 +58,19 @@ class Refinement:
         measured: Sequence[tuple[float, Mapping[str, ParamValue]]],
         tried: Collection[str],
         regions: Sequence[Region] = (),
+        tried_points: Sequence[Mapping[str, ParamValue]] = (),
+        slow: Collection[int] = (),
     ) -> dict[str, ParamValue] | None:
         """The next point whose key (`space.key`) is not in `tried` (measured, failed or in flight) and no
         failed region's core holds (search/regions.py); `measured` are (value, higher better, point).
         First the edges of the failed regions, latest failure first (a failure is the starting point for
-        its neighbours); then the neighbours of the top PARENTS in turn; when those are used up, the next
-        best measured point's (best-first). None when every one is tried."""
-        for region in sorted(regions, key=lambda r: -r.number):
+        its neighbours), except those of the trials numbered in `slow` (points the correctness screen
+        refused that measured slower than the best measured point: no lead, though still avoided); then
+        the neighbours of the top PARENTS in turn, first those whose speculation shape (split_point) no
+        measured point nor `tried_points` (failed or in flight) has, or the best point under its fastest
+        NCCL setting, then any; when those are used up, the next best measured point's (best-first).
+        None when every one is tried."""
+        for region in sorted((r for r in regions if r.number not in slow), key=lambda r: -r.number):
             for point in region.edge(self.space, self.settings):
                 if self._open(point, tried, regions):
                     return point
@@ -68,9 +78,30 @@ class Refinement:
         top = ranked[:PARENTS]
         order = [top[(self._rr + i) % len(top)] for i in range(len(top))] + ranked[PARENTS:]
         means = _log_means(measured)
-        for params in order:
+        shapes = {split_point(p)[0] for p in (*(q for _, q in measured), *tried_points)}
+        fastest = self.fastest_nccl(ranked[0], regions) if ranked else None
+        own = sp.key({**ranked[0], **fastest}) if fastest is not None else None  # the best, its fastest setting
+
+        def fresh(point: Mapping[str, ParamValue]) -> bool:
+            return split_point(point)[0] not in shapes or sp.key(point) == own
+
+        # first a speculation shape nothing measured yet, from the top parents; then any move, best-first
+        return self._first(order[: len(top)], means, tried, regions, fresh) or self._first(
+            order, means, tried, regions, lambda _: True
+        )
+
+    def _first(
+        self,
+        parents: Sequence[Mapping[str, ParamValue]],
+        means: Mapping[str, float],
+        tried: Collection[str],
+        regions: Sequence[Region],
+        wanted: Callable[[Mapping[str, ParamValue]], bool],
+    ) -> dict[str, ParamValue] | None:
+        """The first open (`_open`) neighbour of `parents`, in their order, that is `wanted`."""
+        for params in parents:
             for point in self.neighbours(params, means, regions):
-                if self._open(point, tried, regions):
+                if wanted(point) and self._open(point, tried, regions):
                     self._rr += 1
                     return point
         return None
@@ -132,14 +163,21 @@ class Refinement:
         return [p for i, (p, k) in enumerate(zip(out, keys)) if k != sp.key(params) and k not in keys[:i]]
 
     def _knob_moves(self, params: Mapping[str, ParamValue], nccl: Collection[str]) -> list[dict[str, ParamValue]]:
-        """Each active non-NCCL knob moved to the adjacent values of its list."""
+        """Each active non-NCCL knob moved to the adjacent values of its list, the moves that change fewest of
+        the knobs active at `params` first (speculation switched off, which unsets every speculation knob,
+        after the steps within it; a knob a move makes active does not count)."""
         out: list[dict[str, ParamValue]] = []
         for name in sp.ordered(self.space):
             if name in nccl or params.get(name) is None and not sp.is_active(self.space.params[name], params):
                 continue
             for value in _moves(self.space, name, params.get(name)):
                 out.append(_settle_activity(self.space, {**params, name: value}))
-        return out
+        return sorted(
+            out, key=lambda p: sum(p.get(k) != params.get(k) for k in self.space.params if self._active(k, params))
+        )
+
+    def _active(self, name: str, params: Mapping[str, ParamValue]) -> bool:
+        return sp.is_active(self.space.params[name], params)
 
 
 def _rank_moves(

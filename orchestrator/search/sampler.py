@@ -10,7 +10,8 @@ the failing region less, and the real storage keeps them FAIL for everything els
 StageTwoSampler (a two-stage sweep, once the probe kept NCCL settings): the local refinement
 (search/refine.py: the edge of the latest failed region, search/regions.py, else the next untried
 neighbour of the best measured points, never a point a failed region's core holds) proposes every fresh
-trial while TPE would still sample at random (its startup trials), then two of every TPE_EVERY; the
+trial until `startup_trials` points it chose itself were measured (the enqueued baseline and warm start
+do not count: a TPE fitted on them alone samples all but at random), then two of every TPE_EVERY; the
 failure-aware TPE proposes the rest and keeps exploring in between.
 """
 
@@ -192,7 +193,7 @@ class StageTwoSampler(FailureAwareTPE):
             return {}
         self._turn += 1
         settings = study.user_attrs.get(PROBE_SETTINGS_ATTR) or {}
-        if settings and (self._turn % TPE_EVERY != 0 or not self._started(study)):  # TPE's start is random
+        if settings and (self._turn % TPE_EVERY != 0 or not self._tpe_due(study)):
             point = self._neighbour(study, settings)
             if point is not None:
                 chosen = _optuna_params(self._space, point, settings)
@@ -202,6 +203,16 @@ class StageTwoSampler(FailureAwareTPE):
                     return {name: dists[name] for name in chosen}
         self._chosen = None
         return super().infer_relative_search_space(study, trial)
+
+    def _tpe_due(self, study: OptunaStudy) -> bool:
+        """Whether TPE takes its turns: once `n_startup_trials` points the sampler chose itself (not enqueued:
+        baseline, warm start, re-measures) were measured, so TPE's first model is more than the warm start."""
+        own = [
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if "fixed_params" not in t.system_attrs and not t.user_attrs.get("skipped")
+        ]
+        return len(own) >= self._startup
 
     def sample_relative(
         self, study: OptunaStudy, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -219,6 +230,7 @@ class StageTwoSampler(FailureAwareTPE):
         ttft: list[Any] = []
         tried: set[str] = set()
         seen: list[Seen] = []
+        refused: dict[int, float] = {}
         for t in study.get_trials(deepcopy=False):
             if t.state == TrialState.WAITING:
                 continue
@@ -228,8 +240,14 @@ class StageTwoSampler(FailureAwareTPE):
             if _measured(t):
                 measured.append((t.values[0], point))
                 ttft.append(t.user_attrs.get(RUN_TTFT_ATTR))
+            elif t.state == TrialState.COMPLETE and t.values and t.user_attrs.get(OUTPUTS_CHANGED_ATTR):
+                refused[t.number] = sign * t.values[0]
+        if not measured:
+            return None
+        best = max(sign * v for v, _ in measured)
+        slow = [n for n, v in refused.items() if v < best]  # no lead: its edge is not worth a launch
         measured = [(sign * v, p) for v, p in adjusted(measured, ttft)]
-        return refinement.next(measured, tried, regions_of(seen)) if measured else None
+        return refinement.next(measured, tried, regions_of(seen), [s.params for s in seen], slow)
 
     def _refinement_for(self, study: OptunaStudy, settings: Mapping[str, Mapping[str, ParamValue]]) -> Refinement:
         """The refinement over the study's kept settings, latencies and fixed knobs (made again when they
