@@ -20,7 +20,7 @@ the probe launches no server, its NCCL-tests seconds are on the clock), `tpe` (t
 without the probe), `random` (Optuna's random sampler, no probe), each at the same launches. With two-stage
 and another policy, each line says the margin two-stage wins by (median deployed ratio, nights at 98%).
 
-    .venv/bin/python bench/short_night.py [--launches 20] [--rounds 3] [--seeds 10] [--first-seed 10]
+    .venv/bin/python bench/short_night.py [--launches 20] [--rounds 3] [--seeds 10] [--first-seed 10[,200]]
         [--policies two-stage,tpe,random] [--jobs 2] [-o bench/results-short-night.json]
 """
 
@@ -176,7 +176,9 @@ def main() -> int:
     ap.add_argument("--launches", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--first-seed", type=int, default=10)
+    ap.add_argument(
+        "--first-seed", default="10", help="comma-separated: --seeds nights from each (report seeds 10,200)"
+    )
     ap.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, of {', '.join(POLICIES)}")
     ap.add_argument("--jobs", type=int, default=2)
     _result.add_output(ap)
@@ -185,6 +187,11 @@ def main() -> int:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         ap.error(f"--policies {','.join(unknown)}: not a policy; choose from {', '.join(POLICIES)}")
+    try:
+        firsts = [int(x) for x in args.first_seed.split(",")]
+    except ValueError:
+        ap.error(f"--first-seed {args.first_seed}: give whole numbers separated by commas, e.g. 10,200")
+    seeds = [s for first in firsts for s in range(first, first + args.seeds)]
     run = _result.start()
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,11 +201,7 @@ def main() -> int:
         f"{ref['peer']:.2f} = {ref['peer_ratio'] * 100:.1f}% of it",
         flush=True,
     )
-    tasks = [
-        (p, s, args.launches, args.rounds, ref["optimum"])
-        for p in policies
-        for s in range(args.first_seed, args.first_seed + args.seeds)
-    ]
+    tasks = [(p, s, args.launches, args.rounds, ref["optimum"]) for p in policies for s in seeds]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         nights = list(pool.map(night, tasks))
     summary: dict[str, Any] = {}
@@ -208,6 +211,12 @@ def main() -> int:
         summary[policy] = {
             "nights": len(group),
             "at_98pct": sum(r >= TARGET for r in ratios),
+            "at_98pct_by_seed_set": {
+                f"{first}-{first + args.seeds - 1}": sum(
+                    n.deployed_ratio >= TARGET for n in group if first <= n.seed < first + args.seeds
+                )
+                for first in firsts
+            },
             "at_or_above_peer": sum(r >= ref["peer_ratio"] for r in ratios),
             "deployed_ratio_median": statistics.median(ratios),
             "deployed_ratio_min": min(ratios),
@@ -217,7 +226,7 @@ def main() -> int:
         }
         row = summary[policy]
         print(
-            f"{policy:9s} >= 98%: {row['at_98pct']}/{row['nights']}; "
+            f"{policy:9s} >= 98%: {row['at_98pct']}/{row['nights']} {row['at_98pct_by_seed_set']}; "
             f">= peer ({ref['peer_ratio'] * 100:.1f}%): {row['at_or_above_peer']}/{row['nights']}; "
             f"deployed median {row['deployed_ratio_median'] * 100:.1f}% (worst {row['deployed_ratio_min'] * 100:.1f}%), "
             f"search's pick {row['candidate_ratio_median'] * 100:.1f}%; launches <= {row['launches_max']}; "
