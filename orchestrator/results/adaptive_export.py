@@ -73,10 +73,11 @@ class SlotChoice:
 
 def chain_steps(params: Mapping[str, Any]) -> int | None:
     """The draft steps of a fixed chain adaptive could run (0 without speculation), or None for anything else."""
-    algo = params.get("speculative_algorithm")
-    if algo is None:
+    name = params.get("speculative_algorithm")
+    if name is None:
         return 0
-    if str(algo) not in ("EAGLE", "EAGLE3") or params.get("speculative_adaptive"):
+    algo = speculation.ALGORITHMS.get(str(name))  # the registry says which algorithms adaptive runs
+    if algo is None or not algo.adaptive or params.get("speculative_adaptive"):
         return None
     steps, topk = params.get("speculative_num_steps"), params.get("speculative_eagle_topk")
     if steps is None or topk not in (None, 1):
