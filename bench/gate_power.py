@@ -3,14 +3,14 @@
 Each simulated confirmation measures a champion of true gain G over the baseline, interleaved
 A B / B A, every measurement with multiplicative noise (default 2%) on a host that slows down
 linearly during the night (drift, default 3% per hour, one measurement every `--measure-s` seconds).
-It stops when `results.sequential.decide` returns a verdict. Reported per true gain: how often it
+It stops when `verdict.gate.decide` returns a verdict. Reported per true gain: how often it
 promotes, rejects, stays undecided, and the mean rounds spent.
 
     .venv/bin/python bench/gate_power.py --runs 4000 --max-rounds 12 -o /tmp/gate-power.json
 
 With `--arms K`, K - 2 other arms are measured in the rounds up to min_rounds, as the confirmation measures
-the ablations and the runner-up, and the gate's bound takes the noise of all of them (sequential.evidence
-with contrib.pair_noise); `--pair-noise F` makes the pair F times noisier than the rest (the case the
+the ablations and the runner-up, and the gate's bound takes the noise of all of them (verdict.gate.evidence
+with gate.pair_noise); `--pair-noise F` makes the pair F times noisier than the rest (the case the
 bound's "never below the pair's own spread" guards):
 
     .venv/bin/python bench/gate_power.py --runs 4000 --arms 7 --noise 0.04 -o /tmp/gate-power-arms7.json
@@ -24,8 +24,9 @@ top of the rest, the arm without it measured in the same rounds. Reported per pa
 is dropped (the simpler configuration promoted) by the rule before (dropped when its 95% interval
 includes zero: "not significant") and after (dropped only when its upper gate bound is below
 `--margin`, promotion.equivalence_margin; an open part gets more rounds up to max_rounds, as
-sweep/_confirm.run_rounds gives it), with the mean rounds each spent. The decisions are the driver's
-own (results.contrib: contributions, part_checks, open_parts, simpler_choice[_before]).
+verdict/rounds.run_rounds gives it), with the mean rounds each spent. The decisions are the driver's
+own (verdict.choose: contributions, simpler_choice[_before]; verdict.rounds: part_checks, open_parts;
+verdict.gate.gate_of).
 
     .venv/bin/python bench/gate_power.py --parts --runs 1000 --max-rounds 12 -o bench/results-gate-power-parts.json
 """
@@ -42,8 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _result  # noqa: E402  (bench/_result.py: the result file and what made it)
 
-from orchestrator.results import contrib  # noqa: E402
-from orchestrator.results.sequential import RoundsPlan, Verdict  # noqa: E402
+from orchestrator.results.figures import PartCheck  # noqa: E402
+from orchestrator.verdict import choose, gate, rounds  # noqa: E402
+from orchestrator.verdict.gate import RoundsPlan, Verdict  # noqa: E402
 
 
 def one_confirmation(
@@ -60,8 +62,8 @@ def one_confirmation(
 ) -> tuple[Verdict, int]:
     """One confirmation: the pair each round until the gate decides; with `arms` > 2, the other arms
     (levels drawn at 0.7-1.6x the baseline's) measured after the pair in the rounds up to min_rounds, as
-    sweep/_confirm.run_rounds measures the ablations and the runner-up, and the gate's bound on the noise
-    of all of them (contrib.pair_noise). The pair's noise is `pair_noise` x the others'."""
+    verdict/rounds.run_rounds measures the ablations and the runner-up, and the gate's bound on the noise
+    of all of them (gate.pair_noise). The pair's noise is `pair_noise` x the others'."""
     truth = {
         "champion": base * (1.0 + true_gain),
         "baseline": base,
@@ -76,7 +78,7 @@ def one_confirmation(
             sd = noise * (pair_noise if who in ("champion", "baseline") else 1.0)
             values[who][i] = truth[who] * slow * float(np.exp(sd * rng.standard_normal()))
             t += measure_s
-        decision = contrib.gate_of(values, "champion", plan, direction="maximize")
+        decision = gate.gate_of(values, "champion", plan, direction="maximize")
         if decision is not None and decision.verdict is not None:
             return decision.verdict, i + 1
     raise AssertionError("decide() must reach a verdict by max_rounds")
@@ -111,7 +113,7 @@ def one_part_check(
         if decision is None:
             arms = ["champion", "baseline"] + (["no_speculation"] if i < plan.min_rounds else [])
         else:
-            if decision.verdict is not Verdict.promoted or not contrib.open_parts(_checks(values, plan, margin)):
+            if decision.verdict is not Verdict.promoted or not rounds.open_parts(_checks(values, plan, margin)):
                 break
             arms = ["champion", "baseline", "no_speculation"]
         for who in arms if i % 2 == 0 else list(reversed(arms)):
@@ -120,24 +122,24 @@ def one_part_check(
             t += measure_s
         rounds = i + 1
         if decision is None:
-            d = contrib.gate_of(values, "champion", plan, direction="maximize")  # as sweep/_confirm._decided
+            d = gate.gate_of(values, "champion", plan, direction="maximize")  # as verdict.rounds._decided
             if d is not None and d.verdict is not None:
                 decision = d
-                parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
+                found = choose.contributions(values, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
                 before = (
                     d.verdict is Verdict.promoted
-                    and contrib.simpler_choice_before(values, parts, plan, direction="maximize") is not None
+                    and choose.simpler_choice_before(values, found, plan, direction="maximize") is not None
                 )
     after = (
         decision is not None
         and decision.verdict is Verdict.promoted
-        and contrib.simpler_choice(values, _checks(values, plan, margin), plan, direction="maximize") is not None
+        and choose.simpler_choice(values, _checks(values, plan, margin), plan, direction="maximize") is not None
     )
     return bool(before), after, rounds
 
 
-def _checks(values: dict[str, dict[int, float]], plan: RoundsPlan, margin: float) -> list[contrib.PartCheck]:
-    return contrib.part_checks(values, speculation="EAGLE-3", margin=margin, level=plan.level, direction="maximize")
+def _checks(values: dict[str, dict[int, float]], plan: RoundsPlan, margin: float) -> list[PartCheck]:
+    return rounds.part_checks(values, speculation="EAGLE-3", margin=margin, level=plan.level, direction="maximize")
 
 
 def parts_main(args: argparse.Namespace, plan: RoundsPlan) -> list[dict]:

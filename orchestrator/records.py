@@ -284,7 +284,7 @@ class ServingConfig(Frozen):
 
 SPECULATION_PREFIX = "speculative_"
 """Knobs of speculative decoding; the others (NCCL_*, all_reduce_path, ...) are the communication
-settings: the two parts a configuration's gain is split into (results.contrib) and pooled over
+settings: the two parts a configuration's gain is split into (verdict.choose.contributions) and pooled over
 (stats.pooled_scores)."""
 
 

@@ -209,7 +209,7 @@ def _slope_test(dx: list[float], dy: list[float], dof: int, sxx: float, alpha: f
     slope = float(np.dot(dx, dy)) / sxx
     resid = np.asarray(dy) - slope * np.asarray(dx)
     se = math.sqrt(float(np.dot(resid, resid)) / dof / sxx)
-    from scipy import stats as sps  # deferred, as in results.sequential: only a sweep's pick needs it
+    from scipy import stats as sps  # deferred, as in verdict.gate: only a sweep's pick needs it
 
     applied = dof >= COVARIATE_MIN_DOF and abs(slope) >= float(sps.t.ppf(1.0 - alpha / 2.0, dof)) * se
     return Covariate(slope, se, dof, applied)

@@ -7,7 +7,10 @@ followed depth-first in source order, each function once. A *stay* is a run of c
 module; a *return* is a stay in a module the walk had already left. Calls through objects (methods, the
 port, callbacks) are not followed: that is the point of a port, the reader stops at it.
 
-    scripts/walk.py orchestrator.verdict.promote:promote [--root .] [--show]
+    scripts/walk.py orchestrator.verdict.promote:promote [--root .] [--show] [--check MAX_STAYS MAX_RETURNS]
+
+With --check it exits 1 when the walk takes more stays or more returns than given (tests/test_walk_script.py
+holds the confirmation's entry point to issue 33's bound that way).
 """
 
 from __future__ import annotations
@@ -108,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("entry", help="module:function, e.g. orchestrator.verdict.promote:promote")
     parser.add_argument("--root", type=Path, default=Path("."))
     parser.add_argument("--show", action="store_true", help="print each stay")
+    parser.add_argument(
+        "--check",
+        nargs=2,
+        type=int,
+        metavar=("MAX_STAYS", "MAX_RETURNS"),
+        help="exit 1 when the walk takes more stays or more returns than these",
+    )
     args = parser.parse_args(argv)
     order = walk(args.root, args.entry)
     runs, returns = stays(order)
@@ -115,6 +125,15 @@ def main(argv: list[str] | None = None) -> int:
         for module in runs:
             print(f"  {module}")
     print(f"{args.entry}: {len(order)} functions, {len(runs)} stays, {returns} returns, {len(set(runs))} modules")
+    if args.check is not None:
+        max_stays, max_returns = args.check
+        if len(runs) > max_stays or returns > max_returns:
+            print(
+                f"{args.entry}: {len(runs)} stays and {returns} returns, above the bound of {max_stays} and "
+                f"{max_returns}: follow the walk with --show and keep each phase's helpers with it",
+                file=sys.stderr,
+            )
+            return 1
     return 0
 
 

@@ -1,9 +1,9 @@
 """What the user reads and keeps (pure, except matplotlib drawing the figures).
 
-- `select`: champion selection, speed-up, drift and the promotion gate; `sequential`: interleaved
-  confirmation rounds until the evidence decides; `contrib`: why the champion won (each part's
-  contribution), its gain per concurrency level; `figures`: the values of those figures (intervals, the
-  confirmed figures users read, a part's check); `wording`: the verdict's sentences.
+- `select`: champion selection (the pooled fit over the search's trials, each run's own speed taken out),
+  speed-up, drift and the near-tie re-measure; `figures`: the values of the verdict's figures (intervals,
+  the confirmed figures users read, a part's check, a load level) and a load in words (`streams`). The
+  confirmation itself (its rounds, gate, parts and words) is orchestrator.verdict's.
 - `correctness`: whether a configuration changed the greedy outputs; `cost`: what a trial costs in time.
 - `report`, `report_plots`, `report_html`: the results table, its plots and the page; `truth`: the
   simulator's noise-free optimum.
@@ -13,4 +13,4 @@
   a deployment sets.
 """
 
-__all__ = ["contrib", "export", "formats", "report", "select", "sequential", "truth"]
+__all__ = ["export", "formats", "report", "select", "truth"]

@@ -149,7 +149,7 @@ class PartVerdict(str, enum.Enum):
 
 class PartCheck(Frozen):
     """The equivalence test of one part: the champion against the arm without it, at the gate's
-    one-sided level per look (sequential.RoundsPlan.level), against promotion.equivalence_margin."""
+    one-sided level per look (verdict.gate.RoundsPlan.level), against promotion.equivalence_margin."""
 
     part: str
     """In the user's words: "EAGLE-3 on top", "NCCL settings on top of EAGLE-3"."""

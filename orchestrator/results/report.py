@@ -130,7 +130,7 @@ def _champion(spec: SweepSpec, outcomes: Sequence[TrialOutcome]) -> int | None:
 GATE_BOUNDS = ("champion_gain_gate_low_pct", "champion_gain_gate_high_pct")
 """The parent run's names of the gate's bounds on the confirmed gain: one-sided bounds at the gate's level
 per look, 1 - 0.05 / (max_rounds - min_rounds + 1) each side (99.5% at 3 to 12 rounds), wider than a 95%
-interval (results.sequential). Sweeps before issue 21 logged them as champion_gain_ci95_low/high_pct;
+interval (verdict.gate). Sweeps before issue 21 logged them as champion_gain_ci95_low/high_pct;
 nothing reads those back, so old runs keep them as they are."""
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.results import contrib, report_plots
+from orchestrator.results import report_plots
+from orchestrator.results.figures import streams
 
 STYLE = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;background:#f6f7f9;color:#1d2430}
@@ -183,7 +184,7 @@ def _gain_card(r: ReportInput) -> str:
     promoted = f"promoted as <code>{_e(r.model)}</code> version {_e(r.model_version)}" if r.promoted else "not promoted"
     env = f"<br>env file: <code>{_e(r.env_file)}</code>" if r.env_file else ""
     rounds = f" over {r.confirm_rounds} confirmation rounds" if r.confirm_rounds else ""
-    at = "" if r.concurrency is None else f" at {contrib.streams(r.concurrency, short=True)}"
+    at = "" if r.concurrency is None else f" at {streams(r.concurrency, short=True)}"
     label = "confirmed" if r.gated else "UNCONFIRMED"
     return f"""<div class="card" id="gain"><div class="label">How much: {label} gain{_e(at)}</div>
 <div class="big {gain_cls}">{_pct(r.gain) or "n/a"}</div><div>{interval}{_e(rounds)}</div>

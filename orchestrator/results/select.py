@@ -13,7 +13,6 @@ from typing import Literal
 
 from orchestrator.records import (
     Metrics,
-    ParamValue,
     TrialOutcome,
     TrialRole,
     TrialStatus,
@@ -23,11 +22,9 @@ from orchestrator.records import (
 )
 from orchestrator.stats import (
     DEFAULT_NOISE,
-    Contrast,
     Covariate,
     Pooled,
     covariate_adjusted,
-    pooled_contrast,
     pooled_scores,
 )
 
@@ -158,7 +155,7 @@ def pooled_fit(
     """stats.pooled_scores over the eligible trials (log of the objective, oriented so higher is better,
     adjusted for each run's speed where `adjust` names the objective and it is one run_speed may adjust
     (run_speed_metric: the caller's say, from the benchmark load), or None when a value is not positive."""
-    rows = _log_rows(eligible, direction, adjust)
+    rows = log_rows(eligible, direction, adjust)
     return pooled_scores(rows, z=z) if rows is not None else None
 
 
@@ -175,17 +172,17 @@ def run_speed_metric(metric: str, concurrency: int) -> str | None:
     return metric if metric in RUN_SPEED_METRICS and concurrency <= 1 else None
 
 
-def _log_rows(
+def log_rows(
     eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction, adjust: str | None = None
 ) -> list[tuple[Hashable, Hashable, float]] | None:
     """The pooled fit's rows: (speculation part, communication part, log value oriented so higher is
     better), adjusted by run_speed for an `adjust` in RUN_SPEED_METRICS; None when nothing is eligible or
     a value is not positive."""
-    found = _adjusted_rows(eligible, direction, adjust)
+    found = adjusted_rows(eligible, direction, adjust)
     return found[0] if found is not None else None
 
 
-def _adjusted_rows(
+def adjusted_rows(
     eligible: Sequence[tuple[TrialOutcome, float]], direction: Direction, adjust: str | None
 ) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None] | None:
     """run_speed over the eligible trials' log rows (oriented so higher is better): the rows and what it
@@ -209,36 +206,8 @@ def run_speed(
     if adjust not in RUN_SPEED_METRICS:
         return list(rows), None
     x = [prefill_x(o.metrics.ttft_ms_p50 if o.metrics is not None else None) for o, _ in eligible]
-    return covariate_adjusted(rows, x, [prefill_group(outcome.params) for outcome, _ in eligible])
-
-
-def run_speed_of(
-    eligible: Sequence[tuple[TrialOutcome, float]], *, direction: Direction, adjust: str | None
-) -> Covariate | None:
-    """What run_speed found in these trials (its slope, and whether it adjusted them), None where it
-    does not apply or no point was run twice."""
-    found = _adjusted_rows(eligible, direction, adjust)
-    return found[1] if found is not None else None
-
-
-def search_contrast(
-    eligible: Sequence[tuple[TrialOutcome, float]],
-    first: Mapping[str, ParamValue],
-    second: Mapping[str, ParamValue],
-    *,
-    direction: Direction,
-    adjust: str | None = None,
-) -> Contrast | None:
-    """What the search's measurements say of `second` against `first`: the pooled fit's (pooled_fit's
-    model over every eligible trial, rows adjusted as `adjust` says) log-scale difference, oriented so that positive
-    means `second` is better, with its standard error (stats.pooled_contrast); None when either point's
-    parts were not measured or a value is not positive.
-
-    Tried and not kept (docs/benchmarks.md): the baselines' measurements in the fit (no speculation at
-    default NCCL is where the additive model fits worst - NCCL tuning pays more without speculation -
-    so the residual noise, and every standard error, doubled) and a linear drift term (no night changed)."""
-    rows = _log_rows(eligible, direction, adjust)
-    return pooled_contrast(rows, split_point(first), split_point(second)) if rows is not None else None
+    groups = [prefill_group(outcome.params) for outcome, _ in eligible]
+    return covariate_adjusted(rows, x, groups)
 
 
 RIVAL_Z = 2.0
@@ -255,9 +224,9 @@ def replicate_noise(
 ) -> tuple[float, int] | None:
     """The run-to-run noise (log scale) the search measured, from the points it measured more than once
     with the very same parameters (pure error: no model between them, so a misfit of the pooled fit does
-    not count as noise), on rows adjusted as `adjust` says (_log_rows: what the runs' speed explains taken out), with its
+    not count as noise), on rows adjusted as `adjust` says (log_rows: what the runs' speed explains taken out), with its
     degrees of freedom; None under 3 of them or when a value is not positive."""
-    rows = _log_rows(eligible, direction, adjust)
+    rows = log_rows(eligible, direction, adjust)
     if rows is None:
         return None
     groups: dict[tuple[Hashable, Hashable], list[float]] = {}
@@ -358,7 +327,8 @@ def pick_champion(
     eligible = eligible_values(outcomes, metric=metric, constraints=constraints)
     if not eligible:
         return None
-    fit = pooled_fit(eligible, direction=direction, adjust=run_speed_metric(metric, concurrency)) if pooled else None
+    adjust = run_speed_metric(metric, concurrency)
+    fit = pooled_fit(eligible, direction=direction, adjust=adjust) if pooled else None
     scores = [f.score for f in fit] if fit is not None else [0.0] * len(eligible)
     best = max(range(len(eligible)), key=lambda i: (scores[i], sign * eligible[i][1], -eligible[i][0].number))
     return eligible[best][0]

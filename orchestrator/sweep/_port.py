@@ -20,7 +20,7 @@ from orchestrator.sweep._loop import WAIT_S, act_on_interrupts, keep_files
 from orchestrator.sweep._record import baseline_measured_at
 from orchestrator.sweep.state import ArmDropped, ConfirmationRun, TrackingWait
 from orchestrator.trial import plan as planner
-from orchestrator.verdict import outputs
+from orchestrator.verdict import correctness_gate
 from orchestrator.verdict.arm import Arm
 from orchestrator.verdict.port import Chosen, Run
 from orchestrator.verdict.rounds import value_of
@@ -154,7 +154,7 @@ class SweepPort:
             seed=ctx.spec.sampler.seed * 7919 + i * 64 + position,
             sweep_started_at=ctx.started_at,
             experiment=at_concurrency(ctx.spec, arm.concurrency),
-            outputs=outputs.request(self, arm.name, i),
+            outputs=correctness_gate.request(self, arm.name, i),
         )
 
     def _keep(self, arm: Arm, finished: Finished, i: int) -> Run:

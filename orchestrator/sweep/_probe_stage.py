@@ -41,7 +41,7 @@ from orchestrator.search.study import Study
 from orchestrator.sweep._context import Context
 from orchestrator.sweep.state import ProbeStage
 from orchestrator.tracking.probe_run import Curve, ProbeLog
-from orchestrator.verdict.pick import sglang_default_speculation as speculation_start
+from orchestrator.verdict.arms import sglang_default_speculation as speculation_start
 
 log = logging.getLogger("sweep")
 

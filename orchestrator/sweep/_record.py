@@ -22,7 +22,7 @@ from orchestrator.sweep import _screen, schedule
 from orchestrator.sweep._context import Context
 from orchestrator.sweep._workdir import write_json
 from orchestrator.sweep.state import StopKind, StopReason, TrialFinished
-from orchestrator.verdict.pick import sglang_default_speculation
+from orchestrator.verdict.arms import sglang_default_speculation
 
 log = logging.getLogger("sweep")
 

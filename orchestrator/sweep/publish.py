@@ -25,8 +25,9 @@ from orchestrator.fsio import write_atomic
 from orchestrator.nccllog import version_mismatch
 from orchestrator.probe.result import probed_nccl
 from orchestrator.records import TrialOutcome, TrialStatus
-from orchestrator.results import contrib, report, report_html, report_plots
+from orchestrator.results import report, report_html, report_plots
 from orchestrator.results import truth as truth_mod
+from orchestrator.results.figures import streams
 from orchestrator.search import plots as optuna_plots
 from orchestrator.search import space as sp
 from orchestrator.search.study import read_only
@@ -129,7 +130,7 @@ def _findings(v: Verdict) -> dict[str, Any]:
     if v.levels:
         gate = v.figures.concurrency if v.figures else None
         found["gain per concurrency"] = [
-            f"{contrib.streams(g.concurrency, short=True)}{' (the gate level)' if g.concurrency == gate else ''}: "
+            f"{streams(g.concurrency, short=True)}{' (the gate level)' if g.concurrency == gate else ''}: "
             f"{g.interval.gain * 100:+.1f}% ({g.interval.low * 100:+.1f}% to {g.interval.high * 100:+.1f}%)"
             + (f"; adaptive steps against {g.steps.fixed}: {g.steps.text(g.concurrency)}" if g.steps else "")
             for g in v.levels

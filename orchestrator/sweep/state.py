@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.records import ParamValue, TrialOutcome
-from orchestrator.results.contrib import Confirmed, Contribution, LevelGain
+from orchestrator.results.figures import Confirmed, Contribution, LevelGain
 from orchestrator.verdict.value import Outcome, Verdict
 
 __all__ = ["Outcome", "Verdict"]  # re-exported: the promotion and the CLI read them here

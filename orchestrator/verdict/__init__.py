@@ -1,13 +1,22 @@
 """What to deploy and why: from the search's pick to the registry, and the one `Verdict` every view renders.
 
-The pipeline (`promote`), each step a function returning a frozen value (`steps`):
-- `pick`: the search's pick with its baseline and MLflow run, the verdict without a gate, the arms;
-- `arm`: an arm of the rounds as a value; `rounds`: the interleaved rounds until the gate decides;
-- `contender`: the runner-up against the pick (a near-tie settled by measurement);
-- `choose`: the gate's decision, the parts' contributions, the configuration to deploy, it at each load;
-- `correctness_gate` and `outputs`: a configuration that changes the greedy outputs is never promoted;
-- `register`: the registry version (its description rendered from the Verdict) and champion.env;
-- `schedule`: one clock for the night (the confirmation's cost, held back before the first launch).
+The pipeline (`promote`), each step a function returning a frozen value (`steps`), each step's helpers in its
+own module, which the pipeline enters once and in this order (scripts/walk.py follows it):
+- `pick`: everything read of the search's trials: the pick with its baseline and MLflow run, its runner-up
+  from another region and what the search says of the two, the run-speed note; the verdict without a gate;
+- `arms`: what the rounds measure (the pair, the ablations, the runner-up, speculation at SGLang's default,
+  the other loads, adaptive or fixed steps), fitted to the night's time left; `arm`: an arm as a value;
+- `schedule`: one clock for the night (the confirmation's cost, held back before the first launch);
+- `gate`: the statistics of the rounds: each look's decision and its bound, the noise of every arm in a
+  pair's rounds, an arm's interval over another, whether the runner-up leads on all the evidence;
+- `rounds`: the interleaved rounds until the gate decides, and the questions still open beside it (the
+  parts' equivalence test, the runner-up's near-tie); the rounds the gate will need;
+- `choose`: the gate's decision with each part's contribution, then the configuration to deploy (the
+  runner-up, a simpler arm shown equivalent, or the champion) and its confirmed figures;
+- `correctness_gate`: which runs capture greedy outputs, and the gate that never promotes a configuration
+  that changes them;
+- `deployed`: the deployed configuration at each load, the verdict in words about it, its registration;
+- `register`: the registry version (its description rendered from the Verdict) and champion.env.
 
 What it is and how it reads:
 - `value`: `Outcome` and `Verdict` (frozen, typed): the deployed configuration and its own figures first,

@@ -1,26 +1,41 @@
-"""The gate's decision and what follows from it: the parts' contributions, the configuration to
-deploy (the runner-up, a simpler arm or the champion), it at each load, and the verdict in words.
+"""The gate's decision and the choice it leads to: the main pair's decision with what each of the champion's
+parts adds (`decide`), then the configuration to deploy (`choose`): the runner-up when it measured better on
+all the evidence and passes the gate itself (a near-tie settled by measurement), else, when the champion
+passed, the simpler arm whose left-out part is shown to add less than promotion.equivalence_margin, or the
+champion; with the figures users read of it (`confirmed`) and the sentences that say why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+import math
+from collections.abc import Mapping, Sequence
 
-from orchestrator.records import ParamValue, speculation_knob
-from orchestrator.results import contrib, sequential
+from orchestrator.records import speculation_knob
+from orchestrator.results.figures import Confirmed, Contribution, PartCheck, PartVerdict, streams
 from orchestrator.search import space as sp
 from orchestrator.stats import Contrast
-from orchestrator.verdict import contender, rounds
-from orchestrator.verdict.arm import Arm
+from orchestrator.verdict import arms, rounds
+from orchestrator.verdict.gate import (
+    Decision,
+    Direction,
+    Evidence,
+    RoundsPlan,
+    Verdict,
+    compare,
+    contender_wins,
+    gate_of,
+    pair_noise,
+    paired,
+    settled,
+)
+from orchestrator.verdict.pick import gate_level_named
 from orchestrator.verdict.port import Port
-from orchestrator.verdict.register import constraints, gate_level_named
 from orchestrator.verdict.steps import Arms, Champion, Choice, Gate, Promotion
 from orchestrator.verdict.value import Outcome
 
 
 def decide(
-    port: Port, champion: Champion, measuring: Arms, measured: rounds.Measured, plan: sequential.RoundsPlan
+    port: Port, champion: Champion, measuring: Arms, measured: rounds.Measured, plan: RoundsPlan
 ) -> Gate | Promotion:
     """The gate's decision on the main pair with the contributions of the champion's parts and the
     equivalence test of each; or, interrupted or without an interval, the Promotion that says so. The
@@ -40,7 +55,7 @@ def decide(
     if decision is None or decision.evidence is None:
         return Promotion(
             Outcome.undecided,
-            contrib.at_level(
+            at_level(
                 f"undecided: {measured.failed()} of {len(measured.rows)} confirmation runs failed, too few rounds "
                 f"for an interval; see {port.workdir / 'confirm'}",
                 named,
@@ -49,11 +64,11 @@ def decide(
             champion,
             measured.rows,
         )
-    speculation = _speculation(champion)
-    parts = contrib.contributions(
-        measured.values, speculation=speculation, sole_part=_sole_part(port, champion), direction=direction
+    speculation = rounds.speculation_name(champion.trial.params)
+    found = contributions(
+        measured.values, speculation=speculation, sole_part=sole_part_name(port, champion), direction=direction
     )
-    checks = contrib.part_checks(
+    checks = rounds.part_checks(
         measured.values,
         speculation=speculation,
         margin=spec.promotion.equivalence_margin,
@@ -64,43 +79,13 @@ def decide(
         decision=decision,
         evidence=decision.evidence,
         min_gain=plan.min_gain,
-        figures=contrib.confirmed(decision.evidence, metric, concurrency=spec.benchmark.concurrency),
-        contributions=tuple(parts),
+        figures=confirmed(decision.evidence, metric, concurrency=spec.benchmark.concurrency),
+        contributions=tuple(found),
         levels=(),
         by_load="",
         verdict=decision.message,
         checks=tuple(checks),
     )
-
-
-def _sole_part(port: Port, champion: Champion) -> str:
-    """What the champion's whole gain is credited to when its parts were not measured apart."""
-    base = sp.baseline_params(port.spec.space)
-    params = champion.trial.params
-    communication = sum(1 for k, v in params.items() if not speculation_knob(k) and v != base.get(k))
-    if not contrib.speculates(params):
-        return "NCCL settings"
-    if not communication:
-        return _speculation(champion)
-    return (
-        f"{_speculation(champion)} with {communication} communication setting(s) (not measured apart: "
-        f"promotion.explain is false)"
-    )
-
-
-def open_parts(
-    port: Port, champion: Champion, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan
-) -> list[str]:
-    """The arms whose question is still open, for which the rounds go on (beside the main pair) while
-    the night allows: the ablations whose part is neither shown to add less than
-    promotion.equivalence_margin nor significant, and the runner-up while its near-tie with the
-    champion is neither settled nor shown equivalent (which of the two is deployed depends on it)."""
-    margin, direction = port.spec.promotion.equivalence_margin, port.spec.objective.direction
-    checks = contrib.part_checks(
-        values, speculation=_speculation(champion), margin=margin, level=plan.level, direction=direction
-    )
-    runner = ["runner_up"] if contrib.contender_open(values, "runner_up", margin=margin, direction=direction) else []
-    return runner + contrib.open_parts(checks)
 
 
 def choose(
@@ -109,41 +94,36 @@ def choose(
     measuring: Arms,
     measured: rounds.Measured,
     gate: Gate,
-    plan: sequential.RoundsPlan,
+    plan: RoundsPlan,
     search: Contrast | None,
 ) -> Choice | None:
     """The configuration to deploy, before it is measured at the other loads: the runner-up when it
     measured better than the champion on the rounds and the search's contrast of the two (`search`,
-    contender.search_contrast) and passes the gate itself (a near-tie settled
+    pick.pick) and passes the gate itself (a near-tie settled
     by measurement); else, when the champion passed, the simpler arm whose left-out part is shown to add
     less than promotion.equivalence_margin and which passes the gate too, or the champion. None: nothing passes."""
     spec = port.spec
     direction, metric, level = spec.objective.direction, champion.metric, spec.benchmark.concurrency
     values = measured.values
-    won = contrib.contender_wins(values, "runner_up", direction=direction, search=search)
-    runner = contrib.gate_of(values, "runner_up", plan, direction=direction) if won is not None else None
-    if (
-        won is not None
-        and runner is not None
-        and runner.verdict is sequential.Verdict.promoted
-        and runner.evidence is not None
-    ):
+    won = contender_wins(values, "runner_up", direction=direction, search=search)
+    runner = gate_of(values, "runner_up", plan, direction=direction) if won is not None else None
+    if won is not None and runner is not None and runner.verdict is Verdict.promoted and runner.evidence is not None:
         number = next(a.number for a in measuring.arms if a.name == "runner_up")
         return Choice(
             "runner_up",
             measuring.params_of("runner_up"),
-            contrib.confirmed(runner.evidence, metric, concurrency=level),
+            confirmed(runner.evidence, metric, concurrency=level),
             "",
             Outcome.promoted,
             number=number,
             decision=runner,
             why=f"trial {number} (the runner-up) measured {won.text()} over trial {champion.trial.number} "
-            f"(the search's pick) in the same rounds{contender.with_search(values, search, direction)}, and "
+            f"(the search's pick) in the same rounds{with_search(values, search, direction)}, and "
             f"passes the gate itself",
         )
     if not gate.passed:
         return None
-    simpler = contrib.simpler_choice(values, gate.checks, plan, direction=direction)
+    simpler = simpler_choice(values, gate.checks, plan, direction=direction)
     if simpler is None:
         return Choice(
             "champion",
@@ -157,9 +137,7 @@ def choose(
     name, decision = simpler
     check = next(c for c in gate.checks if c.arm == name)
     derivation = "without speculation" if name == "no_speculation" else "with NCCL at defaults"
-    figures = (
-        gate.figures if decision.evidence is None else contrib.confirmed(decision.evidence, metric, concurrency=level)
-    )
+    figures = gate.figures if decision.evidence is None else confirmed(decision.evidence, metric, concurrency=level)
     return Choice(
         name,
         measuring.params_of(name),
@@ -173,129 +151,135 @@ def choose(
     )
 
 
-def load_arms(port: Port, champion: Champion, measuring: Arms, choice: Choice) -> tuple[list[Arm], int]:
-    """What is measured of the deployed configuration once it is known, with the rounds: it and the
-    baseline at each other promotion.concurrency level the night kept, and its adaptive-or-fixed
-    counterpart (at the gate's level too when it is not the champion, whose counterpart ran beside it)."""
-    spec = port.spec
-    level = spec.benchmark.concurrency
-    base = sp.baseline_params(spec.space)
-    levels = sorted({a.concurrency for a in measuring.arms if a.name.split("@")[0] == "champion"} - {level})
-    out: list[Arm] = []
-    for c in levels:
-        out += [
-            Arm(f"{choice.name}@{c}", dict(choice.params), choice.number, c),
-            Arm(f"baseline@{c}", base, -1, c),
-        ]
-    steps_levels = sorted({a.concurrency for a in measuring.arms if a.name.split("@")[0] in contrib.STEPS_ARMS})
-    if choice.name != "champion" and level in steps_levels and contrib.speculates(choice.params):
-        out.append(Arm(choice.name, dict(choice.params), choice.number, level))
-    else:
-        steps_levels = [c for c in steps_levels if c != level]
-    steps, _, _ = rounds.steps_arms(spec, choice.params, choice.number, port.outcomes, constraints(port), steps_levels)
-    return out + steps, spec.promotion.min_rounds
-
-
-def explain(
-    port: Port, champion: Champion, measuring: Arms, measured: rounds.Measured, gate: Gate, who: Choice
-) -> Gate:
-    """The gate with the figures of `who` (the deployed configuration; the champion when nothing
-    passes), its gain per load and the verdict in words, all about it."""
-    spec = port.spec
-    metric, level = champion.metric, spec.benchmark.concurrency
-    named = gate_level_named(port)
-    name, params = who.name, who.params
-    decision = who.decision or gate.decision
-    evidence = decision.evidence or gate.evidence
-    levels, by_load, after = _by_load(port, champion, measured, name, params, evidence, who.label)
-    others = [lv for lv in levels if lv.concurrency != level]
-    message = decision.message
-    if message.startswith("promoted: "):
-        message = f"promoted {who.label}: {message.removeprefix('promoted: ')}"
-    head = contrib.at_level(message, named, metric)
-    why = "; ".join(p.text() for p in gate.contributions)
-    if why and who.name == "runner_up":  # the parts measured are the search's pick's, not the deployed one's
-        why = f"trial {champion.trial.number}'s parts (the search's pick): {why}"
-    if gate.checks:  # the equivalence test: what decides between the champion and a simpler configuration
-        why += ". Simpler only when shown equivalent: " + "; ".join(c.text() for c in gate.checks)
-    verdict = contrib.verdict_text(head, concurrency=None, metric=metric, others=others, why=why, after=after)
-    if who.why:
-        verdict = f"{verdict}. Promoted {who.label} and not trial {champion.trial.number} as searched: {who.why}"
-    return replace(
-        gate,
-        decision=decision,
-        evidence=evidence,
-        levels=tuple(levels),
-        by_load=by_load,
-        verdict=verdict,
-        figures=contrib.confirmed(evidence, metric, concurrency=level),
+def contributions(
+    values: Mapping[str, Mapping[int, float]], *, speculation: str, sole_part: str, direction: Direction
+) -> list[Contribution]:
+    """Each part's contribution from the arms measured (champion, baseline, no_speculation,
+    default_communication, runner_up), its interval on the noise of every arm in the pair's rounds
+    (pair_noise), as the gate's; parts whose arms were not measured are left out. `sole_part`
+    names the champion's whole gain when it sets only one part."""
+    spec_name = speculation or "speculation"
+    parts = [
+        ("NCCL settings", "no_speculation", "baseline"),
+        (f"{spec_name} on top", "champion", "no_speculation"),
+        (f"{spec_name} alone (NCCL at defaults)", "default_communication", "baseline"),
+        (f"NCCL settings on top of {spec_name}", "champion", "default_communication"),
+        ("champion over the runner-up", "champion", "runner_up"),
+    ]
+    with_spec = (
+        f"{spec_name} on top of the champion's NCCL settings (the best speculating trial's settings)",
+        "with_speculation",
+        "champion",
     )
-
-
-def _by_load(
-    port: Port,
-    champion: Champion,
-    measured: rounds.Measured,
-    name: str,
-    params: Mapping[str, ParamValue],
-    evidence: sequential.Evidence,
-    label: str,
-) -> tuple[list[contrib.LevelGain], str, str]:
-    """The deployed configuration's gain at each promotion.concurrency level (at the gate's level: the
-    gate's own figures, so "promoted" and "stops paying" cannot disagree; without levels listed, the
-    gate's own level when adaptive and fixed steps were compared there), the sentence about them, and
-    what the verdict ends with."""
-    spec = port.spec
-    direction, level = spec.objective.direction, spec.benchmark.concurrency
-    found = contrib.steps_counterpart(
-        params,
-        contrib.best_fixed_steps(
-            port.outcomes,
-            metric=spec.objective.metric,
-            direction=direction,
-            constraints=constraints(port),
-            concurrency=level,
-        ),
+    with_default = (
+        f"{spec_name} on top of the champion's NCCL settings (SGLang's default for the model)",
+        "with_default_speculation",
+        "champion",
     )
-    kind, fixed = (found[0], found[2]) if found is not None else ("", "")
-    listed = sorted(spec.promotion.concurrency) or [level]
-    levels = []
-    for c in listed:
-        iv = contrib.interval_of(evidence) if c == level else _level(port, measured, f"{name}@{c}", f"baseline@{c}")
-        if iv is None:
+    if "no_speculation" not in values and "default_communication" not in values:
+        # At most one part is set: the champion's whole gain is that part's.
+        parts = [(sole_part, "champion", "baseline"), parts[-1]]
+    parts += [with_spec, with_default]
+    out = []
+    for part, a, b in parts:
+        if a not in values or b not in values:
             continue
-        steps = (
-            contrib.steps_gain(
-                measured.values, c, level, counterpart=kind, fixed=fixed, direction=direction, deployed=name
-            )
-            if kind
-            else None
-        )
-        levels.append(contrib.LevelGain(concurrency=c, interval=iv, steps=steps))
-    if not spec.promotion.concurrency:
-        levels = [lv for lv in levels if lv.steps is not None]  # the gate's level is there for the steps alone
-        said = contrib.steps_sentence(levels)
-        return levels, said, said
-    what = (
-        f"{_speculation(champion)} (with its NCCL settings)"
-        if name == "champion" and contrib.speculates(params)
-        else label
+        interval = compare(*paired(values[a], values[b]), direction=direction, noise=pair_noise(values, a, b))
+        if interval is not None:
+            out.append(Contribution(part=part, a=a, b=b, interval=interval))
+    return out
+
+
+def sole_part_name(port: Port, champion: Champion) -> str:
+    """What the champion's whole gain is credited to when its parts were not measured apart."""
+    base = sp.baseline_params(port.spec.space)
+    params = champion.trial.params
+    communication = sum(1 for k, v in params.items() if not speculation_knob(k) and v != base.get(k))
+    if not arms.speculates(params):
+        return "NCCL settings"
+    if not communication:
+        return rounds.speculation_name(champion.trial.params)
+    return (
+        f"{rounds.speculation_name(champion.trial.params)} with {communication} communication setting(s) (not measured apart: "
+        f"promotion.explain is false)"
     )
-    by_load = contrib.stops_paying(levels, what)
-    return levels, by_load, f"By load: {contrib.stops_paying(levels, what, figures=False)}" if by_load else ""
 
 
-def _speculation(champion: Champion) -> str:
-    """The champion's speculation in words ("EAGLE-3")."""
-    return str(champion.trial.params.get("speculative_algorithm") or "EAGLE3").replace("EAGLE3", "EAGLE-3")
+def simpler_choice(
+    values: Mapping[str, Mapping[int, float]],
+    checks: Sequence[PartCheck],
+    plan: RoundsPlan,
+    *,
+    direction: Direction,
+) -> tuple[str, Decision] | None:
+    """The simpler arm to promote instead of the champion: the part it leaves out is shown to add less
+    than promotion.equivalence_margin (PartVerdict.negligible, not merely "not significant"), and the
+    configuration without it passes the gate against the baseline too; None to promote the champion.
+
+    Speculation off is preferred (fewer moving parts in production), then NCCL at defaults."""
+    by_arm = {c.arm: c for c in checks}
+    for arm in ("no_speculation", "default_communication"):
+        check = by_arm.get(arm)
+        if check is None or check.verdict is not PartVerdict.negligible:
+            continue
+        decision = gate_of(values, arm, plan, direction=direction)
+        if decision is not None and decision.verdict is Verdict.promoted:
+            return arm, decision
+    return None
 
 
-def _level(port: Port, measured: rounds.Measured, a_name: str, b_name: str) -> contrib.Interval | None:
-    """A against B at one other level, over the rounds that measured both."""
-    if a_name not in measured.values or b_name not in measured.values:
-        return None
-    return contrib.compare(
-        *contrib.paired(measured.values[a_name], measured.values[b_name]),
-        direction=port.spec.objective.direction,
-        noise=contrib.pair_noise(measured.values, a_name, b_name),
+def simpler_choice_before(
+    values: Mapping[str, Mapping[int, float]],
+    contribs: Sequence[Contribution],
+    plan: RoundsPlan,
+    *,
+    direction: Direction,
+) -> tuple[str, Decision] | None:
+    """The rule before promotion.equivalence_margin (kept for bench/gate_power.py's comparison): a part
+    was dropped when its 95% interval merely included zero ("not significant")."""
+    by_arm = {c.b: c for c in contribs if c.a == "champion"}
+    for arm in ("no_speculation", "default_communication"):
+        part = by_arm.get(arm)
+        if part is None or part.interval.low > 0.0:
+            continue
+        decision = gate_of(values, arm, plan, direction=direction)
+        if decision is not None and decision.verdict is Verdict.promoted:
+            return arm, decision
+    return None
+
+
+def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | None, direction: Direction) -> str:
+    """The verdict's "; with the search's measurements of both (...), x% +- y%" when the search's estimate
+    took part in the decision, else nothing."""
+    both = settled(values, "runner_up", direction=direction, search=search) if search is not None else None
+    if search is None or both is None:
+        return ""
+    return (
+        f"; with the search's measurements of both (pooled fit {math.expm1(search.diff) * 100:+.1f}%), "
+        f"{math.expm1(both.diff) * 100:+.1f}% +- {both.se * 100:.1f}%"
     )
+
+
+def confirmed(ev: Evidence, metric: str, concurrency: int | None = None) -> Confirmed:
+    return Confirmed(
+        label="confirmed",
+        metric=metric,
+        champion_median=ev.champion_median,
+        baseline_median=ev.baseline_median,
+        rounds=ev.rounds,
+        gain=ev.gain,
+        low=ev.low,
+        high=ev.high,
+        concurrency=concurrency,
+    )
+
+
+def at_level(message: str, concurrency: int | None, metric: str) -> str:
+    """A decision's message ("promoted: +12.4% [...] ...", "not better: ...", "undecided after 8
+    rounds: ...") with the load it was decided at after its head: "promoted at 32 concurrent streams
+    (objective output_tok_s): +12.4% ...". Unchanged when `concurrency` is None (the level goes
+    unnamed) or the message has no head."""
+    head, sep, rest = message.partition(": ")
+    if concurrency is None or not sep:
+        return message
+    return f"{head} at {streams(concurrency)} (objective {metric}): {rest}"

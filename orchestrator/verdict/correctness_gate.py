@@ -1,7 +1,14 @@
 """The correctness gate of the promotion: a configuration that changes the outputs is never promoted.
 
-Called once the speed gate chose what to register (sweep._promote): the chosen configuration's greedy
-outputs, captured in the first confirmation round, are compared with the baseline's
+Which confirmation runs capture greedy outputs (`request`, asked by the port as it launches each run): round
+one's runs of the configurations that may be promoted (the champion and its simpler forms, the runner-up) and
+of the baseline capture the fixed prompts' greedy outputs after their benchmark; each later baseline run,
+until one has, scores the outputs that differ from its own round-one outputs (the baseline's server rating
+another configuration's tokens). Everything travels in the TrialSpec (records.OutputsRequest) and comes back
+in the run's outputs.json.
+
+The gate (`gate`), called once the speed gate chose what to register (verdict.choose): the chosen
+configuration's greedy outputs, captured in the first confirmation round, are compared with the baseline's
 (results.correctness: equal token streams, else the baseline server's logprob score within
 promotion.correctness.tolerance_nats). A refused configuration gives way to the next one that passed
 the speed gate and passes this one (the champion, then its simpler forms), or to nothing; the verdict
@@ -14,18 +21,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 
 from orchestrator.fsio import write_json
-from orchestrator.records import ScoredOutput
-from orchestrator.results import contrib, correctness, sequential
+from orchestrator.records import OutputsRecord, OutputsRequest, ScoredOutput, ScoreRequest
+from orchestrator.results import correctness
 from orchestrator.trial import outputs
 from orchestrator.verdict import rounds
-from orchestrator.verdict.outputs import run_dir, scored
+from orchestrator.verdict.choose import confirmed
+from orchestrator.verdict.gate import RoundsPlan, Verdict, gate_of
 from orchestrator.verdict.port import Port
 from orchestrator.verdict.steps import Arms, Champion, Choice, Gate, Promotion
 from orchestrator.verdict.value import Outcome
 
 log = logging.getLogger("sweep")
+
+CANDIDATES = ("champion", "no_speculation", "default_communication", "runner_up")
+"""The confirmation arms that may be promoted: their outputs are checked."""
 
 _ROUNDS_SCANNED = 256
 """Confirmation rounds searched for the baseline's scores: the gate's (at most 100) and the ones after."""
@@ -56,7 +68,7 @@ def gate(
     measuring: Arms,
     measured: rounds.Measured,
     passed: Gate,
-    plan: sequential.RoundsPlan,
+    plan: RoundsPlan,
     chosen: Choice,
 ) -> Choice | Promotion:
     """`chosen` when its outputs are the baseline's; else the next configuration that passed the speed
@@ -64,29 +76,39 @@ def gate(
     if not port.spec.promotion.correctness.enabled:
         return chosen
     verdicts: dict[str, correctness.Correctness] = {}
+    accepted: Choice | None = None
     for choice in [chosen, *_alternatives(port, champion, measuring, measured.values, passed, plan, chosen)]:
-        verdicts[choice.name] = verdict = check(port, choice.name)
-        if verdict.passed:
-            _keep(port, verdicts)
-            log.info("%s: %s", choice.name, verdict.text())
-            if choice is chosen:
-                return replace(chosen, verdict=f"{chosen.verdict}. {verdict.text()}")
-            refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items() if not v.passed)
-            who = f"{choice.label} (the runner-up)" if choice.name == "runner_up" else choice.label
-            return replace(
-                choice,
-                verdict=f"promoted {who} instead of {chosen.label}, which changes the "
-                f"outputs ({refused}). {choice.verdict}. {verdict.text()}",
-            )
-    _keep(port, verdicts)
-    refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items())
-    why = (
-        f"not promoted: the configuration passed the speed gate but not the correctness gate, and no "
-        f"simpler form of it passed both ({refused}). Speed: {passed.verdict}"
-    )
-    log.warning("no promotion: %s", why)
-    return Promotion(
-        Outcome.outputs_changed, why, champion, measured.rows, passed, passed.figures, not_measured=measuring.dropped
+        verdicts[choice.name] = check(port, choice.name)
+        if verdicts[choice.name].passed:
+            accepted = choice
+            break
+    write_json(port.workdir / "confirm" / "correctness.json", {k: v.record() for k, v in verdicts.items()})
+    if accepted is None:
+        refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items())
+        why = (
+            f"not promoted: the configuration passed the speed gate but not the correctness gate, and no "
+            f"simpler form of it passed both ({refused}). Speed: {passed.verdict}"
+        )
+        log.warning("no promotion: %s", why)
+        return Promotion(
+            Outcome.outputs_changed,
+            why,
+            champion,
+            measured.rows,
+            passed,
+            passed.figures,
+            not_measured=measuring.dropped,
+        )
+    verdict = verdicts[accepted.name]
+    log.info("%s: %s", accepted.name, verdict.text())
+    if accepted is chosen:
+        return replace(chosen, verdict=f"{chosen.verdict}. {verdict.text()}")
+    refused = "; ".join(f"{name}: {v.text()}" for name, v in verdicts.items() if not v.passed)
+    who = f"{accepted.label} (the runner-up)" if accepted.name == "runner_up" else accepted.label
+    return replace(
+        accepted,
+        verdict=f"promoted {who} instead of {chosen.label}, which changes the "
+        f"outputs ({refused}). {accepted.verdict}. {verdict.text()}",
     )
 
 
@@ -100,7 +122,7 @@ def _alternatives(
     measuring: Arms,
     values: Mapping[str, Mapping[int, float]],
     passed: Gate,
-    plan: sequential.RoundsPlan,
+    plan: RoundsPlan,
     chosen: Choice,
 ) -> list[Choice]:
     """The other configurations that passed the speed gate against the baseline: the champion (when
@@ -123,11 +145,9 @@ def _alternatives(
     for arm, derivation in (*_DERIVATION.items(), ("runner_up", "")):
         if arm == chosen.name:
             continue
-        decision = contrib.gate_of(values, arm, plan, direction=spec.objective.direction)
-        if decision is not None and decision.verdict is sequential.Verdict.promoted and decision.evidence is not None:
-            figures = contrib.confirmed(
-                decision.evidence, spec.objective.metric, concurrency=spec.benchmark.concurrency
-            )
+        decision = gate_of(values, arm, plan, direction=spec.objective.direction)
+        if decision is not None and decision.verdict is Verdict.promoted and decision.evidence is not None:
+            figures = confirmed(decision.evidence, spec.objective.metric, concurrency=spec.benchmark.concurrency)
             of = number if derivation else next(x.number for x in measuring.arms if x.name == arm)
             label = f"trial {of} {derivation}" if derivation else f"trial {of} (the runner-up)"
             out.append(
@@ -145,5 +165,56 @@ def _alternatives(
     return out
 
 
-def _keep(port: Port, verdicts: Mapping[str, correctness.Correctness]) -> None:
-    write_json(port.workdir / "confirm" / "correctness.json", {k: v.record() for k, v in verdicts.items()})
+# ------------------------------------------------------------------------------ the outputs the runs capture
+
+
+def run_dir(port: Port, round_i: int, arm: str) -> Path:
+    """Where the confirmation run of `arm` in round `round_i` keeps its files (the port names the folder)."""
+    return port.arm_dir(round_i, arm)
+
+
+def request(port: Port, arm: str, round_i: int) -> OutputsRequest | None:
+    """What the run of `arm` in round `round_i` (0-based) captures or scores; None: nothing."""
+    c = port.spec.promotion.correctness
+    if not c.enabled:
+        return None
+    if round_i == 0:
+        return (
+            OutputsRequest(prompts=c.prompts, max_new_tokens=c.max_new_tokens)
+            if arm in (*CANDIDATES, "baseline")
+            else None
+        )
+    if arm != "baseline" or any(scored(port, r) for r in range(1, round_i)):
+        return None
+    to_score = _to_score(port)
+    return OutputsRequest(prompts=0, max_new_tokens=c.max_new_tokens, score=to_score) if to_score else None
+
+
+def scored(port: Port, round_i: int) -> OutputsRecord | None:
+    """The scores of a later round's baseline run, when it completed them."""
+    folder = run_dir(port, round_i, "baseline")
+    record = outputs.read(folder)
+    return record if record is not None and record.scored and not record.error else None
+
+
+def _to_score(port: Port) -> tuple[ScoreRequest, ...]:
+    """Every round-one output of a candidate that differs from the baseline's own."""
+    base = outputs.read(run_dir(port, 0, "baseline"))
+    if base is None:
+        return ()
+    own = {p.prompt: p for p in base.prompts}
+    out = []
+    for arm in CANDIDATES:
+        record = outputs.read(run_dir(port, 0, arm))
+        for p in record.prompts if record is not None else ():
+            b = own.get(p.prompt)
+            if b is not None and correctness.first_difference(p.output_ids, b.output_ids) is not None:
+                out.append(
+                    ScoreRequest(
+                        arm=arm,
+                        prompt=p.prompt,
+                        input_ids=(*p.prompt_ids, *p.output_ids),
+                        continuation=len(p.output_ids),
+                    )
+                )
+    return tuple(out)

@@ -1,46 +1,73 @@
-"""The promotion's first steps: the search's pick with its baseline and MLflow run (or why there is
-none), the verdict without a gate, and the arms the confirmation measures.
+"""The promotion's first step, everything it reads of the search's trials: the search's pick with its
+baseline and MLflow run (or why there is none), its runner-up from another region and what the search's
+own measurements say of the two (the near-tie the rounds may settle), the log's line on whether the pick
+took each run's own speed out of the search's measurements (results.select.run_speed), and the verdict
+without a gate (`ungated`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 
-from orchestrator.config import eagle
-from orchestrator.config.experiment import SweepSpec
-from orchestrator.probe.run import default_speculation
-from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
-from orchestrator.results import contrib, select
-from orchestrator.search import space as sp
-from orchestrator.verdict import contender, rounds
-from orchestrator.verdict.arm import Arm
+from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, split_point
+from orchestrator.results import select
+from orchestrator.results.figures import Confirmed, streams
+from orchestrator.stats import COVARIATE_MIN_DOF, Contrast, Covariate, pooled_contrast
 from orchestrator.verdict.port import Port
-from orchestrator.verdict.register import constraints, gate_level_named
-from orchestrator.verdict.steps import Arms, Champion, Choice, Promotion
+from orchestrator.verdict.steps import Champion, Choice, Promotion
 from orchestrator.verdict.value import Outcome
 
 log = logging.getLogger("sweep")
 
+RUNNER_UP_DISTANCE = 2
+"""A runner-up is from another region when at least this many knobs differ from the champion's."""
+
 
 def pick(port: Port) -> Champion | Promotion:
-    """The champion of the search, with the baseline and its MLflow run; or why there is none to promote."""
+    """The champion of the search, with the baseline, its MLflow run and its runner-up (when
+    promotion.explain measures one); or why there is none to promote."""
     spec = port.spec
-    metric = spec.objective.metric
+    objective, level = spec.objective, spec.benchmark.concurrency
     feasible = [o for o in port.outcomes if o.role is TrialRole.search]
     champion = select.pick_champion(
         feasible,
-        metric=metric,
-        direction=spec.objective.direction,
-        constraints=constraints(port),
-        concurrency=spec.benchmark.concurrency,
+        metric=objective.metric,
+        direction=objective.direction,
+        constraints=objective.bounds(),
+        concurrency=level,
     )
     baseline = next(
         (o for o in reversed(port.outcomes) if o.role is TrialRole.baseline and o.status is TrialStatus.COMPLETE), None
     )
     if champion is None or baseline is None:
         return Promotion(Outcome.no_champion, _no_champion(feasible) if champion is None else "no baseline measured")
-    contender.note_run_speed(port)
+    other = (
+        runner_up(
+            port.outcomes,
+            champion,
+            metric=objective.metric,
+            direction=objective.direction,
+            constraints=objective.bounds(),
+            concurrency=level,
+        )
+        if spec.promotion.explain
+        else None
+    )
+    note_run_speed(port)
+    # What the search's own measurements say of the runner-up against the champion (gate.contender_wins).
+    search = (
+        None
+        if other is None
+        else search_contrast(
+            select.eligible_values(port.outcomes, metric=objective.metric, constraints=objective.bounds()),
+            champion.params,
+            other.params,
+            direction=objective.direction,
+            adjust=select.run_speed_metric(objective.metric, level),
+        )
+    )
     run_id = port.run_id_of(champion)  # the port sends the outbox first: its run may be created there
     if run_id is None:
         return Promotion(
@@ -49,7 +76,9 @@ def pick(port: Port) -> Champion | Promotion:
             f"result(s) wait in the outbox); when MLflow is reachable run `sweep sync` and "
             f"{port.resume_hint} to promote",
         )
-    return Champion(trial=champion, baseline=baseline, run_id=run_id, metric=metric)
+    return Champion(
+        trial=champion, baseline=baseline, run_id=run_id, metric=objective.metric, runner_up=other, search=search
+    )
 
 
 def _no_champion(searched: list[TrialOutcome]) -> str:
@@ -74,14 +103,139 @@ def _no_champion(searched: list[TrialOutcome]) -> str:
     )
 
 
+def distance(a: Mapping[str, ParamValue], b: Mapping[str, ParamValue]) -> int:
+    return sum(1 for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def runner_up(
+    outcomes: Sequence[TrialOutcome],
+    champion: TrialOutcome,
+    *,
+    metric: str,
+    direction: select.Direction,
+    constraints: Mapping[str, tuple[float | None, float | None]],
+    concurrency: int,
+) -> TrialOutcome | None:
+    """The best eligible searched trial at least RUNNER_UP_DISTANCE knobs away from the champion, ranked
+    as the champion pick ranks (select.PICK_Z below its pooled estimate) in the fit over every eligible
+    searched trial: a point of another region is estimated from its parts as measured anywhere, as the
+    champion was, not from the other region's trials alone (which left a point with a part measured
+    mostly beside the champion barely known, and the runner-up a near-copy of the champion's family).
+    `concurrency`: the trials' benchmark load (select.run_speed_metric)."""
+    far = {
+        o.number
+        for o in outcomes
+        if o.role is TrialRole.search
+        and o.status is TrialStatus.COMPLETE
+        and o.number != champion.number
+        and distance(o.params, champion.params) >= RUNNER_UP_DISTANCE
+    }
+    eligible = select.eligible_values(
+        [o for o in outcomes if o.role is TrialRole.search], metric=metric, constraints=constraints
+    )
+    fit = select.pooled_fit(eligible, direction=direction, adjust=select.run_speed_metric(metric, concurrency))
+    if fit is None:
+        return select.pick_champion(
+            [o for o, _ in eligible if o.number in far],
+            metric=metric,
+            direction=direction,
+            constraints=constraints,
+            concurrency=concurrency,
+            pooled=False,
+        )
+    sign = 1.0 if direction == "maximize" else -1.0
+    scored = [(p.score, sign * value, -o.number, o) for (o, value), p in zip(eligible, fit) if o.number in far]
+    return max(scored, key=lambda t: t[:3])[3] if scored else None
+
+
+def note_run_speed(port: Port) -> None:
+    """Say in the log whether the pick took each run's own speed out of its measurements (select.run_speed)."""
+    objective, level = port.spec.objective, port.spec.benchmark.concurrency
+    eligible = select.eligible_values(
+        [o for o in port.outcomes if o.role is TrialRole.search],
+        metric=objective.metric,
+        constraints=objective.bounds(),
+    )
+    adjustable = select.run_speed_metric(objective.metric, level)
+    if adjustable is None and objective.metric in select.RUN_SPEED_METRICS:
+        log.info(
+            "the pick uses %s as measured: at %d streams a request's TTFT also waits for the running batch's "
+            "decode cycle, which the configuration sets, so it cannot tell a run's own speed",
+            objective.metric,
+            level,
+        )
+        return
+    found = run_speed_of(eligible, direction=objective.direction, adjust=adjustable)
+    if found is None:
+        if adjustable is not None and eligible:
+            log.info(
+                "the pick uses %s as measured: no point was run more than once with its TTFT recorded, so "
+                "nothing tells a run's own speed from its configuration",
+                objective.metric,
+            )
+        return
+    slope = f"slope {found.slope:+.2f} +- {found.se:.2f}, {found.dof} degrees of freedom among the repeated points"
+    if found.applied:
+        log.info(
+            "the pick takes each run's own speed out of %s: a run's TTFT moves with it (%s)", objective.metric, slope
+        )
+    elif found.dof < COVARIATE_MIN_DOF:
+        log.info(
+            "the pick uses %s as measured: too few points run more than once to tell whether a run's TTFT "
+            "moves with it (%d degrees of freedom, %d needed)",
+            objective.metric,
+            found.dof,
+            COVARIATE_MIN_DOF,
+        )
+    elif not math.isfinite(found.se):
+        log.info(
+            "the pick uses %s as measured: the TTFT of the points run more than once did not vary "
+            "(%d degrees of freedom)",
+            objective.metric,
+            found.dof,
+        )
+    else:
+        log.info("the pick uses %s as measured: the runs' TTFT does not move with it (%s)", objective.metric, slope)
+
+
+def run_speed_of(
+    eligible: Sequence[tuple[TrialOutcome, float]], *, direction: select.Direction, adjust: str | None
+) -> Covariate | None:
+    """What run_speed found in these trials (its slope, and whether it adjusted them), None where it
+    does not apply or no point was run twice."""
+    found = select.adjusted_rows(eligible, direction, adjust)
+    return found[1] if found is not None else None
+
+
+def search_contrast(
+    eligible: Sequence[tuple[TrialOutcome, float]],
+    first: Mapping[str, ParamValue],
+    second: Mapping[str, ParamValue],
+    *,
+    direction: select.Direction,
+    adjust: str | None = None,
+) -> Contrast | None:
+    """What the search's measurements say of `second` against `first`: the pooled fit's (select.pooled_fit's
+    model over every eligible trial, rows adjusted as `adjust` says) log-scale difference, oriented so that positive
+    means `second` is better, with its standard error (stats.pooled_contrast); None when either point's
+    parts were not measured or a value is not positive.
+
+    Tried and not kept (docs/benchmarks.md): the baselines' measurements in the fit (no speculation at
+    default NCCL is where the additive model fits worst - NCCL tuning pays more without speculation -
+    so the residual noise, and every standard error, doubled) and a linear drift term (no night changed)."""
+    rows = select.log_rows(eligible, direction, adjust)
+    return pooled_contrast(rows, split_point(first), split_point(second)) if rows is not None else None
+
+
 def ungated(port: Port, champion: Champion) -> Choice | Promotion:
     """Without a gate (promotion.max_rounds: 0): the champion on its one search-phase measurement against
     the baseline's, promoted as unconfirmed when that shows promotion.min_gain, refused otherwise."""
     spec = port.spec
+    named = gate_level_named(port)
     metric, level = champion.metric, spec.benchmark.concurrency
     value, base_value = champion.search_value, float(getattr(champion.baseline.metrics, metric))
-    figures = contrib.unconfirmed(value, base_value, metric, spec.objective.direction, concurrency=level)
-    at = f" at {contrib.streams(level)}" if gate_level_named(port) is not None else ""
+    figures = unconfirmed(value, base_value, metric, spec.objective.direction, concurrency=level)
+    at = f" at {streams(level)}" if named is not None else ""
     measured = (
         f"{value:.2f} vs baseline {base_value:.2f} {metric}, {figures.gain * 100:+.1f}% from one measurement each{at}"
     )
@@ -103,93 +257,24 @@ def ungated(port: Port, champion: Champion) -> Choice | Promotion:
     )
 
 
-def arms(port: Port, champion: Champion) -> Arms:
-    """The champion and the baseline (the main pair), the ablations (promotion.explain), the pair at each
-    other promotion.concurrency level, and the champion as the other kind of step control."""
-    spec = port.spec
-    trial, level = champion.trial, spec.benchmark.concurrency
-    base_params = sp.baseline_params(spec.space)
-    out = [
-        Arm("champion", dict(trial.params), trial.number, level, main=True),
-        Arm("baseline", base_params, -1, level, main=True),
-    ]
-    if spec.promotion.explain:
-        out += _ablations(port, trial, base_params)
-    for c in spec.promotion.concurrency:
-        if c != level:
-            out.append(Arm(f"champion@{c}", dict(trial.params), trial.number, c))
-            out.append(Arm(f"baseline@{c}", base_params, -1, c))
-    steps, counterpart, fixed = rounds.steps_arms(
-        spec, trial.params, trial.number, port.outcomes, constraints(port), spec.promotion.concurrency or (level,)
+def unconfirmed(
+    champion: float, baseline: float, metric: str, direction: select.Direction, concurrency: int | None = None
+) -> Confirmed:
+    gain = champion / baseline - 1.0 if direction == "maximize" else baseline / champion - 1.0
+    return Confirmed(
+        label="unconfirmed",
+        metric=metric,
+        champion_median=champion,
+        baseline_median=baseline,
+        rounds=0,
+        gain=gain,
+        concurrency=concurrency,
     )
-    return Arms(arms=tuple(out + steps), counterpart=counterpart, fixed=fixed)
 
 
-def _ablations(port: Port, trial: TrialOutcome, base_params: dict[str, ParamValue]) -> list[Arm]:
-    """The champion without each of its parts (when it sets both), and the runner-up from another region."""
+def gate_level_named(port: Port) -> int | None:
+    """The level the gate decides at, when the verdict must name it (not one stream, or other levels
+    reported beside it); None otherwise."""
     spec = port.spec
     level = spec.benchmark.concurrency
-    out = []
-    set_knobs = {k for k, v in trial.params.items() if v != base_params.get(k)}
-    if contrib.speculates(trial.params) and any(not speculation_knob(k) for k in set_knobs):
-        out.append(Arm("no_speculation", contrib.without_speculation(trial.params, base_params), trial.number, level))
-        out.append(
-            Arm(
-                "default_communication",
-                contrib.with_default_communication(trial.params, base_params),
-                trial.number,
-                level,
-            )
-        )
-    elif not contrib.speculates(trial.params):
-        donor = contrib.best_speculating(
-            port.outcomes,
-            metric=spec.objective.metric,
-            direction=spec.objective.direction,
-            constraints=constraints(port),
-            concurrency=spec.benchmark.concurrency,
-        )
-        best = contrib.with_speculation_of(trial.params, donor.params) if donor is not None else None
-        if best is not None:
-            out.append(Arm("with_speculation", best, trial.number, level))
-        default = sglang_default_speculation(spec, trial.params)
-        if contrib.speculates(default) and default != best:
-            out.append(Arm("with_default_speculation", default, trial.number, level))
-    other = contrib.runner_up(
-        port.outcomes,
-        trial,
-        metric=spec.objective.metric,
-        direction=spec.objective.direction,
-        constraints=constraints(port),
-        concurrency=spec.benchmark.concurrency,
-    )
-    if other is not None:
-        out.append(Arm("runner_up", dict(other.params), other.number, level))
-    return out
-
-
-def sglang_default_speculation(spec: SweepSpec, base: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
-    """`base` with the model's default EAGLE-3 speculation switched on (the steps, top-k and draft tokens its
-    profile ships with: what SGLang runs for it when told only the algorithm), where the space has it and
-    the rules allow; `base` unchanged otherwise. The probe stage warm-starts from it; the verdict judges
-    speculation against it as well as against the best speculating trial."""
-    params = dict(base)
-    space = spec.space.params
-    algo = space.get("speculative_algorithm")
-    if algo is None or algo.choices is None or "EAGLE3" not in algo.choices:
-        return params
-    steps, topk, draft = default_speculation(spec)
-    trial = {**params, "speculative_algorithm": "EAGLE3"}
-    for name, value in (
-        ("speculative_num_steps", steps),
-        ("speculative_eagle_topk", topk),
-        ("speculative_num_draft_tokens", draft),
-    ):
-        param = space.get(name)
-        if param is not None and value in param.values():
-            trial[name] = value
-    for name in sp.ordered(spec.space):  # a knob whose `when` no longer holds is not set
-        if not sp.is_active(space[name], trial):
-            trial[name] = None
-    trial = sp.complete(spec.space, trial)
-    return trial if eagle.infeasible(trial) is None else params
+    return level if level != 1 or spec.promotion.concurrency else None

@@ -17,21 +17,6 @@ from orchestrator.verdict.value import Outcome, Verdict
 log = logging.getLogger("sweep")
 
 
-Constraints = dict[str, tuple[float | None, float | None]]
-
-
-def constraints(port: Port) -> Constraints:
-    return port.spec.objective.bounds()
-
-
-def gate_level_named(port: Port) -> int | None:
-    """The level the gate decides at, when the verdict must name it (not one stream, or other levels
-    reported beside it); None otherwise."""
-    spec = port.spec
-    level = spec.benchmark.concurrency
-    return level if level != 1 or spec.promotion.concurrency else None
-
-
 def register(
     port: Port,
     champion: Champion,

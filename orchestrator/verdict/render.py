@@ -7,7 +7,7 @@ Plain text: the CLI prints it (markup off), the MLflow descriptions wrap it in m
 
 from __future__ import annotations
 
-from orchestrator.results.contrib import streams
+from orchestrator.results.figures import streams
 from orchestrator.verdict.value import Configuration, Verdict
 
 

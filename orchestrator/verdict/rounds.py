@@ -2,16 +2,20 @@
 why the champion won and at which load, through the sweep's executor, until the evidence decides.
 
 Each round measures every open arm once, in an order that reverses from round to round (A B C, then
-C B A, see `results.sequential.round_order`), up to the executor's free slots at a time. The main
-pair (champion, baseline) continues until `results.sequential.decide` returns a verdict; the other
+C B A, see `verdict.gate.round_order`), up to the executor's free slots at a time. The main
+pair (champion, baseline) continues until `verdict.gate.decide` returns a verdict; the other
 arms (ablations, other concurrency levels) are measured for `min_rounds` rounds only, which keeps
-their cost bounded while giving each an interval.
+their cost bounded while giving each an interval; once the pair promoted, the arms whose question is still
+open (`still_open`: a part the equivalence test, `part_checks`, shows neither negligible nor significant,
+the runner-up while its near-tie with the champion is open) go on beside it while the night allows. Before
+min_rounds each round keeps back the time of the gate's later rounds that the noise so far says it will
+need (`rounds_needed`).
 
 With a speculating champion (on an SGLang version that has --speculative-adaptive), each
 promotion.concurrency level, or the gate's own level when none is listed, also measures the champion
 as the other kind of step control: adaptive when it runs a fixed count, the best fixed count of the
-search when it is adaptive (`steps_arms`); `results.contrib.steps_gain` turns them into "adaptive
-x1.04 over fixed 3 steps".
+search when it is adaptive (`verdict.arms.steps_arms`); `verdict.deployed.steps_gain` turns them into
+"adaptive x1.04 over fixed 3 steps".
 """
 
 from __future__ import annotations
@@ -22,11 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from orchestrator.config import eagle, knobs
-from orchestrator.config.experiment import SweepSpec
 from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialStatus
-from orchestrator.results import contrib, sequential
-from orchestrator.verdict import schedule
+from orchestrator.results.figures import PartCheck, PartVerdict
+from orchestrator.verdict import gate, schedule
 from orchestrator.verdict.arm import Arm
 from orchestrator.verdict.port import Port, Run
 
@@ -73,7 +75,7 @@ class Measured:
     values: Mapping[str, Mapping[int, float]]
     """Arm name -> round -> value (rounds that failed are absent)."""
     rows: tuple[ConfirmationRow, ...]
-    decision: sequential.Decision | None
+    decision: gate.Decision | None
     """The main pair's last decision; None with fewer than two complete rounds."""
     rounds: int
     stopped: str = ""
@@ -86,32 +88,11 @@ class Measured:
         return sum(1 for r in self.rows if r.status is not TrialStatus.COMPLETE)
 
 
-def steps_arms(
-    spec: SweepSpec,
-    params: Mapping[str, ParamValue],
-    number: int,
-    outcomes: list[TrialOutcome],
-    constraints: dict[str, tuple[float | None, float | None]],
-    levels: Sequence[int],
-) -> tuple[list[Arm], str, str]:
-    """The arms that tell adaptive from fixed steps for the configuration `params` (of trial `number`)
-    at each of `levels`, the counterpart's kind (contrib.ADAPTIVE or FIXED) and the fixed side in words;
-    ([], "", "") when it does not speculate or the SGLang version lacks the flag."""
-    if spec.sglang_version not in knobs.ADAPTIVE_VERSIONS:
-        return [], "", ""
-    best = contrib.best_fixed_steps(
-        outcomes,
-        metric=spec.objective.metric,
-        direction=spec.objective.direction,
-        constraints=constraints,
-        concurrency=spec.benchmark.concurrency,
-    )
-    found = contrib.steps_counterpart(params, best)
-    if found is None or eagle.infeasible(found[1]) is not None:
-        return [], "", ""
-    kind, counterpart, fixed = found
-    level = spec.benchmark.concurrency
-    return [Arm(contrib.arm_name(kind, c, level), counterpart, number, c) for c in levels], kind, fixed
+def held_for(port: Port, later: list[Arm]) -> float:
+    """Seconds the arms measured after the deployed configuration is decided are expected to take (their
+    min_rounds rounds, as the night planned them): the gate's extra rounds leave them that."""
+    seconds = schedule.run_seconds(port.spec, port.outcomes)
+    return sum(seconds(a.concurrency) for a in later) * port.spec.promotion.min_rounds / max(port.slots(), 1)
 
 
 More = Callable[[Mapping[str, Mapping[int, float]]], Sequence[str]]
@@ -122,7 +103,7 @@ add less than promotion.equivalence_margin nor significant), measured beside the
 def run_rounds(
     port: Port,
     arms: list[Arm],
-    plan: sequential.RoundsPlan,
+    plan: gate.RoundsPlan,
     *,
     more: More | None = None,
     contends: More | None = None,
@@ -144,8 +125,8 @@ def run_rounds(
     values: dict[str, dict[int, float]] = {a.name: {} for a in arms}
     rows: list[ConfirmationRow] = []
     stopped, rounds = "", 0
-    decision: sequential.Decision | None = None
-    timing = _timing(port)
+    decision: gate.Decision | None = None
+    timing = timing_of(port)
     for i in range(plan.max_rounds):
         chosen = _round_arms(arms, values, plan, i, decision, more, contends)
         if chosen is None:
@@ -162,7 +143,7 @@ def run_rounds(
             )
             break
         order = open_arms if i % 2 == 0 else list(reversed(open_arms))
-        rows += [_row(port, run, i, values) for run in port.run_round(order, i, plan.max_rounds)]
+        rows += [row(port, run, i, values) for run in port.run_round(order, i, plan.max_rounds)]
         rounds = i + 1
         if port.interrupted():
             stopped = "interrupted during the confirmation rounds"
@@ -183,9 +164,9 @@ def run_rounds(
 def _round_arms(
     arms: list[Arm],
     values: Mapping[str, Mapping[int, float]],
-    plan: sequential.RoundsPlan,
+    plan: gate.RoundsPlan,
     i: int,
-    decision: sequential.Decision | None,
+    decision: gate.Decision | None,
     more: More | None,
     contends: More | None,
 ) -> tuple[list[Arm], set[str]] | None:
@@ -197,7 +178,7 @@ def _round_arms(
     joins = contends is not None and 0 < i and (i < plan.min_rounds or decision is not None)
     leading = set(contends(values)) if joins and contends is not None else set()
     if decision is not None:
-        promoted = more is not None and decision.verdict is sequential.Verdict.promoted
+        promoted = more is not None and decision.verdict is gate.Verdict.promoted
         extra = set(more(values)) if promoted and more is not None else set()
         extra |= leading
         if not extra:
@@ -224,7 +205,7 @@ def _open_arms(
     *,
     undecided: bool,
     after: int,
-    plan: sequential.RoundsPlan,
+    plan: gate.RoundsPlan,
 ) -> list[Arm]:
     """The arms of round `i` that fit, with `held` seconds kept back; when none fit and the gate is still
     undecided, the time held is the gate's (nothing is deployed yet to measure after it)."""
@@ -242,32 +223,6 @@ def _open_arms(
                 i + 1,
             )
     return open_arms
-
-
-def run_more(port: Port, arms: list[Arm], rounds: int, measured: Measured, *, fresh: Sequence[str] = ()) -> Measured:
-    """The arms measured after the deployed configuration was decided (it and the baseline at the
-    other loads, its adaptive-or-fixed counterpart), `rounds` interleaved rounds numbered after the
-    gate's, added to `measured`; the arms named in `fresh` lose what the gate's rounds measured under
-    that name (another configuration's counterpart). A round starts only when it fits the wall time."""
-    if not arms:
-        return measured
-    values = {k: ({} if k in fresh else dict(v)) for k, v in measured.values.items()}
-    for a in arms:
-        values.setdefault(a.name, {})
-    rows = list(measured.rows)
-    timing = _timing(port)
-    first = measured.rounds
-    for j in range(rounds):
-        i = first + j
-        if port.interrupted() or port.elapsed() + timing.round_s(arms) > port.timeout_s:
-            if not port.interrupted():
-                log.warning("confirmation: no time left for round %d of %s", j + 1, ", ".join(a.name for a in arms))
-            break
-        order = arms if j % 2 == 0 else list(reversed(arms))
-        rows += [_row(port, run, i, values) for run in port.run_round(order, i, first + rounds)]
-    return Measured(
-        values=values, rows=tuple(rows), decision=measured.decision, rounds=measured.rounds, stopped=measured.stopped
-    )
 
 
 def _fitting_round(port: Port, open_arms: list[Arm], timing: _Timing, i: int, hold_s: float = 0.0) -> list[Arm]:
@@ -304,22 +259,22 @@ def _gate_hold(
     port: Port,
     values: Mapping[str, Mapping[int, float]],
     arms: Sequence[Arm],
-    plan: sequential.RoundsPlan,
+    plan: gate.RoundsPlan,
     timing: _Timing,
     i: int,
 ) -> float:
     """Seconds round `i` (before min_rounds) keeps for the gate's rounds past min_rounds that the noise
-    measured so far says it will need (sequential.rounds_needed): the other arms of this round give way
+    measured so far says it will need (rounds_needed): the other arms of this round give way
     to them, the runner-up last. Zero before two rounds are in, or when min_rounds should decide; never
     so much that this round's own pair would not fit."""
     if i < 2 or i >= plan.min_rounds:
         return 0.0
     champ, base = _main(values)
-    noise = contrib.pair_noise(values)
+    noise = gate.pair_noise(values)
     if noise is None or len(champ) < 2:
         return 0.0
-    gain = sequential.evidence(champ, base, direction=port.spec.objective.direction, level=plan.level, noise=noise).gain
-    extra = sequential.rounds_needed(gain, noise, plan) - plan.min_rounds
+    gain = gate.evidence(champ, base, direction=port.spec.objective.direction, level=plan.level, noise=noise).gain
+    extra = rounds_needed(gain, noise, plan) - plan.min_rounds
     if extra <= 0:
         return 0.0
     pair_s = timing.round_s([a for a in arms if a.main])
@@ -333,18 +288,16 @@ def _gate_hold(
             noise.sigma * 100,
             _pct(gain),
             plan.min_rounds + extra,
-            sequential.POWER * 100,
+            POWER * 100,
             i + 1,
             hold / 3600,
         )
     return hold
 
 
-def _decided(
-    port: Port, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan
-) -> sequential.Decision | None:
+def _decided(port: Port, values: Mapping[str, Mapping[int, float]], plan: gate.RoundsPlan) -> gate.Decision | None:
     """The gate's decision once min_rounds are in and it reaches a verdict; None to measure on."""
-    decision = contrib.gate_of(values, "champion", plan, direction=port.spec.objective.direction)
+    decision = gate.gate_of(values, "champion", plan, direction=port.spec.objective.direction)
     return decision if decision is not None and decision.verdict is not None else None
 
 
@@ -360,11 +313,11 @@ class _Timing:
         return sum(self.seconds(a.concurrency) for a in arms) / self.slots
 
 
-def _timing(port: Port) -> _Timing:
+def timing_of(port: Port) -> _Timing:
     return _Timing(schedule.run_seconds(port.spec, port.outcomes), max(port.slots(), 1))
 
 
-def _row(port: Port, run: Run, i: int, values: dict[str, dict[int, float]]) -> ConfirmationRow:
+def row(port: Port, run: Run, i: int, values: dict[str, dict[int, float]]) -> ConfirmationRow:
     """One finished confirmation run (kept and logged by the port) as a row; its value goes into `values`."""
     arm, outcome = run.arm, run.outcome
     if outcome is None:
@@ -390,23 +343,23 @@ def value_of(outcome: TrialOutcome, metric: str) -> float | None:
 
 def _main(values: Mapping[str, Mapping[int, float]]) -> tuple[list[float], list[float]]:
     """The champion's and the baseline's values of the rounds that measured both, in round order."""
-    return contrib.paired(values.get("champion", {}), values.get("baseline", {}))
+    return gate.paired(values.get("champion", {}), values.get("baseline", {}))
 
 
 def _undecided(
-    port: Port, values: Mapping[str, Mapping[int, float]], plan: sequential.RoundsPlan, rounds: int, stopped: str
-) -> sequential.Decision | None:
+    port: Port, values: Mapping[str, Mapping[int, float]], plan: gate.RoundsPlan, rounds: int, stopped: str
+) -> gate.Decision | None:
     """Stopped early or rounds failed: the evidence so far, and no verdict but "undecided" (None
     with fewer than two complete rounds)."""
     champ, base = _main(values)
     if len(champ) < 2:
         return None
-    ev = sequential.evidence(
-        champ, base, direction=port.spec.objective.direction, level=plan.level, noise=contrib.pair_noise(values)
+    ev = gate.evidence(
+        champ, base, direction=port.spec.objective.direction, level=plan.level, noise=gate.pair_noise(values)
     )
     why = stopped or f"{rounds - len(champ)} of {rounds} rounds failed"
-    return sequential.Decision(
-        sequential.Verdict.undecided,
+    return gate.Decision(
+        gate.Verdict.undecided,
         ev,
         f"undecided after {len(champ)} complete round(s): {_pct(ev.gain)} [{_pct(ev.low)}, {_pct(ev.high)}]; "
         f"{why}; see {port.workdir / 'confirm'}, then {port.resume_hint} or raise budget.wall_time",
@@ -415,3 +368,115 @@ def _undecided(
 
 def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
+
+
+# ------------------------------------------------------------------------------ the questions still open
+
+
+def still_open(
+    port: Port, params: Mapping[str, ParamValue], values: Mapping[str, Mapping[int, float]], plan: gate.RoundsPlan
+) -> list[str]:
+    """The arms whose question is still open, for which the rounds go on (beside the main pair) while
+    the night allows: the ablations whose part is neither shown to add less than
+    promotion.equivalence_margin nor significant, and the runner-up while its near-tie with the
+    champion (of knobs `params`) is neither settled nor shown equivalent (which of the two is deployed
+    depends on it)."""
+    margin, direction = port.spec.promotion.equivalence_margin, port.spec.objective.direction
+    checks = part_checks(
+        values, speculation=speculation_name(params), margin=margin, level=plan.level, direction=direction
+    )
+    runner = ["runner_up"] if contender_open(values, "runner_up", margin=margin, direction=direction) else []
+    return runner + open_parts(checks)
+
+
+def speculation_name(params: Mapping[str, ParamValue]) -> str:
+    """A configuration's speculation in words ("EAGLE-3")."""
+    return str(params.get("speculative_algorithm") or "EAGLE3").replace("EAGLE3", "EAGLE-3")
+
+
+def part_checks(
+    values: Mapping[str, Mapping[int, float]],
+    *,
+    speculation: str,
+    margin: float,
+    level: float,
+    direction: gate.Direction,
+) -> list[PartCheck]:
+    """The equivalence test of each part whose ablation arm was measured (champion against it, paired)."""
+    names = {
+        "no_speculation": f"{speculation} on top",
+        "default_communication": f"NCCL settings on top of {speculation}",
+    }
+    out = []
+    for arm, part in names.items():
+        if arm not in values or "champion" not in values:
+            continue
+        a, b = gate.paired(values["champion"], values[arm])
+        if len(a) < 2:
+            continue
+        ev = gate.evidence(a, b, direction=direction, level=level, noise=gate.pair_noise(values, "champion", arm))
+        out.append(
+            PartCheck(part=part, arm=arm, gain=ev.gain, low=ev.low, high=ev.high, rounds=ev.rounds, margin=margin)
+        )
+    return out
+
+
+def contender_open(
+    values: Mapping[str, Mapping[int, float]], contender: str, *, margin: float, direction: gate.Direction
+) -> bool:
+    """Whether the near-tie between the champion and `contender` is still open after the rounds so far:
+    neither is significantly better (the 95% interval of their paired ratio holds zero) and they are not
+    shown equivalent either (the interval reaches past +-margin); more rounds could settle which to deploy."""
+    if contender not in values or "champion" not in values:
+        return False
+    interval = gate.compare(
+        *gate.paired(values[contender], values["champion"]),
+        direction=direction,
+        noise=gate.pair_noise(values, contender, "champion"),
+    )
+    if interval is None:
+        return False
+    tie = interval.low <= 0.0 <= interval.high
+    equivalent = -margin < interval.low and interval.high < margin
+    return tie and not equivalent
+
+
+def open_parts(checks: Sequence[PartCheck]) -> list[str]:
+    """The ablation arms whose part is neither shown negligible nor significant: more rounds could settle them."""
+    return [c.arm for c in checks if c.verdict is PartVerdict.open]
+
+
+# ------------------------------------------------------------------------------ the rounds the gate will need
+
+
+POWER = 0.99
+"""The chance of a verdict the confirmation plans its gate's rounds for (`rounds_needed`)."""
+
+
+def gate_df(noise: gate.RoundNoise, n: int) -> int:
+    """The degrees of freedom the gate's bound can count on at round `n` (evidence): the pair's own
+    n - 1, or, with other arms in the rounds so far, theirs and one for each later round of the pair.
+    The other arms' later rounds are not counted: the time this plan holds for the gate is what they
+    give way to (_gate_hold)."""
+    if noise.arms <= 2 or noise.rounds < 2:
+        return n - 1
+    return max(n - 1, noise.df + max(n - noise.rounds, 0))
+
+
+def rounds_needed(gain: float, noise: gate.RoundNoise, plan: gate.RoundsPlan, *, power: float = POWER) -> int:
+    """The fewest rounds (min_rounds to max_rounds) at which the gate reaches a verdict with chance
+    `power`, were the pair's true gain `gain` (relative, as Evidence.gain) and one run's noise `noise`:
+    the one-sided t test each look makes, its power from the noncentral t on the degrees of freedom the
+    bound will have (gate_df: the sample spread of a few rounds is itself uncertain, which is why 3
+    rounds of the pair alone at 4% noise miss a +60% gain about one time in ten: t(2) at 99.5% is 9.9).
+    max_rounds when none reaches it."""
+    from scipy import stats  # deferred, as in gate.evidence()
+
+    margin = abs(math.log1p(gain) - math.log1p(plan.min_gain))
+    sigma_d = max(noise.sigma, 1e-9) * math.sqrt(2.0)  # one round's log ratio: two runs
+    for n in range(plan.min_rounds, plan.max_rounds + 1):
+        df = gate_df(noise, n)
+        crit = float(stats.t.ppf(plan.level, df))
+        if float(stats.nct.sf(crit, df, margin * math.sqrt(n) / sigma_d)) >= power:
+            return n
+    return plan.max_rounds

@@ -1,4 +1,4 @@
-"""The values of the promotion pipeline (sweep/_promote.py): each step returns one, frozen.
+"""The values of the promotion pipeline (verdict/promote.py): each step returns one, frozen.
 
 Champion     the trial to confirm, the baseline, its MLflow run
 Arms         what the rounds measure, and what the night's time left out
@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.records import Frozen, ParamValue, TrialOutcome
-from orchestrator.results import contrib, sequential
+from orchestrator.results.figures import Confirmed, Contribution, LevelGain, PartCheck
+from orchestrator.stats import Contrast
 from orchestrator.verdict import rounds
 from orchestrator.verdict.arm import Arm
+from orchestrator.verdict.gate import Decision, Evidence, Verdict
 from orchestrator.verdict.value import Outcome
 
 
@@ -30,6 +32,10 @@ class Champion:
     """The last complete baseline of the search (the gate-less verdict compares with it)."""
     run_id: str
     metric: str
+    runner_up: TrialOutcome | None = None
+    """The best searched trial from another region (pick.runner_up), when promotion.explain measures it."""
+    search: Contrast | None = None
+    """What the search's own measurements say of the runner-up against it (select.search_contrast)."""
 
     @property
     def search_value(self) -> float:
@@ -53,7 +59,7 @@ class Arms:
 
     arms: tuple[Arm, ...]
     counterpart: str
-    """contrib.ADAPTIVE or FIXED: the kind of step control the champion is compared with ("" when none)."""
+    """arms.ADAPTIVE or FIXED: the kind of step control the champion is compared with ("" when none)."""
     fixed: str
     """The fixed side in words ("fixed 3 steps"), when compared."""
     dropped: tuple[str, ...] = ()
@@ -67,21 +73,21 @@ class Arms:
 class Gate:
     """The main pair's decision with what explains it: the figures, each part's contribution, the loads."""
 
-    decision: sequential.Decision
-    evidence: sequential.Evidence
+    decision: Decision
+    evidence: Evidence
     min_gain: float
-    figures: contrib.Confirmed
-    contributions: tuple[contrib.Contribution, ...]
-    levels: tuple[contrib.LevelGain, ...]
+    figures: Confirmed
+    contributions: tuple[Contribution, ...]
+    levels: tuple[LevelGain, ...]
     by_load: str
     """Where the gain stops paying, or adaptive against fixed steps ("" when neither was measured)."""
     verdict: str
-    checks: tuple[contrib.PartCheck, ...] = ()
+    checks: tuple[PartCheck, ...] = ()
     """The equivalence test of each part the ablations measured (promotion.equivalence_margin)."""
 
     @property
     def passed(self) -> bool:
-        return self.decision.verdict is sequential.Verdict.promoted
+        return self.decision.verdict is Verdict.promoted
 
     @property
     def outcome(self) -> Outcome:
@@ -108,7 +114,7 @@ class Choice:
     name: str
     """champion | no_speculation | default_communication | runner_up (its arms' names)."""
     params: dict[str, ParamValue]
-    figures: contrib.Confirmed
+    figures: Confirmed
     verdict: str
     outcome: Outcome
     """promoted, or unconfirmed without a gate."""
@@ -116,7 +122,7 @@ class Choice:
     """The search trial it is, or is derived from."""
     derivation: str = ""
     """How it differs from that trial ("without speculation", "with NCCL at defaults"); "" when it is the trial."""
-    decision: sequential.Decision | None = None
+    decision: Decision | None = None
     """The gate's decision on it against the baseline (None without a gate)."""
     why: str = ""
     """Why it and not the champion, when it is another configuration."""
@@ -162,7 +168,7 @@ class Promotion:
     rows: tuple[rounds.ConfirmationRow, ...] | None = None
     """Every confirmation run, when rounds ran."""
     gate: Gate | None = None
-    confirmed: contrib.Confirmed | None = None
+    confirmed: Confirmed | None = None
     """The figures of what the verdict is about (the registered configuration's, when registered)."""
     registered: Registered | None = None
     not_measured: tuple[str, ...] = ()

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import Field
 
 from orchestrator.records import Frozen, ParamValue
-from orchestrator.results.contrib import Confirmed, Contribution, LevelGain
+from orchestrator.results.figures import Confirmed, Contribution, LevelGain
 
 
 class Outcome(str, enum.Enum):

@@ -25,13 +25,12 @@ from orchestrator.results.select import (
     replicate_noise,
     run_speed,
     run_speed_metric,
-    run_speed_of,
-    search_contrast,
     speedup,
     speedup_pct,
 )
 from orchestrator.search.sampler import adjusted
 from orchestrator.stats import bootstrap_ci
+from orchestrator.verdict.pick import run_speed_of, search_contrast
 
 # --- bootstrap_ci ---------------------------------------------------------------------------
 

@@ -18,12 +18,13 @@ from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
 
 from orchestrator.config import experiment as spec_mod
 from orchestrator.records import TrialOutcome
-from orchestrator.results import contrib, export, select, truth
-from orchestrator.results.sequential import RoundsPlan
+from orchestrator.results import export, select, truth
 from orchestrator.search import space as sp
 from orchestrator.sweep import publish
 from orchestrator.sweep import state as st
 from orchestrator.tracking import convert
+from orchestrator.verdict import choose, gate, pick
+from orchestrator.verdict.gate import RoundsPlan
 
 
 def space(tmp_path: Path, steps: int, *, nccl_alone: bool = True) -> Path:
@@ -145,9 +146,9 @@ def test_a_real_but_unproven_gain_keeps_the_fuller_configuration(tmp_path, sqlit
             values.setdefault(r["who"], {})[r["round"]] = r["decode_tok_s"]
     first3 = {k: {i: v for i, v in by.items() if i < 3} for k, by in values.items()}
     plan = RoundsPlan(3, 6, 0.05)
-    parts = contrib.contributions(first3, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
+    parts = choose.contributions(first3, speculation="EAGLE-3", sole_part="EAGLE-3", direction="maximize")
     print([p.text() for p in parts])
-    assert contrib.simpler_choice_before(first3, parts, plan, direction="maximize") is not None
+    assert choose.simpler_choice_before(first3, parts, plan, direction="maximize") is not None
     assert summary.promoted and summary.promoted_config == "champion", summary.verdict
     assert "EAGLE-3 on top" in (summary.verdict or "")
     env = export.parse_env((wd / "champion.env").read_text())
@@ -222,7 +223,7 @@ def test_a_leading_runner_up_is_measured_beside_the_gate_s_pair_until_its_own_ga
 ):
     # The near-tie above at 6% noise and a +5% gate with up to 8 rounds: the gate's pair needs rounds past
     # min_rounds, where the ablations stop. The runner-up, while it measured better than the champion on
-    # all the evidence (contrib.contender_wins with the search's contrast) and its own gate had not decided,
+    # all the evidence (gate.contender_wins with the search's contrast) and its own gate had not decided,
     # is measured in every round the pair is up to min_rounds and after the pair decided (sweep/_confirm.
     # run_rounds' `contends`; past min_rounds an undecided pair goes on alone; the overnight bench's
     # 4% seed 26 deployed the 0.963 champion because the runner-up it beat had been left out of those
@@ -243,19 +244,19 @@ def test_a_leading_runner_up_is_measured_beside_the_gate_s_pair_until_its_own_ga
     runner_params = json.loads((wd / "confirm" / f"{runner['round']:02d}-runner_up" / "spec.json").read_text())[
         "params"
     ]
-    search = select.search_contrast(eligible, summary.champion["params"], runner_params, direction="maximize")
+    search = pick.search_contrast(eligible, summary.champion["params"], runner_params, direction="maximize")
     plan = RoundsPlan(3, 8, 0.05)
     leading_rounds = 0
     for r in gate_rounds[1:]:
         before = {k: {i: v for i, v in vs.items() if i < r} for k, vs in values.items()}
-        leads = contrib.contender_wins(before, "runner_up", direction="maximize", search=search) is not None
-        own = contrib.gate_of(before, "runner_up", plan, direction="maximize")
-        pair = contrib.gate_of(before, "champion", plan, direction="maximize")
+        leads = gate.contender_wins(before, "runner_up", direction="maximize", search=search) is not None
+        own = gate.gate_of(before, "runner_up", plan, direction="maximize")
+        pair = gate.gate_of(before, "champion", plan, direction="maximize")
         # Up to min_rounds, and once the pair decided; past min_rounds an undecided pair goes on alone.
         joins = r < plan.min_rounds or (pair is not None and pair.verdict is not None)
         if leads and joins and (own is None or own.verdict is None):
             leading_rounds += 1
             assert r in values["runner_up"], (r, values)
     assert leading_rounds >= 1
-    decided = contrib.gate_of(values, "runner_up", plan, direction="maximize")
+    decided = gate.gate_of(values, "runner_up", plan, direction="maximize")
     assert decided is not None and decided.verdict is not None

@@ -1,26 +1,28 @@
 """The verdict in words names the load the gate decided at, with the other levels' gains beside it,
-for each of the gate's three decisions (the messages `sequential.decide` really writes)."""
+for each of the gate's three decisions (the messages `gate.decide` really writes)."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.results import contrib
-from orchestrator.results.sequential import RoundsPlan, decide
+from orchestrator.results import figures
+from orchestrator.results.figures import Confirmed
+from orchestrator.verdict import deployed
+from orchestrator.verdict.gate import RoundsPlan, decide
 
 PLAN = RoundsPlan(min_rounds=3, max_rounds=4, min_gain=0.05)
 
 
-def _level(c: int, gain: float, low: float, high: float) -> contrib.LevelGain:
-    return contrib.LevelGain(
+def _level(c: int, gain: float, low: float, high: float) -> figures.LevelGain:
+    return figures.LevelGain(
         concurrency=c,
-        interval=contrib.Interval(gain=gain, low=low, high=high, rounds=3, a_median=1 + gain, b_median=1.0),
+        interval=figures.Interval(gain=gain, low=low, high=high, rounds=3, a_median=1 + gain, b_median=1.0),
     )
 
 
 def test_promoted_at_32_streams_with_the_other_levels_beside_it():
     decision = decide([112.0, 113.0, 112.5, 112.2], [100.0, 100.5, 100.2, 99.8], PLAN)
-    text = contrib.verdict_text(
+    text = deployed.verdict_text(
         decision.message,
         concurrency=32,
         metric="output_tok_s",
@@ -47,16 +49,16 @@ def test_promoted_at_32_streams_with_the_other_levels_beside_it():
 def test_every_decision_names_its_level(champion, head):
     decision = decide(champion, [100.0, 100.2, 99.9, 100.1][: len(champion)], PLAN)
     assert decision.verdict is not None, decision.message
-    assert contrib.verdict_text(decision.message, concurrency=1, metric="decode_tok_s").startswith(head)
+    assert deployed.verdict_text(decision.message, concurrency=1, metric="decode_tok_s").startswith(head)
 
 
 def test_the_level_goes_unnamed_when_there_is_nothing_to_tell_it_from():
     decision = decide([112.0, 113.0, 112.5, 112.2], [100.0, 100.5, 100.2, 99.8], PLAN)
-    assert contrib.verdict_text(decision.message, concurrency=None, metric="decode_tok_s") == decision.message
+    assert deployed.verdict_text(decision.message, concurrency=None, metric="decode_tok_s") == decision.message
 
 
 def test_the_confirmed_figures_carry_their_level_into_the_env_header_metrics():
-    figures = contrib.Confirmed(
+    figures = Confirmed(
         label="confirmed",
         metric="output_tok_s",
         champion_median=112.0,

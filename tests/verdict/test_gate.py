@@ -5,17 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.results.sequential import (
+from orchestrator.verdict.gate import (
     RoundNoise,
     RoundsPlan,
     Verdict,
     decide,
     evidence,
-    gate_df,
     round_noise,
     round_order,
-    rounds_needed,
 )
+from orchestrator.verdict.rounds import gate_df, rounds_needed
 
 PLAN = RoundsPlan(min_rounds=3, max_rounds=12, min_gain=0.01)
 
@@ -145,7 +144,7 @@ def test_round_noise_is_the_run_to_run_spread_with_arm_and_round_effects_taken_o
 
 
 def test_rounds_needed_matches_how_often_the_gate_itself_decides() -> None:
-    """The planned rounds are the gate's own odds (sweep/_confirm._gate_hold uses them): at 4% noise a
+    """The planned rounds are the gate's own odds (verdict.rounds._gate_hold uses them): at 4% noise a
     +60% champion is decided at the first look (3 rounds) in about 9 nights of 10 - t(2) at 99.5% is 9.9,
     and two degrees of freedom leave the spread itself uncertain - and at 4 rounds in nearly all; at 2%
     noise 3 rounds suffice. Checked here against `decide` on simulated rounds, not against a formula."""
@@ -262,7 +261,7 @@ def test_the_pooled_bound_never_goes_below_the_pairs_own_noise() -> None:
 
 
 def test_the_plan_counts_only_the_degrees_of_freedom_the_rounds_so_far_gave():
-    """sequential.gate_df: after 2 rounds of 7 arms (6 degrees of freedom) the gate can count on those and one
+    """rounds.gate_df: after 2 rounds of 7 arms (6 degrees of freedom) the gate can count on those and one
     a round of the pair after; the other arms' later rounds may give way to the time the plan holds."""
     noise = RoundNoise(0.05, 6, arms=7, rounds=2)
     assert [gate_df(noise, n) for n in (3, 4, 12)] == [7, 8, 16]

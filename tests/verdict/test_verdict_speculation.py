@@ -13,8 +13,7 @@ from e2e_helpers import demo_experiment, write_experiment
 
 from orchestrator.config import experiment as spec_mod
 from orchestrator.records import Metrics, TrialOutcome, TrialRole, TrialStatus
-from orchestrator.results import contrib
-from orchestrator.verdict import pick
+from orchestrator.verdict import arms, choose
 from orchestrator.verdict.steps import Champion
 
 SYS = {"NCCL_P2P_LEVEL": "SYS"}
@@ -67,8 +66,8 @@ def test_a_champion_without_speculation_is_measured_with_the_best_trials_and_sgl
     champion = _trial(1, 90.0, SYS)  # NCCL alone won
     one_step = _trial(2, 85.0, {**SYS, **ONE_STEP, "speculative_num_draft_tokens": 2})  # one poor setting tried
     night = FakeNight(spec, [baseline, champion, one_step])
-    arms = pick.arms(night, Champion(trial=champion, baseline=baseline, run_id="r", metric="decode_tok_s"))  # type: ignore[arg-type]
-    by_name = {a.name: a for a in arms.arms}
+    measuring = arms.arms(night, Champion(trial=champion, baseline=baseline, run_id="r", metric="decode_tok_s"))  # type: ignore[arg-type]
+    by_name = {a.name: a for a in measuring.arms}
     assert by_name["with_speculation"].params["speculative_num_steps"] == 1  # the best speculating trial's
     default = by_name["with_default_speculation"].params  # the model profile's default: 3 steps, top-k 1, 4 drafts
     assert default["NCCL_P2P_LEVEL"] == "SYS" and default["speculative_algorithm"] == "EAGLE3"
@@ -82,7 +81,7 @@ def test_a_champion_without_speculation_is_measured_with_the_best_trials_and_sgl
         "with_speculation": {0: 80.0, 1: 80.3, 2: 79.9},
         "with_default_speculation": {0: 97.0, 1: 97.6, 2: 97.2},
     }
-    parts = contrib.contributions(values, speculation="EAGLE-3", sole_part="NCCL settings", direction="maximize")
+    parts = choose.contributions(values, speculation="EAGLE-3", sole_part="NCCL settings", direction="maximize")
     named = {p.a: p for p in parts}
     assert named["with_speculation"].part.endswith("(the best speculating trial's settings)")
     assert named["with_speculation"].interval.gain < 0
@@ -96,6 +95,6 @@ def test_no_second_arm_when_the_best_trial_is_the_default(tmp_path):
     champion = _trial(1, 90.0, SYS)
     default = _trial(2, 88.0, {**SYS, **ONE_STEP, "speculative_num_steps": 3, "speculative_num_draft_tokens": 4})
     night = FakeNight(spec, [baseline, champion, default])
-    arms = pick.arms(night, Champion(trial=champion, baseline=baseline, run_id="r", metric="decode_tok_s"))  # type: ignore[arg-type]
-    names = [a.name for a in arms.arms]
+    measuring = arms.arms(night, Champion(trial=champion, baseline=baseline, run_id="r", metric="decode_tok_s"))  # type: ignore[arg-type]
+    names = [a.name for a in measuring.arms]
     assert "with_speculation" in names and "with_default_speculation" not in names
