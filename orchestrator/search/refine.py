@@ -33,6 +33,10 @@ from orchestrator.stats import pooled_scores
 
 PARENTS = 2
 """The best measured points whose neighbourhoods the refinement explores in turn."""
+CLEAR_GAIN = 0.04
+"""A step's gain (log of the ratio of mean values) that one run's noise does not explain: at 2% per run
+the difference of two runs has about 2.8% standard deviation. A weaker step is not followed before every
+knob was moved once (breadth first)."""
 
 
 class Refinement:
@@ -82,13 +86,34 @@ class Refinement:
         fastest = self.fastest_nccl(ranked[0], regions) if ranked else None
         own = sp.key({**ranked[0], **fastest}) if fastest is not None else None  # the best, its fastest setting
 
-        def fresh(point: Mapping[str, ParamValue]) -> bool:
+        def fresh(parent: Mapping[str, ParamValue], point: Mapping[str, ParamValue]) -> bool:
             return split_point(point)[0] not in shapes or sp.key(point) == own
 
-        # first a speculation shape nothing measured yet, from the top parents; then any move, best-first
-        return self._first(order[: len(top)], means, tried, regions, fresh) or self._first(
-            order, means, tried, regions, lambda _: True
+        def untouched(parent: Mapping[str, ParamValue], point: Mapping[str, ParamValue]) -> bool:
+            """A pattern move whose step gained more than the noise, or a new shape one knob away along a
+            knob no tried shape moved alone from the parent's."""
+            strong = continuations(self.space, parent, means, skip=set(self._nccl()), min_gain=CLEAR_GAIN)
+            if any(sp.key(point) == sp.key(c) for c in strong):
+                return sp.key(point) not in tried
+            knob = self._moved(parent, point)
+            done = {self._moved(parent, dict(shape)) for shape in shapes}
+            return len(knob) == 1 and split_point(point)[0] not in shapes and knob not in done
+
+        # a new shape along an untouched knob, then any new shape, from the top parents; then any move, best-first
+        parents = order[: len(top)]
+        return (
+            self._first(parents, means, tried, regions, untouched)
+            or self._first(parents, means, tried, regions, fresh)
+            or self._first(order, means, tried, regions, lambda _, __: True)
         )
+
+    def _nccl(self) -> list[str]:
+        return list(next(iter(self.settings.values()), {}))
+
+    def _moved(self, parent: Mapping[str, ParamValue], point: Mapping[str, ParamValue]) -> frozenset[str]:
+        """The speculation knobs active at `parent` whose value `point` changes (NCCL knobs aside)."""
+        a, b = dict(split_point(parent)[0]), dict(split_point(point)[0])
+        return frozenset(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and self._active(k, parent))
 
     def _first(
         self,
@@ -96,12 +121,12 @@ class Refinement:
         means: Mapping[str, float],
         tried: Collection[str],
         regions: Sequence[Region],
-        wanted: Callable[[Mapping[str, ParamValue]], bool],
+        wanted: Callable[[Mapping[str, ParamValue], Mapping[str, ParamValue]], bool],
     ) -> dict[str, ParamValue] | None:
-        """The first open (`_open`) neighbour of `parents`, in their order, that is `wanted`."""
+        """The first open (`_open`) neighbour of `parents`, in their order, that is `wanted` (parent, point)."""
         for params in parents:
             for point in self.neighbours(params, means, regions):
-                if wanted(point) and self._open(point, tried, regions):
+                if wanted(params, point) and self._open(point, tried, regions):
                     self._rr += 1
                     return point
         return None
@@ -207,13 +232,18 @@ def ranked_points(measured: Sequence[tuple[float, Mapping[str, ParamValue]]]) ->
 
 
 def continuations(
-    space: SearchSpace, params: Mapping[str, ParamValue], means: Mapping[str, float], skip: Collection[str] = ()
+    space: SearchSpace,
+    params: Mapping[str, ParamValue],
+    means: Mapping[str, float],
+    skip: Collection[str] = (),
+    min_gain: float = 0.0,
 ) -> list[dict[str, ParamValue]]:
     """The pattern moves from `params`: for each measured point one step of one knob away (the knob's
     adjacent value, everything else equal) whose mean (`means`: {point key: mean log value}) is below
     `params`' own, that knob one step further the same way, the largest gain first. Decode speed is
     smooth in the speculation knobs: where 7 draft tokens beat 6, 8 (then 12, 16) is the likeliest
-    better point, and the walk up a long list takes a trial a step instead of a whole neighbourhood."""
+    better point, and the walk up a long list takes a trial a step instead of a whole neighbourhood. Steps
+    that gained `min_gain` or less are left out."""
     here = means.get(sp.key(params))
     if here is None:
         return []
@@ -230,7 +260,7 @@ def continuations(
             if not (0 <= j < len(values) and 0 <= k < len(values)):
                 continue
             behind = means.get(sp.key(_settle_activity(space, {**params, name: values[j]})))
-            if behind is not None and behind < here:
+            if behind is not None and behind < here - min_gain:
                 found.append((here - behind, _settle_activity(space, {**params, name: values[k]})))
     return [p for _, p in sorted(found, key=lambda f: -f[0])]
 

@@ -51,7 +51,8 @@ def _shape(p: dict) -> tuple:
 
 def test_new_speculation_shapes_come_before_the_warm_shape_under_other_settings() -> None:
     """A warm start of one shape under three settings: the refinement's next proposals are shapes nothing
-    measured (the warm start's shape under another setting only once those are used up)."""
+    measured (the warm start's shape under another setting only once those are used up), each knob moved
+    once before one is moved again (breadth first)."""
     warm = [{**CHAIN, **KEPT[label]} for label in KEPT]
     measured = [(100.0, warm[0]), (99.5, warm[1]), (90.0, warm[2])]
     policy = Refinement(SPACE, KEPT, LATENCY)
@@ -65,7 +66,8 @@ def test_new_speculation_shapes_come_before_the_warm_shape_under_other_settings(
         points.append(got)
     steps4, steps2 = {**CHAIN, "speculative_num_steps": 4}, {**CHAIN, "speculative_num_steps": 2}
     tree = {**CHAIN, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4}
-    assert shapes[1:] == [_shape(steps4), _shape(steps2), _shape(tree)]  # the best's, the runner-up's, the best's
+    # the best's first move; the runner-up's along a knob not moved yet (top-k), not steps again; then steps
+    assert shapes[1:] == [_shape(steps4), _shape(tree), _shape(steps2)]
 
 
 def test_switching_speculation_off_comes_after_the_moves_within_it() -> None:
