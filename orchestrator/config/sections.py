@@ -282,7 +282,7 @@ class PromotionSpec(correctness.Gated):
     """Search trials (baselines included) the night keeps before the confirmation's other arms get time:
     on a short night an arm that would leave the search fewer is not measured, least valuable first
     (other load levels, then the step comparison, the ablations, the runner-up; the gate's pair always
-    is), and `sweep plan` says so. None: twice sampler.startup_trials, at most budget.trials."""
+    is), and `sweep plan` says so. None: 1.5 x sampler.startup_trials (rounded down), at most budget.trials."""
 
     @model_validator(mode="before")
     @classmethod

@@ -5,7 +5,7 @@ start-up and benchmark seconds replace the cost model's), the confirmation is pl
 two arms (champion, baseline) for min_rounds rounds are always held back; the other arms (runner-up,
 ablations, the adaptive-or-fixed counterpart, other load levels) are added by value while they fit in
 `promotion.confirm_share` of the night and leave the search its floor: promotion.min_search_trials
-(default twice sampler.startup_trials), enough to find the optimum and measure it again. So the split
+(default 1.5 x sampler.startup_trials), enough to find the optimum and measure it again. So the split
 scales with the night: on a long one the share binds, on a short one the floor does, and the arms of
 least value go first (other load levels, the step comparison, the ablations, then the runner-up), each
 with a line in `sweep plan`. The search launches a trial only when it is expected to end before that
@@ -292,10 +292,11 @@ class SearchFloor:
 
 
 def search_floor_trials(spec: SweepSpec) -> int:
-    """promotion.min_search_trials, by default twice sampler.startup_trials (the start-up, then as many
-    trials led by the model, among them the re-measures of near-ties); never above budget.trials."""
+    """promotion.min_search_trials, by default one and a half times sampler.startup_trials (the start-up,
+    then half as many trials led by the model, among them a re-measure of a near-tie); never above
+    budget.trials."""
     wanted = spec.promotion.min_search_trials
-    return min(2 * spec.sampler.startup_trials if wanted is None else wanted, spec.budget.trials)
+    return min(3 * spec.sampler.startup_trials // 2 if wanted is None else wanted, spec.budget.trials)
 
 
 def reserve(

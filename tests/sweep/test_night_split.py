@@ -31,18 +31,18 @@ def kept(plan: schedule.NightPlan) -> set[str]:
 
 
 def test_a_short_night_keeps_the_search_its_floor_and_drops_the_least_valuable_arms_first(tmp_path):
-    short = schedule.night_plan(night(tmp_path, 4))
-    # 20 search trials (twice sampler.startup_trials) and the gate's pair leave room for the runner-up,
+    short = schedule.night_plan(night(tmp_path, 3.5))
+    # 15 search trials (1.5 x sampler.startup_trials) and the gate's pair leave room for the runner-up,
     # the arm of most value; the ablations and the other load levels would cut into the search: dropped,
     # each with a line saying so.
     assert kept(short) == {"champion", "baseline", "runner_up"}
-    assert short.fits and short.search_s >= 20 * short.trial_s and short.trials >= 20
-    floor_lines = [line for line in short.lines() if "would leave the search fewer than 20 trials" in line]
+    assert short.fits and short.search_s >= 15 * short.trial_s and short.trials >= 15
+    floor_lines = [line for line in short.lines() if "would leave the search fewer than 15 trials" in line]
     assert any(line.startswith("confirmation: no_speculation not measured") for line in floor_lines)
     assert any(line.startswith("confirmation: champion@8 not measured") for line in floor_lines)
-    assert f"({20 * short.trial_s / 3600:.2f} h, promotion.min_search_trials)" in floor_lines[0]
+    assert f"({15 * short.trial_s / 3600:.2f} h, promotion.min_search_trials)" in floor_lines[0]
     # An hour less and the runner-up goes too; the gate's pair is measured whatever the floor.
-    shorter = schedule.night_plan(night(tmp_path, 3))
+    shorter = schedule.night_plan(night(tmp_path, 2.5))
     assert kept(shorter) == {"champion", "baseline"}
     assert shorter.search_s == shorter.wall_s - shorter.probe_s - shorter.confirmation.seconds
 
@@ -52,17 +52,18 @@ def test_a_long_night_is_bounded_by_the_share_not_the_floor(tmp_path):
     # Eight hours leave the search its floor with the share spent: the arms of most value are measured,
     # the first one past the share is dropped for the share.
     assert kept(long) >= {"champion", "baseline", "runner_up", "no_speculation", "default_communication"}
-    assert long.search_s >= 20 * long.trial_s
+    assert long.search_s >= 15 * long.trial_s
     assert any("past promotion.confirm_share" in line for line in long.lines())
 
 
 def test_the_floor_is_the_users_and_never_above_the_trial_budget(tmp_path):
-    # min_search_trials 0: the split as before (the share alone) keeps the ablations on a 4-hour night.
-    none = schedule.night_plan(night(tmp_path, 4, min_search_trials=0))
+    # min_search_trials 0: the split as before (the share alone) keeps the ablations on a 3.5-hour night.
+    none = schedule.night_plan(night(tmp_path, 3.5, min_search_trials=0))
     assert {"runner_up", "no_speculation"} <= kept(none)
-    assert none.search_s < schedule.night_plan(night(tmp_path, 4)).search_s
+    assert none.search_s < schedule.night_plan(night(tmp_path, 3.5)).search_s
     spec = night(tmp_path, 4)
-    assert schedule.search_floor_trials(spec) == 20
+    assert schedule.search_floor_trials(spec) == 15
+    assert schedule.search_floor_trials(night(tmp_path, 4, min_search_trials=30)) == 30
     few = spec.model_copy(update={"budget": spec.budget.model_copy(update={"trials": 6})})
     assert schedule.search_floor_trials(few) == 6  # a search of 6 trials keeps no more than those
 
