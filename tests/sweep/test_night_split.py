@@ -72,11 +72,16 @@ def test_a_reserve_of_the_pair_alone_holds_the_baselines_own_seconds():
     # The search's median trial speculates; the baseline decodes slower, so its rounds take longer: planned
     # at the median alone, the gate's third round did not fit a 4-hour night's reserve of the pair.
     arms = [("champion", 1, True), ("baseline", 1, True), ("runner_up", 1, False)]
-    kw = {"left_s": 8 * 3600, "share_s": 8 * 3600, "min_rounds": 3, "gate_level": 1}
-    pair = schedule.plan(arms[:2], seconds=lambda c: 600.0, **kw)
+
+    def fitted(arms: list[tuple[str, int, bool]]) -> schedule.ConfirmationPlan:
+        return schedule.plan(
+            arms, seconds=lambda c: 600.0, left_s=8 * 3600, share_s=8 * 3600, min_rounds=3, gate_level=1
+        )
+
+    pair = fitted(arms[:2])
     held = replace(pair, pair_s=3 * (600.0 + 800.0))
     assert pair.seconds == 3600.0 and held.seconds == 4200.0
     assert any("the gate's pair with the baseline at its own measured seconds" in line for line in held.lines())
     # With another arm beside it, that arm gives way to the pair at the confirmation: it covers the difference.
-    three = replace(schedule.plan(arms, seconds=lambda c: 600.0, **kw), pair_s=4200.0)
+    three = replace(fitted(arms), pair_s=4200.0)
     assert three.seconds == 5400.0 and not any("own measured seconds" in line for line in three.lines())
