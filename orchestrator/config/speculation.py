@@ -45,6 +45,8 @@ class Algorithm:
     """One speculative algorithm of SGLang 0.5.23 (the base reads steps, top-k and draft tokens)."""
 
     name: ClassVar[str]
+    label: ClassVar[str] = ""
+    """The algorithm in a user's words ("EAGLE-3"); the name where empty."""
     doc: ClassVar[str]
     draft_model: ClassVar[DraftModel] = DraftModel.drafter
     own: ClassVar[tuple[str, ...]] = ("speculative_draft_model_path",)
@@ -96,6 +98,7 @@ class Algorithm:
 
 class Eagle3(Algorithm):
     name = "EAGLE3"
+    label = "EAGLE-3"
     doc = "EAGLE-3: a one-layer drafter fed the target's hidden states from three layers; a draft tree per cycle"
     sim_drafter = "eagle3"
     adaptive = True
@@ -174,6 +177,14 @@ def model_default(drafters: Collection[str]) -> Algorithm | None:
     model profile's default_spec): the first in the registry's order whose steps SGLang chooses itself and
     whose drafter the model profile models (`drafters`, its keys); None when there is none."""
     return next((a for a in ALGORITHMS.values() if a.auto_params and a.sim_drafter in drafters), None)
+
+
+def words(name: ParamValue) -> str:
+    """A speculative_algorithm value in a user's words ("EAGLE-3"); "speculation" for none."""
+    algo = ALGORITHMS.get(str(name)) if name else None
+    if algo is None:
+        return str(name) if name else "speculation"
+    return algo.label or algo.name
 
 
 def needs_draft_model(name: ParamValue) -> bool:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from orchestrator.config import speculation as speculation_registry
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.probe.result import PROBE_FILE, ProbeResult, ProbeRow, SettingRecord, setting_score, write_probe
 from orchestrator.probe.settings import DEFAULT_BUDGET, NcclSetting, SettingSearch, nccl_dimensions, space_size
@@ -54,9 +55,16 @@ def probe_sizes(spec: SweepSpec) -> tuple[ProbeSize, ...]:
 
 
 def default_speculation(spec: SweepSpec) -> tuple[int, int, int]:
-    """(steps, top-k, draft tokens) of the EAGLE-3 set-up the experiment's model profile ships with."""
+    """(steps, top-k, draft tokens) of the default speculation the experiment's model profile ships with."""
     steps, topk, draft = load_model(spec.simulator.model_profile).default_spec
     return steps, topk, draft
+
+
+def default_algorithm(spec: SweepSpec) -> str | None:
+    """The speculative algorithm SGLang runs by default for the experiment's model (the registry's
+    `model_default` over the drafters its profile models), or None when it has none."""
+    algo = speculation_registry.model_default(load_model(spec.simulator.model_profile).drafters)
+    return None if algo is None else algo.name
 
 
 def base_env(spec: SweepSpec) -> dict[str, str]:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from orchestrator.config import eagle, knobs
 from orchestrator.config.experiment import SweepSpec
 from orchestrator.config.knobs import ADAPTIVE_CANDIDATE_STEPS, ADAPTIVE_INITIAL_STEPS
-from orchestrator.probe.run import default_speculation
+from orchestrator.probe.run import default_algorithm, default_speculation
 from orchestrator.records import ParamValue, TrialOutcome, TrialRole, TrialStatus, speculation_knob
 from orchestrator.results import select
 from orchestrator.search import space as sp
@@ -138,17 +138,17 @@ def _ablations(port: Port, champion: Champion, base_params: dict[str, ParamValue
 
 
 def sglang_default_speculation(spec: SweepSpec, base: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
-    """`base` with the model's default EAGLE-3 speculation switched on (the steps, top-k and draft tokens its
+    """`base` with the model's default speculation (its algorithm from the registry) switched on (the steps, top-k and draft tokens its
     profile ships with: what SGLang runs for it when told only the algorithm), where the space has it and
     the rules allow; `base` unchanged otherwise. The probe stage warm-starts from it; the verdict judges
     speculation against it as well as against the best speculating trial."""
     params = dict(base)
     space = spec.space.params
-    algo = space.get("speculative_algorithm")
-    if algo is None or algo.choices is None or "EAGLE3" not in algo.choices:
+    algo, default = space.get("speculative_algorithm"), default_algorithm(spec)
+    if algo is None or algo.choices is None or default is None or default not in algo.choices:
         return params
     steps, topk, draft = default_speculation(spec)
-    trial = {**params, "speculative_algorithm": "EAGLE3"}
+    trial = {**params, "speculative_algorithm": default}
     for name, value in (
         ("speculative_num_steps", steps),
         ("speculative_eagle_topk", topk),

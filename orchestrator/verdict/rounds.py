@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from orchestrator.config import speculation as speculation_registry
 from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialStatus
 from orchestrator.results.figures import PartCheck, PartVerdict
 from orchestrator.verdict import gate, schedule
@@ -390,8 +391,8 @@ def still_open(
 
 
 def speculation_name(params: Mapping[str, ParamValue]) -> str:
-    """A configuration's speculation in words ("EAGLE-3")."""
-    return str(params.get("speculative_algorithm") or "EAGLE3").replace("EAGLE3", "EAGLE-3")
+    """A configuration's speculation in words ("EAGLE-3", from the registry)."""
+    return speculation_registry.words(params.get("speculative_algorithm"))
 
 
 def part_checks(
