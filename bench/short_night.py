@@ -22,6 +22,9 @@ and another policy, each line says the margin two-stage wins by (median deployed
 
     .venv/bin/python bench/short_night.py [--launches 20] [--rounds 3] [--seeds 10] [--first-seed 10[,200]]
         [--policies two-stage,tpe,random] [--jobs 2] [-o bench/results-short-night.json]
+
+`--write-experiments DIR` writes the same nights as experiment files instead (the first policy's), for
+`sweep run` on real simulator servers and `sweep truth --workdir` to judge what each deployed.
 """
 
 from __future__ import annotations
@@ -181,6 +184,12 @@ def main() -> int:
     )
     ap.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, of {', '.join(POLICIES)}")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument(
+        "--write-experiments",
+        type=Path,
+        metavar="DIR",
+        help="write the first policy's night as DIR/seed<N>/exp.yaml for `sweep run` on real simulator servers, and exit",
+    )
     _result.add_output(ap)
     args = ap.parse_args()
     policies = args.policies.split(",")
@@ -192,6 +201,13 @@ def main() -> int:
     except ValueError:
         ap.error(f"--first-seed {args.first_seed}: give whole numbers separated by commas, e.g. 10,200")
     seeds = [s for first in firsts for s in range(first, first + args.seeds)]
+    if args.write_experiments is not None:
+        for seed in seeds:
+            folder = args.write_experiments / f"seed{seed}"
+            folder.mkdir(parents=True, exist_ok=True)
+            experiment(policies[0], seed, args.launches, args.rounds, folder)
+            print(f".venv/bin/sweep run {folder / 'exp.yaml'} --workdir {folder / 'wd'}")
+        return 0
     run = _result.start()
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
