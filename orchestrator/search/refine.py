@@ -33,6 +33,11 @@ from orchestrator.stats import pooled_scores
 
 PARENTS = 2
 """The best measured points whose neighbourhoods the refinement explores in turn."""
+SHORT_SEARCH = 30
+"""A search of at most this many trials (budget.trials) goes breadth first (`Refinement.breadth`): new
+speculation shapes before tried ones, each knob moved once before a weak step is followed, the smallest
+moves first. A longer night keeps the plain order, which the failure worlds of docs/benchmarks.md measure
+better (fastest-hang: 10/10 against 5/10 at the same seeds with the breadth-first order)."""
 CLEAR_GAIN = 0.04
 """A step's gain (log of the ratio of mean values) that one run's noise does not explain: at 2% per run
 the difference of two runs has about 2.8% standard deviation. A weaker step is not followed before every
@@ -49,8 +54,11 @@ class Refinement:
         settings: Mapping[str, Mapping[str, ParamValue]],
         latency: Mapping[str, Mapping[str, float]] | None = None,
         fixed: Mapping[str, ParamValue] | None = None,
+        breadth: bool = True,
     ):
         self.space = space
+        self.breadth = breadth
+        """New shapes and untouched knobs first (a short night, SHORT_SEARCH); else the plain order."""
         self.settings = {label: dict(v) for label, v in settings.items()}
         self.latency = {label: dict(v) for label, v in (latency or {}).items()}
         self.fixed = dict(fixed or {})
@@ -74,6 +82,8 @@ class Refinement:
         measured point nor `tried_points` (failed or in flight) has, or the best point under its fastest
         NCCL setting, then any; when those are used up, the next best measured point's (best-first).
         None when every one is tried."""
+        if not self.breadth:
+            slow = ()
         for region in sorted((r for r in regions if r.number not in slow), key=lambda r: -r.number):
             for point in region.edge(self.space, self.settings):
                 if self._open(point, tried, regions):
@@ -82,6 +92,8 @@ class Refinement:
         top = ranked[:PARENTS]
         order = [top[(self._rr + i) % len(top)] for i in range(len(top))] + ranked[PARENTS:]
         means = _log_means(measured)
+        if not self.breadth:
+            return self._first(order, means, tried, regions, lambda _, __: True)
         shapes = {split_point(p)[0] for p in (*(q for _, q in measured), *tried_points)}
         fastest = self.fastest_nccl(ranked[0], regions) if ranked else None
         own = sp.key({**ranked[0], **fastest}) if fastest is not None else None  # the best, its fastest setting
@@ -197,6 +209,8 @@ class Refinement:
                 continue
             for value in _moves(self.space, name, params.get(name)):
                 out.append(_settle_activity(self.space, {**params, name: value}))
+        if not self.breadth:
+            return out
         return sorted(
             out, key=lambda p: sum(p.get(k) != params.get(k) for k in self.space.params if self._active(k, params))
         )

@@ -180,9 +180,12 @@ class StageTwoSampler(FailureAwareTPE):
     refinement TPE's random start and then two of every TPE_EVERY fresh proposals (module doc). Enqueued trials (baseline, warm
     start, re-measures: they carry a role) take their fixed parameters and are not counted."""
 
-    def __init__(self, space: SearchSpace, *, seed: int | None, n_startup_trials: int):
+    def __init__(self, space: SearchSpace, *, seed: int | None, n_startup_trials: int, breadth: bool = True):
         super().__init__(seed=seed, n_startup_trials=n_startup_trials)
         self._space = space
+        self._breadth = breadth
+        """A short search (refine.SHORT_SEARCH): the refinement goes breadth first and TPE waits for its own
+        start-up points; a longer one keeps the plain order and TPE's start as Optuna counts it."""
         self._turn = 0
         self._refinement: Refinement | None = None
         self._chosen: tuple[int, dict[str, Any]] | None = None
@@ -193,7 +196,8 @@ class StageTwoSampler(FailureAwareTPE):
             return {}
         self._turn += 1
         settings = study.user_attrs.get(PROBE_SETTINGS_ATTR) or {}
-        if settings and (self._turn % TPE_EVERY != 0 or not self._tpe_due(study)):
+        due = self._tpe_due(study) if self._breadth else self._started(study)
+        if settings and (self._turn % TPE_EVERY != 0 or not due):
             point = self._neighbour(study, settings)
             if point is not None:
                 chosen = _optuna_params(self._space, point, settings)
@@ -257,7 +261,7 @@ class StageTwoSampler(FailureAwareTPE):
         old = self._refinement
         if old is not None and old.settings == settings and old.latency == latency and old.fixed == fixed:
             return old
-        fresh = Refinement(self._space, settings, latency, fixed)
+        fresh = Refinement(self._space, settings, latency, fixed, breadth=self._breadth)
         if old is not None:
             fresh._rr = old._rr
         self._refinement = fresh

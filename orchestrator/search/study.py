@@ -31,6 +31,7 @@ from orchestrator.fsio import disk_failing
 from orchestrator.records import ParamValue
 from orchestrator.redact import mask_url_password
 from orchestrator.search import space as sp
+from orchestrator.search.refine import SHORT_SEARCH
 from orchestrator.search.sampler import (
     FAILED_CONSTRAINT,
     NCCL_SETTING,
@@ -67,12 +68,13 @@ class TrialView:
         return self.attrs.get("role", "search")
 
 
-def _sampler(cfg: SamplerSpec, space: SearchSpace) -> optuna.samplers.BaseSampler:
+def _sampler(cfg: SamplerSpec, space: SearchSpace, search_trials: int | None) -> optuna.samplers.BaseSampler:
     if cfg.kind == "random" or cfg.kind == "grid":
         # grid: the points are enqueued one by one (see Study.ask); random covers nothing else.
         return optuna.samplers.RandomSampler(seed=cfg.seed)
     # failure-aware TPE; once the probe kept NCCL settings, alternated with the local refinement
-    return StageTwoSampler(space, seed=cfg.seed, n_startup_trials=cfg.startup_trials)
+    breadth = search_trials is not None and search_trials <= SHORT_SEARCH  # a short night goes breadth first
+    return StageTwoSampler(space, seed=cfg.seed, n_startup_trials=cfg.startup_trials, breadth=breadth)
 
 
 def _storage_op(fn: Callable[..., T]) -> Callable[..., T]:
@@ -103,9 +105,17 @@ class Study:
     """An Optuna study in RDB storage driven by ask/tell."""
 
     def __init__(
-        self, storage_url: str, name: str, space: SearchSpace, sampler: SamplerSpec, directions: Sequence[str]
+        self,
+        storage_url: str,
+        name: str,
+        space: SearchSpace,
+        sampler: SamplerSpec,
+        directions: Sequence[str],
+        search_trials: int | None = None,
     ):
         self.storage_url = storage_url
+        self.search_trials = search_trials
+        """budget.trials: a search of at most refine.SHORT_SEARCH goes breadth first (None: not short)."""
         self.name = name
         self.space = space
         self.sampler_cfg = sampler
@@ -147,7 +157,7 @@ class Study:
             study_name=self.name,
             storage=storage,
             directions=[_DIRECTIONS[d] for d in self.directions],
-            sampler=_sampler(self.sampler_cfg, self.space),
+            sampler=_sampler(self.sampler_cfg, self.space, self.search_trials),
             load_if_exists=True,
         )
         self._settings = {str(k): dict(v) for k, v in (self.get_attr(PROBE_SETTINGS_ATTR) or {}).items()}

@@ -97,7 +97,7 @@ class Sweep:
         collapsed = comm.collapsed(spec)
         spec = spec.model_copy(update={"space": sp.collapse_all(spec.space, collapsed)})
         self._collapsed = [inert.line for inert in collapsed]
-        study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec))
+        study = Study(paths.optuna_url, spec.name, spec.space, spec.sampler, _directions(spec), spec.budget.trials)
         if resume and n_trials is None:
             n_trials = _stored_budget(paths, spec.name)  # --resume continues the original budget (--n-trials included)
         self.ctx = Context(

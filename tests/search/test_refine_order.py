@@ -11,7 +11,7 @@ from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
 from orchestrator.records import split_point
 from orchestrator.search import space as sp
 from orchestrator.search.proposal import Proposal, ProposalPolicy
-from orchestrator.search.refine import Refinement
+from orchestrator.search.refine import SHORT_SEARCH, Refinement
 from orchestrator.search.regions import REFUSED, Region
 from orchestrator.search.study import Study
 
@@ -106,6 +106,7 @@ def test_tpe_waits_for_points_the_sampler_chose_itself(tmp_path: Path) -> None:
         SPACE,
         SamplerSpec(kind="tpe", seed=0, startup_trials=startup),
         ["maximize"],
+        11,  # budget.trials of a short night (refine.SHORT_SEARCH)
     )
     study.open()
     study.restrict_nccl(KEPT)
@@ -128,3 +129,22 @@ def test_tpe_waits_for_points_the_sampler_chose_itself(tmp_path: Path) -> None:
         policy.remember(got.params, got.number, [value])
         measured.append((value, got.params))
     assert len(fresh) == startup and all(fresh)
+
+
+def test_a_long_search_keeps_the_plain_order_and_a_short_one_goes_breadth_first(tmp_path: Path) -> None:
+    """refine.SHORT_SEARCH: only a search of at most that many trials (budget.trials, which the driver hands
+    the Study) goes breadth first; a longer night's refinement takes the first open neighbour of the best
+    point in the plain order: the warm shape under the next kept setting, before any new shape."""
+    warm = [{**CHAIN, **KEPT[label]} for label in KEPT]
+    measured = [(100.0, warm[0]), (99.5, warm[1])]  # "Simple" not measured yet: the plain order tries it
+    tried = {sp.key(p) for p in warm[:2]}
+    plain = Refinement(SPACE, KEPT, LATENCY, breadth=False).next(measured, tried, (), warm[:2])
+    short = Refinement(SPACE, KEPT, LATENCY).next(measured, tried, (), warm[:2])
+    assert plain is not None and short is not None
+    assert _shape(short) != _shape(CHAIN)  # a new shape first
+    assert _shape(plain) == _shape(CHAIN) or plain != short  # the plain order is not the breadth-first one
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    for trials, breadth in ((SHORT_SEARCH, True), (SHORT_SEARCH + 1, False), (None, False)):
+        study = Study(url, f"s{trials}", SPACE, SamplerSpec(kind="tpe", seed=0), ["maximize"], trials)
+        study.open()
+        assert study._study is not None and study._study.sampler._breadth is breadth  # type: ignore[attr-defined]
