@@ -179,14 +179,6 @@ def model_default(drafters: Collection[str]) -> Algorithm | None:
     return next((a for a in ALGORITHMS.values() if a.auto_params and a.sim_drafter in drafters), None)
 
 
-def words(name: ParamValue) -> str:
-    """A speculative_algorithm value in a user's words ("EAGLE-3"); "speculation" for none."""
-    algo = ALGORITHMS.get(str(name)) if name else None
-    if algo is None:
-        return str(name) if name else "speculation"
-    return algo.label or algo.name
-
-
 def needs_draft_model(name: ParamValue) -> bool:
     """Whether a speculative_algorithm value launches with --speculative-draft-model-path."""
     algo = get(name)

@@ -144,10 +144,10 @@ def sglang_default_speculation(spec: SweepSpec, base: Mapping[str, ParamValue]) 
     speculation against it as well as against the best speculating trial."""
     params = dict(base)
     space = spec.space.params
+    steps, topk, draft = default_speculation(spec)
     algo, default = space.get("speculative_algorithm"), default_algorithm(spec)
     if algo is None or algo.choices is None or default is None or default not in algo.choices:
         return params
-    steps, topk, draft = default_speculation(spec)
     trial = {**params, "speculative_algorithm": default}
     for name, value in (
         ("speculative_num_steps", steps),

@@ -391,8 +391,11 @@ def still_open(
 
 
 def speculation_name(params: Mapping[str, ParamValue]) -> str:
-    """A configuration's speculation in words ("EAGLE-3", from the registry)."""
-    return speculation_registry.words(params.get("speculative_algorithm"))
+    """A configuration's speculation in words: its algorithm's label in the registry ("EAGLE-3"), the value
+    itself for one the registry does not know, "speculation" for none."""
+    name = params.get("speculative_algorithm")
+    algo = speculation_registry.ALGORITHMS.get(str(name)) if name else None
+    return (algo.label or algo.name) if algo is not None else str(name or "speculation")
 
 
 def part_checks(

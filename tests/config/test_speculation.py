@@ -224,10 +224,3 @@ def test_plan_counts_what_0_5_23_refuses_per_algorithm() -> None:
     assert reasons[Rule.ngram_topk.value] > 0  # NGRAM with a top-k (_handle_ngram overwrites it)
     assert reasons[Rule.foreign_knob.value] > 0  # a DFLASH block beside EAGLE3 or NGRAM
     assert reasons[Rule.without_algorithm.value] > 0
-
-
-def test_an_algorithm_in_a_users_words_comes_from_the_registry() -> None:
-    assert speculation.words("EAGLE3") == "EAGLE-3"  # the verdict's parts: "EAGLE-3 on top"
-    assert speculation.words("DFLASH") == "DFLASH" and speculation.words("NGRAM") == "NGRAM"
-    assert speculation.words(None) == "speculation"
-    assert speculation.words("MEDUSA") == "MEDUSA"  # never a KeyError in a sentence

@@ -9,6 +9,7 @@ from orchestrator.results import figures
 from orchestrator.results.figures import Confirmed
 from orchestrator.verdict import deployed
 from orchestrator.verdict.gate import RoundsPlan, decide
+from orchestrator.verdict.rounds import speculation_name
 
 PLAN = RoundsPlan(min_rounds=3, max_rounds=4, min_gain=0.05)
 
@@ -71,3 +72,11 @@ def test_the_confirmed_figures_carry_their_level_into_the_env_header_metrics():
     )
     assert figures.text().startswith("confirmed over 4 interleaved rounds at 32 concurrent streams: output_tok_s")
     assert figures.metrics()["confirmed_concurrency"] == 32.0
+
+
+def test_a_speculation_is_named_by_its_label_in_the_registry() -> None:
+    """verdict/rounds.speculation_name reads config/speculation.py's Algorithm.label ("EAGLE-3 on top")."""
+    assert speculation_name({"speculative_algorithm": "EAGLE3"}) == "EAGLE-3"
+    assert speculation_name({"speculative_algorithm": "DFLASH"}) == "DFLASH"
+    assert speculation_name({"speculative_algorithm": None}) == "speculation"
+    assert speculation_name({"speculative_algorithm": "MEDUSA"}) == "MEDUSA"  # never a KeyError in a sentence
