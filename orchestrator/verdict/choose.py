@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from orchestrator.records import speculation_knob
+from orchestrator.records import ParamValue, speculation_knob
 from orchestrator.results.figures import Confirmed, Contribution, PartCheck, PartVerdict, streams
 from orchestrator.search import space as sp
 from orchestrator.stats import Contrast
@@ -32,6 +32,17 @@ from orchestrator.verdict.pick import gate_level_named
 from orchestrator.verdict.port import Port
 from orchestrator.verdict.steps import Arms, Champion, Choice, Gate, Promotion
 from orchestrator.verdict.value import Outcome
+
+
+def _speculating(champion: Champion, measuring: Arms) -> Mapping[str, ParamValue]:
+    """The configuration whose speculation the parts name: the champion's own, or for a champion that does
+    not speculate, the speculating arm measured on top of it (the best speculating trial's settings, else
+    SGLang's default for the model)."""
+    if champion.trial.params.get("speculative_algorithm"):
+        return champion.trial.params
+    names = {a.name for a in measuring.arms}
+    arm = next((n for n in ("with_speculation", "with_default_speculation") if n in names), None)
+    return measuring.params_of(arm) if arm is not None else champion.trial.params
 
 
 def decide(
@@ -64,7 +75,7 @@ def decide(
             champion,
             measured.rows,
         )
-    speculation = rounds.speculation_name(champion.trial.params)
+    speculation = rounds.speculation_name(_speculating(champion, measuring))
     found = contributions(
         measured.values, speculation=speculation, sole_part=sole_part_name(port, champion), direction=direction
     )

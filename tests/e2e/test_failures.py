@@ -113,7 +113,14 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
         for t in views
         if t.attrs.get("failure_kind") == "in_failed_region"
     }
-    assert all(r == f"in the region where trial {oom_number} ran out of memory (oom)" for r in settled.values())
+    # Settled in a failed trial's region, most often the OOM's; which failure marks a point first depends on
+    # how the two concurrent trials interleave (a loaded machine reorders them), so any failed trial's region.
+    oom_region = f"in the region where trial {oom_number} ran out of memory (oom)"
+    failed_numbers = {int(d.name) for d in (wd / "trials").iterdir() if '"FAILED"' in (d / "outcome.json").read_text()}
+    assert all(
+        r == oom_region or any(r.startswith(f"in the region where trial {n} ") for n in failed_numbers)
+        for r in settled.values()
+    ), (settled, failed_numbers)
     assert all(topk == 4 for _, _, topk in settled) and not set(settled) & set(kinds), (settled, kinds)
     assert len(kinds) + len(settled) == 12, kinds  # every grid point settled: failures did not stop the sweep
     assert kinds[("LL128", None, None)][:2] == ("FAILED", "startup_timeout")
