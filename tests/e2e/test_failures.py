@@ -61,7 +61,7 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
     spec_off = {"speculative_algorithm": None}
     data = served_experiment(
         name="failures",
-        server={"startup_timeout_s": 4},
+        server={"startup_timeout_s": 12},  # a healthy simulated start takes ~1 s, more on a loaded machine
         simulator={
             "faults": [
                 {"fault": "never_ready", "when": {"NCCL_PROTO": "LL128", **spec_off}},
@@ -76,7 +76,7 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
         sampler={"kind": "grid", "seed": 0},
         budget={"trials": 14, "concurrent_trials": 2, "max_failure_rate": 0.9, "max_consecutive_failures": 8},
         promotion={"max_rounds": 0},  # failures are the subject here: no gate (exit 0, or 3 if not better)
-        benchmark={"stall_timeout_s": 3},
+        benchmark={"stall_timeout_s": 6},
     )
     data["search_space"] = [str(space)]
     exp = write_experiment(tmp_path, data)
@@ -188,7 +188,7 @@ def test_a_night_whose_probe_best_settings_hang_still_ends_with_a_champion(tmp_p
         sampler={"kind": "tpe", "seed": 0, "startup_trials": 3},
         budget={"trials": 9, "concurrent_trials": 2, "max_failure_rate": 0.3, "min_trials_for_failure_rate": 3},
         promotion={"max_rounds": 0},
-        benchmark={"stall_timeout_s": 3},
+        benchmark={"stall_timeout_s": 6},
     )
     data["search_space"] = [str(space)]
     exp = write_experiment(tmp_path, data)
