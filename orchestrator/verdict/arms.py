@@ -76,7 +76,10 @@ def fitted(port: Port, champion: Champion, measuring: Arms) -> Arms | Promotion:
 
 def arms(port: Port, champion: Champion) -> Arms:
     """The champion and the baseline (the main pair), the ablations (promotion.explain), the pair at each
-    other promotion.concurrency level, and the champion as the other kind of step control."""
+    other promotion.concurrency level, and the champion as the other kind of step control. Without
+    promotion.explain, a rival of the pick (pick.rival: a near-tie the search measured once or twice)
+    takes the step control's place: the one arm beside the pair is the one likelier to change what is
+    deployed, and the night's launches stay those `schedule.candidate_arms` planned."""
     spec = port.spec
     trial, level = champion.trial, spec.benchmark.concurrency
     base_params = sp.baseline_params(spec.space)
@@ -86,10 +89,14 @@ def arms(port: Port, champion: Champion) -> Arms:
     ]
     if spec.promotion.explain:
         out += _ablations(port, champion, base_params)
+    elif champion.runner_up is not None:
+        out.append(Arm("runner_up", dict(champion.runner_up.params), champion.runner_up.number, level))
     for c in spec.promotion.concurrency:
         if c != level:
             out.append(Arm(f"champion@{c}", dict(trial.params), trial.number, c))
             out.append(Arm(f"baseline@{c}", base_params, -1, c))
+    if not spec.promotion.explain and champion.runner_up is not None:
+        return Arms(arms=tuple(out), counterpart="", fixed="")
     steps, counterpart, fixed = steps_arms(
         spec,
         trial.params,

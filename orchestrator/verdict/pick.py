@@ -43,17 +43,16 @@ def pick(port: Port) -> Champion | Promotion:
     )
     if champion is None or baseline is None:
         return Promotion(Outcome.no_champion, _no_champion(feasible) if champion is None else "no baseline measured")
-    other = (
-        runner_up(
-            port.outcomes,
-            champion,
-            metric=objective.metric,
-            direction=objective.direction,
-            constraints=objective.bounds(),
-            concurrency=level,
-        )
-        if spec.promotion.explain
-        else None
+    # With promotion.explain, the best point of another region; without, the pick's nearest rival, any
+    # knob away, while the search's own measurements leave it a chance to be the better (`rival`).
+    other = runner_up(
+        port.outcomes,
+        champion,
+        metric=objective.metric,
+        direction=objective.direction,
+        constraints=objective.bounds(),
+        concurrency=level,
+        distance_min=RUNNER_UP_DISTANCE if spec.promotion.explain else 1,
     )
     note_run_speed(port)
     # What the search's own measurements say of the runner-up against the champion (gate.contender_wins).
@@ -68,6 +67,8 @@ def pick(port: Port) -> Champion | Promotion:
             adjust=select.run_speed_metric(objective.metric, level),
         )
     )
+    if not spec.promotion.explain and not rival(search):
+        other = search = None
     run_id = port.run_id_of(champion)  # the port sends the outbox first: its run may be created there
     if run_id is None:
         return Promotion(
@@ -103,6 +104,15 @@ def _no_champion(searched: list[TrialOutcome]) -> str:
     )
 
 
+def rival(search: Contrast | None) -> bool:
+    """Whether a runner-up the search measured `search` of (positive: it is the better) may still be the
+    better point: its pooled estimate, credited select.RIVAL_Z standard errors, reaches the pick's. With
+    promotion.explain off, such a rival is the one arm the confirmation measures beside the gate's pair
+    (verdict.arms): on a short night the search's pick and its nearest rival are often a near-tie measured
+    once each (bench/short_night.py, docs/benchmarks.md), which the rounds settle."""
+    return search is not None and search.diff + select.RIVAL_Z * search.se > 0.0
+
+
 def distance(a: Mapping[str, ParamValue], b: Mapping[str, ParamValue]) -> int:
     return sum(1 for k in set(a) | set(b) if a.get(k) != b.get(k))
 
@@ -115,8 +125,9 @@ def runner_up(
     direction: select.Direction,
     constraints: Mapping[str, tuple[float | None, float | None]],
     concurrency: int,
+    distance_min: int = RUNNER_UP_DISTANCE,
 ) -> TrialOutcome | None:
-    """The best eligible searched trial at least RUNNER_UP_DISTANCE knobs away from the champion, ranked
+    """The best eligible searched trial at least `distance_min` knobs away from the champion, ranked
     as the champion pick ranks (select.PICK_Z below its pooled estimate) in the fit over every eligible
     searched trial: a point of another region is estimated from its parts as measured anywhere, as the
     champion was, not from the other region's trials alone (which left a point with a part measured
@@ -128,7 +139,7 @@ def runner_up(
         if o.role is TrialRole.search
         and o.status is TrialStatus.COMPLETE
         and o.number != champion.number
-        and distance(o.params, champion.params) >= RUNNER_UP_DISTANCE
+        and distance(o.params, champion.params) >= distance_min
     }
     eligible = select.eligible_values(
         [o for o in outcomes if o.role is TrialRole.search], metric=metric, constraints=constraints

@@ -119,25 +119,36 @@ def value_rank(name: str, concurrency: int, gate_level: int) -> tuple[int, int, 
 
 def candidate_arms(spec: SweepSpec) -> list[tuple[str, int, bool]]:
     """The arms a confirmation of `spec` may measure, before the champion is known: the worst case
-    (a champion that speculates and sets NCCL knobs, a runner-up found). (name, concurrency, main)."""
+    (a champion that speculates and sets NCCL knobs, a runner-up found). (name, concurrency, main).
+    Without promotion.explain a rival of the pick takes the step control's place (verdict.arms.arms), so
+    it is listed only where no step control at the gate's level holds its seat."""
     level = spec.benchmark.concurrency
-    arms = [("champion", level, True), ("baseline", level, True)]
     algo = spec.space.params.get("speculative_algorithm")
     speculates = algo is not None and any(v is not None for v in algo.values())
-    if spec.promotion.explain:
-        arms.append(("runner_up", level, False))
-        if speculates:
-            arms += [("no_speculation", level, False), ("default_communication", level, False)]
     steps = speculates and spec.sglang_version in knobs.ADAPTIVE_VERSIONS
-    if steps and spec.promotion.explain and level in (spec.promotion.concurrency or (level,)):
-        # A deployed configuration other than the champion (the runner-up, or its speculation at NCCL
-        # defaults) is measured again at the gate's level beside its own adaptive-or-fixed counterpart.
-        arms.append(("steps-deployed", level, False))
+    arms = [("champion", level, True), ("baseline", level, True), *_beside_pair(spec, speculates, steps)]
     for c in spec.promotion.concurrency or (level,):
         if c != level:
             arms += [(f"champion@{c}", c, False), (f"baseline@{c}", c, False)]
         if steps:
             arms.append((f"steps@{c}", c, False))
+    return arms
+
+
+def _beside_pair(spec: SweepSpec, speculates: bool, steps: bool) -> list[tuple[str, int, bool]]:
+    """candidate_arms' other arms at the gate's level: the runner-up and the ablations (promotion.explain),
+    or the rival where no step control holds its seat."""
+    level = spec.benchmark.concurrency
+    steps_here = steps and level in (spec.promotion.concurrency or (level,))
+    if not spec.promotion.explain:
+        return [] if steps_here else [("runner_up", level, False)]
+    arms = [("runner_up", level, False)]
+    if speculates:
+        arms += [("no_speculation", level, False), ("default_communication", level, False)]
+    if steps_here:
+        # A deployed configuration other than the champion (the runner-up, or its speculation at NCCL
+        # defaults) is measured again at the gate's level beside its own adaptive-or-fixed counterpart.
+        arms.append(("steps-deployed", level, False))
     return arms
 
 

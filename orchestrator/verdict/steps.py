@@ -33,7 +33,8 @@ class Champion:
     run_id: str
     metric: str
     runner_up: TrialOutcome | None = None
-    """The best searched trial from another region (pick.runner_up), when promotion.explain measures it."""
+    """The best searched trial from another region (pick.runner_up) with promotion.explain; without it, the
+    pick's nearest rival while the search leaves it a chance to be the better (pick.rival)."""
     search: Contrast | None = None
     """What the search's own measurements say of the runner-up against it (select.search_contrast)."""
 

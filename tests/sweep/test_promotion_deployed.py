@@ -158,7 +158,7 @@ def test_a_real_but_unproven_gain_keeps_the_fuller_configuration(tmp_path, sqlit
 def test_the_summary_never_contradicts_itself_about_the_gate_level(tmp_path, sqlite_store_template):
     # EAGLE-3 with NCCL_P2P_LEVEL=SYS, promoted at one stream; at 16 streams the gain shrinks. The level the
     # gate decided at carries the gate's own figures, so "promoted at 1 stream" and "stops paying from
-    # concurrency 1" cannot both be said. With promotion.explain false the gain is credited to both parts.
+    # concurrency 1" cannot both be said. With promotion.explain false the gain is credited to both parts ...
     data = experiment(tmp_path, steps=3, noise=0.02, explain=False, concurrency=[1, 16])
     wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, data)
     assert summary.promoted and summary.promoted_config == "champion", summary.verdict
@@ -168,8 +168,10 @@ def test_the_summary_never_contradicts_itself_about_the_gate_level(tmp_path, sql
     said = summary.concurrency_verdict or ""
     assert "stops paying from concurrency 1 " not in said and "stops paying from concurrency 1." not in said
     assert said.startswith("EAGLE-3 (with its NCCL settings) ")
+    # ... and the one arm beside the pair is the pick's nearest rival (verdict.pick.rival), which it beat.
     assert [p.part for p in summary.contributions] == [
-        "EAGLE-3 with 1 communication setting(s) (not measured apart: promotion.explain is false)"
+        "EAGLE-3 with 1 communication setting(s) (not measured apart: promotion.explain is false)",
+        "champion over the runner-up",
     ]
 
 
