@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from refine_helpers import CHAIN, SPACE
 
 from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
 from orchestrator.search import space as sp
@@ -15,17 +16,6 @@ from orchestrator.search.refine import Refinement, _log_means
 from orchestrator.search.sampler import TPE_EVERY
 from orchestrator.search.study import Study
 
-SPACE = SearchSpace(
-    name="two-stage",
-    params={
-        "NCCL_PROTO": ParamSpec(choices=(None, "LL", "Simple")),
-        "NCCL_MAX_NCHANNELS": ParamSpec(choices=(None, 2, 4)),
-        "speculative_algorithm": ParamSpec(choices=(None, "EAGLE3")),
-        "speculative_num_steps": ParamSpec(low=1, high=4, when={"speculative_algorithm": "EAGLE3"}),
-        "speculative_eagle_topk": ParamSpec(choices=(1, 2), when={"speculative_algorithm": "EAGLE3"}),
-        "speculative_num_draft_tokens": ParamSpec(choices=(2, 4, 6), when={"speculative_eagle_topk": 2}),
-    },
-)
 KEPT = {
     "NCCL_PROTO=LL": {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": None},
     "NCCL_PROTO=LL NCCL_MAX_NCHANNELS=4": {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": 4},
@@ -36,12 +26,6 @@ LATENCY = {
     "NCCL_PROTO=LL": {"decode": 20.0, "verify-2": 22.0, "verify-4": 25.0, "verify-6": 40.0},
     "NCCL_PROTO=LL NCCL_MAX_NCHANNELS=4": {"decode": 21.0, "verify-2": 23.0, "verify-4": 26.0, "verify-6": 30.0},
     "NCCL defaults": {"decode": 50.0, "verify-2": 55.0, "verify-4": 60.0, "verify-6": 70.0},
-}
-CHAIN = {
-    "speculative_algorithm": "EAGLE3",
-    "speculative_num_steps": 3,
-    "speculative_eagle_topk": 1,
-    "speculative_num_draft_tokens": None,
 }
 TREE = {
     "speculative_algorithm": "EAGLE3",

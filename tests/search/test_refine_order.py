@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.config.experiment import ParamSpec, SamplerSpec, SearchSpace
+from refine_helpers import CHAIN, SPACE
+
+from orchestrator.config.experiment import SamplerSpec
 from orchestrator.records import split_point
 from orchestrator.search import space as sp
 from orchestrator.search.proposal import Proposal, ProposalPolicy
@@ -15,17 +17,6 @@ from orchestrator.search.refine import SHORT_SEARCH, Refinement
 from orchestrator.search.regions import REFUSED, Region
 from orchestrator.search.study import Study
 
-SPACE = SearchSpace(
-    name="short",
-    params={
-        "NCCL_PROTO": ParamSpec(choices=(None, "LL", "Simple")),
-        "NCCL_MAX_NCHANNELS": ParamSpec(choices=(None, 2, 4)),
-        "speculative_algorithm": ParamSpec(choices=(None, "EAGLE3")),
-        "speculative_num_steps": ParamSpec(low=1, high=4, when={"speculative_algorithm": "EAGLE3"}),
-        "speculative_eagle_topk": ParamSpec(choices=(1, 2), when={"speculative_algorithm": "EAGLE3"}),
-        "speculative_num_draft_tokens": ParamSpec(choices=(2, 4, 6), when={"speculative_eagle_topk": 2}),
-    },
-)
 KEPT = {
     "LL": {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": None},
     "LL 4": {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": 4},
@@ -35,12 +26,6 @@ LATENCY = {  # LL fastest at every size: the best point is already under its fas
     "LL": {"decode": 20.0, "verify-4": 25.0, "verify-6": 30.0},
     "LL 4": {"decode": 21.0, "verify-4": 26.0, "verify-6": 31.0},
     "Simple": {"decode": 40.0, "verify-4": 45.0, "verify-6": 50.0},
-}
-CHAIN = {
-    "speculative_algorithm": "EAGLE3",
-    "speculative_num_steps": 3,
-    "speculative_eagle_topk": 1,
-    "speculative_num_draft_tokens": None,
 }
 OFF = {k: None for k in CHAIN}
 
