@@ -121,7 +121,10 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
         r == oom_region or any(r.startswith(f"in the region where trial {n} ") for n in failed_numbers)
         for r in settled.values()
     ), (settled, failed_numbers)
-    assert all(topk == 4 for _, _, topk in settled) and not set(settled) & set(kinds), (settled, kinds)
+    # The OOM's region is its shape (top-k 4); a crash's region may hold other shapes, and which settles a
+    # point first depends on the interleaving. A settled point is never launched.
+    assert all(key[2] == 4 for key, r in settled.items() if r == oom_region), settled
+    assert not set(settled) & set(kinds), (settled, kinds)
     assert len(kinds) + len(settled) == 12, kinds  # every grid point settled: failures did not stop the sweep
     assert kinds[("LL128", None, None)][:2] == ("FAILED", "startup_timeout")
     status, kind, tail, reason = kinds[("Simple", None, None)]
