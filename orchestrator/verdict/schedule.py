@@ -130,8 +130,9 @@ def candidate_arms(spec: SweepSpec) -> list[tuple[str, int, bool]]:
     for c in spec.promotion.concurrency or (level,):
         if c != level:
             arms += [(f"champion@{c}", c, False), (f"baseline@{c}", c, False)]
-        if steps:
-            arms.append((f"steps@{c}", c, False))
+        if steps:  # without explain, the gate level's seat is the rival's when one is found
+            seat = "runner_up or steps" if c == level and not spec.promotion.explain else "steps"
+            arms.append((f"{seat}@{c}", c, False))
     return arms
 
 

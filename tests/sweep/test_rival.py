@@ -27,7 +27,9 @@ def test_a_near_tie_without_explain_is_settled_by_the_rival_in_the_step_control_
     spec = spec_mod.load(write_experiment(tmp_path, data, name="again.yaml"))
     # The plan before the night: the gate's pair and the step control's seat (which the rival takes).
     planned = schedule.candidate_arms(spec)
-    assert [name for name, _, _ in planned] == ["champion", "baseline", "steps@1"]
+    assert [name for name, _, _ in planned] == ["champion", "baseline", "runner_up or steps@1"]
+    said = schedule.night_plan(spec).lines()
+    assert "confirmation: runner_up or steps@1 at 1 stream(s), 3 round(s)" in "\n".join(said), said
     wd, summary, _, _ = run_sweep(tmp_path, sqlite_store_template, data)
     measured: dict[str, dict[int, dict]] = {}
     for row in summary.confirmations or []:
