@@ -43,32 +43,26 @@ def pick(port: Port) -> Champion | Promotion:
     )
     if champion is None or baseline is None:
         return Promotion(Outcome.no_champion, _no_champion(feasible) if champion is None else "no baseline measured")
-    # With promotion.explain, the best point of another region; without, the pick's nearest rival, any
-    # knob away, while the search's own measurements leave it a chance to be the better (`rival`).
-    other = runner_up(
-        port.outcomes,
-        champion,
-        metric=objective.metric,
-        direction=objective.direction,
-        constraints=objective.bounds(),
-        concurrency=level,
-        distance_min=RUNNER_UP_DISTANCE if spec.promotion.explain else 1,
-    )
+    eligible = select.eligible_values(port.outcomes, metric=objective.metric, constraints=objective.bounds())
+    adjust = select.run_speed_metric(objective.metric, level)
     note_run_speed(port)
-    # What the search's own measurements say of the runner-up against the champion (gate.contender_wins).
-    search = (
-        None
-        if other is None
-        else search_contrast(
-            select.eligible_values(port.outcomes, metric=objective.metric, constraints=objective.bounds()),
-            champion.params,
-            other.params,
+    if not spec.promotion.explain:  # the one arm beside the pair: the rival likeliest to beat the pick
+        other, search = rival(eligible, champion, direction=objective.direction, adjust=adjust) or (None, None)
+    else:
+        other = runner_up(
+            port.outcomes,
+            champion,
+            metric=objective.metric,
             direction=objective.direction,
-            adjust=select.run_speed_metric(objective.metric, level),
+            constraints=objective.bounds(),
+            concurrency=level,
         )
-    )
-    if not spec.promotion.explain and not rival(search):
-        other = search = None
+        # What the search's own measurements say of the runner-up against the champion (gate.contender_wins).
+        search = (
+            None
+            if other is None
+            else search_contrast(eligible, champion.params, other.params, direction=objective.direction, adjust=adjust)
+        )
     run_id = port.run_id_of(champion)  # the port sends the outbox first: its run may be created there
     if run_id is None:
         return Promotion(
@@ -104,13 +98,34 @@ def _no_champion(searched: list[TrialOutcome]) -> str:
     )
 
 
-def rival(search: Contrast | None) -> bool:
-    """Whether a runner-up the search measured `search` of (positive: it is the better) may still be the
-    better point: its pooled estimate, credited select.RIVAL_Z standard errors, reaches the pick's. With
-    promotion.explain off, such a rival is the one arm the confirmation measures beside the gate's pair
-    (verdict.arms): on a short night the search's pick and its nearest rival are often a near-tie measured
-    once each (bench/short_night.py, docs/benchmarks.md), which the rounds settle."""
-    return search is not None and search.diff + select.RIVAL_Z * search.se > 0.0
+def rival(
+    eligible: Sequence[tuple[TrialOutcome, float]],
+    champion: TrialOutcome,
+    *,
+    direction: select.Direction,
+    adjust: str | None = None,
+) -> tuple[TrialOutcome, Contrast] | None:
+    """The searched trial likeliest to beat the pick, with what the search says of it against the pick
+    (search_contrast: positive when it is the better): at least one knob away, the highest pooled estimate
+    credited select.RIVAL_Z standard errors; None when even that does not reach the pick's. With
+    promotion.explain off it is the one arm the confirmation measures beside the gate's pair (verdict.arms),
+    where the step control sat before.
+
+    On a short night the pick and the optimum are often a near-tie measured once each, the pick's own value
+    inflated by being the highest of several noisy ones; the rounds settle it. Why the bound and not the
+    pick's own ranking (the runner-up's): a point measured once beside the pick has the widest interval,
+    and that is the near-tie worth measuring again (bench/short_night.py, docs/benchmarks.md)."""
+    best: tuple[float, TrialOutcome, Contrast] | None = None
+    for outcome, _ in eligible:
+        if outcome.role is not TrialRole.search or distance(outcome.params, champion.params) < 1:
+            continue
+        found = search_contrast(eligible, champion.params, outcome.params, direction=direction, adjust=adjust)
+        if found is None:
+            continue
+        bound = found.diff + select.RIVAL_Z * found.se
+        if bound > 0.0 and (best is None or bound > best[0]):
+            best = (bound, outcome, found)
+    return None if best is None else (best[1], best[2])
 
 
 def distance(a: Mapping[str, ParamValue], b: Mapping[str, ParamValue]) -> int:
@@ -125,9 +140,8 @@ def runner_up(
     direction: select.Direction,
     constraints: Mapping[str, tuple[float | None, float | None]],
     concurrency: int,
-    distance_min: int = RUNNER_UP_DISTANCE,
 ) -> TrialOutcome | None:
-    """The best eligible searched trial at least `distance_min` knobs away from the champion, ranked
+    """The best eligible searched trial at least RUNNER_UP_DISTANCE knobs away from the champion, ranked
     as the champion pick ranks (select.PICK_Z below its pooled estimate) in the fit over every eligible
     searched trial: a point of another region is estimated from its parts as measured anywhere, as the
     champion was, not from the other region's trials alone (which left a point with a part measured
@@ -139,7 +153,7 @@ def runner_up(
         if o.role is TrialRole.search
         and o.status is TrialStatus.COMPLETE
         and o.number != champion.number
-        and distance(o.params, champion.params) >= distance_min
+        and distance(o.params, champion.params) >= RUNNER_UP_DISTANCE
     }
     eligible = select.eligible_values(
         [o for o in outcomes if o.role is TrialRole.search], metric=metric, constraints=constraints
