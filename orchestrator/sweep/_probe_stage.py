@@ -46,7 +46,19 @@ from orchestrator.verdict.arms import sglang_default_speculation as speculation_
 log = logging.getLogger("sweep")
 
 WARM_START = 3
-"""Kept settings (fastest first) enqueued with the model's default speculation before the sampler proposes."""
+"""Kept settings (fastest first) enqueued with the model's default speculation before the sampler proposes
+(fewer on a short search: warm_start_size)."""
+WARM_START_SHARE = 5
+"""A warm start takes at most one launch in this many of budget.trials (at least one)."""
+
+
+def warm_start_size(spec: SweepSpec) -> int:
+    """How many kept settings the warm start launches: WARM_START, but at most a WARM_START_SHARE-th of
+    budget.trials. The 20-launch night (11 trials: the baseline and 10 searched) spent 3 of its 10 on the
+    probe's three fastest settings under one speculation shape, which the full server often ranks alike;
+    with 2, the refinement's extra trial reached 98% of the optimum in 56 of 60 tuning nights against 52
+    (bench/short_night.py, docs/benchmarks.md). A night bound by its wall time keeps 3."""
+    return max(1, min(WARM_START, spec.budget.trials // WARM_START_SHARE))
 
 
 def reusable(result: ProbeResult, spec: SweepSpec) -> str | None:
@@ -167,10 +179,10 @@ def screen_refuses(spec: SweepSpec) -> Callable[[Mapping[str, ParamValue]], bool
 
 
 def warm_start(spec: SweepSpec, kept: Mapping[str, dict[str, ParamValue]]) -> list[str]:
-    """The WARM_START kept settings the warm start launches: the fastest the screen will not refuse first."""
+    """The kept settings the warm start launches (warm_start_size): the fastest the screen will not refuse first."""
     refused = screen_refuses(spec)
     safe = [label for label, values in kept.items() if not refused(values)]
-    return (safe + [label for label in kept if label not in safe])[:WARM_START]
+    return (safe + [label for label in kept if label not in safe])[: warm_start_size(spec)]
 
 
 def size_latencies(result: ProbeResult, kept: Mapping[str, Any]) -> dict[str, dict[str, float]]:
@@ -333,7 +345,7 @@ def _knob_by_knob(
         (r for r in ranked if r.setting in kept and r.decode_relative is not None),
         key=lambda r: (r.decode_relative, r.rank),
     )
-    labels = [r.setting for r in by_decode][:WARM_START] or list(kept)[:1]
+    labels = [r.setting for r in by_decode][: warm_start_size(spec)] or list(kept)[:1]
     plain = sp.baseline_params(spec.space)
     for rank, label in enumerate(labels):
         study.enqueue({**plain, **kept[label]}, {"role": "search", "warm_start": rank + 1, "probe_setting": label})

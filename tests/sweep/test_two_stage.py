@@ -14,6 +14,7 @@ from orchestrator.probe import rank_settings, read_probe
 from orchestrator.results import cost as cost_mod
 from orchestrator.search.study import read_only
 from orchestrator.sweep import state as st
+from orchestrator.sweep._probe_stage import warm_start_size
 from orchestrator.sweep.driver import Sweep
 from orchestrator.testing import ModelExecutor
 
@@ -46,8 +47,10 @@ def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(
         env = {k: str(v) for k, v in t.params.items() if k.startswith("NCCL_") and v is not None}
         assert env in kept_envs, env
     warm = sorted((t.attrs["warm_start"], t.attrs["probe_setting"]) for t in trials if "warm_start" in t.attrs)
-    best = [r.setting for r in ranked if r.kept][:3]
-    assert [label for _, label in warm] == best  # the fastest kept settings first, with speculation on
+    # budget.trials 6: a warm start of one launch (at most a fifth of the trials; 3 from 15 trials on)
+    assert warm_start_size(spec) == 1
+    best = [r.setting for r in ranked if r.kept][:1]
+    assert [label for _, label in warm] == best  # the fastest kept setting first, with speculation on
     first = next(t for t in trials if t.attrs.get("warm_start") == 1)
     assert first.params["speculative_algorithm"] == "EAGLE3"
 
@@ -116,3 +119,13 @@ def test_the_probe_s_real_scale_time_comes_before_the_first_launch_on_the_clock(
     first = json.loads((wd / "trials" / "0000" / "outcome.json").read_text())
     epoch = executor.clock.time() - executor.clock.monotonic()  # the clock's time at monotonic 0
     assert first["started_at"] - epoch >= cost_mod.probe_seconds(spec, len(probe.settings)) - 1e-6 > 0
+
+
+def test_the_warm_start_takes_at_most_a_fifth_of_a_short_search(tmp_path):
+    # The 20-launch night (bench/short_night.py: budget.trials 11) warm-starts from 2 kept settings; the
+    # demo (20 trials) and a night bound by its wall time (budget.trials in the thousands) from 3.
+    def size(trials: int) -> int:
+        data = demo_experiment(name="warm", budget={"trials": trials})
+        return warm_start_size(spec_mod.load(write_experiment(tmp_path, data, name=f"t{trials}.yaml")))
+
+    assert [size(n) for n in (2, 6, 10, 11, 14, 15, 20, 100_000)] == [1, 1, 2, 2, 2, 3, 3, 3]
