@@ -263,9 +263,9 @@ class PromotionSpec(correctness.Gated):
     explain: bool = True
     """Also measure, in the same rounds, the champion without speculation, its speculation with NCCL at
     defaults and the best runner-up from another region: each part's contribution. Off, the rounds
-    measure one arm beside the champion and the baseline: the searched point likeliest to beat the
-    pick while the search's own measurements cannot rule it out (a near-tie, deployed if it wins), else
-    the adaptive-or-fixed step control."""
+    measure one arm beside the champion and the baseline: the searched point the search's own
+    measurements can least rule out as better than the pick (a near-tie, deployed if it wins), in the
+    adaptive-or-fixed step control's place."""
     concurrency: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = ()
     """Concurrent requests at which champion and baseline are also compared before promotion (the
     load you will serve), e.g. [1, 8, 32]; empty: only the level the objective is judged at

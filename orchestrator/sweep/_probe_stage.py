@@ -57,7 +57,8 @@ def warm_start_size(spec: SweepSpec) -> int:
     budget.trials. The 20-launch night (11 trials: the baseline and 10 searched) spent 3 of its 10 on the
     probe's three fastest settings under one speculation shape, which the full server often ranks alike;
     with 2, the refinement's extra trial reached 98% of the optimum in 56 of 60 tuning nights against 52
-    (bench/short_night.py, docs/benchmarks.md). A night bound by its wall time keeps 3."""
+    (bench/short_night.py, docs/benchmarks.md). A night bound by its wall time keeps 3. An objective judged
+    at several streams (`_knob_by_knob`) adds one launch with the model's default speculation."""
     return max(1, min(WARM_START, spec.budget.trials // WARM_START_SHARE))
 
 

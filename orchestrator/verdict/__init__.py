@@ -3,7 +3,8 @@
 The pipeline (`promote`), each step a function returning a frozen value (`steps`), each step's helpers in its
 own module, which the pipeline enters once and in this order (scripts/walk.py follows it):
 - `pick`: everything read of the search's trials: the pick with its baseline and MLflow run, its runner-up
-  from another region and what the search says of the two, the run-speed note; the verdict without a gate;
+  from another region (without promotion.explain: its rival) and what the search says of the two, the
+  run-speed note; the verdict without a gate;
 - `arms`: what the rounds measure (the pair, the ablations, the runner-up, speculation at SGLang's default,
   the other loads, adaptive or fixed steps), fitted to the night's time left; `arm`: an arm as a value;
 - `schedule`: one clock for the night (the confirmation's cost, held back before the first launch);

@@ -3,7 +3,8 @@ the champion and the baseline (the gate's pair), the ablations that say why it w
 speculation, its speculation with NCCL at defaults; for a champion that does not speculate, the best
 speculating trial's speculation and SGLang's default for the model on its NCCL settings), the runner-up from
 another region (verdict.pick), the pair at each other promotion.concurrency level, and the champion as the
-other kind of step control (adaptive against a fixed count, `steps_arms`); then fitted to the night's time
+other kind of step control (adaptive against a fixed count, `steps_arms`; without promotion.explain the
+pick's rival, verdict.pick.rival, takes the step control's place when one is found); then fitted to the night's time
 left (`fitted`, verdict.schedule), each arm left out named in a line.
 
 Measuring arms in the same rounds pairs them in time, so a host drifting during the night cancels out
@@ -78,8 +79,9 @@ def arms(port: Port, champion: Champion) -> Arms:
     """The champion and the baseline (the main pair), the ablations (promotion.explain), the pair at each
     other promotion.concurrency level, and the champion as the other kind of step control. Without
     promotion.explain, a rival of the pick (pick.rival: a near-tie the search measured once or twice)
-    takes the step control's place: the one arm beside the pair is the one likelier to change what is
-    deployed, and the night's launches stay those `schedule.candidate_arms` planned."""
+    takes the step control's place at every level: the one arm beside the pair is the one likelier to
+    change what is deployed, and the night measures no more than `schedule.candidate_arms` planned (its
+    worst case: the step control at every level, the rival in the gate level's seat)."""
     spec = port.spec
     trial, level = champion.trial, spec.benchmark.concurrency
     base_params = sp.baseline_params(spec.space)

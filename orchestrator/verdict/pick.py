@@ -1,6 +1,7 @@
 """The promotion's first step, everything it reads of the search's trials: the search's pick with its
-baseline and MLflow run (or why there is none), its runner-up from another region and what the search's
-own measurements say of the two (the near-tie the rounds may settle), the log's line on whether the pick
+baseline and MLflow run (or why there is none), its runner-up from another region (with promotion.explain;
+without it, the rival the search can least rule out) and what the search's own measurements say of the two
+(the near-tie the rounds may settle), the log's line on whether the pick
 took each run's own speed out of the search's measurements (results.select.run_speed), and the verdict
 without a gate (`ungated`).
 """
@@ -26,8 +27,8 @@ RUNNER_UP_DISTANCE = 2
 
 
 def pick(port: Port) -> Champion | Promotion:
-    """The champion of the search, with the baseline, its MLflow run and its runner-up (when
-    promotion.explain measures one); or why there is none to promote."""
+    """The champion of the search, with the baseline, its MLflow run and its runner-up (from another
+    region with promotion.explain, else its rival); or why there is none to promote."""
     spec = port.spec
     objective, level = spec.objective, spec.benchmark.concurrency
     feasible = [o for o in port.outcomes if o.role is TrialRole.search]
@@ -46,7 +47,7 @@ def pick(port: Port) -> Champion | Promotion:
     eligible = select.eligible_values(port.outcomes, metric=objective.metric, constraints=objective.bounds())
     adjust = select.run_speed_metric(objective.metric, level)
     note_run_speed(port)
-    if not spec.promotion.explain:  # the one arm beside the pair: the rival likeliest to beat the pick
+    if not spec.promotion.explain:  # the one arm beside the pair: the rival the search can least rule out
         other, search = rival(eligible, champion, direction=objective.direction, adjust=adjust) or (None, None)
     else:
         other = runner_up(
@@ -105,9 +106,10 @@ def rival(
     direction: select.Direction,
     adjust: str | None = None,
 ) -> tuple[TrialOutcome, Contrast] | None:
-    """The searched trial likeliest to beat the pick, with what the search says of it against the pick
-    (search_contrast: positive when it is the better): at least one knob away, the highest pooled estimate
-    credited select.RIVAL_Z standard errors; None when even that does not reach the pick's. With
+    """The searched trial the search can least rule out as better than the pick, with what the search says
+    of it against the pick (search_contrast: positive when it is the better): at least one knob away, the
+    highest upper bound (pooled estimate credited select.RIVAL_Z standard errors); None when even that does
+    not reach the pick's. Each configuration is fitted once (its first trial stands for its repeats). With
     promotion.explain off it is the one arm the confirmation measures beside the gate's pair (verdict.arms),
     where the step control sat before.
 
@@ -116,9 +118,12 @@ def rival(
     pick's own ranking (the runner-up's): a point measured once beside the pick has the widest interval,
     and that is the near-tie worth measuring again (bench/short_night.py, docs/benchmarks.md)."""
     best: tuple[float, TrialOutcome, Contrast] | None = None
+    seen: set[tuple[tuple[str, str], ...]] = set()
     for outcome, _ in eligible:
-        if outcome.role is not TrialRole.search or distance(outcome.params, champion.params) < 1:
+        point = tuple(sorted((k, repr(v)) for k, v in outcome.params.items()))
+        if outcome.role is not TrialRole.search or point in seen or distance(outcome.params, champion.params) < 1:
             continue
+        seen.add(point)
         found = search_contrast(eligible, champion.params, outcome.params, direction=direction, adjust=adjust)
         if found is None:
             continue

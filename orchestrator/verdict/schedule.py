@@ -120,8 +120,10 @@ def value_rank(name: str, concurrency: int, gate_level: int) -> tuple[int, int, 
 def candidate_arms(spec: SweepSpec) -> list[tuple[str, int, bool]]:
     """The arms a confirmation of `spec` may measure, before the champion is known: the worst case
     (a champion that speculates and sets NCCL knobs, a runner-up found). (name, concurrency, main).
-    Without promotion.explain a rival of the pick takes the step control's place (verdict.arms.arms), so
-    it is listed only where no step control at the gate's level holds its seat."""
+    Without promotion.explain a rival of the pick takes the step control's place (verdict.arms.arms): the
+    gate level's step control is listed as the seat both may take ("runner_up or steps@<level>"), and the
+    rival has a seat of its own only where there is none (no speculation, an SGLang version without
+    adaptive steps, or the gate's level not among promotion.concurrency)."""
     level = spec.benchmark.concurrency
     algo = spec.space.params.get("speculative_algorithm")
     speculates = algo is not None and any(v is not None for v in algo.values())

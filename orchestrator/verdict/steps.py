@@ -34,7 +34,7 @@ class Champion:
     metric: str
     runner_up: TrialOutcome | None = None
     """The best searched trial from another region (pick.runner_up) with promotion.explain; without it, the
-    rival likeliest to beat the pick, while the search leaves it a chance to be the better (pick.rival)."""
+    rival the search can least rule out as better than the pick (pick.rival)."""
     search: Contrast | None = None
     """What the search's own measurements say of the runner-up against it (select.search_contrast)."""
 
