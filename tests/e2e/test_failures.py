@@ -103,7 +103,8 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
             o["reason"],
         )
     # A speculation shape that ran out of memory is not launched again under another NCCL setting (issue
-    # 34): every top-k 4 point asked after the OOM was recorded is settled without a launch, in its region.
+    # 34): a point asked inside a failed trial's region is settled without a launch; the OOM's region is
+    # its shape (top-k 4).
     oom_number = int(next(d.name for d in (wd / "trials").iterdir() if '"oom"' in (d / "outcome.json").read_text()))
     views, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", "failures") or ([], {})
     settled = {
@@ -206,10 +207,10 @@ def test_a_night_whose_probe_best_settings_hang_still_ends_with_a_champion(tmp_p
     assert warm[0]["params"]["NCCL_PROTO"] == "LL" and warm[0]["failure_kind"] == "nccl_hang", warm[0]["params"]
     hung = [o for o in outcomes if o["failure_kind"] == "nccl_hang"]
     searched = [o for o in outcomes if o["role"] == "search"]
-    # Past the old failure budget: more than max_failure_rate of the first min_trials_for_failure_rate
-    # searched trials hung, where the old rule stopped the night.
-    first = searched[:3]
-    assert len(hung) >= 2 and sum(o["failure_kind"] == "nccl_hang" for o in first) / len(first) > 0.3, first
+    # Past the old failure budget: the first searched trial hung (above), so at the old rule's first look
+    # (min_trials_for_failure_rate 3) more than max_failure_rate 0.3 had failed; and the warm start's next
+    # launch under LL hung too.
+    assert len(hung) >= 2, [o["params"] for o in searched]
     summary = json.loads((wd / "summary.json").read_text())
     assert summary["stop_kind"] in ("trial_budget", "grid_exhausted", "space_exhausted"), summary["stop_reason"]
     champ = summary["champion"]["params"]

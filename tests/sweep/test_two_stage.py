@@ -22,7 +22,7 @@ from orchestrator.testing import ModelExecutor
 def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(tmp_path, sqlite_store_template):
     data = demo_experiment(
         name="twostage",
-        budget={"trials": 6, "concurrent_trials": 2},
+        budget={"trials": 15, "concurrent_trials": 2},
         promotion={"max_rounds": 0},
         probe={"enabled": True, "keep_within": 1.1},
     )
@@ -47,17 +47,17 @@ def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(
         env = {k: str(v) for k, v in t.params.items() if k.startswith("NCCL_") and v is not None}
         assert env in kept_envs, env
     warm = sorted((t.attrs["warm_start"], t.attrs["probe_setting"]) for t in trials if "warm_start" in t.attrs)
-    # budget.trials 6: a warm start of one launch (at most a fifth of the trials; 3 from 15 trials on)
-    assert warm_start_size(spec) == 1
-    best = [r.setting for r in ranked if r.kept][:1]
-    assert [label for _, label in warm] == best  # the fastest kept setting first, with speculation on
+    # budget.trials 15: a warm start of three launches (at most a fifth of the trials)
+    assert warm_start_size(spec) == 3
+    best = [r.setting for r in ranked if r.kept][:3]
+    assert [label for _, label in warm] == best  # the fastest kept settings first, with speculation on
     first = next(t for t in trials if t.attrs.get("warm_start") == 1)
     assert first.params["speculative_algorithm"] == "EAGLE3"
 
     # Resumed with a larger budget: the probe is not run again (probe.json untouched), the kept set holds.
     mtime = (wd / "probe.json").stat().st_mtime_ns
     events = []
-    Sweep(spec, wd, executor=ModelExecutor(2), resume=True, n_trials=9, on_event=events.append).run()
+    Sweep(spec, wd, executor=ModelExecutor(2), resume=True, n_trials=18, on_event=events.append).run()
     assert not [e for e in events if isinstance(e, st.ProbeStage)]  # the study already holds its kept settings
     assert (wd / "probe.json").stat().st_mtime_ns == mtime
     trials, _ = read_only(f"sqlite:///{wd / 'optuna.db'}", spec.name)  # type: ignore[misc]
@@ -65,7 +65,7 @@ def test_stage_two_measures_only_kept_nccl_settings_and_resume_reuses_the_probe(
         if t.role == "search" and not t.attrs.get("skipped"):
             env = {k: str(v) for k, v in t.params.items() if k.startswith("NCCL_") and v is not None}
             assert env in kept_envs, env
-    assert json.loads((wd / "sweep.json").read_text())["launched"] >= 9
+    assert json.loads((wd / "sweep.json").read_text())["launched"] >= 18
 
 
 def test_a_probe_json_is_reused_only_for_the_same_space_host_and_a_whole_probe(tmp_path):
