@@ -139,10 +139,12 @@ def test_failed_trials_have_the_right_kind_and_the_sweep_goes_on(tmp_path, sqlit
     assert kinds[("LL128", "EAGLE3", 2)][1] is None  # 2 x 8 draft tokens fit: outside the OOM's shape
     expected = {(None, "EAGLE3"): "env_not_applied", ("LL", "EAGLE3"): "nccl_hang", ("Simple", "EAGLE3"): None}
     for (proto, spec), want in expected.items():
-        assert kinds[(proto, spec, 2)][1] == want, kinds[(proto, spec, 2)]
-        # top-k 4: launched before the OOM was recorded, or settled in its region
-        assert (proto, spec, 4) in settled or kinds[(proto, spec, 4)][1] == want, kinds.get((proto, spec, 4))
-    assert "did not reach" in kinds[(None, "EAGLE3", 2)][3]
+        # Launched with its own failure, or settled in a failed trial's region (checked above): under LL
+        # the hang of the trial without speculation may mark the point first (whichever of the two
+        # concurrent trials finishes first); top-k 4 may also be settled in the OOM's region.
+        for topk in (2, 4):
+            assert (proto, spec, topk) in settled or kinds[(proto, spec, topk)][1] == want, (proto, spec, topk)
+    assert (None, "EAGLE3", 2) in settled or "did not reach" in kinds[(None, "EAGLE3", 2)][3]
     status, kind, tail, reason = kinds[("LL", None, None)]  # hung mid-benchmark: not a COMPLETE measurement
     assert (status, kind) == ("FAILED", "nccl_hang") and "after 1 good request" in reason
     assert kinds[(None, None, None)][0] == "COMPLETE", kinds[(None, None, None)]
