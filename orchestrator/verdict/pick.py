@@ -109,7 +109,8 @@ def rival(
     """The searched trial the search can least rule out as better than the pick, with what the search says
     of it against the pick (search_contrast: positive when it is the better): at least one knob away, the
     highest upper bound (pooled estimate credited select.RIVAL_Z standard errors); None when even that does
-    not reach the pick's. Each configuration is fitted once (its first trial stands for its repeats). With
+    not reach the pick's. The fit's rows are built once; each configuration is contrasted once (its first
+    trial stands for its repeats). With
     promotion.explain off it is the one arm the confirmation measures beside the gate's pair (verdict.arms),
     where the step control sat before.
 
@@ -117,6 +118,9 @@ def rival(
     inflated by being the highest of several noisy ones; the rounds settle it. Why the bound and not the
     pick's own ranking (the runner-up's): a point measured once beside the pick has the widest interval,
     and that is the near-tie worth measuring again (bench/short_night.py, docs/benchmarks.md)."""
+    rows = select.log_rows(eligible, direction, adjust)  # search_contrast's rows, for every candidate
+    if rows is None:
+        return None
     best: tuple[float, TrialOutcome, Contrast] | None = None
     seen: set[tuple[tuple[str, str], ...]] = set()
     for outcome, _ in eligible:
@@ -124,7 +128,7 @@ def rival(
         if outcome.role is not TrialRole.search or point in seen or distance(outcome.params, champion.params) < 1:
             continue
         seen.add(point)
-        found = search_contrast(eligible, champion.params, outcome.params, direction=direction, adjust=adjust)
+        found = pooled_contrast(rows, split_point(champion.params), split_point(outcome.params))
         if found is None:
             continue
         bound = found.diff + select.RIVAL_Z * found.se
