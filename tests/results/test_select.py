@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from outcome_helpers import searched
 
 from orchestrator.records import (
     FailureKind,
@@ -220,17 +221,6 @@ def test_pareto_front(points, front):
     assert pareto_front(points, [("tok", "maximize"), ("ttft", "minimize")]) == front
 
 
-def trial(number, decode, params):
-    return TrialOutcome(
-        number=number,
-        params=params,
-        role=TrialRole.search,
-        status=TrialStatus.COMPLETE,
-        metrics=Metrics(decode_tok_s=decode, output_tok_s=decode),
-        effective_env={"ok": True},
-    )
-
-
 SPEC_A = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1}
 SPEC_B = {
     "speculative_algorithm": "EAGLE3",
@@ -244,11 +234,11 @@ def test_the_pooled_pick_prefers_settings_confirmed_by_their_neighbours():
     """A measured once lucky (100.2) and three times ordinary under other NCCL channel counts; B
     measured 98.5-99.2 under the same four: the best single number is A's, the pooled pick is B's."""
     outcomes = [
-        trial(n, v, {**SPEC_A, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
+        searched(n, v, {**SPEC_A, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
         for n, v, ch in ((1, 100.2, 2), (2, 96.2, 4), (3, 95.8, 8), (4, 96.5, 16))
     ]
     outcomes += [
-        trial(n, v, {**SPEC_B, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
+        searched(n, v, {**SPEC_B, "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": ch})
         for n, v, ch in ((5, 99.2, 2), (6, 98.5, 4), (7, 98.9, 8), (8, 99.1, 16))
     ]
     raw = pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1, pooled=False)
@@ -258,7 +248,7 @@ def test_the_pooled_pick_prefers_settings_confirmed_by_their_neighbours():
 
 
 def test_the_pooled_pick_falls_back_to_the_best_value_when_a_value_is_not_positive():
-    outcomes = [trial(1, 0.0, {**SPEC_A}), trial(2, 5.0, {**SPEC_B})]
+    outcomes = [searched(1, 0.0, {**SPEC_A}), searched(2, 5.0, {**SPEC_B})]
     assert pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1).number == 2
 
 
@@ -273,7 +263,7 @@ def _eligible(outcomes):
 
 
 def _measured(params, values, first):
-    return [trial(first + i, v, params) for i, v in enumerate(values)]
+    return [searched(first + i, v, params) for i, v in enumerate(values)]
 
 
 def test_near_tie_measures_the_rival_the_fit_knows_less():
@@ -304,14 +294,14 @@ def test_near_tie_stops_at_the_measurement_cap():
     """The point to measure again already has NEAR_TIE_MAX measurements: nothing is queued."""
     outcomes = _measured(POINT_A, (100.0, 100.4, 99.6, 100.1), 1) + _measured(POINT_B, [99.5] * (NEAR_TIE_MAX - 1), 10)
     assert near_tie(_eligible(outcomes), direction="maximize").number == 10  # one short of the cap
-    outcomes.append(trial(20, 99.5, POINT_B))
+    outcomes.append(searched(20, 99.5, POINT_B))
     assert near_tie(_eligible(outcomes), direction="maximize") is None
 
 
 def test_near_tie_needs_two_points_and_positive_values():
     assert near_tie(_eligible(_measured(POINT_A, (100.0, 101.0), 1)), direction="maximize") is None  # one point
     assert near_tie([], direction="maximize") is None
-    assert near_tie(_eligible([trial(1, 0.0, POINT_A), trial(2, 90.0, POINT_B)]), direction="maximize") is None
+    assert near_tie(_eligible([searched(1, 0.0, POINT_A), searched(2, 90.0, POINT_B)]), direction="maximize") is None
 
 
 def test_near_tie_for_a_latency_objective_measures_the_close_second():
@@ -332,11 +322,11 @@ def test_search_contrast_is_the_pooled_fit_of_the_second_against_the_first():
     """B's four measurements 3% above A's four, each under the same two NCCL settings: the search says B
     is about 3% better, and a latency objective reads the same numbers the other way round."""
     outcomes = [
-        trial(n, v, {**SPEC_A, "NCCL_PROTO": p})
+        searched(n, v, {**SPEC_A, "NCCL_PROTO": p})
         for n, v, p in ((1, 96.0, "LL"), (2, 97.0, "Simple"), (3, 97.5, "LL"), (4, 96.5, "Simple"))
     ]
     outcomes += [
-        trial(n, v, {**SPEC_B, "NCCL_PROTO": p})
+        searched(n, v, {**SPEC_B, "NCCL_PROTO": p})
         for n, v, p in ((5, 99.0, "LL"), (6, 100.0, "Simple"), (7, 100.4, "LL"), (8, 99.4, "Simple"))
     ]
     a, b = outcomes[0].params, outcomes[4].params
@@ -345,7 +335,7 @@ def test_search_contrast_is_the_pooled_fit_of_the_second_against_the_first():
     latency = search_contrast(_eligible(outcomes), a, b, direction="minimize")
     assert latency is not None and latency.diff == pytest.approx(-found.diff)
     assert search_contrast(_eligible(outcomes), a, {**SPEC_B, "NCCL_PROTO": "LL128"}, direction="maximize") is None
-    assert search_contrast(_eligible([trial(1, 0.0, a), trial(2, 9.0, b)]), a, b, direction="maximize") is None
+    assert search_contrast(_eligible([searched(1, 0.0, a), searched(2, 9.0, b)]), a, b, direction="maximize") is None
 
 
 def test_replicate_noise_counts_only_repeats_of_the_very_same_point():
@@ -439,7 +429,7 @@ def test_run_speed_leaves_other_objectives_and_untimed_runs_as_measured():
     assert run_speed_of(ttft, direction="minimize", adjust="ttft_ms_p50") is None  # TTFT is not its own covariate
     # A run without TTFT (SGLang's client recorded none, or a trial from before the TTFT was kept) stays as
     # measured; the timed runs are adjusted all the same (stats.covariate_adjusted: x None takes no part).
-    untimed = outcomes + [trial(9, 99.0, POINT_A)]
+    untimed = outcomes + [searched(9, 99.0, POINT_A)]
     rows = [(*split_point(o.params), float(np.log(v))) for o, v in _eligible(untimed)]
     adjusted, cov = run_speed(_eligible(untimed), rows, "decode_tok_s")
     assert cov is not None and cov.applied and cov.dof == 5
@@ -447,7 +437,7 @@ def test_run_speed_leaves_other_objectives_and_untimed_runs_as_measured():
     a_runs = [np.exp(y) for _, _, y in adjusted[:4]]  # A's runs at one speed: its runs' spread is gone
     assert max(a_runs) - min(a_runs) < 1e-9 and a_runs[0] == pytest.approx(100.0, rel=2e-4)
     assert pick_champion(untimed, metric="decode_tok_s", direction="maximize", concurrency=1).params == POINT_A
-    none_timed = [trial(i, v, p) for i, (v, p) in enumerate(((99.0, POINT_A), (98.0, POINT_A), (97.0, POINT_B)), 1)]
+    none_timed = [searched(i, v, p) for i, (v, p) in enumerate(((99.0, POINT_A), (98.0, POINT_A), (97.0, POINT_B)), 1)]
     assert run_speed_of(_eligible(none_timed), direction="maximize", adjust="decode_tok_s") is None
 
 
@@ -460,7 +450,7 @@ def test_the_search_and_the_pick_take_the_runs_speed_out_by_one_rule():
     outcomes[2] = outcomes[2].model_copy(
         update={"metrics": outcomes[2].metrics.model_copy(update={"ttft_ms_p50": 0.0})}
     )  # a TTFT not usable (SGLang's client recorded 0)
-    outcomes.append(trial(9, 99.0, POINT_B))  # none at all
+    outcomes.append(searched(9, 99.0, POINT_B))  # none at all
     eligible = _eligible(outcomes)
     rows = [(*split_point(o.params), float(np.log(v))) for o, v in eligible]
     by_pick, cov = run_speed(eligible, rows, "decode_tok_s")

@@ -13,9 +13,9 @@ import yaml
 from e2e_helpers import demo_experiment, write_experiment
 from loop_helpers import near_tie, run_sweep
 from mlflow_fixtures import sqlite_store_template  # noqa: F401 (fixture)
+from outcome_helpers import searched
 
 from orchestrator.config import experiment as spec_mod
-from orchestrator.records import Metrics, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import select, truth
 from orchestrator.search import space as sp
 from orchestrator.verdict import pick, schedule
@@ -56,17 +56,6 @@ def test_a_near_tie_without_explain_is_settled_by_the_rival_in_the_step_control_
     assert shipped > searched
 
 
-def _searched(number: int, value: float, params: dict) -> TrialOutcome:
-    return TrialOutcome(
-        number=number,
-        params=params,
-        role=TrialRole.search,
-        status=TrialStatus.COMPLETE,
-        metrics=Metrics(decode_tok_s=value, output_tok_s=value),
-        effective_env={"ok": True},
-    )
-
-
 def test_the_rival_is_the_point_the_search_can_least_rule_out():
     """The pick (trial 1: EAGLE-3, 3 steps, NCCL_PROTO=LL) and its neighbours under LL and NCCL defaults.
     By the search's pooled estimate the best other point is trial 3 (the pick's shape at NCCL defaults,
@@ -78,13 +67,13 @@ def test_the_rival_is_the_point_the_search_can_least_rule_out():
     near = {**a, "speculative_num_steps": 4}
     tree = {**a, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6}
     outcomes = [
-        _searched(1, 100.0, a),
-        _searched(2, 99.0, near),
-        _searched(3, 97.0, {**a, "NCCL_PROTO": None}),
-        _searched(4, 96.0, {**near, "NCCL_PROTO": None}),
-        _searched(6, 96.0, a),
-        _searched(7, 95.0, near),
-        _searched(5, 95.0, {**tree, "NCCL_PROTO": None}),
+        searched(1, 100.0, a),
+        searched(2, 99.0, near),
+        searched(3, 97.0, {**a, "NCCL_PROTO": None}),
+        searched(4, 96.0, {**near, "NCCL_PROTO": None}),
+        searched(6, 96.0, a),
+        searched(7, 95.0, near),
+        searched(5, 95.0, {**tree, "NCCL_PROTO": None}),
     ]
     champion = select.pick_champion(outcomes, metric="decode_tok_s", direction="maximize", concurrency=1)
     assert champion is not None and champion.number == 1
@@ -102,7 +91,7 @@ def test_the_rival_is_the_point_the_search_can_least_rule_out():
     assert other.number == 4 and search == contrasts[4]
     assert search.diff < 0.0 < search.diff + select.RIVAL_Z * search.se
     # Clearly slower everywhere: no rival.
-    slow = [_searched(1, 100.0, a), _searched(2, 80.0, near), _searched(3, 100.5, a), _searched(4, 79.0, near)]
+    slow = [searched(1, 100.0, a), searched(2, 80.0, near), searched(3, 100.5, a), searched(4, 79.0, near)]
     slow_eligible = select.eligible_values(slow, metric="decode_tok_s", constraints={})
     assert pick.rival(slow_eligible, slow[0], direction="maximize") is None
 

@@ -4,8 +4,8 @@ configuration when a part adds nothing, and where a gain stops paying with load.
 from __future__ import annotations
 
 import numpy as np
+from outcome_helpers import searched
 
-from orchestrator.records import Metrics, TrialOutcome, TrialRole, TrialStatus
 from orchestrator.results import figures, select
 from orchestrator.stats import Contrast
 from orchestrator.verdict import choose, deployed, gate, pick
@@ -192,17 +192,6 @@ def test_the_search_s_measurements_take_part_in_the_near_tie():
     assert gate.contender_wins(values, "runner_up", direction="maximize", search=Contrast(0.02, 0.03)) is not None
 
 
-def _searched(number, value, params):
-    return TrialOutcome(
-        number=number,
-        params=params,
-        role=TrialRole.search,
-        status=TrialStatus.COMPLETE,
-        metrics=Metrics(decode_tok_s=value, output_tok_s=value),
-        effective_env={"ok": True},
-    )
-
-
 def test_the_runner_up_is_ranked_in_the_fit_over_every_searched_trial():
     """A (the champion's family: EAGLE-3, top-k 1, 3 steps) four times, B (2 steps) three times, C (top-k 2,
     6 draft tokens) once, at 4% noise under four NCCL settings (a case found by drawing nights of the
@@ -220,7 +209,7 @@ def test_the_runner_up_is_ranked_in_the_fit_over_every_searched_trial():
         {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": 4},
     )
     outcomes = [
-        _searched(n, v, {**spec, **nccl})
+        searched(n, v, {**spec, **nccl})
         for n, v, spec, nccl in (
             (1, 88.2, a, ring),
             (2, 87.2, a, ll_ring),
