@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from orchestrator.records import ParamValue, speculation_knob
 from orchestrator.results.figures import Confirmed, Contribution, PartCheck, PartVerdict, streams
 from orchestrator.search import space as sp
-from orchestrator.stats import Contrast
+from orchestrator.stats import Contrast, Covariate
 from orchestrator.verdict import arms, rounds
 from orchestrator.verdict.gate import (
     Decision,
@@ -77,7 +77,11 @@ def decide(
         )
     speculation = rounds.speculation_name(_speculating(champion, measuring))
     found = contributions(
-        measured.values, speculation=speculation, sole_part=sole_part_name(port, champion), direction=direction
+        measured.values,
+        speculation=speculation,
+        sole_part=sole_part_name(port, champion),
+        direction=direction,
+        fair=measured.judged(),
     )
     checks = rounds.part_checks(
         measured.values,
@@ -116,7 +120,8 @@ def choose(
     spec = port.spec
     direction, metric, level = spec.objective.direction, champion.metric, spec.benchmark.concurrency
     values = measured.values
-    won = contender_wins(values, "runner_up", direction=direction, search=search)
+    fair = measured.judged()  # each run's own speed taken out (gate.run_speed_adjusted)
+    won = contender_wins(fair, "runner_up", direction=direction, search=search)
     runner = gate_of(values, "runner_up", plan, direction=direction) if won is not None else None
     if won is not None and runner is not None and runner.verdict is Verdict.promoted and runner.evidence is not None:
         number = next(a.number for a in measuring.arms if a.name == "runner_up")
@@ -129,7 +134,7 @@ def choose(
             number=number,
             decision=runner,
             why=f"trial {number} (the runner-up) measured {won.text()} over trial {champion.trial.number} "
-            f"(the search's pick) in the same rounds{with_search(values, search, direction)}, and "
+            f"(the search's pick) in the same rounds{speed_said(measured.speed)}{with_search(fair, search, direction)}, and "
             f"passes the gate itself",
         )
     if not gate.passed:
@@ -163,12 +168,18 @@ def choose(
 
 
 def contributions(
-    values: Mapping[str, Mapping[int, float]], *, speculation: str, sole_part: str, direction: Direction
+    values: Mapping[str, Mapping[int, float]],
+    *,
+    speculation: str,
+    sole_part: str,
+    direction: Direction,
+    fair: Mapping[str, Mapping[int, float]] | None = None,
 ) -> list[Contribution]:
     """Each part's contribution from the arms measured (champion, baseline, no_speculation,
     default_communication, runner_up), its interval on the noise of every arm in the pair's rounds
     (pair_noise), as the gate's; parts whose arms were not measured are left out. `sole_part`
-    names the champion's whole gain when it sets only one part."""
+    names the champion's whole gain when it sets only one part. The champion over the runner-up is
+    taken from `fair` where given: the values `choose` decides the two on (gate.run_speed_adjusted)."""
     spec_name = speculation or "speculation"
     parts = [
         ("NCCL settings", "no_speculation", "baseline"),
@@ -193,9 +204,10 @@ def contributions(
     parts += [with_spec, with_default]
     out = []
     for part, a, b in parts:
-        if a not in values or b not in values:
+        source = fair if fair is not None and b == "runner_up" else values
+        if a not in source or b not in source:
             continue
-        interval = compare(*paired(values[a], values[b]), direction=direction, noise=pair_noise(values, a, b))
+        interval = compare(*paired(source[a], source[b]), direction=direction, noise=pair_noise(source, a, b))
         if interval is not None:
             out.append(Contribution(part=part, a=a, b=b, interval=interval))
     return out
@@ -269,6 +281,14 @@ def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | No
         f"; with the search's measurements of both (pooled fit {math.expm1(search.diff) * 100:+.1f}%), "
         f"{math.expm1(both.diff) * 100:+.1f}% +- {both.se * 100:.1f}%"
     )
+
+
+def speed_said(covariate: Covariate | None) -> str:
+    """The verdict's words for gate.run_speed_adjusted: ", each run's own speed taken out (its TTFT, slope
+    ...)" when it applied, else nothing."""
+    if covariate is None or not covariate.applied:
+        return ""
+    return f", each run's own speed taken out (its TTFT, slope {covariate.slope:.2f} +- {covariate.se:.2f})"
 
 
 def confirmed(ev: Evidence, metric: str, concurrency: int | None = None) -> Confirmed:

@@ -19,12 +19,13 @@ Everything the pipeline needs of the night it ends comes through the Port (verdi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from orchestrator.verdict import correctness_gate
 from orchestrator.verdict.arms import arms, fitted
 from orchestrator.verdict.choose import choose, decide
 from orchestrator.verdict.deployed import conclude
-from orchestrator.verdict.gate import RoundsPlan, contending
+from orchestrator.verdict.gate import RoundsPlan, contending, run_speed_adjusted
 from orchestrator.verdict.pick import pick, ungated
 from orchestrator.verdict.port import Port
 from orchestrator.verdict.register import register
@@ -49,8 +50,12 @@ def promote(port: Port) -> Promotion:
     search = picked.search if any(a.name == "runner_up" for a in measuring.arms) else None
     direction, level = port.spec.objective.direction, port.spec.benchmark.concurrency
 
-    def contends(values: Mapping[str, Mapping[int, float]]) -> list[str]:
-        return contending(values, plan, search, direction=direction)
+    adjustable = measuring.adjustable(port.spec.objective.metric, level)
+
+    def contends(values: Mapping[str, Mapping[int, float]], ttft: Mapping[tuple[str, int], float]) -> list[str]:
+        # Which of the two is better is asked of the values less each run's own speed.
+        fair, _ = run_speed_adjusted(values, ttft, adjustable)
+        return contending(values, plan, search, direction=direction, fair=fair)
 
     def more(values: Mapping[str, Mapping[int, float]]) -> list[str]:
         return still_open(port, picked.trial.params, values, plan)
@@ -63,6 +68,8 @@ def promote(port: Port) -> Promotion:
         contends=contends,
         hold_s=held_for(port, [a for a in measuring.arms if a.concurrency != level]),
     )
+    fair, covariate = run_speed_adjusted(measured.values, measured.ttft(), adjustable)
+    measured = replace(measured, fair=fair, speed=covariate)  # what the runner-up is judged on
     gate = decide(port, picked, measuring, measured, plan)
     if isinstance(gate, Promotion):
         return gate

@@ -29,6 +29,7 @@ from typing import Any
 from orchestrator.config import speculation as speculation_registry
 from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialStatus
 from orchestrator.results.figures import PartCheck, PartVerdict
+from orchestrator.stats import Covariate
 from orchestrator.verdict import gate, schedule
 from orchestrator.verdict.arm import Arm
 from orchestrator.verdict.port import Port, Run
@@ -50,6 +51,8 @@ class ConfirmationRow(Frozen):
     """The objective's value, when the run completed with a positive one."""
     reason: str | None = None
     """Why it gave no value (at most 200 characters)."""
+    ttft_ms: float | None = None
+    """The run's median TTFT, when it gave a value and recorded one: its own speed (gate.run_speed_adjusted)."""
 
     @property
     def lost(self) -> bool:
@@ -66,6 +69,8 @@ class ConfirmationRow(Frozen):
             out["status"] = self.status.value
         if self.reason is not None:
             out["reason"] = self.reason
+        if self.ttft_ms is not None:
+            out["ttft_ms_p50"] = self.ttft_ms
         return out
 
 
@@ -81,12 +86,29 @@ class Measured:
     rounds: int
     stopped: str = ""
     """Why the rounds stopped before a verdict (interrupted, the wall time), or empty."""
+    fair: Mapping[str, Mapping[int, float]] | None = None
+    """The values the runner-up is judged against the champion on: each run's own speed taken out
+    (gate.run_speed_adjusted, set by verdict.promote); None: the values as measured."""
+    speed: Covariate | None = None
+    """What gate.run_speed_adjusted found of the runs' speed (its slope, whether it applied)."""
 
     def main(self) -> tuple[list[float], list[float]]:
         return _main(self.values)
 
     def failed(self) -> int:
         return sum(1 for r in self.rows if r.status is not TrialStatus.COMPLETE)
+
+    def ttft(self) -> dict[tuple[str, int], float]:
+        return ttft_of(self.rows)
+
+    def judged(self) -> Mapping[str, Mapping[int, float]]:
+        """The values the runner-up's question is asked of: `fair` where set, else as measured."""
+        return self.values if self.fair is None else self.fair
+
+
+def ttft_of(rows: Sequence[ConfirmationRow]) -> dict[tuple[str, int], float]:
+    """(arm, round) -> the TTFT of each run that gave a value and recorded one (gate.run_speed_adjusted)."""
+    return {(r.who, r.round): r.ttft_ms for r in rows if r.ttft_ms is not None}
 
 
 def held_for(port: Port, later: list[Arm]) -> float:
@@ -99,6 +121,8 @@ def held_for(port: Port, later: list[Arm]) -> float:
 More = Callable[[Mapping[str, Mapping[int, float]]], Sequence[str]]
 """After the main pair promoted: the other arms whose question is still open (a part neither shown to
 add less than promotion.equivalence_margin nor significant), measured beside the pair for more rounds."""
+Contends = Callable[[Mapping[str, Mapping[int, float]], Mapping[tuple[str, int], float]], Sequence[str]]
+"""The contenders that would be deployed (gate.contending), from the values and each run's TTFT (ttft_of)."""
 
 
 def run_rounds(
@@ -107,7 +131,7 @@ def run_rounds(
     plan: gate.RoundsPlan,
     *,
     more: More | None = None,
-    contends: More | None = None,
+    contends: Contends | None = None,
     hold_s: float = 0.0,
 ) -> Measured:
     """Measure the arms round after round until the main pair decides, max_rounds, the wall time or an
@@ -129,7 +153,7 @@ def run_rounds(
     decision: gate.Decision | None = None
     timing = timing_of(port)
     for i in range(plan.max_rounds):
-        chosen = _round_arms(arms, values, plan, i, decision, more, contends)
+        chosen = _round_arms(arms, values, ttft_of(rows), plan, i, decision, more, contends)
         if chosen is None:
             break
         wanted, extra = chosen
@@ -165,11 +189,12 @@ def run_rounds(
 def _round_arms(
     arms: list[Arm],
     values: Mapping[str, Mapping[int, float]],
+    ttft: Mapping[tuple[str, int], float],
     plan: gate.RoundsPlan,
     i: int,
     decision: gate.Decision | None,
     more: More | None,
-    contends: More | None,
+    contends: Contends | None,
 ) -> tuple[list[Arm], set[str]] | None:
     """The arms round `i` wants (a leading contender as part of the pair) and the extra arms it is for once
     the pair decided; None when the pair decided and nothing is left open (the rounds end)."""
@@ -177,7 +202,7 @@ def _round_arms(
     # A contender joins the pair up to min_rounds and after the pair decided; while the pair is undecided
     # past min_rounds, its rounds are the gate's alone (an undecided gate deploys nothing).
     joins = contends is not None and 0 < i and (i < plan.min_rounds or decision is not None)
-    leading = set(contends(values)) if joins and contends is not None else set()
+    leading = set(contends(values, ttft)) if joins and contends is not None else set()
     if decision is not None:
         promoted = more is not None and decision.verdict is gate.Verdict.promoted
         extra = set(more(values)) if promoted and more is not None else set()
@@ -326,6 +351,7 @@ def row(port: Port, run: Run, i: int, values: dict[str, dict[int, float]]) -> Co
     value = value_of(outcome, port.spec.objective.metric)
     if value is not None:
         values[arm.name][i] = value
+    ttft = outcome.metrics.ttft_ms_p50 if outcome.metrics is not None and value is not None else None
     return ConfirmationRow(
         round=i,
         who=arm.name,
@@ -333,6 +359,7 @@ def row(port: Port, run: Run, i: int, values: dict[str, dict[int, float]]) -> Co
         concurrency=arm.concurrency,
         value=value,
         reason=None if value is not None else outcome.reason[:200],
+        ttft_ms=ttft if ttft is not None and math.isfinite(ttft) and ttft > 0 else None,
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.records import Frozen, ParamValue, TrialOutcome
+from orchestrator.results import select
 from orchestrator.results.figures import Confirmed, Contribution, LevelGain, PartCheck
 from orchestrator.stats import Contrast
 from orchestrator.verdict import rounds
@@ -68,6 +69,14 @@ class Arms:
 
     def params_of(self, name: str) -> dict[str, ParamValue]:
         return next(dict(a.params) for a in self.arms if a.name == name)
+
+    def adjustable(self, metric: str, level: int) -> dict[str, dict[str, ParamValue]]:
+        """The arms whose runs gate.run_speed_adjusted may take each run's own speed out of (name -> params):
+        those measured at the gate's load `level`, when `metric` at that load is one results.select.run_speed
+        adjusts; none otherwise."""
+        if select.run_speed_metric(metric, level) is None:
+            return {}
+        return {a.name: dict(a.params) for a in self.arms if a.concurrency == level}
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ def test_a_near_tie_without_explain_is_settled_by_the_rival_in_the_step_control_
     # The seeded pick (4 draft steps) and its rival (2 steps: truly 14% faster, by the simulator's model) were
     # measured once each in the search at 6% noise; in the same rounds the rival wins and is deployed.
     assert summary.promoted and summary.promoted_config == "runner_up", summary.verdict
+    # Decided on the rounds less each run's own speed, as its TTFT tells it (verdict.speed), and said so.
+    assert "in the same rounds, each run's own speed taken out (its TTFT, slope" in (summary.verdict or "")
+    assert all("ttft_ms_p50" in row for rows in measured.values() for row in rows.values())
     assert distance(champion["params"], deployed["params"]) >= 1
     assert shipped > searched
 
