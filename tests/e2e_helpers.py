@@ -357,24 +357,25 @@ class _quiet:
         return kind in (ProcessLookupError, PermissionError)
 
 
+def chain_space(path: Path, **more: dict) -> Path:
+    """A search space file at `path` whose only speculation is a fixed 3-step EAGLE-3 chain (or none), with
+    the knobs in `more` (name -> its definition) beside it."""
+    params = {
+        "speculative_algorithm": {"choices": [None, "EAGLE3"]},
+        "speculative_num_steps": {"choices": [3], "when": {"speculative_algorithm": "EAGLE3"}},
+        "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
+        **more,
+    }
+    path.write_text(yaml.safe_dump({"name": "chain", "params": params}))
+    return path
+
+
 def chain_experiment(tmp_path: Path, name: str, *, objective: dict, promotion: dict) -> dict:
     """A two-trial demo experiment on the simulated 2-GPU H200 host whose only speculation is a fixed
     3-step chain (grid sampler: the baseline and that chain): for the adaptive-vs-fixed comparisons.
     On that host a 3-step chain is the best fixed count at one stream and still beats no speculation at
     eight; adaptive runs the best of 1, 3, 7 steps at each load, 3% slower (the model's stated cost)."""
-    space = tmp_path / "space.yaml"
-    space.write_text(
-        yaml.safe_dump(
-            {
-                "name": "chain",
-                "params": {
-                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-                    "speculative_num_steps": {"choices": [3], "when": {"speculative_algorithm": "EAGLE3"}},
-                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-                },
-            }
-        )
-    )
+    space = chain_space(tmp_path / "space.yaml")
     data = demo_experiment(
         name=name,
         budget={"trials": 2, "concurrent_trials": 2},

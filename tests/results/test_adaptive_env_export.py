@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from e2e_helpers import served_experiment, sweep, write_experiment
+from e2e_helpers import chain_space, served_experiment, sweep, write_experiment
 
 from orchestrator.config import adaptive
 from orchestrator.records import ServingConfig
@@ -29,20 +28,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real 4-trial simulator sweep over no speculation or a 3-step EAGLE-3 chain, confirmed at 1 and 4
     streams: its champion is the chain (the demo model's speculation wins by far at one stream)."""
     tmp = tmp_path_factory.mktemp("adaptive-env")
-    space = tmp / "chain.yaml"
-    space.write_text(
-        yaml.safe_dump(
-            {
-                "name": "chain",
-                "params": {
-                    "speculative_algorithm": {"choices": [None, "EAGLE3"]},
-                    "speculative_num_steps": {"choices": [3], "when": {"speculative_algorithm": "EAGLE3"}},
-                    "speculative_eagle_topk": {"choices": [1], "when": {"speculative_algorithm": "EAGLE3"}},
-                    "NCCL_ALGO": {"choices": [None, "Ring", "Tree"]},
-                },
-            }
-        )
-    )
+    space = chain_space(tmp / "chain.yaml", NCCL_ALGO={"choices": [None, "Ring", "Tree"]})
     data = served_experiment(
         name="adaptive-env",
         search_space=[str(space)],
