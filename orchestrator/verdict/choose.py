@@ -81,7 +81,7 @@ def decide(
         speculation=speculation,
         sole_part=sole_part_name(port, champion),
         direction=direction,
-        fair=measured.judged(),
+        fair=measured.fair,
     )
     checks = rounds.part_checks(
         measured.values,
@@ -120,7 +120,7 @@ def choose(
     spec = port.spec
     direction, metric, level = spec.objective.direction, champion.metric, spec.benchmark.concurrency
     values = measured.values
-    fair = measured.judged()  # each run's own speed taken out (gate.run_speed_adjusted)
+    fair = measured.values if measured.fair is None else measured.fair  # each run's speed out: promote.speed_out
     won = contender_wins(fair, "runner_up", direction=direction, search=search)
     runner = gate_of(values, "runner_up", plan, direction=direction) if won is not None else None
     if won is not None and runner is not None and runner.verdict is Verdict.promoted and runner.evidence is not None:
@@ -179,7 +179,8 @@ def contributions(
     default_communication, runner_up), its interval on the noise of every arm in the pair's rounds
     (pair_noise), as the gate's; parts whose arms were not measured are left out. `sole_part`
     names the champion's whole gain when it sets only one part. The champion over the runner-up is
-    taken from `fair` where given: the values `choose` decides the two on (gate.run_speed_adjusted)."""
+    taken from `fair` where given (rounds.Measured.fair: the values `choose` decides the two on, each run's
+    own speed taken out, which its name then says)."""
     spec_name = speculation or "speculation"
     parts = [
         ("NCCL settings", "no_speculation", "baseline"),
@@ -205,6 +206,8 @@ def contributions(
     out = []
     for part, a, b in parts:
         source = fair if fair is not None and b == "runner_up" else values
+        if source is fair:
+            part += f" ({SPEED_OUT})"
         if a not in source or b not in source:
             continue
         interval = compare(*paired(source[a], source[b]), direction=direction, noise=pair_noise(source, a, b))
@@ -283,12 +286,16 @@ def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | No
     )
 
 
+SPEED_OUT = "each run's own speed taken out"
+"""What the verdict says of values gate.run_speed_adjusted changed."""
+
+
 def speed_said(covariate: Covariate | None) -> str:
     """The verdict's words for gate.run_speed_adjusted: ", each run's own speed taken out (its TTFT, slope
     ...)" when it applied, else nothing."""
     if covariate is None or not covariate.applied:
         return ""
-    return f", each run's own speed taken out (its TTFT, slope {covariate.slope:.2f} +- {covariate.se:.2f})"
+    return f", {SPEED_OUT} (its TTFT, slope {covariate.slope:.2f} +- {covariate.se:.2f})"
 
 
 def confirmed(ev: Evidence, metric: str, concurrency: int | None = None) -> Confirmed:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from orchestrator.records import ParamValue
 from orchestrator.verdict import correctness_gate
 from orchestrator.verdict.arms import arms, fitted
 from orchestrator.verdict.choose import choose, decide
@@ -29,7 +30,7 @@ from orchestrator.verdict.gate import RoundsPlan, contending, run_speed_adjusted
 from orchestrator.verdict.pick import pick, ungated
 from orchestrator.verdict.port import Port
 from orchestrator.verdict.register import register
-from orchestrator.verdict.rounds import held_for, run_rounds, still_open
+from orchestrator.verdict.rounds import Measured, held_for, run_rounds, still_open, ttft_of
 from orchestrator.verdict.steps import Promotion
 
 
@@ -68,8 +69,7 @@ def promote(port: Port) -> Promotion:
         contends=contends,
         hold_s=held_for(port, [a for a in measuring.arms if a.concurrency != level]),
     )
-    fair, covariate = run_speed_adjusted(measured.values, measured.ttft(), adjustable)
-    measured = replace(measured, fair=fair, speed=covariate)  # what the runner-up is judged on
+    measured = speed_out(measured, adjustable)  # what the runner-up is judged on
     gate = decide(port, picked, measuring, measured, plan)
     if isinstance(gate, Promotion):
         return gate
@@ -82,6 +82,14 @@ def promote(port: Port) -> Promotion:
             return checked
         choice = checked
     return conclude(port, picked, measuring, measured, gate, choice)
+
+
+def speed_out(measured: Measured, adjustable: Mapping[str, Mapping[str, ParamValue]]) -> Measured:
+    """`measured` with `fair` (its values less each run's own speed, gate.run_speed_adjusted) where the
+    rounds' slope applied, and `speed` (what they found of it) either way."""
+    fair, covariate = run_speed_adjusted(measured.values, ttft_of(measured.rows), adjustable)
+    applied = covariate is not None and covariate.applied
+    return replace(measured, fair=fair if applied else None, speed=covariate)
 
 
 def _plan(port: Port) -> RoundsPlan | None:

@@ -11,11 +11,7 @@ the runner-up while its near-tie with the champion is open) go on beside it whil
 min_rounds each round keeps back the time of the gate's later rounds that the noise so far says it will
 need (`rounds_needed`).
 
-With a speculating champion (on an SGLang version that has --speculative-adaptive), each
-promotion.concurrency level, or the gate's own level when none is listed, also measures the champion
-as the other kind of step control: adaptive when it runs a fixed count, the best fixed count of the
-search when it is adaptive (`verdict.arms.steps_arms`); `verdict.deployed.steps_gain` turns them into
-"adaptive x1.04 over fixed 3 steps".
+The arms: verdict.arms. Each run's TTFT is kept with its row for promote.speed_out (gate.run_speed_adjusted).
 """
 
 from __future__ import annotations
@@ -87,23 +83,14 @@ class Measured:
     stopped: str = ""
     """Why the rounds stopped before a verdict (interrupted, the wall time), or empty."""
     fair: Mapping[str, Mapping[int, float]] | None = None
-    """The values the runner-up is judged against the champion on: each run's own speed taken out
-    (gate.run_speed_adjusted, set by verdict.promote); None: the values as measured."""
+    """The runner-up's question's values, each run's own speed out (promote.speed_out, the slope in `speed`)."""
     speed: Covariate | None = None
-    """What gate.run_speed_adjusted found of the runs' speed (its slope, whether it applied)."""
 
     def main(self) -> tuple[list[float], list[float]]:
         return _main(self.values)
 
     def failed(self) -> int:
         return sum(1 for r in self.rows if r.status is not TrialStatus.COMPLETE)
-
-    def ttft(self) -> dict[tuple[str, int], float]:
-        return ttft_of(self.rows)
-
-    def judged(self) -> Mapping[str, Mapping[int, float]]:
-        """The values the runner-up's question is asked of: `fair` where set, else as measured."""
-        return self.values if self.fair is None else self.fair
 
 
 def ttft_of(rows: Sequence[ConfirmationRow]) -> dict[tuple[str, int], float]:
@@ -122,7 +109,7 @@ More = Callable[[Mapping[str, Mapping[int, float]]], Sequence[str]]
 """After the main pair promoted: the other arms whose question is still open (a part neither shown to
 add less than promotion.equivalence_margin nor significant), measured beside the pair for more rounds."""
 Contends = Callable[[Mapping[str, Mapping[int, float]], Mapping[tuple[str, int], float]], Sequence[str]]
-"""The contenders that would be deployed (gate.contending), from the values and each run's TTFT (ttft_of)."""
+"""The contenders that would be deployed (gate.contending), from the values and each run's TTFT."""
 
 
 def run_rounds(
@@ -351,7 +338,7 @@ def row(port: Port, run: Run, i: int, values: dict[str, dict[int, float]]) -> Co
     value = value_of(outcome, port.spec.objective.metric)
     if value is not None:
         values[arm.name][i] = value
-    ttft = outcome.metrics.ttft_ms_p50 if outcome.metrics is not None and value is not None else None
+    ttft = value_of(outcome, "ttft_ms_p50") if value is not None else None  # a complete run's positive TTFT
     return ConfirmationRow(
         round=i,
         who=arm.name,
@@ -359,7 +346,7 @@ def row(port: Port, run: Run, i: int, values: dict[str, dict[int, float]]) -> Co
         concurrency=arm.concurrency,
         value=value,
         reason=None if value is not None else outcome.reason[:200],
-        ttft_ms=ttft if ttft is not None and math.isfinite(ttft) and ttft > 0 else None,
+        ttft_ms=ttft if ttft is not None and math.isfinite(ttft) else None,
     )
 
 

@@ -26,12 +26,16 @@ def test_summary_names_each_contribution(tmp_path, sqlite_store_template):
         "speculative_eagle_topk": 1,
     }
     parts = {p.part: p.interval for p in summary.contributions}
+    # The runner-up's row is named for each run's own speed taken out where the rounds' TTFT slope passed its
+    # test (promote.speed_out), which on real-time simulator runs depends on the machine's load.
+    runner = [p for p in parts if p.startswith("champion over the runner-up")]
+    assert runner in (["champion over the runner-up"], ["champion over the runner-up (each run's own speed taken out)"])
     assert list(parts) == [
         "NCCL settings",
         "EAGLE-3 on top",
         "EAGLE-3 alone (NCCL at defaults)",
         "NCCL settings on top of EAGLE-3",
-        "champion over the runner-up",
+        *runner,
     ]
     assert parts["NCCL settings"].low > 0.2 and parts["EAGLE-3 alone (NCCL at defaults)"].low > 0.1
     for part in parts:

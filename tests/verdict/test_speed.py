@@ -16,7 +16,8 @@ from orchestrator.config import experiment as spec_mod
 from orchestrator.records import TrialStatus
 from orchestrator.verdict import choose, gate
 from orchestrator.verdict.arm import Arm
-from orchestrator.verdict.rounds import ConfirmationRow, ttft_of
+from orchestrator.verdict.promote import speed_out
+from orchestrator.verdict.rounds import ConfirmationRow, Measured, ttft_of
 from orchestrator.verdict.steps import Arms
 
 LL = {"NCCL_PROTO": "LL"}
@@ -117,3 +118,23 @@ def test_a_run_s_ttft_is_kept_with_its_row_and_in_summary_json():
         "decode_tok_s": 99.0,
         "ttft_ms_p50": 51.5,
     }
+
+
+def test_the_measured_rounds_carry_the_adjusted_values_only_where_the_slope_applied(tmp_path):
+    spec = _spec(tmp_path)
+    arms = [PICK, RIVAL, BASE]
+    for follows in (True, False):
+        values, ttft = _rounds(ttft_follows_speed=follows)
+        rows = tuple(
+            ConfirmationRow(
+                round=i, who=arm, status=TrialStatus.COMPLETE, concurrency=1, value=v, ttft_ms=ttft[(arm, i)]
+            )
+            for arm, row in values.items()
+            for i, v in row.items()
+        )
+        measured = speed_out(Measured(values=values, rows=rows, decision=None, rounds=3), _adjustable(spec, arms))
+        assert measured.speed is not None and measured.speed.applied is follows
+        if follows:
+            assert measured.fair is not None and measured.fair["runner_up"][0] > values["runner_up"][0]
+        else:
+            assert measured.fair is None
