@@ -204,7 +204,7 @@ def _within_point_deviations(
     return dx, dy, sum(1 for idx in points.values() if len(idx) > 1)
 
 
-def _slope_test(dx: list[float], dy: list[float], dof: int, sxx: float, alpha: float) -> Covariate:
+def slope_test(dx: list[float], dy: list[float], dof: int, sxx: float, alpha: float) -> Covariate:
     """y's slope on x within points, its standard error, and whether it passes the t test (applied)."""
     slope = float(np.dot(dx, dy)) / sxx
     resid = np.asarray(dy) - slope * np.asarray(dx)
@@ -249,7 +249,7 @@ def covariate_adjusted(
     sxx = float(np.dot(dx, dx))
     if dof < 1 or sxx <= 0:
         return list(rows), Covariate(0.0, math.inf, max(dof, 0), False)
-    covariate = _slope_test(dx, dy, dof, sxx, alpha)
+    covariate = slope_test(dx, dy, dof, sxx, alpha)
     if not covariate.applied:
         return list(rows), covariate
     expected = pooled_scores([(x_groups[i][0], x_groups[i][1], float(xs[i])) for i in timed], z=0.0, shrink=0.0)

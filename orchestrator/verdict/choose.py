@@ -120,7 +120,7 @@ def choose(
     spec = port.spec
     direction, metric, level = spec.objective.direction, champion.metric, spec.benchmark.concurrency
     values = measured.values
-    fair = measured.values if measured.fair is None else measured.fair  # each run's speed out: promote.speed_out
+    fair = measured.values if measured.fair is None else measured.fair  # each run's own speed out: verdict.speed
     won = contender_wins(fair, "runner_up", direction=direction, search=search)
     runner = gate_of(values, "runner_up", plan, direction=direction) if won is not None else None
     if won is not None and runner is not None and runner.verdict is Verdict.promoted and runner.evidence is not None:
@@ -287,11 +287,11 @@ def with_search(values: Mapping[str, Mapping[int, float]], search: Contrast | No
 
 
 SPEED_OUT = "each run's own speed taken out"
-"""What the verdict says of values gate.run_speed_adjusted changed."""
+"""What the verdict says of values speed.run_speed_adjusted changed."""
 
 
 def speed_said(covariate: Covariate | None) -> str:
-    """The verdict's words for gate.run_speed_adjusted: ", each run's own speed taken out (its TTFT, slope
+    """The verdict's words for speed.run_speed_adjusted: ", each run's own speed taken out (its TTFT, slope
     ...)" when it applied, else nothing."""
     if covariate is None or not covariate.applied:
         return ""

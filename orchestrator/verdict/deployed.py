@@ -87,9 +87,7 @@ def run_more(
             break
         order = later if j % 2 == 0 else list(reversed(later))
         rows += [rounds.row(port, run, i, values) for run in port.run_round(order, i, first + count)]
-    return rounds.Measured(
-        values=values, rows=tuple(rows), decision=measured.decision, rounds=measured.rounds, stopped=measured.stopped
-    )
+    return replace(measured, values=values, rows=tuple(rows))
 
 
 def load_arms(port: Port, champion: Champion, measuring: Arms, choice: Choice) -> tuple[list[Arm], int]:

@@ -30,7 +30,7 @@ arms (`paired`), the noise of every arm in a pair's rounds (`pair_noise`), an ar
 baseline (`gate_of`), a two-sided interval of one arm over another (`compare`, `interval_of`); and whether
 the runner-up leads the champion on all the evidence, the rounds and the search's own contrast of the two
 together (`contender_wins`, `settled`), so that it joins the gate's pair (`contending`), asked of the values
-less each run's own speed (`run_speed_adjusted`).
+less each run's own speed where verdict.speed took it out.
 
 Pure: numbers in, a decision out. The rounds own the measuring.
 """
@@ -45,9 +45,8 @@ from typing import Literal
 
 import numpy as np
 
-from orchestrator.records import ParamValue, prefill_group, prefill_x, split_point
 from orchestrator.results.figures import LEVEL, Interval
-from orchestrator.stats import Contrast, Covariate, covariate_adjusted
+from orchestrator.stats import Contrast
 
 Direction = Literal["maximize", "minimize"]
 
@@ -395,7 +394,7 @@ def contending(
     (rounds.run_rounds says in which rounds; a runner-up left out of the rounds the gate's noise needed
     could not pass its own gate, and the champion it beat was deployed: the overnight bench at 4% noise,
     seed 26). `fair`: the values the two are compared on (each run's own speed taken out:
-    run_speed_adjusted), `values` where not given; the runner-up's own gate takes `values`."""
+    verdict.speed), `values` where not given; the runner-up's own gate takes `values`."""
     if contender_wins(values if fair is None else fair, "runner_up", direction=direction, search=search) is None:
         return []
     own = gate_of(values, "runner_up", plan, direction=direction)
@@ -443,31 +442,3 @@ def settled(
     return Contrast(
         (own.diff * w_own + search.diff * w_search) / (w_own + w_search), math.sqrt(1.0 / (w_own + w_search))
     )
-
-
-def run_speed_adjusted(
-    values: Mapping[str, Mapping[int, float]],
-    ttft: Mapping[tuple[str, int], float],
-    params: Mapping[str, Mapping[str, ParamValue]],
-) -> tuple[dict[str, dict[int, float]], Covariate | None]:
-    """The rounds' values (arm -> round -> objective) less what each run's TTFT (`ttft`: (arm, round) -> ms)
-    says of the run's own speed, for the arms `params` names (steps.Arms.adjustable: those at the gate's
-    load, where the objective is one results.select.run_speed adjusts); with the covariate the rounds gave
-    (None: no such arm run twice with a TTFT). The values as they are unless the slope was applied.
-
-    Why: a server run that came up slow (clocks, a neighbour on the host) is slow at prefill and at decode
-    alike, and at one stream a run's TTFT is its prefill, so the part of a run's objective its TTFT predicts
-    is the run's speed, not its configuration. This is the pick's regression adjustment (select.run_speed,
-    stats.covariate_adjusted), fitted on the rounds' own repeats (each arm is one configuration measured
-    in every round; records.prefill_group says what a configuration makes of TTFT) and used only where the
-    slope is told from 0. It decides the runner-up against the champion (`contending`, choose.choose); the
-    gate against the baseline takes the values as measured."""
-    out = {name: dict(row) for name, row in values.items()}
-    cells = [(name, i, v) for name, row in values.items() if name in params for i, v in row.items() if v > 0]
-    rows = [(*split_point(params[name]), math.log(v)) for name, _, v in cells]
-    x = [prefill_x(ttft.get((name, i))) for name, i, _ in cells]
-    found, covariate = covariate_adjusted(rows, x, [prefill_group(params[name]) for name, _, _ in cells])
-    if covariate is not None and covariate.applied:
-        for (name, i, _), row in zip(cells, found):
-            out[name][i] = math.exp(row[2])
-    return out, covariate

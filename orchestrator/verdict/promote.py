@@ -19,18 +19,18 @@ Everything the pipeline needs of the night it ends comes through the Port (verdi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
-from orchestrator.records import ParamValue
+from orchestrator.stats import Covariate
 from orchestrator.verdict import correctness_gate
 from orchestrator.verdict.arms import arms, fitted
 from orchestrator.verdict.choose import choose, decide
 from orchestrator.verdict.deployed import conclude
-from orchestrator.verdict.gate import RoundsPlan, contending, run_speed_adjusted
+from orchestrator.verdict.gate import RoundsPlan, contending
 from orchestrator.verdict.pick import pick, ungated
 from orchestrator.verdict.port import Port
 from orchestrator.verdict.register import register
-from orchestrator.verdict.rounds import Measured, held_for, run_rounds, still_open, ttft_of
+from orchestrator.verdict.rounds import Values, held_for, run_rounds, still_open
+from orchestrator.verdict.speed import run_speed_adjusted
 from orchestrator.verdict.steps import Promotion
 
 
@@ -53,13 +53,16 @@ def promote(port: Port) -> Promotion:
 
     adjustable = measuring.adjustable(port.spec.objective.metric, level)
 
-    def contends(values: Mapping[str, Mapping[int, float]], ttft: Mapping[tuple[str, int], float]) -> list[str]:
-        # Which of the two is better is asked of the values less each run's own speed.
-        fair, _ = run_speed_adjusted(values, ttft, adjustable)
-        return contending(values, plan, search, direction=direction, fair=fair)
+    def judge(values: Values, ttft: Mapping[tuple[str, int], float]) -> tuple[Values | None, Covariate | None]:
+        # Which of the two is better is asked of the values less each run's own speed (verdict.speed).
+        found, covariate = run_speed_adjusted(values, ttft, adjustable, direction=direction)
+        return (found if covariate is not None and covariate.applied else None), covariate
 
-    def more(values: Mapping[str, Mapping[int, float]]) -> list[str]:
-        return still_open(port, picked.trial.params, values, plan)
+    def contends(values: Values, ttft: Mapping[tuple[str, int], float]) -> list[str]:
+        return contending(values, plan, search, direction=direction, fair=judge(values, ttft)[0])
+
+    def more(values: Values, ttft: Mapping[tuple[str, int], float]) -> list[str]:
+        return still_open(port, picked.trial.params, values, plan, judge(values, ttft)[0])
 
     measured = run_rounds(
         port,
@@ -67,9 +70,9 @@ def promote(port: Port) -> Promotion:
         plan,
         more=more,
         contends=contends,
+        judge=judge,
         hold_s=held_for(port, [a for a in measuring.arms if a.concurrency != level]),
     )
-    measured = speed_out(measured, adjustable)  # what the runner-up is judged on
     gate = decide(port, picked, measuring, measured, plan)
     if isinstance(gate, Promotion):
         return gate
@@ -82,14 +85,6 @@ def promote(port: Port) -> Promotion:
             return checked
         choice = checked
     return conclude(port, picked, measuring, measured, gate, choice)
-
-
-def speed_out(measured: Measured, adjustable: Mapping[str, Mapping[str, ParamValue]]) -> Measured:
-    """`measured` with `fair` (its values less each run's own speed, gate.run_speed_adjusted) where the
-    rounds' slope applied, and `speed` (what they found of it) either way."""
-    fair, covariate = run_speed_adjusted(measured.values, ttft_of(measured.rows), adjustable)
-    applied = covariate is not None and covariate.applied
-    return replace(measured, fair=fair if applied else None, speed=covariate)
 
 
 def _plan(port: Port) -> RoundsPlan | None:

@@ -9,7 +9,7 @@ import logging
 from orchestrator.errors import TrackingError
 from orchestrator.records import TrialOutcome, TrialRole, TrialStatus
 from orchestrator.verdict import render as verdict_render
-from orchestrator.verdict import rounds
+from orchestrator.verdict.arm import ConfirmationRow
 from orchestrator.verdict.port import Chosen, Port
 from orchestrator.verdict.steps import Champion, Choice, Gate, Promotion, Registered
 from orchestrator.verdict.value import Outcome, Verdict
@@ -21,7 +21,7 @@ def register(
     port: Port,
     champion: Champion,
     choice: Choice,
-    rows: tuple[rounds.ConfirmationRow, ...] = (),
+    rows: tuple[ConfirmationRow, ...] = (),
     gate: Gate | None = None,
 ) -> Promotion:
     """Register the chosen configuration under the alias and write the sweep's champion.env: its own
@@ -90,7 +90,7 @@ def _version_description(port: Port, champion: Champion, choice: Choice, gate: G
 
 
 def _source(
-    port: Port, champion: Champion, choice: Choice, rows: tuple[rounds.ConfirmationRow, ...]
+    port: Port, champion: Champion, choice: Choice, rows: tuple[ConfirmationRow, ...]
 ) -> tuple[str, TrialOutcome] | None:
     """The MLflow run that measured the chosen configuration, with the trial it is (or comes from):
     the champion's or the runner-up's search run; a derived one's first complete confirmation run."""

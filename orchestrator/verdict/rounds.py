@@ -11,7 +11,7 @@ the runner-up while its near-tie with the champion is open) go on beside it whil
 min_rounds each round keeps back the time of the gate's later rounds that the noise so far says it will
 need (`rounds_needed`).
 
-The arms: verdict.arms. Each run's TTFT is kept with its row for promote.speed_out (gate.run_speed_adjusted).
+The arms: verdict.arms. Each run's TTFT is kept with its row for `judge` (verdict.speed).
 """
 
 from __future__ import annotations
@@ -20,54 +20,17 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from orchestrator.config import speculation as speculation_registry
-from orchestrator.records import Frozen, ParamValue, TrialOutcome, TrialStatus
+from orchestrator.records import ParamValue, TrialOutcome, TrialStatus
 from orchestrator.results.figures import PartCheck, PartVerdict
 from orchestrator.stats import Covariate
 from orchestrator.verdict import gate, schedule
-from orchestrator.verdict.arm import Arm
+from orchestrator.verdict.arm import Arm, ConfirmationRow
 from orchestrator.verdict.port import Port, Run
 
 log = logging.getLogger("sweep")
-
-
-class ConfirmationRow(Frozen):
-    """One confirmation run: which arm, in which round, how it ended (summary.json's `confirmations`)."""
-
-    round: int
-    """0-based."""
-    who: str
-    """The arm's name (champion, baseline, no_speculation, champion@8, ...)."""
-    status: TrialStatus
-    concurrency: int | None = None
-    """Concurrent requests it was measured at; None when the executor lost the run before it reported."""
-    value: float | None = None
-    """The objective's value, when the run completed with a positive one."""
-    reason: str | None = None
-    """Why it gave no value (at most 200 characters)."""
-    ttft_ms: float | None = None
-    """The run's median TTFT, when it gave a value and recorded one: its own speed (gate.run_speed_adjusted)."""
-
-    @property
-    def lost(self) -> bool:
-        """The executor lost the run: no outcome, so no level and no value either."""
-        return self.concurrency is None
-
-    def record(self, metric: str) -> dict[str, Any]:
-        """The row as summary.json holds it: the value under the objective's name."""
-        out: dict[str, Any] = {"round": self.round, "who": self.who}
-        if not self.lost:
-            out.update(concurrency=self.concurrency, status=self.status.value)
-            out[metric] = self.value
-        else:
-            out["status"] = self.status.value
-        if self.reason is not None:
-            out["reason"] = self.reason
-        if self.ttft_ms is not None:
-            out["ttft_ms_p50"] = self.ttft_ms
-        return out
+Values = Mapping[str, Mapping[int, float]]
 
 
 @dataclass(frozen=True)
@@ -83,7 +46,7 @@ class Measured:
     stopped: str = ""
     """Why the rounds stopped before a verdict (interrupted, the wall time), or empty."""
     fair: Mapping[str, Mapping[int, float]] | None = None
-    """The runner-up's question's values, each run's own speed out (promote.speed_out, the slope in `speed`)."""
+    """The runner-up's question's values, each run's own speed out (`judge`, the slope in `speed`)."""
     speed: Covariate | None = None
 
     def main(self) -> tuple[list[float], list[float]]:
@@ -94,7 +57,7 @@ class Measured:
 
 
 def ttft_of(rows: Sequence[ConfirmationRow]) -> dict[tuple[str, int], float]:
-    """(arm, round) -> the TTFT of each run that gave a value and recorded one (gate.run_speed_adjusted)."""
+    """(arm, round) -> the TTFT of each run that gave a value and recorded one (verdict.speed)."""
     return {(r.who, r.round): r.ttft_ms for r in rows if r.ttft_ms is not None}
 
 
@@ -105,11 +68,9 @@ def held_for(port: Port, later: list[Arm]) -> float:
     return sum(seconds(a.concurrency) for a in later) * port.spec.promotion.min_rounds / max(port.slots(), 1)
 
 
-More = Callable[[Mapping[str, Mapping[int, float]]], Sequence[str]]
-"""After the main pair promoted: the other arms whose question is still open (a part neither shown to
-add less than promotion.equivalence_margin nor significant), measured beside the pair for more rounds."""
-Contends = Callable[[Mapping[str, Mapping[int, float]], Mapping[tuple[str, int], float]], Sequence[str]]
-"""The contenders that would be deployed (gate.contending), from the values and each run's TTFT."""
+More = Callable[[Mapping[str, Mapping[int, float]], Mapping[tuple[str, int], float]], Sequence[str]]
+"""From the values and runs' TTFT (ttft_of): the arms still open (`more`), or that would be deployed (`contends`)."""
+Judge = Callable[[Values, Mapping[tuple[str, int], float]], tuple[Values | None, Covariate | None]]
 
 
 def run_rounds(
@@ -118,7 +79,8 @@ def run_rounds(
     plan: gate.RoundsPlan,
     *,
     more: More | None = None,
-    contends: Contends | None = None,
+    contends: More | None = None,
+    judge: Judge | None = None,
     hold_s: float = 0.0,
 ) -> Measured:
     """Measure the arms round after round until the main pair decides, max_rounds, the wall time or an
@@ -162,15 +124,27 @@ def run_rounds(
             break
         if decision is None:
             decision = _decided(port, values, plan)
-    if decision is not None and not port.interrupted():
-        return Measured(values=values, rows=tuple(rows), decision=decision, rounds=rounds)
-    return Measured(
-        values=values,
-        rows=tuple(rows),
-        decision=_undecided(port, values, plan, rounds, stopped),
-        rounds=rounds,
-        stopped=stopped,
-    )
+    return _measured(port, values, tuple(rows), plan, decision, rounds, stopped, judge)
+
+
+def _measured(
+    port: Port,
+    values: dict[str, dict[int, float]],
+    rows: tuple[ConfirmationRow, ...],
+    plan: gate.RoundsPlan,
+    decision: gate.Decision | None,
+    rounds: int,
+    stopped: str,
+    judge: Judge | None,
+) -> Measured:
+    """What the rounds measured, with the values `judge` gives the runner-up's question (each run's own speed
+    out, where the slope applied) and the undecided verdict where the pair did not decide or was interrupted."""
+    fair, speed = judge(values, ttft_of(rows)) if judge is not None else (None, None)
+    if decision is None or port.interrupted():
+        decision = _undecided(port, values, plan, rounds, stopped)
+    else:
+        stopped = ""
+    return Measured(values, rows, decision, rounds, stopped=stopped, fair=fair, speed=speed)
 
 
 def _round_arms(
@@ -181,7 +155,7 @@ def _round_arms(
     i: int,
     decision: gate.Decision | None,
     more: More | None,
-    contends: Contends | None,
+    contends: More | None,
 ) -> tuple[list[Arm], set[str]] | None:
     """The arms round `i` wants (a leading contender as part of the pair) and the extra arms it is for once
     the pair decided; None when the pair decided and nothing is left open (the rounds end)."""
@@ -192,7 +166,7 @@ def _round_arms(
     leading = set(contends(values, ttft)) if joins and contends is not None else set()
     if decision is not None:
         promoted = more is not None and decision.verdict is gate.Verdict.promoted
-        extra = set(more(values)) if promoted and more is not None else set()
+        extra = set(more(values, ttft)) if promoted and more is not None else set()
         extra |= leading
         if not extra:
             return None
@@ -389,18 +363,19 @@ def _pct(x: float) -> str:
 
 
 def still_open(
-    port: Port, params: Mapping[str, ParamValue], values: Mapping[str, Mapping[int, float]], plan: gate.RoundsPlan
+    port: Port, params: Mapping[str, ParamValue], values: Values, plan: gate.RoundsPlan, fair: Values | None
 ) -> list[str]:
     """The arms whose question is still open, for which the rounds go on (beside the main pair) while
     the night allows: the ablations whose part is neither shown to add less than
     promotion.equivalence_margin nor significant, and the runner-up while its near-tie with the
     champion (of knobs `params`) is neither settled nor shown equivalent (which of the two is deployed
-    depends on it)."""
+    depends on it; asked of `fair` where given: verdict.speed)."""
     margin, direction = port.spec.promotion.equivalence_margin, port.spec.objective.direction
     checks = part_checks(
         values, speculation=speculation_name(params), margin=margin, level=plan.level, direction=direction
     )
-    runner = ["runner_up"] if contender_open(values, "runner_up", margin=margin, direction=direction) else []
+    judged = values if fair is None else fair
+    runner = ["runner_up"] if contender_open(judged, "runner_up", margin=margin, direction=direction) else []
     return runner + open_parts(checks)
 
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.records import Frozen, ParamValue, TrialOutcome
+from orchestrator.records import Frozen, ParamValue, TrialOutcome, prefill_group
 from orchestrator.results import select
 from orchestrator.results.figures import Confirmed, Contribution, LevelGain, PartCheck
 from orchestrator.stats import Contrast
-from orchestrator.verdict import rounds
-from orchestrator.verdict.arm import Arm
+from orchestrator.verdict.arm import Arm, ConfirmationRow
 from orchestrator.verdict.gate import Decision, Evidence, Verdict
 from orchestrator.verdict.value import Outcome
 
@@ -71,12 +70,14 @@ class Arms:
         return next(dict(a.params) for a in self.arms if a.name == name)
 
     def adjustable(self, metric: str, level: int) -> dict[str, dict[str, ParamValue]]:
-        """The arms whose runs gate.run_speed_adjusted may take each run's own speed out of (name -> params):
-        those measured at the gate's load `level`, when `metric` at that load is one results.select.run_speed
-        adjusts; none otherwise."""
-        if select.run_speed_metric(metric, level) is None:
+        """The arms whose runs speed.run_speed_adjusted takes each run's own speed out of (name -> params):
+        those measured at the gate's load `level`, where the runner-up prefills as the champion does
+        (records.prefill_group: only then can the runs' TTFT tell the two apart) and `metric` at that load
+        is one results.select.run_speed adjusts; none otherwise."""
+        at = {a.name: dict(a.params) for a in self.arms if a.concurrency == level}
+        if select.run_speed_metric(metric, level) is None or "runner_up" not in at or "champion" not in at:
             return {}
-        return {a.name: dict(a.params) for a in self.arms if a.concurrency == level}
+        return at if prefill_group(at["runner_up"]) == prefill_group(at["champion"]) else {}
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ class Promotion:
     """None: interrupted during the rounds (confirm again on --resume)."""
     verdict: str
     champion: Champion | None = None
-    rows: tuple[rounds.ConfirmationRow, ...] | None = None
+    rows: tuple[ConfirmationRow, ...] | None = None
     """Every confirmation run, when rounds ran."""
     gate: Gate | None = None
     confirmed: Confirmed | None = None

@@ -27,7 +27,7 @@ def test_summary_names_each_contribution(tmp_path, sqlite_store_template):
     }
     parts = {p.part: p.interval for p in summary.contributions}
     # The runner-up's row is named for each run's own speed taken out where the rounds' TTFT slope passed its
-    # test (promote.speed_out), which on real-time simulator runs depends on the machine's load.
+    # test (verdict.speed), which on real-time simulator runs depends on the machine's load.
     runner = [p for p in parts if p.startswith("champion over the runner-up")]
     assert runner in (["champion over the runner-up"], ["champion over the runner-up (each run's own speed taken out)"])
     assert list(parts) == [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.records import TrialStatus
-from orchestrator.verdict.rounds import ConfirmationRow
+from orchestrator.verdict.arm import ConfirmationRow
 
 
 @pytest.mark.parametrize(

@@ -170,7 +170,7 @@ def test_the_summary_never_contradicts_itself_about_the_gate_level(tmp_path, sql
     assert said.startswith("EAGLE-3 (with its NCCL settings) ")
     # ... and the one arm beside the pair is the pick's nearest rival (verdict.pick.rival), which it beat.
     # The runner-up's row says when each run's own speed was taken out of it (the rounds' TTFT slope passed its
-    # test on these real-time runs: promote.speed_out), and then what the slope was in the verdict's words.
+    # test on these real-time runs: verdict.speed), and then what the slope was in the verdict's words.
     parts = [p.part for p in summary.contributions]
     assert parts[0] == "EAGLE-3 with 1 communication setting(s) (not measured apart: promotion.explain is false)"
     assert parts[1] in ("champion over the runner-up", "champion over the runner-up (each run's own speed taken out)")
