@@ -58,11 +58,11 @@ def promote(port: Port) -> Promotion:
         found, covariate = run_speed_adjusted(values, ttft, adjustable, direction=direction)
         return (found if covariate is not None and covariate.applied else None), covariate
 
-    def contends(values: Values, ttft: Mapping[tuple[str, int], float]) -> list[str]:
-        return contending(values, plan, search, direction=direction, fair=judge(values, ttft)[0])
+    def contends(values: Values, fair: Values | None) -> list[str]:
+        return contending(values, plan, search, direction=direction, fair=fair)
 
-    def more(values: Values, ttft: Mapping[tuple[str, int], float]) -> list[str]:
-        return still_open(port, picked.trial.params, values, plan, judge(values, ttft)[0])
+    def more(values: Values, fair: Values | None) -> list[str]:
+        return still_open(port, picked.trial.params, values, plan, fair)
 
     measured = run_rounds(
         port,

@@ -68,9 +68,12 @@ def held_for(port: Port, later: list[Arm]) -> float:
     return sum(seconds(a.concurrency) for a in later) * port.spec.promotion.min_rounds / max(port.slots(), 1)
 
 
-More = Callable[[Mapping[str, Mapping[int, float]], Mapping[tuple[str, int], float]], Sequence[str]]
-"""From the values and runs' TTFT (ttft_of): the arms still open (`more`), or that would be deployed (`contends`)."""
 Judge = Callable[[Values, Mapping[tuple[str, int], float]], tuple[Values | None, Covariate | None]]
+"""From the values and the runs' TTFT (ttft_of): the values less each run's own speed (None where the slope
+did not apply) and the slope (verdict.speed)."""
+More = Callable[[Values, Values | None], Sequence[str]]
+"""From the values as measured and as `judge` gives them: the arms still open (`more`), or that would be
+deployed (`contends`)."""
 
 
 def run_rounds(
@@ -102,7 +105,8 @@ def run_rounds(
     decision: gate.Decision | None = None
     timing = timing_of(port)
     for i in range(plan.max_rounds):
-        chosen = _round_arms(arms, values, ttft_of(rows), plan, i, decision, more, contends)
+        fair, _ = judged(values, rows, judge)  # once a round, for both questions
+        chosen = _round_arms(arms, values, fair, plan, i, decision, more, contends)
         if chosen is None:
             break
         wanted, extra = chosen
@@ -139,7 +143,7 @@ def _measured(
 ) -> Measured:
     """What the rounds measured, with the values `judge` gives the runner-up's question (each run's own speed
     out, where the slope applied) and the undecided verdict where the pair did not decide or was interrupted."""
-    fair, speed = judge(values, ttft_of(rows)) if judge is not None else (None, None)
+    fair, speed = judged(values, rows, judge)
     if decision is None or port.interrupted():
         decision = _undecided(port, values, plan, rounds, stopped)
     else:
@@ -147,10 +151,17 @@ def _measured(
     return Measured(values, rows, decision, rounds, stopped=stopped, fair=fair, speed=speed)
 
 
+def judged(
+    values: Values, rows: Sequence[ConfirmationRow], judge: Judge | None
+) -> tuple[Values | None, Covariate | None]:
+    """What `judge` makes of the rounds so far; (None, None) without one."""
+    return judge(values, ttft_of(rows)) if judge is not None else (None, None)
+
+
 def _round_arms(
     arms: list[Arm],
-    values: Mapping[str, Mapping[int, float]],
-    ttft: Mapping[tuple[str, int], float],
+    values: Values,
+    fair: Values | None,
     plan: gate.RoundsPlan,
     i: int,
     decision: gate.Decision | None,
@@ -163,10 +174,10 @@ def _round_arms(
     # A contender joins the pair up to min_rounds and after the pair decided; while the pair is undecided
     # past min_rounds, its rounds are the gate's alone (an undecided gate deploys nothing).
     joins = contends is not None and 0 < i and (i < plan.min_rounds or decision is not None)
-    leading = set(contends(values, ttft)) if joins and contends is not None else set()
+    leading = set(contends(values, fair)) if joins and contends is not None else set()
     if decision is not None:
         promoted = more is not None and decision.verdict is gate.Verdict.promoted
-        extra = set(more(values, ttft)) if promoted and more is not None else set()
+        extra = set(more(values, fair)) if promoted and more is not None else set()
         extra |= leading
         if not extra:
             return None
