@@ -1,8 +1,9 @@
 """Fuzz: mutated experiment files and search spaces (tests/config/hostile_mutations.py) through the
 loader, the space census and the launch plan, in one child process under a memory limit with every
 call under a CPU-time limit (and a generous wall-time one for a call that blocks): no traceback, no hang,
-and nothing wrong accepted. CPU time, because a loaded machine stretches the wall time of a call, not the
-CPU it needs."""
+and nothing wrong accepted. The limits only tell a call that never ends (recorded as a hang) from one that
+does: CPU time, because a loaded machine stretches the wall time of a call, not the CPU it needs. How fast
+the loader answers is bench/fuzz_experiments.py's to measure, not this test's."""
 
 from __future__ import annotations
 
@@ -32,13 +33,11 @@ def alarm(signum, frame):
 
 signal.signal(signal.SIGALRM, alarm)
 signal.signal(signal.SIGPROF, alarm)
-found = {"clean_error": 0, "accepted": 0, "hang": [], "traceback": [], "accepted_wrong": [], "slowest_s": 0.0}
-import time
+found = {"clean_error": 0, "accepted": 0, "hang": [], "traceback": [], "accepted_wrong": []}
 with tempfile.TemporaryDirectory() as tmp:
     for i, m in enumerate(mutations(seed=int(sys.argv[2]), sample=int(sys.argv[3]))):
         exp = materialize(m, Path(tmp) / str(i))
-        start = time.process_time()
-        signal.setitimer(signal.ITIMER_PROF, 5)  # CPU seconds
+        signal.setitimer(signal.ITIMER_PROF, 5)  # CPU seconds: a loop that never ends
         signal.alarm(300)  # wall seconds: a call that blocks without computing
         try:
             spec = experiment.load(exp)
@@ -55,7 +54,6 @@ with tempfile.TemporaryDirectory() as tmp:
         finally:
             signal.setitimer(signal.ITIMER_PROF, 0)
             signal.alarm(0)
-        found["slowest_s"] = max(found["slowest_s"], time.process_time() - start)
         if isinstance(found[kind], list):
             found[kind].append(m.name)
         else:
@@ -78,4 +76,3 @@ def test_mutated_experiments_get_one_clean_answer_each() -> None:
     assert found["traceback"] == []
     assert found["accepted_wrong"] == []
     assert found["clean_error"] > 150 and found["accepted"] > 15
-    assert found["slowest_s"] < 5  # CPU seconds of the costliest mutation
