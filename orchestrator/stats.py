@@ -187,25 +187,9 @@ most nights' pick, where 3-4 degrees of freedom are what the repeated points giv
 fell back to their unadjusted count (bench/overnight.py, docs/benchmarks.md)."""
 
 
-def _within_point_deviations(
-    rows: Sequence[tuple[Hashable, Hashable, float]], xs: np.ndarray, ys: np.ndarray, timed: Sequence[int]
-) -> tuple[list[float], list[float], int]:
-    """(x's and y's deviations from their point's mean, over the points measured more than once; how many
-    such points): the within-point variation the slope is fitted on."""
-    points: dict[tuple[Hashable, Hashable], list[int]] = {}
-    for i in timed:
-        points.setdefault((rows[i][0], rows[i][1]), []).append(i)
-    dx: list[float] = []
-    dy: list[float] = []
-    for idx in points.values():
-        if len(idx) > 1:
-            dx += list(xs[idx] - xs[idx].mean())
-            dy += list(ys[idx] - ys[idx].mean())
-    return dx, dy, sum(1 for idx in points.values() if len(idx) > 1)
-
-
 def slope_test(dx: list[float], dy: list[float], dof: int, sxx: float, alpha: float) -> Covariate:
-    """y's slope on x within points, its standard error, and whether it passes the t test (applied)."""
+    """y's slope on x (both as residuals of the same fit), its standard error, and whether it passes the t
+    test (applied)."""
     slope = float(np.dot(dx, dy)) / sxx
     resid = np.asarray(dy) - slope * np.asarray(dx)
     se = math.sqrt(float(np.dot(resid, resid)) / dof / sxx)
@@ -216,43 +200,73 @@ def slope_test(dx: list[float], dy: list[float], dof: int, sxx: float, alpha: fl
 
 
 def covariate_adjusted(
-    rows: Sequence[tuple[Hashable, Hashable, float]],
+    y: Sequence[float],
     x: Sequence[float | None],
-    x_groups: Sequence[tuple[Hashable, Hashable]],
+    cells: Sequence[tuple[Hashable, ...]],
+    x_cells: Sequence[tuple[Hashable, ...]],
     *,
     alpha: float = COVARIATE_ALPHA,
-) -> tuple[list[tuple[Hashable, Hashable, float]], Covariate | None]:
-    """The rows (a, b, y) with the part of y that a concomitant per-run measurement x predicts taken out:
-    regression adjustment (analysis of covariance; in A/B testing, CUPED: Deng et al., WSDM 2013).
+) -> tuple[list[float], Covariate | None]:
+    """y less the part a concomitant per-run measurement x predicts: regression adjustment (analysis of
+    covariance; in A/B testing, CUPED: Deng et al., WSDM 2013). Each run is described by its `cells`, its
+    labels of the factors y's own additive fit takes out: the configuration (the search's points), or the
+    configuration and the round (the confirmation's arms; the round carries the host's drift, which moves x
+    and y alike).
 
-    x is expected to move with the configuration too, so what adjusts y is the run's deviation u = x
-    less x's additive fit over `x_groups` (pooled_scores' model, the groups x depends on, unshrunk: a
-    shrunk effect would leave part of a configuration's own x in u and credit it to y; a group run once
-    has u = 0, so its run stays as measured). The slope is
-    y's regression on x within the points measured more than once (the same (a, b): no configuration
-    effect between them, so no bias from one), with its standard error; y' = y - slope * u where the
-    slope is told from 0 (COVARIATE_ALPHA, COVARIATE_MIN_DOF), the rows unchanged otherwise. A run whose x
-    is None or not finite (a trial recorded before its TTFT was kept) takes no part and stays as measured.
-    None when no point is repeated."""
-    if len(rows) != len(x) or len(rows) != len(x_groups):
+    The slope is y's regression on x in what that fit leaves of both (with the configuration as the only
+    factor: within the configurations measured more than once, so no configuration effect can bias it),
+    with its standard error, and it is used only where it is told from 0 (COVARIATE_ALPHA on at least
+    COVARIATE_MIN_DOF degrees of freedom). Then y' = y - slope * u, where u is x's deviation from its own
+    additive fit over `x_cells` (the factors x depends on), unshrunk: a shrunk effect would leave part of a
+    configuration's own x in u and credit it to y. A run alone in its x cell has u = 0, so runs move against
+    each other only where they share one. A run whose x is None or not finite (a trial recorded before its
+    TTFT was kept) takes no part and stays as measured. y unchanged where the slope is not used; None for
+    the covariate when no cell holds two timed runs (nothing to fit a slope within)."""
+    if len({len(y), len(x), len(cells), len(x_cells)}) > 1:
         raise ValueError(
-            f"rows, x and x_groups must have one entry per run, but got {len(rows)}, {len(x)}, {len(x_groups)}"
+            f"y, x, cells and x_cells must have one entry per run, but got {len(y)}, {len(x)}, {len(cells)}, "
+            f"{len(x_cells)}"
         )
     timed = [i for i, v in enumerate(x) if v is not None and math.isfinite(v)]
-    xs = np.full(len(rows), math.nan)
-    xs[timed] = [x[i] for i in timed]
-    ys = np.asarray([r[2] for r in rows], dtype=float)
-    dx, dy, repeated = _within_point_deviations(rows, xs, ys, timed)
-    if not dx:
-        return list(rows), None
-    dof = len(dx) - repeated - 1
-    sxx = float(np.dot(dx, dx))
+    ys = np.asarray(y, dtype=float)
+    xs = np.asarray([x[i] for i in timed], dtype=float)
+    covariate = _fitted_slope(ys[timed], xs, [cells[i] for i in timed], alpha)
+    if covariate is None or not covariate.applied:
+        return [float(v) for v in ys], covariate
+    out = ys.copy()
+    out[timed] -= covariate.slope * _residual(_design([x_cells[i] for i in timed]), xs)
+    return [float(v) for v in out], covariate
+
+
+def _fitted_slope(
+    y: np.ndarray, x: np.ndarray, cells: Sequence[tuple[Hashable, ...]], alpha: float
+) -> Covariate | None:
+    """y's slope on x in what the cells' additive fit leaves of both, tested (slope_test); None when no cell
+    holds two runs."""
+    design = _design(cells)
+    rank = int(np.linalg.matrix_rank(design)) if cells else 0
+    if rank == len(cells):
+        return None
+    dof = len(cells) - rank - 1
+    rx, ry = _residual(design, x), _residual(design, y)
+    sxx = float(rx @ rx)
     if dof < 1 or sxx <= 0:
-        return list(rows), Covariate(0.0, math.inf, max(dof, 0), False)
-    covariate = slope_test(dx, dy, dof, sxx, alpha)
-    if not covariate.applied:
-        return list(rows), covariate
-    expected = pooled_scores([(x_groups[i][0], x_groups[i][1], float(xs[i])) for i in timed], z=0.0, shrink=0.0)
-    u = np.zeros(len(rows))
-    u[timed] = xs[timed] - np.asarray([p.fitted for p in expected])
-    return [(r[0], r[1], r[2] - covariate.slope * ui) for r, ui in zip(rows, u)], covariate
+        return Covariate(0.0, math.inf, max(dof, 0), False)
+    return slope_test(list(rx), list(ry), dof, sxx, alpha)
+
+
+def _design(labels: Sequence[tuple[Hashable, ...]]) -> np.ndarray:
+    """The additive fit's design over runs labelled by factors (one label per factor): a column per level
+    of each factor."""
+    levels = [list(dict.fromkeys(run[j] for run in labels)) for j in range(len(labels[0]) if labels else 0)]
+    offsets = np.cumsum([0] + [len(f) for f in levels])
+    d = np.zeros((len(labels), int(offsets[-1])))
+    for k, run in enumerate(labels):
+        for j, label in enumerate(run):
+            d[k, offsets[j] + levels[j].index(label)] = 1.0
+    return d
+
+
+def _residual(design: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """What the design's least-squares fit leaves of v."""
+    return v - design @ np.linalg.lstsq(design, v, rcond=None)[0]

@@ -1,5 +1,7 @@
 """stats.covariate_adjusted: a run's TTFT taking the run's own speed out of its decode measurement
-(regression adjustment, CUPED: Deng et al., WSDM 2013), as results.select.run_speed uses it."""
+(regression adjustment, CUPED: Deng et al., WSDM 2013), as results.select.run_speed uses it (each run's
+cell its point, x fitted over the point's prefill groups) and verdict.speed does (cells of arm and round:
+tests/verdict/test_speed.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import random
 
 import pytest
 
-from orchestrator.stats import covariate_adjusted, pooled_contrast
+from orchestrator.stats import covariate_adjusted as stats_adjusted
+from orchestrator.stats import pooled_contrast
 
 SPEC = {"s1": 0.0, "s2": -0.021, "s3": -0.04}
 """Speculation settings' true log effects: s2 is the 2.1% near-tie of the 4% noise nights."""
@@ -30,6 +33,12 @@ def _night(seed: int, *, noise: float = 0.04, correlation: float = 1.0, repeats:
                 x.append(PREFILL[c] + noise * (correlation * z + math.sqrt(1 - correlation**2) * own))
                 groups.append((True, c))
     return rows, x, groups
+
+
+def covariate_adjusted(rows, x, groups):
+    """The (a, b, y) rows as results.select.run_speed hands them over: each run's cell its point (a, b)."""
+    y, found = stats_adjusted([r[2] for r in rows], x, [((r[0], r[1]),) for r in rows], groups)
+    return [(r[0], r[1], v) for r, v in zip(rows, y)], found
 
 
 def _pure_error(rows) -> float:

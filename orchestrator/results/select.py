@@ -206,8 +206,9 @@ def run_speed(
     if adjust not in RUN_SPEED_METRICS:
         return list(rows), None
     x = [prefill_x(o.metrics.ttft_ms_p50 if o.metrics is not None else None) for o, _ in eligible]
-    groups = [prefill_group(outcome.params) for outcome, _ in eligible]
-    return covariate_adjusted(rows, x, groups)
+    x_cells = [prefill_group(o.params) for o, _ in eligible]  # what a run's TTFT depends on
+    y, found = covariate_adjusted([r[2] for r in rows], x, [((r[0], r[1]),) for r in rows], x_cells)
+    return [(r[0], r[1], v) for r, v in zip(rows, y)], found
 
 
 RIVAL_Z = 2.0

@@ -296,12 +296,16 @@ def adjusted(
     the objective (stats.covariate_adjusted, as the pick's results.select.run_speed); as measured otherwise."""
     if not measured or not all(v > 0 for v, _ in measured):
         return measured
-    rows = [(*split_point(p), math.log(v)) for v, p in measured]
     x = [prefill_x(t) for t in ttft]
-    out, found = covariate_adjusted(rows, x, [prefill_group(p) for _, p in measured])
+    out, found = covariate_adjusted(
+        [math.log(v) for v, _ in measured],
+        x,
+        [(split_point(p),) for _, p in measured],
+        [prefill_group(p) for _, p in measured],
+    )
     if found is None or not found.applied:
         return measured
-    return [(v if t is None else math.exp(y), p) for (_, _, y), (v, p), t in zip(out, measured, x)]
+    return [(v if t is None else math.exp(y), p) for y, (v, p), t in zip(out, measured, x)]
 
 
 def _optuna_params(
