@@ -177,7 +177,7 @@ class Covariate:
 
 
 COVARIATE_ALPHA = 0.01
-"""Two-sided level of the test the within-point slope must pass (Student's t on its degrees of freedom)
+"""Two-sided level of the test the slope must pass (Student's t on its degrees of freedom)
 before the covariate adjusts anything: where the covariate does not track the run's noise, the rows stay
 as measured. A slope wrongly taken for real adds its own noise to every row; a 2-standard-error rule did
 so on 4 degrees of freedom (bench/overnight.py --prefill-correlation 0, seed 104: slope -1.29 +- 0.28)."""
@@ -218,10 +218,13 @@ def covariate_adjusted(
     with its standard error, and it is used only where it is told from 0 (COVARIATE_ALPHA on at least
     COVARIATE_MIN_DOF degrees of freedom). Then y' = y - slope * u, where u is x's deviation from its own
     additive fit over `x_cells` (the factors x depends on), unshrunk: a shrunk effect would leave part of a
-    configuration's own x in u and credit it to y. A run alone in its x cell has u = 0, so runs move against
-    each other only where they share one. A run whose x is None or not finite (a trial recorded before its
-    TTFT was kept) takes no part and stays as measured. y unchanged where the slope is not used; None for
-    the covariate when no cell holds two timed runs (nothing to fit a slope within)."""
+    configuration's own x in u and credit it to y. u sums to 0 over the runs at each level of each x factor:
+    a run alone at a level (a prefill group run once) has u = 0 and stays as measured, and a configuration
+    alone in its x level keeps its mean, so only configurations that share one move against each other. x's
+    fit is solved exactly (least squares), not by pooled_scores' backfitting sweeps. A run whose x is None or
+    not finite (a trial recorded before its TTFT was kept) takes no part and stays as measured. y unchanged
+    where the slope is not used; None for the covariate when the fit over `cells` leaves nothing of the timed
+    runs (as many independent columns as runs: with the point as the cell, no point measured twice)."""
     if len({len(y), len(x), len(cells), len(x_cells)}) > 1:
         raise ValueError(
             f"y, x, cells and x_cells must have one entry per run, but got {len(y)}, {len(x)}, {len(cells)}, "
@@ -241,8 +244,8 @@ def covariate_adjusted(
 def _fitted_slope(
     y: np.ndarray, x: np.ndarray, cells: Sequence[tuple[Hashable, ...]], alpha: float
 ) -> Covariate | None:
-    """y's slope on x in what the cells' additive fit leaves of both, tested (slope_test); None when no cell
-    holds two runs."""
+    """y's slope on x in what the cells' additive fit leaves of both, tested (slope_test); None when the fit
+    leaves nothing (its rank is the number of runs)."""
     design = _design(cells)
     rank = int(np.linalg.matrix_rank(design)) if cells else 0
     if rank == len(cells):

@@ -23,7 +23,7 @@ def run_speed_adjusted(
 ) -> tuple[dict[str, dict[int, float]], Covariate | None]:
     """The rounds' values (arm -> round -> objective) less what each run's TTFT (`ttft`: (arm, round) -> ms)
     says of the run's own speed, for the arms `params` names (steps.Arms.adjustable); with the covariate
-    the rounds gave (its slope on the objective oriented so higher is better; None: too few runs). The
+    the rounds gave (its slope on the objective oriented so higher is better; None: the arms' and rounds' fit leaves nothing to fit it on). The
     values as they are unless the slope was applied; a run without a TTFT stays as measured.
 
     Why: a server run that came up slow (clocks, a neighbour on the host) is slow at prefill and at decode
