@@ -25,7 +25,7 @@ from orchestrator.errors import SpecError
 from orchestrator.search import space as sp
 from orchestrator.trial import plan as planner
 
-class Hang(Exception):
+class Hang(BaseException):  # no `except Exception` on the loader's path can swallow it
     pass
 
 def alarm(signum, frame):
