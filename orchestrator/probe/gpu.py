@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -100,9 +100,10 @@ class _Rank:
                 self.lines.put(json.loads(line))
         self.lines.put({"gone": self.proc.wait()})
 
-    def next(self, deadline: float) -> dict[str, Any] | None:
+    def next(self, timeout: float) -> dict[str, Any] | None:
+        """The worker's next line, waiting at most `timeout` seconds; None when none came."""
         try:
-            return self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            return self.lines.get(timeout=max(0.0, timeout))
         except queue.Empty:
             return None
 
@@ -144,10 +145,13 @@ class GpuHost:
         deadline_s: float = 60.0,
         start_timeout_s: float = 180.0,
         env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.sizes, self.folder, self.tp, self.unset, self.backend = tuple(sizes), folder, tp, tuple(unset), backend
         self.repeats, self.iters, self.modes, self.deadline_s = repeats, iters, tuple(modes), deadline_s
         self.start_timeout_s = start_timeout_s
+        self.clock = clock
+        """What the deadlines and a setting's seconds are read from (a test may replace it)."""
         self.env = dict(os.environ if env is None else env)
         self.ranks: list[_Rank] = []
         self.devices = 0
@@ -163,9 +167,9 @@ class GpuHost:
         self.ranks = [
             _Rank(r, self.tp, self.backend, self.env, self.folder / f"worker-{r}.log") for r in range(self.tp)
         ]
-        deadline = time.monotonic() + self.start_timeout_s
+        deadline = self.clock() + self.start_timeout_s
         for rank in self.ranks:
-            hello = rank.next(deadline)
+            hello = rank.next(deadline - self.clock())
             if hello is None or not hello.get("ready"):
                 self.close()
                 tail = rank.log.read_text(errors="replace")[-2000:]
@@ -191,7 +195,7 @@ class GpuHost:
 
     def measure(self, setting: NcclSetting, base_env: Mapping[str, str]) -> tuple[SettingRecord, tuple[ProbeRow, ...]]:
         """One setting on every rank, within the deadline."""
-        started = time.monotonic()
+        started = self.clock()
         self._count += 1
         env = {**base_env, **setting.as_env(), **NCCL_LOGGING}
         job = {
@@ -218,15 +222,15 @@ class GpuHost:
         exits, children = self._await_exits(started + self.deadline_s)
         hung = len(exits) < len(self.ranks)
         self._end_the_rest(exits, children)
-        return self._collect(setting, env, files, hung, time.monotonic() - started)
+        return self._collect(setting, env, files, hung, self.clock() - started)
 
     def _await_exits(self, deadline: float) -> tuple[dict[int, int], dict[int, int]]:
         """(rank -> exit code, rank -> pid of the child it started) of the ranks that finished by the deadline."""
         children: dict[int, int] = {}
         exits: dict[int, int] = {}
-        while len(exits) < len(self.ranks) and time.monotonic() < deadline:
+        while len(exits) < len(self.ranks) and self.clock() < deadline:
             for rank in self.ranks:
-                message = None if rank.rank in exits else rank.next(min(deadline, time.monotonic() + 0.05))
+                message = None if rank.rank in exits else rank.next(min(deadline - self.clock(), 0.05))
                 if message is None:
                     continue
                 if "started" in message:
@@ -244,7 +248,7 @@ class GpuHost:
                 _kill(pid)
         for rank in self.ranks:
             while rank.rank not in exits:
-                message = rank.next(time.monotonic() + 10.0)
+                message = rank.next(10.0)
                 if message is not None and "started" in message:  # it forked only after the deadline
                     _kill(int(message["started"]))
                     continue

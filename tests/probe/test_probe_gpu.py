@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
+from pathlib import Path
 
 import pytest
 from probe_helpers import write_spec
@@ -59,16 +61,29 @@ HANG_S = 3600.0
 """How long the hung setting would sleep: far beyond its deadline, so only the kill can end it."""
 
 
+class PastTheDeadline:
+    """The host's clock (GpuHost.clock): real time until every child of the setting is running (each has
+    opened its log, just before the test hook's sleep), then `jump` seconds on. The deadline passes when
+    the test says so, however slowly this machine starts the children."""
+
+    def __init__(self, logs: list[Path], jump: float):
+        self.logs, self.jump, self.jumped = logs, jump, False
+
+    def __call__(self) -> float:
+        self.jumped = self.jumped or all(p.exists() for p in self.logs)
+        return time.monotonic() + (self.jump if self.jumped else 0.0)
+
+
 def test_a_hung_setting_is_killed_at_its_deadline_and_the_next_one_runs(cpu_host):
     workers = [rank.proc.pid for rank in cpu_host.ranks]
-    cpu_host.deadline_s = 5.0  # this setting's deadline; the next one gets the fixture's generous one again
+    clock = PastTheDeadline([cpu_host.folder / f"setting-1.rank-{r}.log" for r in (0, 1)], cpu_host.deadline_s)
+    cpu_host.clock = clock
     record, rows = cpu_host.measure(
         NcclSetting.of({"NCCL_PROTO": "Simple"}), {"SWEEP_PROBE_TEST_SLEEP_S": f"{HANG_S:g}"}
     )
-    cpu_host.deadline_s = 600.0
-    # Waited out the deadline, then killed: it ended long before the sleep could have.
-    assert record.status == "hang" and 5.0 <= record.seconds < HANG_S
-    assert record.reason == "not every rank finished within the 5 s deadline; killed"
+    # Killed once the host's clock passed the deadline, with both children running (asleep in the hook).
+    assert clock.jumped and record.status == "hang" and record.seconds >= cpu_host.deadline_s
+    assert record.reason == "not every rank finished within the 600 s deadline; killed"
     assert {(r.status, r.median_us) for r in rows} == {("hang", None)}
     assert not any((cpu_host.folder / f"setting-1.rank-{r}.json").exists() for r in (0, 1))  # it never got to write
     record, _ = cpu_host.measure(NcclSetting.of({}), {})
