@@ -1,5 +1,6 @@
-"""A simulated night of the real driver: the full experiments/kimi-k2.5-tp8.yaml space (808,704 combinations,
-684,288 feasible; on the PCIe profiles, whose all-reduce backend is inert, the driver searches 404,352 / 342,144)
+"""A simulated night of the real driver: the experiments/kimi-k2.5-tp8.yaml space with EAGLE-3's part (--space
+eagle3: 808,704 combinations, 684,288 feasible; on the PCIe profiles, whose all-reduce backend is inert, the
+driver searches 404,352 / 342,144)
 on the simulated engine at real scale, judged by the TRUE value of what it deploys.
 
 Each night is `sweep.Sweep` itself (probe stage, proposal policy, Optuna study, record, baselines,

@@ -28,7 +28,6 @@ __all__ = [
     "Remaining",
     "TrialCost",
     "expected_cost",
-    "plan_lines",
     "probe_seconds",
     "remaining_trials",
 ]
@@ -142,24 +141,3 @@ def remaining_trials(timings: Iterable[Mapping[str, float]], *, left_s: float, c
     per = start + bench
     fit = int(max(left_s, 0.0) // per) * max(concurrent, 1) if per > 0 else 0
     return Remaining(trials=fit, per_trial_s=per, startup_s=start, bench_s=bench, measured=len(startups))
-
-
-def plan_lines(
-    spec: SweepSpec, params: Mapping[str, ParamValue], *, probe_settings: int = 0, profile_named: bool = True
-) -> list[str]:
-    """`sweep plan`'s lines: one trial's expected GPU-time by phase and how many trials fit the wall time."""
-    est = expected_cost(spec, params, probe_settings=probe_settings, profile_named=profile_named)
-    if est.cost is None:
-        return [f"expected GPU-time of one trial: {est.source}"]
-    c = est.cost
-    probe = (
-        f" after the probe stage (~{est.probe_s:.0f} s for {probe_settings} NCCL settings)" if probe_settings else ""
-    )
-    n = (est.trials_fit or 0) * spec.budget.concurrent_trials
-    return [
-        f"expected GPU-time of one trial (baseline): {c.total_s / 60:.1f} min = load {c.load_s:.0f} s + warm-up "
-        f"{c.warmup_s:.0f} s + benchmark {c.benchmark_s:.0f} s ({spec.benchmark.repeats} repeat(s)); {est.source}",
-        f"wall time {spec.budget.wall_time / 3600:.1f} h holds about {n} trial(s) on "
-        f"{spec.budget.concurrent_trials} slot(s){probe} (budget.trials: {spec.budget.trials}; speculation makes "
-        f"trials shorter, so this is a floor)",
-    ]
