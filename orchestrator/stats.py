@@ -148,10 +148,7 @@ def pooled_contrast(
     if any(p[0] not in a_keys or p[1] not in b_keys for p in (first, second)):
         return None
     na = len(a_keys)
-    x = np.zeros((len(rows), na + len(b_keys)))
-    for i, r in enumerate(rows):
-        x[i, a_keys.index(r[0])] = 1.0
-        x[i, na + b_keys.index(r[1])] = 1.0
+    x = _design([(r[0], r[1]) for r in rows])  # a's levels, then b's, each in order of first appearance
     y = np.asarray([r[2] for r in rows], dtype=float)
     gram = x.T @ x + np.diag([0.0] * na + [shrink] * len(b_keys))
     inv = np.linalg.pinv(gram)
